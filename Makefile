@@ -1,0 +1,30 @@
+# Two entry points after cloning (see README): `make lab` and `make test`.
+PY ?= .venv/bin/python
+VENV_STAMP := .venv/.installed
+
+.PHONY: setup lab test lint typecheck unit
+
+$(VENV_STAMP): pyproject.toml
+	python3 -m venv .venv
+	.venv/bin/pip install -q -U pip setuptools wheel
+	.venv/bin/pip install -q -e '.[test]'
+	touch $(VENV_STAMP)
+
+setup: $(VENV_STAMP)
+
+# The main job. Until the embedded lab lands it lints the builtin programs and examples.
+lab: setup
+	$(PY) -m dmn lint programs examples
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+typecheck: setup
+	$(PY) -m mypy -p dmn.interpreter -p dmn.opcodes
+
+unit: setup
+	$(PY) -m dmn generate --check
+	$(PY) -m pytest
+
+test: lint typecheck unit

@@ -1,0 +1,1 @@
+"""dmn.agent — see DESIGN §2."""

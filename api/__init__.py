@@ -1,0 +1,1 @@
+"""dmn.api — see DESIGN §2."""

@@ -1,0 +1,1 @@
+"""dmn.controller — see DESIGN §2."""

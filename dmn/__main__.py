@@ -1,0 +1,3 @@
+from dmn.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""dmn.grammar — see DESIGN §2."""

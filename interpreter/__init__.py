@@ -1,0 +1,1 @@
+"""dmn.interpreter — see DESIGN §2."""

@@ -1,0 +1,122 @@
+"""Diagnostics: the value every rejection becomes at a boundary.
+
+A :class:`Diagnostic` carries a stable reason code (part of the public API: the CLI,
+admission responses, topology status and attachment status all show it), a severity,
+and the exact place it refers to — file, 1-based line and column, and a field path.
+Inside the interpreter, code may raise :class:`DiagnosticError`; every public entry
+point converts it back into a list of diagnostics so callers never see a traceback
+for bad input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Severity(StrEnum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+class Code(StrEnum):
+    """Stable reason codes. Never reuse one code for two meanings; add a new one."""
+
+    E_SCHEMA = "E_SCHEMA"
+    E_DUPLICATE_KEY = "E_DUPLICATE_KEY"
+    E_UNKNOWN_FIELD = "E_UNKNOWN_FIELD"
+    E_SYNTAX = "E_SYNTAX"
+    E_UNKNOWN_OPCODE = "E_UNKNOWN_OPCODE"
+    E_EFFECT_DENIED = "E_EFFECT_DENIED"
+    E_WRONG_HOOK = "E_WRONG_HOOK"
+    E_REF_UNRESOLVED = "E_REF_UNRESOLVED"
+    E_REF_FORWARD = "E_REF_FORWARD"
+    E_PORT_TYPE = "E_PORT_TYPE"
+    E_CARDINALITY = "E_CARDINALITY"
+    E_ACCESS = "E_ACCESS"
+    E_PARAM_TYPE = "E_PARAM_TYPE"
+    E_PARAM_CONFLICT = "E_PARAM_CONFLICT"
+    E_DUPLICATE_ID = "E_DUPLICATE_ID"
+    E_EXPORT_MISSING = "E_EXPORT_MISSING"
+    E_EXPORT_TYPE = "E_EXPORT_TYPE"
+    E_NO_RECOVERY = "E_NO_RECOVERY"
+    E_BUDGET = "E_BUDGET"
+    E_SHARED_PARENT_MUTATION = "E_SHARED_PARENT_MUTATION"
+    E_CYCLE = "E_CYCLE"
+    E_ROOT_COVERAGE = "E_ROOT_COVERAGE"
+    E_FAMILY_CONFLICT = "E_FAMILY_CONFLICT"
+    E_RESET_DOMAIN_BUSY = "E_RESET_DOMAIN_BUSY"
+    E_IFNAME = "E_IFNAME"
+    E_IO = "E_IO"
+    E_USAGE = "E_USAGE"
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSpan:
+    """A position in a source document; line and column are 1-based."""
+
+    file: str
+    line: int
+    column: int
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    code: Code
+    message: str
+    file: str = ""
+    line: int = 1
+    column: int = 1
+    path: str = ""
+    severity: Severity = Severity.ERROR
+
+    @classmethod
+    def at(
+        cls,
+        code: Code,
+        message: str,
+        span: SourceSpan | None,
+        path: str = "",
+        severity: Severity = Severity.ERROR,
+    ) -> Diagnostic:
+        if span is None:
+            return cls(code=code, message=message, path=path, severity=severity)
+        return cls(
+            code=code,
+            message=message,
+            file=span.file,
+            line=span.line,
+            column=span.column,
+            path=path,
+            severity=severity,
+        )
+
+    def to_json(self) -> dict[str, str | int]:
+        """The stable JSON shape: exactly code, severity, file, line, column, path, message."""
+        return {
+            "code": self.code.value,
+            "severity": self.severity.value,
+            "file": self.file,
+            "line": self.line,
+            "column": self.column,
+            "path": self.path,
+            "message": self.message,
+        }
+
+    def render(self) -> str:
+        """Compiler-style one-liner: ``file:line:col: error[E_CODE]: message``."""
+        where = f"{self.file or '<input>'}:{self.line}:{self.column}"
+        return f"{where}: {self.severity.value}[{self.code.value}]: {self.message}"
+
+
+def has_errors(diagnostics: Iterable[Diagnostic]) -> bool:
+    return any(d.severity is Severity.ERROR for d in diagnostics)
+
+
+class DiagnosticError(Exception):
+    """Raised inside the interpreter; public entry points turn it into diagnostics."""
+
+    def __init__(self, diagnostics: Iterable[Diagnostic]) -> None:
+        self.diagnostics: tuple[Diagnostic, ...] = tuple(diagnostics)
+        super().__init__("; ".join(d.render() for d in self.diagnostics))

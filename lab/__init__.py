@@ -1,0 +1,1 @@
+"""dmn.lab — see DESIGN §2."""

@@ -1,0 +1,1 @@
+"""dmn.opcodes — see DESIGN §2."""

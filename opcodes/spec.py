@@ -1,0 +1,98 @@
+"""Opcode specifications: the pure contract of each native effect (DESIGN §3.6).
+
+A spec says what an opcode takes (typed, access-checked input ports and a strict
+parameter model), what it yields (typed output ports), in which hooks it may run,
+whether it can be undone, and how it is observed after an uncertain outcome. Specs
+import no native library, so the interpreter, ``dmn lint`` and the controller can
+load every spec without pyroute2, sysfs or OVSDB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from pydantic import BaseModel
+
+from dmn.interpreter.handles import Access, HandleType, LinkType, ScopeKind
+
+
+class Hook(StrEnum):
+    PREPARE = "prepare"
+    CONNECT = "connect"
+
+
+class Reversibility(StrEnum):
+    REVERSIBLE = "Reversible"
+    IRREVERSIBLE = "Irreversible"
+    REDISCOVER = "Rediscover"
+
+
+class RecoveryStrategy(StrEnum):
+    OBSERVE_AND_RECONCILE = "ObserveAndReconcile"
+    RESTORE_BEFORE_IMAGE = "RestoreBeforeImage"
+    REDISCOVER = "Rediscover"
+    QUARANTINE = "Quarantine"
+
+
+@dataclass(frozen=True, slots=True)
+class PortSpec:
+    """A typed port. For inputs, ``access`` is the access the handle must grant."""
+
+    type: HandleType
+    link_types: frozenset[LinkType] | None = None
+    scope: ScopeKind | None = None
+    access: Access | None = None
+    min_items: int = 1
+    max_items: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class OpcodeSpec:
+    name: str
+    summary: str
+    parameters: type[BaseModel]
+    inputs: Mapping[str, PortSpec]
+    outputs: Mapping[str, PortSpec]
+    hooks: frozenset[Hook]
+    reversibility: Reversibility
+    recovery: frozenset[RecoveryStrategy]
+    requires: frozenset[str] = frozenset()
+    postconditions: frozenset[str] = frozenset()
+    mutates_parent: bool = False
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def family(self) -> str:
+        return self.name.split("/", 1)[0]
+
+    @property
+    def version(self) -> str:
+        return self.name.rsplit("/", 1)[-1]
+
+
+class OpcodeRegistry:
+    """A name → spec table. Immutable once built by :func:`default_registry`."""
+
+    def __init__(self, specs: Iterable[OpcodeSpec] = ()) -> None:
+        self._specs: dict[str, OpcodeSpec] = {}
+        for spec in specs:
+            self.register(spec)
+
+    def register(self, spec: OpcodeSpec) -> None:
+        if spec.name in self._specs:
+            raise ValueError(f"opcode {spec.name} registered twice")
+        self._specs[spec.name] = spec
+
+    def get(self, name: str) -> OpcodeSpec | None:
+        return self._specs.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __len__(self) -> int:
+        return len(self._specs)

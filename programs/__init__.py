@@ -1,0 +1,1 @@
+"""dmn.programs — see DESIGN §2."""

@@ -1,0 +1,35 @@
+"""The package layout and the CLI dispatcher behave as the README promises."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import dmn
+from dmn.cli import dispatch, main
+
+
+def test_subpackages_live_under_one_namespace() -> None:
+    import dmn.interpreter
+    import dmn.opcodes
+
+    assert dmn.interpreter.__name__ == "dmn.interpreter"
+    assert dmn.opcodes.__name__ == "dmn.opcodes"
+    assert dmn.DRIVER_NAME == "dra-multi-network.schseba.github.io"
+
+
+def test_unknown_command_is_a_usage_error(capsys) -> None:
+    assert dispatch("no-such-command", []) == 2
+    assert "unknown command" in capsys.readouterr().err
+
+
+def test_help_exits_zero(capsys) -> None:
+    assert main(["--help"]) == 0
+    assert "usage: dmn" in capsys.readouterr().out
+
+
+def test_module_entry_point_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "dmn", "--help"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
