@@ -12,7 +12,9 @@ import importlib
 import sys
 from pathlib import Path
 
-GENERATORS: list[str] = []
+GENERATORS: list[str] = [
+    "dmn.api.crdgen:generate",
+]
 
 
 def repo_root() -> Path:

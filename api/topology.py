@@ -1,0 +1,105 @@
+"""NetworkTopology: a workload's network as a typed DAG of plugin steps (seed 000 §5.1).
+
+Allocation steps are DRA roots (their authority is the allocation, they take no
+inputs); Operation steps consume earlier outputs through ``inputs.<port>.from``.
+``config`` and the per-port ``inputs`` bindings are bounded payloads whose fields the
+compiler validates strictly against the locked plugin descriptor.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from dmn.api.identity import API_VERSION
+from dmn.api.model import (
+    OPCODE_NAME,
+    PAYLOAD_EXTRA,
+    STEP_ID,
+    ApiModel,
+    Condition,
+    DiagnosticEntry,
+    RevisionRef,
+    list_map,
+    list_set,
+    validations,
+)
+
+MAX_STEPS = 32
+MAX_ROOTS = 8
+MAX_BUDGET = 64
+
+
+class PluginRef(ApiModel):
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class CelSelector(ApiModel):
+    expression: str = Field(min_length=1, max_length=4096)
+
+
+class HardwareSelector(ApiModel):
+    """An administrator hardware constraint ANDed onto a root's mandatory selector."""
+
+    cel: CelSelector
+
+
+class Step(ApiModel):
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": validations(
+            ("self.kind == 'Operation' || !has(self.inputs)", "Allocation steps take no inputs"),
+            (
+                "self.kind == 'Allocation' || !has(self.hardwareSelectors)",
+                "only Allocation steps carry hardwareSelectors",
+            ),
+        )
+    }
+
+    id: str = Field(min_length=1, max_length=40, pattern=STEP_ID)
+    kind: Literal["Allocation", "Operation"]
+    plugin_ref: PluginRef
+    config: dict[str, Any] = Field(
+        default_factory=dict, json_schema_extra=PAYLOAD_EXTRA | {"maxProperties": 64}
+    )
+    inputs: dict[str, Any] | None = Field(
+        default=None,
+        json_schema_extra={
+            "maxProperties": 16,
+            "additionalProperties": {"x-kubernetes-preserve-unknown-fields": True},
+        },
+    )
+    hardware_selectors: list[HardwareSelector] | None = Field(default=None, max_length=4)
+
+
+class EffectBudget(ApiModel):
+    allow: list[str] = list_set(max_items=MAX_BUDGET, default_factory=list)
+
+
+class NetworkTopologySpec(ApiModel):
+    effect_budget: EffectBudget = Field(default_factory=EffectBudget)
+    steps: list[Step] = list_map("id", max_items=MAX_STEPS, min_length=1)
+
+
+class RootClass(ApiModel):
+    root_step: str = Field(max_length=40)
+    device_class_name: str = Field(max_length=253)
+
+
+class NetworkTopologyStatus(ApiModel):
+    observed_generation: int | None = Field(default=None, ge=0)
+    conditions: list[Condition] | None = list_map("type", max_items=16, default=None)
+    revision: RevisionRef | None = None
+    roots: list[RootClass] | None = list_map("rootStep", max_items=MAX_ROOTS, default=None)
+    diagnostics: list[DiagnosticEntry] | None = Field(default=None, max_length=64)
+
+
+class NetworkTopology(ApiModel):
+    api_version: Literal["networking.dra-multi-network.schseba.github.io/v1alpha1"] = API_VERSION
+    kind: Literal["NetworkTopology"] = "NetworkTopology"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: NetworkTopologySpec
+    status: NetworkTopologyStatus | None = None
+
+
+OPCODE_PATTERN = OPCODE_NAME
