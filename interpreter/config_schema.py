@@ -1,0 +1,287 @@
+"""``configSchema``: the strict JSON-Schema subset a plugin uses to describe its config.
+
+Why a subset: a plugin's config decides guards, port contracts and opcode parameters,
+so the checker must be able to *reason* about it (enumerate enum/boolean values,
+compare integer ranges and string lengths with an opcode's parameter model). Full
+JSON Schema cannot be reasoned about that way; this subset can.
+
+The subset (every keyword not listed is an error, ``E_UNKNOWN_FIELD``):
+
+* the root is ``{type: object, additionalProperties: false, properties: {...},
+  required: [...]}`` — ``additionalProperties`` must be present and ``false``;
+* a property is one of
+
+  - ``{type: string, minLength?, maxLength?, pattern?, enum?, default?}``
+    (``pattern`` is a Python ``re`` full-match pattern; ``enum`` a non-empty list of
+    distinct strings),
+  - ``{type: integer, minimum?, maximum?, enum?, default?}``,
+  - ``{type: boolean, default?}``,
+  - ``{type: array, items: <string|integer|boolean property>, minItems?, maxItems?,
+    default?}``,
+  - ``{type: object, additionalProperties: false, properties, required?}`` (nested,
+    same rules as the root);
+
+* every property may carry ``description``.
+
+Validation (:func:`validate_config`) is strict: no coercion (``"1"`` is not an
+integer, ``1`` is not a boolean), unknown keys are ``E_UNKNOWN_FIELD``, missing
+required keys and out-of-range values are ``E_SCHEMA`` with the field path. A key
+that is present with value ``false`` is *present*; ``default`` fills only keys that
+are absent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from dmn.interpreter.diagnostics import Code, Diagnostic
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=True)
+
+
+class StringSchema(_Strict):
+    type: Literal["string"]
+    description: str | None = None
+    min_length: int | None = Field(default=None, alias="minLength", ge=0)
+    max_length: int | None = Field(default=None, alias="maxLength", ge=0)
+    pattern: str | None = None
+    enum: list[str] | None = Field(default=None, min_length=1)
+    default: str | None = None
+
+    @model_validator(mode="after")
+    def _coherent(self) -> StringSchema:
+        if self.pattern is not None:
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid pattern: {exc}") from exc
+        if self.enum is not None and len(set(self.enum)) != len(self.enum):
+            raise ValueError("enum values must be distinct")
+        if (
+            self.min_length is not None
+            and self.max_length is not None
+            and self.min_length > self.max_length
+        ):
+            raise ValueError("minLength is greater than maxLength")
+        return self
+
+
+class IntegerSchema(_Strict):
+    type: Literal["integer"]
+    description: str | None = None
+    minimum: int | None = None
+    maximum: int | None = None
+    enum: list[int] | None = Field(default=None, min_length=1)
+    default: int | None = None
+
+    @model_validator(mode="after")
+    def _coherent(self) -> IntegerSchema:
+        if self.minimum is not None and self.maximum is not None and self.minimum > self.maximum:
+            raise ValueError("minimum is greater than maximum")
+        return self
+
+
+class BooleanSchema(_Strict):
+    type: Literal["boolean"]
+    description: str | None = None
+    default: bool | None = None
+
+
+ScalarSchema = StringSchema | IntegerSchema | BooleanSchema
+
+
+class ArraySchema(_Strict):
+    type: Literal["array"]
+    description: str | None = None
+    items: StringSchema | IntegerSchema | BooleanSchema = Field(discriminator="type")
+    min_items: int | None = Field(default=None, alias="minItems", ge=0)
+    max_items: int | None = Field(default=None, alias="maxItems", ge=0)
+    default: list[Any] | None = None
+
+
+class ObjectSchema(_Strict):
+    type: Literal["object"]
+    description: str | None = None
+    additional_properties: Literal[False] = Field(alias="additionalProperties")
+    properties: dict[str, PropertySchema] = Field(default_factory=dict)
+    required: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _required_known(self) -> ObjectSchema:
+        unknown = [r for r in self.required if r not in self.properties]
+        if unknown:
+            raise ValueError(f"required names unknown properties: {', '.join(unknown)}")
+        return self
+
+
+AnyProperty = StringSchema | IntegerSchema | BooleanSchema | ArraySchema | ObjectSchema
+PropertySchema = Annotated[AnyProperty, Field(discriminator="type")]
+ObjectSchema.model_rebuild()
+
+#: The schema every plugin config is described by.
+ConfigSchema = ObjectSchema
+
+
+def enumerable_values(prop: AnyProperty) -> list[Any] | None:
+    """All values a property may take, if finitely few (enum or boolean); else None."""
+    if isinstance(prop, BooleanSchema):
+        return [False, True]
+    if isinstance(prop, StringSchema | IntegerSchema) and prop.enum is not None:
+        return list(prop.enum)
+    return None
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def _validate_scalar(
+    schema: StringSchema | IntegerSchema | BooleanSchema, value: Any, path: str
+) -> list[Diagnostic]:
+    errs: list[Diagnostic] = []
+
+    def bad(msg: str) -> None:
+        errs.append(Diagnostic(code=Code.E_SCHEMA, message=msg, path=path))
+
+    if isinstance(schema, BooleanSchema):
+        if not isinstance(value, bool):
+            bad(f"expected boolean, got {_type_name(value)}")
+        return errs
+    if isinstance(schema, IntegerSchema):
+        if isinstance(value, bool) or not isinstance(value, int):
+            bad(f"expected integer, got {_type_name(value)}")
+            return errs
+        if schema.enum is not None and value not in schema.enum:
+            bad(f"{value} is not one of {schema.enum}")
+        if schema.minimum is not None and value < schema.minimum:
+            bad(f"{value} is less than the minimum {schema.minimum}")
+        if schema.maximum is not None and value > schema.maximum:
+            bad(f"{value} is greater than the maximum {schema.maximum}")
+        return errs
+    if not isinstance(value, str):
+        bad(f"expected string, got {_type_name(value)}")
+        return errs
+    if schema.enum is not None and value not in schema.enum:
+        bad(f"{value!r} is not one of {schema.enum}")
+    if schema.min_length is not None and len(value) < schema.min_length:
+        bad(f"{value!r} is shorter than {schema.min_length} characters")
+    if schema.max_length is not None and len(value) > schema.max_length:
+        bad(f"{value!r} is longer than {schema.max_length} characters")
+    if schema.pattern is not None and re.fullmatch(schema.pattern, value) is None:
+        bad(f"{value!r} does not match the pattern {schema.pattern!r}")
+    return errs
+
+
+def _validate(schema: AnyProperty, value: Any, path: str) -> tuple[Any, list[Diagnostic]]:
+    if isinstance(schema, ObjectSchema):
+        return _validate_object(schema, value, path)
+    if isinstance(schema, ArraySchema):
+        if not isinstance(value, list):
+            return value, [
+                Diagnostic(
+                    code=Code.E_SCHEMA,
+                    message=f"expected array, got {_type_name(value)}",
+                    path=path,
+                )
+            ]
+        errs: list[Diagnostic] = []
+        if schema.min_items is not None and len(value) < schema.min_items:
+            errs.append(
+                Diagnostic(
+                    code=Code.E_SCHEMA,
+                    message=f"has {len(value)} items, fewer than {schema.min_items}",
+                    path=path,
+                )
+            )
+        if schema.max_items is not None and len(value) > schema.max_items:
+            errs.append(
+                Diagnostic(
+                    code=Code.E_SCHEMA,
+                    message=f"has {len(value)} items, more than {schema.max_items}",
+                    path=path,
+                )
+            )
+        for i, item in enumerate(value):
+            errs += _validate_scalar(schema.items, item, _join(path, i))
+        return list(value), errs
+    return value, _validate_scalar(schema, value, path)
+
+
+def _validate_object(
+    schema: ObjectSchema, value: Any, path: str
+) -> tuple[dict[str, Any], list[Diagnostic]]:
+    if not isinstance(value, dict):
+        return {}, [
+            Diagnostic(
+                code=Code.E_SCHEMA,
+                message=f"expected object, got {_type_name(value)}",
+                path=path,
+            )
+        ]
+    errs: list[Diagnostic] = []
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        prop = schema.properties.get(key)
+        if prop is None:
+            errs.append(
+                Diagnostic(
+                    code=Code.E_UNKNOWN_FIELD,
+                    message=f"unknown config field {key!r}",
+                    path=_join(path, key),
+                )
+            )
+            continue
+        out[key], sub = _validate(prop, item, _join(path, key))
+        errs += sub
+    for name in schema.required:
+        if name not in value:
+            errs.append(
+                Diagnostic(
+                    code=Code.E_SCHEMA,
+                    message=f"required config field {name!r} is missing",
+                    path=_join(path, name),
+                )
+            )
+    for name, prop in schema.properties.items():
+        if name not in value and prop.type != "object" and prop.default is not None:
+            out[name] = prop.default
+    return out, errs
+
+
+def validate_config(
+    schema: ConfigSchema, config: Mapping[str, Any] | Any, path: str = "config"
+) -> tuple[dict[str, Any], list[Diagnostic]]:
+    """Validate ``config`` against ``schema``; returns (normalised config, diagnostics).
+
+    The normalised config has defaults filled in for absent keys only; explicit values
+    (including ``false`` and ``0``) are kept as given. Diagnostics carry field paths
+    (``config.vlanId``) but no file position; callers add the position they know.
+    """
+    value = dict(config) if isinstance(config, Mapping) else config
+    return _validate_object(schema, value, path)

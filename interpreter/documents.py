@@ -1,0 +1,338 @@
+"""Strict document models: ``HookProgram`` files and ``NetworkPlugin`` custom resources.
+
+The models describe *shape* only (DESIGN §3.2, seed 000 §4.3 and §6.1): unknown fields
+are errors (``E_UNKNOWN_FIELD``), types are never coerced, and optional fields are
+``None`` when absent so that an explicit ``false`` stays distinct from a missing key.
+Everything that needs more than one document or the opcode registry — references,
+opcodes, ports, exports, recovery — is the checker's job (``dmn.interpreter.checker``).
+
+:func:`parse_document` turns one positioned YAML document into a model, converting
+pydantic errors into diagnostics that point at the offending key or value.
+
+Shapes, in brief (camelCase is the YAML spelling)::
+
+    HookProgram:  apiVersion: effects.dra-multi-network.schseba.github.io/v1alpha1
+                  kind: HookProgram
+                  hook: prepare | connect
+                  effects: [Effect]
+                  exports: {<port>: {from: <ref>}}
+    Effect:       id, kind, inputs: {<port>: {from: <ref>} | [{from: <ref>}, ...]},
+                  parameters: {<field>: <literal>}, parameterBindings: {<field>: {from: <ref>}},
+                  requires: [{kind}], postconditions: [{kind}], recovery: {strategy},
+                  when: <guard>, forEach: {in: <ref>, as: <name>}
+    NetworkPlugin: apiVersion: networking.dra-multi-network.schseba.github.io/v1alpha1
+                  kind: NetworkPlugin, metadata: {name}, spec:
+                    implementation: {type: Builtin|EffectProgram, handler?}
+                    contractVersion: v1, stepKinds: [Allocation|Operation]
+                    configSchema: (see dmn.interpreter.config_schema)
+                    allocation: {<port>: InputPort}   # Allocation plugins: the DRA grant
+                    inputs: {<port>: InputPort}       # Operation plugins: earlier steps
+                    outputs: {<port>: OutputPort}
+                    allowedEffects: [<opcode>], stateContract: {version: v1,
+                    cleanup: RecordedEffects}
+                    hooks: {prepare?: Program, connect?: Program,
+                            unprepare?: {undo: prepare}, remove?: {undo: connect}}
+    InputPort:    {type, linkType?, minItems=1, maxItems=1, access, when?, description?}
+    OutputPort:   {type, linkType?, minItems=1, maxItems=1, ownership, when?, description?}
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    JsonValue,
+    Tag,
+    ValidationError,
+    model_validator,
+)
+
+from dmn.interpreter.config_schema import ObjectSchema
+from dmn.interpreter.diagnostics import Code, Diagnostic
+from dmn.interpreter.source import Path, SourceMap, YamlDocument, path_text
+
+EFFECTS_API_VERSION = "effects.dra-multi-network.schseba.github.io/v1alpha1"
+NETWORKING_API_VERSION = "networking.dra-multi-network.schseba.github.io/v1alpha1"
+
+HookName = Literal["prepare", "connect"]
+HOOKS: tuple[HookName, ...] = ("prepare", "connect")
+HandleTypeName = Literal[
+    "KernelInterface/v1",
+    "VfioDevice/v1",
+    "RdmaDevice/v1",
+    "SharedParent/v1",
+    "HostRepresentor/v1",
+    "PciFunction/v1",
+]
+LinkTypeName = Literal["ethernet", "infiniband"]
+AccessName = Literal[
+    "Read", "CreateChild", "ExclusiveConfigure", "ExclusiveMaster", "AttachMember", "DeviceAccess"
+]
+OwnershipName = Literal["Created", "Moved", "Granted", "Configured", "Attached"]
+RecoveryName = Literal["ObserveAndReconcile", "RestoreBeforeImage", "Rediscover", "Quarantine"]
+StepKindName = Literal["Allocation", "Operation"]
+
+_ID_PATTERN = r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$"
+_NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
+_PORT_PATTERN = r"^[a-z][A-Za-z0-9]{0,62}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=True)
+
+
+class Ref(_Strict):
+    """``{from: <reference expression>}``."""
+
+    from_: str = Field(alias="from")
+
+
+def _ref_shape(value: Any) -> str:
+    return "<refs>" if isinstance(value, list) else "<ref>"
+
+
+#: An input port value: one reference (which may itself denote a list port) or a list.
+PortRefs = Annotated[
+    Annotated[Ref, Tag("<ref>")] | Annotated[list[Ref], Tag("<refs>")],
+    Discriminator(_ref_shape),
+]
+
+
+def port_refs(value: Ref | list[Ref]) -> list[Ref]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+class Predicate(_Strict):
+    kind: str = Field(min_length=1)
+
+
+class Recovery(_Strict):
+    strategy: RecoveryName
+
+
+class ForEach(_Strict):
+    in_: str = Field(alias="in")
+    as_: str = Field(alias="as", pattern=r"^[a-z][A-Za-z0-9]{0,30}$")
+
+
+class Effect(_Strict):
+    id: str = Field(pattern=_ID_PATTERN)
+    kind: str = Field(min_length=1)
+    inputs: dict[str, PortRefs] | None = None
+    parameters: dict[str, JsonValue] | None = None
+    parameter_bindings: dict[str, Ref] | None = Field(default=None, alias="parameterBindings")
+    requires: list[Predicate] | None = None
+    postconditions: list[Predicate] | None = None
+    recovery: Recovery | None = None
+    when: str | None = None
+    for_each: ForEach | None = Field(default=None, alias="forEach")
+
+
+class ProgramBody(_Strict):
+    """A hook program's body, as written inline under ``spec.hooks.<hook>``."""
+
+    effects: list[Effect]
+    exports: dict[str, Ref] | None = None
+
+
+class HookProgram(_Strict):
+    """A standalone hook program file (``programs/<plugin>/<version>/<hook>.yaml``)."""
+
+    api_version: Literal["effects.dra-multi-network.schseba.github.io/v1alpha1"] = Field(
+        alias="apiVersion"
+    )
+    kind: Literal["HookProgram"]
+    hook: HookName
+    effects: list[Effect]
+    exports: dict[str, Ref] | None = None
+
+    def body(self) -> ProgramBody:
+        return ProgramBody(effects=self.effects, exports=self.exports)
+
+
+class InputPort(_Strict):
+    type: HandleTypeName
+    link_type: LinkTypeName | None = Field(default=None, alias="linkType")
+    min_items: int = Field(default=1, alias="minItems", ge=0, le=256)
+    max_items: int = Field(default=1, alias="maxItems", ge=1, le=256)
+    access: AccessName
+    when: str | None = None
+    description: str | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> InputPort:
+        if self.min_items > self.max_items:
+            raise ValueError("minItems is greater than maxItems")
+        return self
+
+
+class OutputPort(_Strict):
+    type: HandleTypeName
+    link_type: LinkTypeName | None = Field(default=None, alias="linkType")
+    min_items: int = Field(default=1, alias="minItems", ge=0, le=256)
+    max_items: int = Field(default=1, alias="maxItems", ge=1, le=256)
+    ownership: OwnershipName
+    when: str | None = None
+    description: str | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> OutputPort:
+        if self.min_items > self.max_items:
+            raise ValueError("minItems is greater than maxItems")
+        return self
+
+
+class Implementation(_Strict):
+    type: Literal["Builtin", "EffectProgram"]
+    handler: str | None = None
+
+    @model_validator(mode="after")
+    def _handler(self) -> Implementation:
+        if self.type == "Builtin" and not self.handler:
+            raise ValueError("a Builtin implementation names its handler")
+        if self.type == "EffectProgram" and self.handler is not None:
+            raise ValueError("an EffectProgram implementation has no handler")
+        return self
+
+
+class StateContract(_Strict):
+    version: Literal["v1"]
+    cleanup: Literal["RecordedEffects"]
+
+
+class UndoPrepare(_Strict):
+    undo: Literal["prepare"]
+
+
+class UndoConnect(_Strict):
+    undo: Literal["connect"]
+
+
+class Hooks(_Strict):
+    prepare: ProgramBody | None = None
+    connect: ProgramBody | None = None
+    unprepare: UndoPrepare | None = None
+    remove: UndoConnect | None = None
+
+
+class Metadata(BaseModel):
+    """Object metadata. Server-managed fields (uid, resourceVersion, ...) are allowed and
+    ignored; ``name`` is required and must be a DNS label."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+    name: str = Field(pattern=_NAME_PATTERN)
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class PluginSpec(_Strict):
+    implementation: Implementation
+    contract_version: Literal["v1"] = Field(alias="contractVersion")
+    step_kinds: list[StepKindName] = Field(alias="stepKinds", min_length=1, max_length=2)
+    config_schema: ObjectSchema = Field(alias="configSchema")
+    allocation: dict[str, InputPort] | None = None
+    inputs: dict[str, InputPort] | None = None
+    outputs: dict[str, OutputPort] | None = None
+    allowed_effects: list[str] = Field(alias="allowedEffects")
+    state_contract: StateContract = Field(alias="stateContract")
+    hooks: Hooks | None = None
+
+
+class NetworkPlugin(_Strict):
+    api_version: Literal["networking.dra-multi-network.schseba.github.io/v1alpha1"] = Field(
+        alias="apiVersion"
+    )
+    kind: Literal["NetworkPlugin"]
+    metadata: Metadata
+    spec: PluginSpec
+    status: dict[str, JsonValue] | None = None
+
+
+_UNION_TAGS = {"<ref>", "<refs>"}
+
+
+def _loc_path(loc: tuple[int | str, ...]) -> Path:
+    return tuple(part for part in loc if part not in _UNION_TAGS)
+
+
+def validation_diagnostics(
+    exc: ValidationError, source: SourceMap, base: Path = ()
+) -> list[Diagnostic]:
+    """Turn a pydantic error into diagnostics at the YAML position of each failing field."""
+    out: list[Diagnostic] = []
+    seen: set[tuple[Code, Path, str]] = set()
+    for err in exc.errors(include_url=False):
+        path = (*base, *_loc_path(tuple(err["loc"])))
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            code = Code.E_UNKNOWN_FIELD
+            message = f"unknown field {path[-1]!r}" if path else "unknown field"
+            span = source.key_span(path)
+        elif kind == "missing":
+            code = Code.E_SCHEMA
+            message = f"required field {path[-1]!r} is missing" if path else "missing value"
+            span = source.span(path[:-1])
+        else:
+            code = Code.E_SCHEMA
+            message = str(err["msg"])
+            if message.startswith("Value error, "):
+                message = message[len("Value error, ") :]
+            span = source.span(path)
+        key = (code, path, message)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(Diagnostic.at(code, message, span, path_text(path)))
+    return out
+
+
+Document = HookProgram | NetworkPlugin
+
+#: kind -> model for the documents this module knows. Other kinds (topologies) are
+#: registered with the lint driver by their owners.
+DOCUMENT_MODELS: dict[str, type[HookProgram] | type[NetworkPlugin]] = {
+    "HookProgram": HookProgram,
+    "NetworkPlugin": NetworkPlugin,
+}
+
+
+def document_kind(doc: YamlDocument) -> str | None:
+    """The ``kind`` of a document, if it is a mapping with a string kind."""
+    data = doc.data
+    if isinstance(data, dict) and isinstance(data.get("kind"), str):
+        kind: str = data["kind"]
+        return kind
+    return None
+
+
+def parse_document(doc: YamlDocument) -> tuple[Document | None, list[Diagnostic]]:
+    """Validate a HookProgram or NetworkPlugin document; never raises."""
+    data = doc.data
+    source = doc.source
+    if not isinstance(data, dict):
+        return None, [
+            Diagnostic.at(Code.E_SCHEMA, "a document must be a mapping", source.span(()), "")
+        ]
+    kind = document_kind(doc)
+    model = DOCUMENT_MODELS.get(kind or "")
+    if model is None:
+        known = ", ".join(sorted(DOCUMENT_MODELS))
+        return None, [
+            Diagnostic.at(
+                Code.E_SCHEMA,
+                f"unknown document kind {data.get('kind')!r} (expected one of {known})",
+                source.span(("kind",)),
+                "kind",
+            )
+        ]
+    try:
+        return model.model_validate(data), []
+    except ValidationError as exc:
+        return None, validation_diagnostics(exc, source)
+    except (RecursionError, ValueError, TypeError) as exc:
+        return None, [Diagnostic.at(Code.E_SCHEMA, f"invalid document: {exc}", source.span(()))]

@@ -1,0 +1,258 @@
+"""YAML source loading with positions: the thin I/O edge under every document.
+
+Documents are parsed with ruamel.yaml's composer (not its constructor) so that every
+node keeps its line and column and duplicate keys are *reported* (``E_DUPLICATE_KEY``)
+rather than silently overwritten or raised as an exception. The result of loading one
+YAML document is plain JSON-like data (dict/list/str/int/float/bool/None) plus a
+:class:`SourceMap` from field paths to positions, which the document models, the
+checker and the expression parser use to point diagnostics at the exact character.
+
+Contract: :func:`load_yaml_documents` never raises for any input text; every problem
+(syntax, unsupported tags, non-JSON scalars, oversize documents) is a diagnostic.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ruamel.yaml import YAML
+
+from dmn.interpreter.diagnostics import Code, Diagnostic, SourceSpan
+
+Path = tuple[str | int, ...]
+
+#: Upper bound on nodes converted per document (aliases are expanded, so this also
+#: stops "billion laughs" documents).
+MAX_NODES = 200_000
+
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_BOOL = "tag:yaml.org,2002:bool"
+_NULL = "tag:yaml.org,2002:null"
+_STR = "tag:yaml.org,2002:str"
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """Where one value sits: its own start, the start of its mapping key (if any),
+    and for scalars the quoting style (``None`` plain, ``'"'``, ``"'"``, ``'|'``, ``'>'``)."""
+
+    span: SourceSpan
+    key_span: SourceSpan | None = None
+    style: str | None = None
+
+
+@dataclass(slots=True)
+class SourceMap:
+    """Field path -> position for one document. Paths use the document's own keys."""
+
+    file: str
+    nodes: dict[Path, NodeInfo] = field(default_factory=dict, repr=False)
+
+    def span(self, path: Path) -> SourceSpan | None:
+        """The closest known position for ``path`` (walking up to its parents)."""
+        p = tuple(path)
+        while True:
+            info = self.nodes.get(p)
+            if info is not None:
+                return info.span
+            if not p:
+                return SourceSpan(self.file, 1, 1)
+            p = p[:-1]
+
+    def key_span(self, path: Path) -> SourceSpan | None:
+        """Position of the key that introduces ``path`` (for unknown-field errors)."""
+        info = self.nodes.get(tuple(path))
+        if info is not None and info.key_span is not None:
+            return info.key_span
+        return self.span(path)
+
+    def expression_span(self, path: Path, column: int, line: int = 1) -> SourceSpan | None:
+        """Position of character ``column`` (1-based) on line ``line`` of the scalar at
+        ``path``: the YAML position of the scalar plus the offset inside the expression."""
+        info = self.nodes.get(tuple(path))
+        if info is None:
+            return self.span(path)
+        base = info.span
+        if info.style in ("|", ">"):
+            # Block scalars start on the next line; their indentation is not recorded,
+            # so point at the line and keep the expression column.
+            return SourceSpan(base.file, base.line + line, column)
+        if line > 1:
+            return SourceSpan(base.file, base.line + line - 1, column)
+        quote = 1 if info.style in ('"', "'") else 0
+        return SourceSpan(base.file, base.line, base.column + quote + column - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class YamlDocument:
+    """One YAML document: its data, positions and index in the file (0-based)."""
+
+    data: Any
+    source: SourceMap
+    index: int = 0
+
+
+def path_text(path: Path) -> str:
+    """Render a field path the way diagnostics show it: ``spec.hooks.connect.effects[0].id``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+class _Converter:
+    def __init__(self, file: str, diagnostics: list[Diagnostic]) -> None:
+        self.file = file
+        self.diagnostics = diagnostics
+        self.count = 0
+        self.source = SourceMap(file)
+        self.too_large = False
+
+    def mark(self, node: Any) -> SourceSpan:
+        m = node.start_mark
+        return SourceSpan(self.file, int(m.line) + 1, int(m.column) + 1)
+
+    def error(self, code: Code, message: str, span: SourceSpan, path: Path) -> None:
+        self.diagnostics.append(Diagnostic.at(code, message, span, path_text(path)))
+
+    def convert(self, node: Any, path: Path, key_span: SourceSpan | None) -> Any:
+        self.count += 1
+        if self.count > MAX_NODES:
+            if not self.too_large:
+                self.too_large = True
+                self.error(
+                    Code.E_SCHEMA,
+                    f"document has more than {MAX_NODES} nodes",
+                    self.mark(node),
+                    path,
+                )
+            return None
+        span = self.mark(node)
+        tag = str(getattr(node.tag, "value", node.tag))
+        kind = type(node).__name__
+        style = getattr(node, "style", None) if kind == "ScalarNode" else None
+        self.source.nodes[path] = NodeInfo(span=span, key_span=key_span, style=style)
+        if kind == "MappingNode":
+            if tag != _MAP:
+                self.error(Code.E_SCHEMA, f"unsupported YAML tag {tag}", span, path)
+            return self.mapping(node, path)
+        if kind == "SequenceNode":
+            if tag != _SEQ:
+                self.error(Code.E_SCHEMA, f"unsupported YAML tag {tag}", span, path)
+            return [self.convert(item, (*path, i), None) for i, item in enumerate(node.value)]
+        return self.scalar(node, tag, span, path)
+
+    def mapping(self, node: Any, path: Path) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            kspan = self.mark(key_node)
+            if type(key_node).__name__ != "ScalarNode":
+                self.error(Code.E_SCHEMA, "mapping keys must be plain strings", kspan, path)
+                continue
+            key_tag = str(getattr(key_node.tag, "value", key_node.tag))
+            key_value = self.scalar(key_node, key_tag, kspan, path)
+            key = key_value if isinstance(key_value, str) else str(key_node.value)
+            if key in out:
+                self.error(
+                    Code.E_DUPLICATE_KEY,
+                    f"duplicate key {key!r}",
+                    kspan,
+                    (*path, key),
+                )
+                continue
+            out[key] = self.convert(value_node, (*path, key), kspan)
+        return out
+
+    def scalar(self, node: Any, tag: str, span: SourceSpan, path: Path) -> Any:
+        raw = str(node.value)
+        if tag in (_STR, _TIMESTAMP):
+            return raw
+        if tag == _NULL:
+            return None
+        if tag == _BOOL:
+            return raw.lower() == "true"
+        if tag == _INT:
+            text = raw.replace("_", "")
+            try:
+                if text.lower().startswith(("0x", "+0x", "-0x")):
+                    return int(text, 16)
+                if text.lower().startswith(("0o", "+0o", "-0o")):
+                    return int(text, 8)
+                if text.lower().startswith(("0b", "+0b", "-0b")):
+                    return int(text, 2)
+                return int(text, 10)
+            except ValueError:
+                return raw
+        if tag == _FLOAT:
+            try:
+                value = float(raw.replace("_", ""))
+            except ValueError:
+                return raw
+            if math.isnan(value) or math.isinf(value):
+                self.error(Code.E_SCHEMA, f"non-finite number {raw!r}", span, path)
+                return None
+            return value
+        self.error(Code.E_SCHEMA, f"unsupported YAML tag {tag}", span, path)
+        return raw
+
+
+def _yaml_error_span(file: str, exc: Exception) -> SourceSpan:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if mark is not None:
+        try:
+            return SourceSpan(file, int(mark.line) + 1, int(mark.column) + 1)
+        except (TypeError, ValueError):
+            pass
+    return SourceSpan(file, 1, 1)
+
+
+def load_yaml_documents(
+    text: str | bytes, file: str = "<input>"
+) -> tuple[list[YamlDocument], list[Diagnostic]]:
+    """Parse every YAML document in ``text``; positions are 1-based.
+
+    Returns the documents that could be composed and all diagnostics. A syntax error
+    stops parsing (YAML cannot resynchronise) but documents before it are kept.
+    Empty documents (only comments) are skipped.
+    """
+    diagnostics: list[Diagnostic] = []
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            diagnostics.append(
+                Diagnostic.at(
+                    Code.E_SYNTAX,
+                    f"file is not valid UTF-8 (byte offset {exc.start})",
+                    SourceSpan(file, 1, 1),
+                )
+            )
+            return [], diagnostics
+    yaml = YAML(typ="rt", pure=True)
+    documents: list[YamlDocument] = []
+    try:
+        for index, node in enumerate(yaml.compose_all(io.StringIO(text))):
+            if node is None:
+                continue
+            conv = _Converter(file, diagnostics)
+            data = conv.convert(node, (), None)
+            documents.append(YamlDocument(data=data, source=conv.source, index=index))
+    except RecursionError:
+        diagnostics.append(
+            Diagnostic.at(Code.E_SYNTAX, "document nests too deeply", SourceSpan(file, 1, 1))
+        )
+    except Exception as exc:  # ruamel raises many unrelated types for bad input
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0] if str(exc) else ""
+        message = f"invalid YAML: {problem}" if problem else f"invalid YAML ({type(exc).__name__})"
+        diagnostics.append(Diagnostic.at(Code.E_SYNTAX, message, _yaml_error_span(file, exc)))
+    return documents, diagnostics
