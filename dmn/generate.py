@@ -14,6 +14,7 @@ from pathlib import Path
 
 GENERATORS: list[str] = [
     "dmn.api.crdgen:generate",
+    "dmn.agent.protos.generate:generate",
 ]
 
 
