@@ -1,0 +1,574 @@
+"""The journaled runner: executes bound programs so that a crash anywhere is recoverable.
+
+Protocol per operation (DESIGN §3.5, seed 000 §11.3)::
+
+    commit intent (bound program, digests, authorisations, every effect Planned)   1 commit
+    for each effect, in order:
+        capture before-image        -> commit before-image + Applying             1 commit
+        recheck scope fence, input accesses, caller's identity/ownership recheck
+        apply (native)
+        observe + postconditions    -> commit Applied + typed outputs             1 commit
+    resolve and verify exports      -> commit Completed + result                  1 commit
+
+A failure compensates the attempted effects in reverse, the failed one included. Each undo
+costs one commit (the ``Undone`` of one effect is written together with the ``Undoing`` of
+the next) plus one final commit. An effect whose outcome is unknown (apply or observe raised,
+or a crash left it Applying) is first asked ``recover``: NotApplied needs no undo; Applied is
+undone; Uncertain is undone only when the opcode is Reversible, otherwise it is Quarantined
+and never applied or undone blindly again.
+
+Cleanup (``undo: connect|prepare``) is :meth:`Runner.cleanup`: it replays the *recorded*
+effects of the original operation in reverse from the journal alone (program, before-images,
+inputs, outputs), needing no API object, and can record a terminal fence on the scope in the
+same commit so that an older run for that scope can never resurrect it.
+
+Crash boundaries: the runner calls ``boundary(name)`` at every journal boundary so that tests
+can kill the process exactly there. Names: ``before-intent``, ``after-intent``,
+``after-before-image:<effect>``, ``after-apply:<effect>``, ``after-outcome:<effect>``,
+``before-completed``, and on the undo path ``after-undoing:<effect>``, ``after-undo:<effect>``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dmn.interpreter.bound import BoundEffect, BoundInput, BoundProgram, EffectOutputRef, JSONValue
+from dmn.interpreter.handles import Handle
+from dmn.interpreter.journal import (
+    UNFINISHED_STATES,
+    EffectRecord,
+    EffectState,
+    Failure,
+    Fence,
+    Journal,
+    OperationRecord,
+    OperationState,
+    RecoveryPolicy,
+    RunCode,
+)
+from dmn.interpreter.mutation_lock import NodeMutationLock
+from dmn.interpreter.recovery import UndoAction, decide_compensation, observation_of
+from dmn.opcodes.executor import EffectContext, Executor, ExecutorError, RecoveryObservation
+
+_log = logging.getLogger(__name__)
+
+BoundaryHook = Callable[[str], None]
+Recheck = Callable[[EffectContext, BoundEffect], None]
+"""Caller-supplied identity/ownership/protected-scope recheck; raises ExecutorError to refuse."""
+
+
+class RunRefused(Exception):
+    """The runner refused to start (or replay) an operation; nothing was changed."""
+
+    def __init__(self, code: RunCode, message: str, operation_id: str = "") -> None:
+        self.code = code
+        self.operation_id = operation_id
+        super().__init__(f"{code.value}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """Outcome of run/cleanup/recovery of one operation.
+
+    ``state`` is Completed (``exports`` hold the verified outputs), Undone (``failure`` says
+    why when it was a failed run) or Quarantined (``quarantined`` lists the effect ids).
+    ``replayed`` is true when a completed operation's saved result was returned.
+    """
+
+    operation_id: str
+    state: OperationState
+    exports: Mapping[str, tuple[Handle, ...]] = field(default_factory=dict)
+    failure: Failure | None = None
+    replayed: bool = False
+    quarantined: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.state is OperationState.COMPLETED
+
+    @classmethod
+    def of(cls, op: OperationRecord, replayed: bool = False) -> RunResult:
+        return cls(
+            operation_id=op.operation_id,
+            state=op.state,
+            exports=dict(op.result),
+            failure=op.failure,
+            replayed=replayed,
+            quarantined=tuple(e.id for e in op.quarantined),
+        )
+
+
+class _EffectFailed(Exception):
+    def __init__(self, failure: Failure) -> None:
+        self.failure = failure
+        super().__init__(failure.message)
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    if isinstance(exc, ExecutorError):
+        return exc.code, str(exc)
+    return "", f"{type(exc).__name__}: {exc}"
+
+
+class Runner:
+    """Runs, cleans up and recovers operations against one journal and executor registry.
+
+    ``executors`` maps opcode names (``linux/create-vlan/v1``) to executors; ``env`` is
+    passed to every executor through :class:`EffectContext`. All public methods take the
+    node mutation ``lock``.
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        executors: Mapping[str, Executor],
+        *,
+        env: Any = None,
+        lock: NodeMutationLock | None = None,
+        recheck: Recheck | None = None,
+        boundary: BoundaryHook | None = None,
+    ) -> None:
+        self.journal = journal
+        self.executors = executors
+        self.env = env
+        self.lock = lock if lock is not None else NodeMutationLock()
+        self._recheck_hook = recheck
+        self._boundary_hook = boundary
+
+    # ------------------------------------------------------------------ public API
+
+    def run(
+        self,
+        operation_id: str,
+        scope: str,
+        program: BoundProgram,
+        *,
+        digest: str | None = None,
+        authorisations: Sequence[JSONValue] = (),
+        policy: RecoveryPolicy = RecoveryPolicy.ROLL_BACK,
+    ) -> RunResult:
+        """Run ``program`` as operation ``operation_id`` of ``scope``.
+
+        ``digest`` is the semantic digest (default: the bound program's digest). A
+        completed operation with the same digest returns its saved result; a different
+        digest under the same id raises :class:`RunRefused` (E_OPERATION_CONFLICT); a
+        fenced scope raises E_FENCED; an operation holding quarantined effects raises
+        E_QUARANTINED. An operation left unfinished by a crash is recovered first.
+        """
+        semantic = digest if digest is not None else program.digest
+        with self.lock.hold(f"run {operation_id}"):
+            attempt = 1
+            existing = self.journal.load_operation(operation_id)
+            if existing is not None:
+                if existing.digest != semantic:
+                    raise RunRefused(
+                        RunCode.E_OPERATION_CONFLICT,
+                        f"operation {operation_id} was recorded with digest {existing.digest}, "
+                        f"not {semantic}",
+                        operation_id,
+                    )
+                if existing.scope != scope:
+                    raise RunRefused(
+                        RunCode.E_OPERATION_CONFLICT,
+                        f"operation {operation_id} belongs to scope {existing.scope}, not {scope}",
+                        operation_id,
+                    )
+                self._refuse_if_fenced(existing.scope, operation_id)
+                if existing.state in UNFINISHED_STATES:
+                    self._recover(existing)
+                if existing.state is OperationState.COMPLETED:
+                    _log.info("operation=%s event=replay", operation_id)
+                    return RunResult.of(existing, replayed=True)
+                if existing.state is OperationState.QUARANTINED:
+                    raise RunRefused(
+                        RunCode.E_QUARANTINED,
+                        f"operation {operation_id} has quarantined effects "
+                        f"{[e.id for e in existing.quarantined]}; inspect before retrying",
+                        operation_id,
+                    )
+                attempt = existing.attempt + 1  # Undone: a fresh attempt
+            self._refuse_if_fenced(scope, operation_id)
+            missing = sorted({e.kind for e in program.effects if e.kind not in self.executors})
+            if missing:
+                raise RunRefused(
+                    RunCode.E_NO_EXECUTOR, f"no executor for {', '.join(missing)}", operation_id
+                )
+            op = OperationRecord(
+                operation_id=operation_id,
+                scope=scope,
+                program=program,
+                digest=semantic,
+                authorisations=tuple(authorisations),
+                policy=policy,
+                attempt=attempt,
+                effects=[EffectRecord(i, e.id, e.kind) for i, e in enumerate(program.effects)],
+            )
+            self._boundary("before-intent")
+            self.journal.commit(op, op.effects)
+            self._boundary("after-intent")
+            _log.info(
+                "operation=%s scope=%s event=intent effects=%d attempt=%d",
+                operation_id,
+                scope,
+                len(op.effects),
+                attempt,
+            )
+            self._forward(op, 0)
+            return RunResult.of(op)
+
+    def cleanup(
+        self,
+        operation_id: str,
+        *,
+        fence_scope: str | None = None,
+        reason: str = "removed",
+    ) -> RunResult:
+        """Undo a recorded operation in reverse from the journal alone.
+
+        With ``fence_scope`` a terminal fence is committed first (in the same commit as the
+        Undoing state), so no older run for that scope can start or replay afterwards. An
+        operation that was never recorded changed nothing (the intent is always committed
+        before the first effect): the result is Undone.
+        """
+        with self.lock.hold(f"cleanup {operation_id}"):
+            fences = [Fence(fence_scope, reason, operation_id)] if fence_scope else []
+            op = self.journal.load_operation(operation_id)
+            if op is None:
+                if fences:
+                    self.journal.commit(None, fences=fences)
+                return RunResult(operation_id, OperationState.UNDONE)
+            if op.state in UNFINISHED_STATES:
+                self._recover(op)
+            if op.state is OperationState.COMPLETED:
+                op.state = OperationState.UNDOING
+                self._compensate(op, None, fences=fences)
+            elif fences:
+                self.journal.commit(None, fences=fences)
+            return RunResult.of(op)
+
+    def fence(self, scope: str, reason: str, operation_id: str = "") -> None:
+        """Record a terminal fence on ``scope`` without undoing anything (one commit)."""
+        with self.lock.hold(f"fence {scope}"):
+            self.journal.commit(None, fences=[Fence(scope, reason, operation_id)])
+
+    def recover(self) -> list[RunResult]:
+        """Reconcile every unfinished operation (start-up). Running it twice changes nothing."""
+        with self.lock.hold("recover"):
+            results = []
+            for op in self.journal.unfinished_operations():
+                self._recover(op)
+                results.append(RunResult.of(op))
+            return results
+
+    def recover_operation(self, operation_id: str) -> RunResult | None:
+        with self.lock.hold(f"recover {operation_id}"):
+            op = self.journal.load_operation(operation_id)
+            if op is None:
+                return None
+            if op.state in UNFINISHED_STATES:
+                self._recover(op)
+            return RunResult.of(op)
+
+    # ------------------------------------------------------------------ forward path
+
+    def _forward(self, op: OperationRecord, start: int) -> None:
+        """Apply effects ``start..`` then Complete; compensate on the first failure."""
+        program = op.program
+        for index in range(start, len(program.effects)):
+            bound, rec = program.effects[index], op.effects[index]
+            try:
+                self._apply_one(op, bound, rec)
+            except _EffectFailed as failed:
+                _log.warning(
+                    "operation=%s effect=%s event=failed code=%s message=%s",
+                    op.operation_id,
+                    rec.id,
+                    failed.failure.code,
+                    failed.failure.message,
+                )
+                self._compensate(op, failed.failure)
+                return
+        self._complete(op)
+
+    def _apply_one(self, op: OperationRecord, bound: BoundEffect, rec: EffectRecord) -> None:
+        executor = self.executors[bound.kind]
+        inputs = self._resolve_inputs(op, bound.inputs, rec.id)
+        ctx = EffectContext(op.operation_id, rec.id, inputs, bound.parameters, self.env)
+        try:
+            before = executor.capture(ctx)
+        except Exception as exc:
+            code, msg = _describe(exc)
+            rec.failure = Failure(code or RunCode.E_CAPTURE.value, msg, rec.id)
+            raise _EffectFailed(rec.failure) from exc
+        rec.before = before
+        rec.inputs = dict(inputs)
+        rec.state = EffectState.APPLYING
+        self.journal.commit(op, [rec], header=False)
+        self._boundary(f"after-before-image:{rec.id}")
+        try:
+            self._recheck(op, bound, executor, ctx)
+        except Exception as exc:
+            code, msg = _describe(exc)
+            rec.state = EffectState.CAPTURED  # never applied; compensation records Undone
+            rec.failure = Failure(code or RunCode.E_RECHECK.value, msg, rec.id)
+            raise _EffectFailed(rec.failure) from exc
+        try:
+            executor.apply(ctx, before)
+        except Exception as exc:
+            code, msg = _describe(exc)
+            rec.failure = Failure(code or RunCode.E_APPLY.value, msg, rec.id)
+            raise _EffectFailed(rec.failure) from exc  # stays Applying: outcome unknown
+        self._boundary(f"after-apply:{rec.id}")
+        try:
+            observed = executor.observe(ctx, before)
+        except Exception as exc:
+            code, msg = _describe(exc)
+            rec.failure = Failure(code or RunCode.E_OBSERVE.value, msg, rec.id)
+            raise _EffectFailed(rec.failure) from exc
+        if not observed.postconditions_ok:
+            rec.state = EffectState.APPLIED  # in memory only: compensation undoes it
+            rec.outputs = dict(observed.outputs)
+            rec.failure = Failure(
+                RunCode.E_POSTCONDITION.value,
+                observed.detail or f"postconditions of {rec.id} do not hold",
+                rec.id,
+            )
+            raise _EffectFailed(rec.failure)
+        rec.state = EffectState.APPLIED
+        rec.outputs = dict(observed.outputs)
+        self.journal.commit(op, [rec], header=False)
+        self._boundary(f"after-outcome:{rec.id}")
+
+    def _complete(self, op: OperationRecord, pending: Sequence[EffectRecord] = ()) -> None:
+        try:
+            exports = self._resolve_exports(op)
+        except _EffectFailed as failed:
+            if pending:
+                self.journal.commit(op, pending, header=False)
+            self._compensate(op, failed.failure)
+            return
+        self._boundary("before-completed")
+        op.state = OperationState.COMPLETED
+        op.result = exports
+        op.failure = None
+        self.journal.commit(op, pending)
+        _log.info("operation=%s event=completed", op.operation_id)
+
+    def _recheck(
+        self, op: OperationRecord, bound: BoundEffect, executor: Executor, ctx: EffectContext
+    ) -> None:
+        fence = self.journal.fence(op.scope)
+        if fence is not None:
+            raise ExecutorError(
+                RunCode.E_FENCED.value, f"scope {op.scope} was fenced: {fence.reason}"
+            )
+        for port, spec in executor.spec.inputs.items():
+            if spec.access is None:
+                continue
+            for handle in ctx.inputs.get(port, ()):
+                if not handle.grants(spec.access):
+                    raise ExecutorError(
+                        RunCode.E_RECHECK.value,
+                        f"input {port} handle {handle.id} does not grant {spec.access.value}",
+                    )
+        if self._recheck_hook is not None:
+            self._recheck_hook(ctx, bound)
+
+    # ------------------------------------------------------------------ references
+
+    def _outputs_of(self, op: OperationRecord, ref: EffectOutputRef, user: str) -> list[Handle]:
+        for rec in op.effects:
+            if rec.id == ref.effect and rec.state is EffectState.APPLIED:
+                handles = rec.outputs.get(ref.port, ())
+                if ref.index is None:
+                    if handles:
+                        return list(handles)
+                elif 0 <= ref.index < len(handles):
+                    return [handles[ref.index]]
+                break
+        raise _EffectFailed(
+            Failure(
+                RunCode.E_OUTPUT_MISSING.value,
+                f"{user} needs output {ref.effect}.{ref.port}"
+                + (f"[{ref.index}]" if ref.index is not None else "")
+                + ", which was not produced",
+                user,
+            )
+        )
+
+    def _resolve_ports(
+        self, op: OperationRecord, ports: Mapping[str, tuple[BoundInput, ...]], user: str
+    ) -> dict[str, tuple[Handle, ...]]:
+        out: dict[str, tuple[Handle, ...]] = {}
+        for port, values in ports.items():
+            handles: list[Handle] = []
+            for value in values:
+                if isinstance(value, Handle):
+                    handles.append(value)
+                else:
+                    handles.extend(self._outputs_of(op, value, user))
+            out[port] = tuple(handles)
+        return out
+
+    def _resolve_inputs(
+        self, op: OperationRecord, ports: Mapping[str, tuple[BoundInput, ...]], user: str
+    ) -> dict[str, tuple[Handle, ...]]:
+        return self._resolve_ports(op, ports, user)
+
+    def _resolve_exports(self, op: OperationRecord) -> dict[str, tuple[Handle, ...]]:
+        exports = self._resolve_ports(op, op.program.exports, "exports")
+        for name, handles in exports.items():
+            if not handles:
+                raise _EffectFailed(
+                    Failure(RunCode.E_EXPORT_MISSING.value, f"export {name} is empty", "")
+                )
+        return exports
+
+    # ------------------------------------------------------------------ undo path
+
+    def _context(self, op: OperationRecord, rec: EffectRecord) -> EffectContext:
+        bound = op.program.effects[rec.index]
+        return EffectContext(op.operation_id, rec.id, rec.inputs, bound.parameters, self.env)
+
+    def _observe_recovery(self, op: OperationRecord, rec: EffectRecord) -> RecoveryObservation:
+        bound = op.program.effects[rec.index]
+        executor = self.executors.get(rec.kind)
+        if executor is None:
+            return RecoveryObservation.UNCERTAIN
+        return observation_of(executor, self._context(op, rec), rec.before, bound.recovery)
+
+    def _compensate(
+        self,
+        op: OperationRecord,
+        failure: Failure | None,
+        *,
+        fences: Sequence[Fence] = (),
+    ) -> None:
+        """Undo attempted effects in reverse; finish Undone or Quarantined.
+
+        Used for a failed run (``failure`` set), for cleanup (op already Undoing) and by
+        recovery. Effects already Undone/Quarantined or never started are skipped, which
+        makes a second pass a no-op.
+        """
+        if op.state is not OperationState.UNDOING:
+            op.state = OperationState.COMPENSATING
+        if failure is not None:
+            op.failure = failure
+        pending: list[EffectRecord] = []
+        header_written = False
+        fence_list = list(fences)
+        for rec in reversed(op.effects):
+            if rec.state in (EffectState.PLANNED, EffectState.UNDONE, EffectState.QUARANTINED):
+                continue
+            executor = self.executors.get(rec.kind)
+            reversibility = executor.spec.reversibility if executor is not None else None
+            observation = (
+                self._observe_recovery(op, rec) if rec.state is EffectState.APPLYING else None
+            )
+            strategy = op.program.effects[rec.index].recovery
+            action, note = decide_compensation(rec.state, observation, reversibility, strategy)
+            if action is UndoAction.MARK_UNDONE:
+                rec.state, rec.note = EffectState.UNDONE, note
+                pending.append(rec)
+                continue
+            if action is UndoAction.QUARANTINE or executor is None:
+                rec.state = EffectState.QUARANTINED
+                rec.note = note if executor is not None else f"no executor for {rec.kind}"
+                pending.append(rec)
+                _log.warning(
+                    "operation=%s effect=%s event=quarantined note=%s",
+                    op.operation_id,
+                    rec.id,
+                    rec.note,
+                )
+                continue
+            rec.state = EffectState.UNDOING
+            pending.append(rec)
+            self.journal.commit(op, pending, fence_list, header=not header_written)
+            header_written, pending, fence_list = True, [], []
+            self._boundary(f"after-undoing:{rec.id}")
+            try:
+                executor.undo(self._context(op, rec), rec.before, rec.outputs)
+            except Exception as exc:
+                code, msg = _describe(exc)
+                rec.state = EffectState.QUARANTINED
+                rec.failure = Failure(code or RunCode.E_UNDO.value, msg, rec.id)
+                rec.note = "undo failed; left for inspection"
+                _log.warning(
+                    "operation=%s effect=%s event=undo-failed message=%s",
+                    op.operation_id,
+                    rec.id,
+                    msg,
+                )
+            else:
+                rec.state = EffectState.UNDONE
+                rec.note = note
+            self._boundary(f"after-undo:{rec.id}")
+            pending.append(rec)
+        op.state = OperationState.QUARANTINED if op.quarantined else OperationState.UNDONE
+        self.journal.commit(op, pending, fence_list)
+        _log.info("operation=%s event=%s", op.operation_id, op.state.value.lower())
+
+    # ------------------------------------------------------------------ recovery
+
+    def _recover(self, op: OperationRecord) -> None:
+        """Reconcile one unfinished operation; see :mod:`dmn.interpreter.recovery`."""
+        _log.info("operation=%s state=%s event=recover", op.operation_id, op.state.value)
+        if op.state is not OperationState.RUNNING:
+            self._compensate(op, None)
+            return
+        pending: list[EffectRecord] = []
+        uncertain = False
+        for rec in op.effects:
+            if rec.state is not EffectState.APPLYING:
+                continue
+            observation = self._observe_recovery(op, rec)
+            if observation is RecoveryObservation.APPLIED:
+                executor = self.executors[rec.kind]
+                try:
+                    observed = executor.observe(self._context(op, rec), rec.before)
+                except Exception:
+                    uncertain = True
+                    continue
+                if observed.postconditions_ok:
+                    rec.state = EffectState.APPLIED
+                    rec.outputs = dict(observed.outputs)
+                    rec.note = "observed applied after restart"
+                    pending.append(rec)
+                else:
+                    uncertain = True
+            elif observation is RecoveryObservation.NOT_APPLIED:
+                rec.state = EffectState.CAPTURED
+            else:
+                uncertain = True
+        if all(rec.state is EffectState.APPLIED for rec in op.effects):
+            self._complete(op, pending)
+            return
+        if op.policy is RecoveryPolicy.ROLL_FORWARD and not uncertain:
+            if pending:
+                self.journal.commit(op, pending, header=False)
+            start = next(i for i, r in enumerate(op.effects) if r.state is not EffectState.APPLIED)
+            self._forward(op, start)
+            return
+        # Effects reconciled above are written by the compensation commits.
+        self._compensate(
+            op,
+            Failure(RunCode.E_RECOVERED.value, "rolled back by recovery after a restart"),
+        )
+
+    def _refuse_if_fenced(self, scope: str, operation_id: str) -> None:
+        fence = self.journal.fence(scope)
+        if fence is not None:
+            raise RunRefused(
+                RunCode.E_FENCED,
+                f"scope {scope} has a terminal fence ({fence.reason}); "
+                "an older operation cannot resurrect it",
+                operation_id,
+            )
+
+    def _boundary(self, name: str) -> None:
+        if self._boundary_hook is not None:
+            self._boundary_hook(name)
