@@ -1,0 +1,46 @@
+"""Kernel lab, guest side: run the requested tests with pytest inside the booted VM.
+
+Started by ``guest_stage2.sh`` as ``python -m tests.kernel_lab.guest <run-dir>``. The run
+directory is the host folder shared read-write; ``request.json`` names the node ids the host
+selected. The harness plugin, seeing ``DMN_KERNEL_LAB_GUEST``, streams every serialised test
+report into ``reports.jsonl`` there, which the host replays into its own session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+GUEST_ENV = "DMN_KERNEL_LAB_GUEST"
+
+
+def _uptime() -> str:
+    return Path("/proc/uptime").read_text().split()[0]
+
+
+def main(argv: list[str]) -> int:
+    run_dir = Path(argv[0])
+    request = json.loads((run_dir / "request.json").read_text())
+    os.environ[GUEST_ENV] = str(run_dir)
+    import pytest  # imported after the environment is set: the plugin reads it at load time
+
+    print(f"LAB-PYTEST-START uptime={_uptime()}", flush=True)
+    args = [
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        f"timeout={int(request.get('per_test_timeout', 900))}",
+        "-v",
+        "-rA",
+        *request["nodeids"],
+    ]
+    rc = int(pytest.main(args))
+    print(f"LAB-PYTEST-END rc={rc} uptime={_uptime()}", flush=True)
+    (run_dir / "guest_rc").write_text(f"{rc}\n")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,301 @@
+"""Kernel lab pytest plugin: run ``kernel_lab`` tests inside one Debian-kernel VM per session.
+
+On the host, when the selected tests include any marked ``kernel_lab``, the plugin
+
+1. moves those items to the end of the run and, as soon as collection finishes, prepares the
+   boot image (``image.py``) and starts one qemu VM (``vm.py``) in the background, so the
+   guest boots and runs while the host tests run;
+2. never runs those items' fixtures or bodies on the host: at each one it waits for the VM, then
+   replays the guest's own setup/call/teardown reports (serialised by pytest, streamed through
+   the shared run folder) into the host session — the host report shows the guest's outcome,
+   traceback and captured output for each test;
+3. reports a test the guest never reported (boot failure, crash, timeout) as failed, with the
+   tail of the guest console; skips with a clear reason only when qemu cannot be installed;
+4. prints a "kernel lab" summary: kernel, boot time, guest run time, and how long the host
+   actually waited (the overhead the lab added to the session).
+
+Inside the guest (``DMN_KERNEL_LAB_GUEST`` set by ``guest.py``) the plugin only streams reports.
+
+Environment knobs: ``DMN_KERNEL_LAB_TIMEOUT`` (hard VM timeout, s, default 1500),
+``DMN_KERNEL_LAB_MEMORY`` (MiB, default 1024), ``DMN_KERNEL_LAB_CPUS`` (default 2).
+"""
+
+from __future__ import annotations
+
+import compileall
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kernel_lab.guest import GUEST_ENV
+from tests.kernel_lab.image import CACHE_ROOT, REPO_ROOT, BootImage, ImageError, prepare
+from tests.kernel_lab.vm import QEMU, VmRun, qemu_command
+
+MARKER = "kernel_lab"
+REPORTS = "reports.jsonl"
+KEEP_RUNS = 3
+APT_PACKAGES = ("qemu-system-x86", "busybox-static")
+
+
+def _is_lab(item: pytest.Item) -> bool:
+    return item.get_closest_marker(MARKER) is not None
+
+
+def _env_number(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _ensure_qemu() -> str | None:
+    """Return why qemu is unusable, or None. Tries to install it once when running as root."""
+    if shutil.which(QEMU) and Path("/bin/busybox").is_file():
+        return None
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return f"{QEMU} or busybox-static missing and cannot be installed (not root / no apt)"
+    proc = subprocess.run(
+        ["apt-get", "-o", "DPkg::Lock::Timeout=300", "install", "-y", "-q",
+         "--no-install-recommends", *APT_PACKAGES],
+        capture_output=True, text=True, check=False,
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+    )  # fmt: skip
+    if proc.returncode != 0 or not shutil.which(QEMU):
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return f"qemu cannot be installed: apt-get install {' '.join(APT_PACKAGES)}: {tail}"
+    return None
+
+
+@dataclass
+class LabSession:
+    """Host-side state of the one lab VM of this pytest session."""
+
+    nodeids: list[str]
+    run_dir: Path | None = None
+    image: BootImage | None = None
+    vm: VmRun | None = None
+    skip_reason: str | None = None
+    error: str | None = None
+    waited_s: float = 0.0
+    prepare_s: float = 0.0
+    reports: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    collected: bool = False
+
+    def start(self) -> None:
+        t0 = time.monotonic()
+        self.skip_reason = _ensure_qemu()
+        if self.skip_reason:
+            return
+        try:
+            self.image = prepare()
+        except ImageError as exc:
+            self.error = f"kernel lab image could not be prepared: {exc}"
+            return
+        runs = CACHE_ROOT / "runs"
+        runs.mkdir(parents=True, exist_ok=True)
+        for old in sorted(runs.iterdir())[:-KEEP_RUNS]:
+            shutil.rmtree(old, ignore_errors=True)
+        self.run_dir = runs / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        self.run_dir.mkdir()
+        request = {"nodeids": self.nodeids, "per_test_timeout": 900}
+        (self.run_dir / "request.json").write_text(json.dumps(request))
+        # bytecode for the guest: it reads the host tree read-only, writes would land in tmpfs
+        for folder in ("tests", "opcodes", "agent", "interpreter", "programs"):
+            compileall.compile_dir(REPO_ROOT / folder, quiet=2, workers=1)
+        self.prepare_s = time.monotonic() - t0
+        self.vm = VmRun(
+            command=qemu_command(
+                self.image,
+                self.run_dir,
+                memory_mb=_env_number("DMN_KERNEL_LAB_MEMORY", 1024),
+                cpus=_env_number("DMN_KERNEL_LAB_CPUS", 2),
+            ),
+            console_path=self.run_dir / "console.log",
+            timeout_s=_env_number("DMN_KERNEL_LAB_TIMEOUT", 1500),
+        )
+        self.vm.start()
+
+    def collect(self) -> None:
+        """Wait for the VM once and load every report the guest streamed."""
+        if self.collected:
+            return
+        self.collected = True
+        if self.vm is None or self.run_dir is None:
+            return
+        self.waited_s = self.vm.wait()
+        path = self.run_dir / REPORTS
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    data = json.loads(line)
+                    self.reports.setdefault(data["nodeid"], []).append(data)
+        if self.vm.timed_out:
+            self.error = f"kernel lab VM killed after the hard timeout of {self.vm.timeout_s}s"
+        elif self.vm.guest_status is None:
+            self.error = f"kernel lab VM exited {self.vm.exit_status} without a guest status"
+
+    def stop(self) -> None:
+        if self.vm is not None:
+            self.vm.terminate()
+
+    def failure_text(self, nodeid: str) -> str:
+        why = self.error or "the guest finished without reporting this test"
+        tail = self.vm.console_tail() if self.vm else ""
+        where = f"\nconsole: {self.vm.console_path}" if self.vm else ""
+        return f"kernel lab: {why} ({nodeid}){where}\n--- guest console tail ---\n{tail}"
+
+
+_SESSION_KEY = pytest.StashKey[LabSession]()
+
+
+def _make_report(item: pytest.Item, when: str, outcome: str, longrepr: Any) -> pytest.TestReport:
+    return pytest.TestReport(
+        nodeid=item.nodeid,
+        location=item.location,
+        keywords={k: 1 for k in item.keywords},
+        outcome=outcome,  # type: ignore[arg-type]
+        longrepr=longrepr,
+        when=when,  # type: ignore[arg-type]
+        sections=[],
+        duration=0.0,
+    )
+
+
+def _replay(item: pytest.Item, lab: LabSession) -> None:
+    ihook = item.ihook
+    ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    if lab.skip_reason:
+        path, line, _ = item.location
+        reports = [
+            _make_report(item, "setup", "skipped", (path, (line or 0) + 1, lab.skip_reason)),
+            _make_report(item, "teardown", "passed", None),
+        ]
+    else:
+        lab.collect()
+        guest = lab.reports.get(item.nodeid, [])
+        reports = [
+            ihook.pytest_report_from_serializable(config=item.config, data=data) for data in guest
+        ]
+        whens = [r.when for r in reports]
+        if "teardown" not in whens:  # the guest died before finishing this test
+            reports.append(_make_report(item, "call", "failed", lab.failure_text(item.nodeid)))
+            reports.append(_make_report(item, "teardown", "passed", None))
+    for report in reports:
+        ihook.pytest_runtest_logreport(report=report)
+    ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    run_dir = os.environ.get(GUEST_ENV)
+    if run_dir:
+        config.pluginmanager.register(GuestReporter(config, Path(run_dir)), "kernel-lab-guest")
+
+
+class GuestReporter:
+    """Guest side: stream every test report to the shared run folder, one JSON per line."""
+
+    def __init__(self, config: pytest.Config, run_dir: Path) -> None:
+        self._config = config
+        self._path = run_dir / REPORTS
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        hook = self._config.hook
+        data = hook.pytest_report_to_serializable(config=self._config, report=report)
+        with open(self._path, "a") as out:
+            out.write(json.dumps(data) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+
+def _host() -> bool:
+    return not os.environ.get(GUEST_ENV)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _host():
+        return
+    lab = [i for i in items if _is_lab(i)]
+    if not lab:
+        return
+    items[:] = [i for i in items if not _is_lab(i)] + lab
+    hard = _env_number("DMN_KERNEL_LAB_TIMEOUT", 1500)
+    for item in lab:  # the host only waits for the VM; its own hard timeout governs
+        item.add_marker(pytest.mark.timeout(hard + 300))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not _host() or session.config.option.collectonly:
+        return
+    nodeids = [i.nodeid for i in session.items if _is_lab(i)]
+    if not nodeids:
+        return
+    lab = LabSession(nodeids)
+    session.config.stash[_SESSION_KEY] = lab
+    lab.start()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    if not _host() or not _is_lab(item):
+        return None
+    lab = item.config.stash.get(_SESSION_KEY, None)
+    if lab is None:
+        return None
+    _replay(item, lab)
+    return True
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    lab = session.config.stash.get(_SESSION_KEY, None)
+    if lab is not None:
+        lab.stop()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    lab = config.stash.get(_SESSION_KEY, None)
+    if lab is None:
+        return
+    tr = terminalreporter
+    tr.section("kernel lab")
+    if lab.skip_reason:
+        tr.write_line(f"skipped {len(lab.nodeids)} test(s): {lab.skip_reason}")
+        return
+    if lab.image is None or lab.vm is None:
+        tr.write_line(f"not run: {lab.error}")
+        return
+    vm = lab.vm
+    boot = vm.marks.get("LAB-STAGE2")
+    start = vm.marks.get("LAB-PYTEST-START")
+    end = vm.marks.get("LAB-PYTEST-END")
+    console = vm.console_path.relative_to(REPO_ROOT)
+    tr.write_line(f"kernel {lab.image.describe()} under qemu TCG; console {console}")
+    tr.write_line(
+        "boot to stage 2: "
+        + (f"{boot:.1f}s" if boot is not None else "n/a")
+        + "; guest pytest: "
+        + (f"{end - start:.1f}s" if start is not None and end is not None else "n/a")
+        + f"; VM wall {vm.wall_s:.1f}s; image prepare {lab.prepare_s:.1f}s"
+        + f"; host waited {lab.waited_s:.1f}s (lab overhead on this session)"
+    )
+    for nodeid in lab.nodeids:
+        reports = lab.reports.get(nodeid, [])
+        outcome = "not reported"
+        duration = 0.0
+        for data in reports:
+            duration += float(data.get("duration", 0.0))
+            if data["outcome"] != "passed" or data["when"] == "call":
+                outcome = data["outcome"]
+                if outcome != "passed":
+                    break
+        tr.write_line(f"  [guest] {outcome:>12} {duration:7.2f}s {nodeid}")
+    if lab.error:
+        tr.write_line(f"error: {lab.error}")

@@ -1,0 +1,124 @@
+"""Kernel lab, host side: boot one qemu VM that runs the guest pytest session.
+
+The VM is ``qemu-system-x86_64 -accel tcg`` (``/dev/kvm`` on this machine fails or hangs) with
+the host root shared read-only over 9p (the guest puts a tmpfs overlay on it, so it runs the
+host's venv and checkout unchanged), one run folder shared read-write for results, and an
+``isa-debug-exit`` device through which the guest reports its status: qemu always exits 0 on a
+guest power-off, so a missing status is itself a failure. A hard timeout kills qemu.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.kernel_lab.image import REPO_ROOT, BootImage
+
+QEMU = "qemu-system-x86_64"
+STAGE2 = Path(__file__).with_name("guest_stage2.sh")
+ROOT_SHARE_OPTIONS = "security_model=none,readonly=on,multidevs=remap"
+MARKERS = ("LAB-STAGE2", "LAB-PYTEST-START", "LAB-PYTEST-END", "LAB-INIT-FAIL", "Kernel panic")
+
+
+def qemu_command(image: BootImage, run_dir: Path, memory_mb: int, cpus: int) -> list[str]:
+    append = " ".join(
+        (
+            "console=ttyS0 quiet panic=-1 mitigations=off",
+            f"lab.stage2={STAGE2}",
+            f"lab.run={run_dir}",
+            f"lab.modules={image.modules_dir}",
+            f"lab.repo={REPO_ROOT}",
+            f"lab.python={sys.executable}",
+        )
+    )
+    return [
+        QEMU,
+        "-accel", "tcg", "-cpu", "max", "-smp", str(cpus), "-m", str(memory_mb),
+        "-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
+        "-kernel", str(image.vmlinux),
+        "-initrd", str(image.initramfs),
+        "-append", append,
+        "-virtfs", f"local,path=/,mount_tag=hostroot,{ROOT_SHARE_OPTIONS}",
+        "-virtfs", f"local,path={run_dir},mount_tag=labrun,security_model=none,multidevs=remap",
+        "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
+    ]  # fmt: skip
+
+
+@dataclass
+class VmRun:
+    """One running (then finished) VM: console log, marker times, exit status."""
+
+    command: list[str]
+    console_path: Path
+    timeout_s: float
+    started: float = 0.0
+    finished: float | None = None
+    exit_status: int | None = None
+    timed_out: bool = False
+    marks: dict[str, float] = field(default_factory=dict)
+    _proc: subprocess.Popen[bytes] | None = None
+    _reader: threading.Thread | None = None
+    _done: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        self._proc = subprocess.Popen(
+            self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        self._reader = threading.Thread(target=self._pump, name="kernel-lab-console", daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        killer = threading.Timer(self.timeout_s, self._kill)
+        killer.daemon = True
+        killer.start()
+        with open(self.console_path, "w") as log:
+            for raw in self._proc.stdout:
+                t = time.monotonic() - self.started
+                line = raw.decode(errors="replace").rstrip("\r\n")
+                log.write(f"[{t:8.2f}] {line}\n")
+                log.flush()
+                for marker in MARKERS:
+                    if marker in line and marker not in self.marks:
+                        self.marks[marker] = t
+        self.exit_status = self._proc.wait()
+        killer.cancel()
+        self.finished = time.monotonic()
+        self._done.set()
+
+    def _kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self.timed_out = True
+            self._proc.kill()
+
+    def wait(self) -> float:
+        """Block until qemu exits; return how long this call waited (the run's real overhead)."""
+        t0 = time.monotonic()
+        self._done.wait()
+        return time.monotonic() - t0
+
+    def terminate(self) -> None:
+        self._kill()
+
+    @property
+    def guest_status(self) -> int | None:
+        """The status the guest wrote to isa-debug-exit (qemu exits with ``status << 1 | 1``)."""
+        if self.exit_status is None or self.exit_status & 1 == 0:
+            return None
+        return self.exit_status >> 1
+
+    @property
+    def wall_s(self) -> float:
+        return (self.finished or time.monotonic()) - self.started
+
+    def console_tail(self, lines: int = 60) -> str:
+        try:
+            text = self.console_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no console log)"
+        return "\n".join(text[-lines:])
