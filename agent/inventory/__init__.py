@@ -1,0 +1,30 @@
+"""Node inventory: PCI-first discovery joined with net, RDMA, devlink and live state.
+
+``scan(ScanConfig(...)) -> Inventory`` is the entry point (see :mod:`.scan`).
+"""
+
+from dmn.agent.inventory.facts import Inventory, InventoryItem, ItemKind, Unknown
+from dmn.agent.inventory.identity import IdentityRegistry
+from dmn.agent.inventory.live import (
+    LiveQueryError,
+    Pyroute2Devlink,
+    Pyroute2Links,
+    RecordedDevlink,
+    RecordedLinks,
+)
+from dmn.agent.inventory.scan import ScanConfig, scan
+
+__all__ = [
+    "IdentityRegistry",
+    "Inventory",
+    "InventoryItem",
+    "ItemKind",
+    "LiveQueryError",
+    "Pyroute2Devlink",
+    "Pyroute2Links",
+    "RecordedDevlink",
+    "RecordedLinks",
+    "ScanConfig",
+    "Unknown",
+    "scan",
+]

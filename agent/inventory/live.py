@@ -1,0 +1,194 @@
+"""Live kernel state behind two small interfaces: links/routes and devlink.
+
+The scanner never talks netlink itself; it asks a :class:`LinkSource` and a
+:class:`DevlinkSource`. On a node these are the pyroute2-backed classes below; fixture
+tests pass :class:`RecordedLinks` / :class:`RecordedDevlink` holding facts recorded from
+real hardware. A source that cannot answer raises :class:`LiveQueryError`; the scanner
+turns that into Unknown facts (never into "no default route" or "legacy mode").
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from dmn.agent.inventory.facts import DevlinkPort, LinkState
+
+log = logging.getLogger(__name__)
+
+
+class LiveQueryError(Exception):
+    """A live query failed; the facts it would have produced are Unknown."""
+
+
+class LinkSource(Protocol):
+    def links(self) -> Sequence[LinkState]:
+        """Every link of the host namespace with addresses filled in."""
+
+    def default_route_ifindexes(self) -> frozenset[int]:
+        """Interfaces that carry a default route (any family, any main/default table)."""
+
+
+class DevlinkSource(Protocol):
+    def eswitch_mode(self, pci_address: str) -> str | None:
+        """``legacy`` or ``switchdev``; ``None`` when the device has no eswitch."""
+
+    def ports(self) -> Sequence[DevlinkPort]:
+        """Every devlink port with flavour and controller/pf/vf numbers."""
+
+
+@dataclass
+class RecordedLinks:
+    """Link facts recorded from a real node (fixtures); ``fail`` simulates a dump error."""
+
+    states: Sequence[LinkState] = ()
+    default_routes: frozenset[int] = frozenset()
+    fail: str = ""
+
+    def links(self) -> Sequence[LinkState]:
+        if self.fail:
+            raise LiveQueryError(self.fail)
+        return self.states
+
+    def default_route_ifindexes(self) -> frozenset[int]:
+        if self.fail:
+            raise LiveQueryError(self.fail)
+        return self.default_routes
+
+
+@dataclass
+class RecordedDevlink:
+    """Devlink facts recorded from real hardware; a missing PCI address has no eswitch."""
+
+    modes: Mapping[str, str] = field(default_factory=dict)
+    port_list: Sequence[DevlinkPort] = ()
+    fail: str = ""
+
+    def eswitch_mode(self, pci_address: str) -> str | None:
+        if self.fail:
+            raise LiveQueryError(self.fail)
+        return self.modes.get(pci_address)
+
+    def ports(self) -> Sequence[DevlinkPort]:
+        if self.fail:
+            raise LiveQueryError(self.fail)
+        return self.port_list
+
+
+_MAIN_TABLE = 254
+
+
+class Pyroute2Links:
+    """Links and default routes of the current network namespace through rtnetlink."""
+
+    def _dump(self) -> tuple[list[Any], list[Any], list[Any]]:
+        from pyroute2 import IPRoute
+
+        try:
+            with IPRoute() as ipr:
+                return list(ipr.get_links()), list(ipr.get_addr()), list(ipr.get_routes())
+        except Exception as exc:  # any netlink failure makes the facts Unknown
+            raise LiveQueryError(f"rtnetlink dump failed: {exc}") from exc
+
+    def links(self) -> Sequence[LinkState]:
+        links, addrs, _ = self._dump()
+        by_index: dict[int, list[str]] = {}
+        for a in addrs:
+            by_index.setdefault(a["index"], []).append(f"{a.get('IFA_ADDRESS')}/{a['prefixlen']}")
+        out: list[LinkState] = []
+        for msg in links:
+            info = msg.get("IFLA_LINKINFO")
+            kind = (info.get("IFLA_INFO_KIND") if info else None) or ""
+            index = int(msg["index"])
+            link = msg.get("IFLA_LINK")
+            out.append(
+                LinkState(
+                    ifindex=index,
+                    ifname=str(msg.get("IFLA_IFNAME")),
+                    mtu=int(msg.get("IFLA_MTU") or 0),
+                    mac=str(msg.get("IFLA_ADDRESS") or ""),
+                    operstate=str(msg.get("IFLA_OPERSTATE") or "UNKNOWN"),
+                    kind=str(kind),
+                    master_ifindex=msg.get("IFLA_MASTER"),
+                    link_ifindex=int(link) if link and int(link) != index else None,
+                    perm_mac=str(msg.get("IFLA_PERM_ADDRESS") or ""),
+                    addresses=tuple(sorted(by_index.get(index, ()))),
+                )
+            )
+        return out
+
+    def default_route_ifindexes(self) -> frozenset[int]:
+        _, _, routes = self._dump()
+        out: set[int] = set()
+        for r in routes:
+            if r["family"] not in (socket.AF_INET, socket.AF_INET6) or r["dst_len"] != 0:
+                continue
+            if (r.get("RTA_TABLE") or r.get("table")) not in (_MAIN_TABLE, None):
+                continue
+            oif = r.get("RTA_OIF")
+            if oif:
+                out.add(int(oif))
+            for hop in r.get("RTA_MULTIPATH") or ():
+                if hop.get("oif"):
+                    out.add(int(hop["oif"]))
+        return frozenset(out)
+
+
+class Pyroute2Devlink:
+    """Devlink eswitch modes and ports through the devlink generic-netlink family."""
+
+    def _call(self, method: str, *args: Any) -> list[Any]:
+        from pyroute2 import DL
+
+        try:
+            with DL() as dl:
+                return list(getattr(dl, method)(*args))
+        except Exception as exc:
+            raise LiveQueryError(f"devlink {method} failed: {exc}") from exc
+
+    def eswitch_mode(self, pci_address: str) -> str | None:
+        from pyroute2 import DL
+        from pyroute2.netlink import NLM_F_REQUEST
+        from pyroute2.netlink.devlink import DEVLINK_NAMES, devlinkcmd
+
+        msg = devlinkcmd()
+        msg["cmd"] = DEVLINK_NAMES["DEVLINK_CMD_ESWITCH_GET"]
+        msg["version"] = 1
+        msg["attrs"] = [("DEVLINK_ATTR_BUS_NAME", "pci"), ("DEVLINK_ATTR_DEV_NAME", pci_address)]
+        try:
+            with DL() as dl:
+                replies = list(dl.nlm_request(msg, msg_type=dl.prid, msg_flags=NLM_F_REQUEST))
+        except Exception as exc:
+            if getattr(exc, "code", None) == 95:  # EOPNOTSUPP: the device has no eswitch
+                return None
+            raise LiveQueryError(f"devlink eswitch get {pci_address} failed: {exc}") from exc
+        for reply in replies:
+            mode = reply.get("DEVLINK_ATTR_ESWITCH_MODE")
+            if mode is not None:
+                return "switchdev" if int(mode) == 1 else "legacy"
+        return None
+
+    def ports(self) -> Sequence[DevlinkPort]:
+        out: list[DevlinkPort] = []
+        for msg in self._call("port_list"):
+            flavour = {0: "physical", 1: "cpu", 2: "dsa", 3: "pcipf", 4: "pcivf", 7: "pcisf"}
+            out.append(
+                DevlinkPort(
+                    device=f"{msg.get('DEVLINK_ATTR_BUS_NAME')}/{msg.get('DEVLINK_ATTR_DEV_NAME')}",
+                    index=int(msg.get("DEVLINK_ATTR_PORT_INDEX") or 0),
+                    flavour=flavour.get(int(msg.get("DEVLINK_ATTR_PORT_FLAVOUR") or 0), "other"),
+                    netdev=str(msg.get("DEVLINK_ATTR_PORT_NETDEV_NAME") or ""),
+                    controller=int(msg.get("DEVLINK_ATTR_PORT_CONTROLLER_NUMBER") or 0),
+                    pfnum=_opt_int(msg.get("DEVLINK_ATTR_PORT_PCI_PF_NUMBER")),
+                    vfnum=_opt_int(msg.get("DEVLINK_ATTR_PORT_PCI_VF_NUMBER")),
+                    external=bool(msg.get("DEVLINK_ATTR_PORT_EXTERNAL")),
+                )
+            )
+        return out
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)

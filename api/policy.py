@@ -1,0 +1,264 @@
+"""DeviceExposurePolicy: how an administrator turns node hardware into personas (seed 000 §7.2).
+
+A policy selects inventory items by normalized facts (kind, PCI address, parent PF,
+vendor, device, driver, link type) on the nodes its ``nodeSelector`` matches, and either
+``Expose``s them as one persona or ``Exclude``s them. The node agent decides conflicts by
+``priority``; equal-priority persona policies on one item are an error. Protected hardware
+(the management closure) is never exposed whatever a policy says.
+
+Every field is typed; no field is a path, a command or a free-form string handed to the
+kernel. The CRD is generated from this model.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from dmn.api.identity import API_VERSION
+from dmn.api.model import (
+    DNS_LABEL,
+    OPCODE_NAME,
+    ApiModel,
+    Condition,
+    DiagnosticEntry,
+    list_map,
+    list_set,
+    validations,
+)
+
+PCI_ADDRESS = r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$"
+PCI_ID = r"^0x[0-9a-f]{4}$"
+QUANTITY_INT = r"^[1-9][0-9]{0,5}$"
+#: Upper bound of compatibility entries accepted by the schema. The scheduler represents
+#: at most two per device; the node agent rejects a third domain with a reason code
+#: instead of the schema hiding it, so the policy status can say why.
+MAX_COMPATIBILITY = 4
+
+Persona = Literal["kernel", "vfio", "macvlan", "ipvlan", "representor"]
+ItemKindName = Literal["PF", "VF", "Function", "Link"]
+PciAddress = Annotated[str, Field(pattern=PCI_ADDRESS)]
+PciId = Annotated[str, Field(pattern=PCI_ID)]
+Opcode = Annotated[str, Field(pattern=OPCODE_NAME)]
+Label = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL)]
+
+
+class LabelRequirement(ApiModel):
+    """One ``matchExpressions`` term of a Kubernetes label selector."""
+
+    key: str = Field(min_length=1, max_length=317, description="Label key the term tests.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="How the label value is compared with ``values``."
+    )
+    values: list[str] | None = list_set(
+        max_items=64, default=None, description="Values for In/NotIn; empty for Exists."
+    )
+
+
+class NodeSelector(ApiModel):
+    """Which nodes the policy applies to (a Kubernetes LabelSelector)."""
+
+    match_labels: dict[str, str] | None = Field(
+        default=None, description="Labels a node must carry with exactly these values."
+    )
+    match_expressions: list[LabelRequirement] | None = Field(
+        default=None, max_length=16, description="Further requirements, all of which must hold."
+    )
+
+
+class HardwareSelector(ApiModel):
+    """Normalized inventory facts an item must match; every set field must match (AND),
+    values within one field are alternatives (OR). An item whose fact is unknown does
+    not match."""
+
+    kind: ItemKindName | None = Field(default=None, description="PF, VF, Function or Link.")
+    pci_addresses: list[PciAddress] | None = list_set(
+        max_items=256,
+        default=None,
+        description="PCI addresses (BDF, lower-case, with domain) of the item itself.",
+    )
+    pf_pci_addresses: list[PciAddress] | None = list_set(
+        max_items=64, default=None, description="For VFs: PCI addresses of the parent PF."
+    )
+    vendors: list[PciId] | None = list_set(
+        max_items=16, default=None, description="PCI vendor IDs such as 0x15b3."
+    )
+    devices: list[PciId] | None = list_set(
+        max_items=32, default=None, description="PCI device IDs such as 0x101e."
+    )
+    drivers: list[str] | None = list_set(
+        max_items=16,
+        default=None,
+        description="Kernel driver the function is bound to now (e.g. mlx5_core, vfio-pci).",
+    )
+    link_types: list[Literal["ethernet", "infiniband"]] | None = list_set(
+        max_items=2, default=None, description="Link layer of the item's netdev or RDMA port."
+    )
+    rdma_capable: bool | None = Field(
+        default=None, description="Whether the item must (true) or must not (false) have RDMA."
+    )
+    numa_nodes: list[int] | None = list_set(
+        max_items=16, default=None, description="NUMA nodes the item may sit on."
+    )
+
+
+class CapacityPolicy(ApiModel):
+    """A consumable capacity of a shared persona (seed 000 §7.4)."""
+
+    value: str = Field(
+        pattern=QUANTITY_INT, description="Total units, e.g. the number of macvlan children."
+    )
+    default: str = Field(
+        default="1", pattern=QUANTITY_INT, description="Units one allocation consumes by default."
+    )
+    valid_values: list[str] = Field(
+        default_factory=lambda: ["1"],
+        min_length=1,
+        max_length=10,
+        description="Allowed per-allocation amounts (ascending; must contain default).",
+    )
+
+
+class ExposureCapacity(ApiModel):
+    """Consumable capacities of a shared persona."""
+
+    children: CapacityPolicy = Field(
+        description="Children (macvlan/ipvlan) that may be created on the shared parent."
+    )
+
+
+class Compatibility(ApiModel):
+    """One compatibility domain: personas drawing from the same domain instance co-allocate
+    only when their groups intersect (Kubernetes compatibilityGroups)."""
+
+    scope: Literal["Interface", "SriovFamily", "IommuGroup"] = Field(
+        description=(
+            "Which hardware the domain spans: the function itself, the PF with all its "
+            "VFs, or the IOMMU group."
+        )
+    )
+    domain: str = Field(
+        min_length=1,
+        max_length=24,
+        pattern=DNS_LABEL,
+        description="Domain name; one counter set per (scope instance, domain).",
+    )
+    groups: list[Label] = list_set(
+        max_items=2,
+        min_length=1,
+        description="Compatibility groups of this persona within the domain (at most two).",
+    )
+
+
+class Exposure(ApiModel):
+    """The persona an ``Expose`` policy publishes for each selected item."""
+
+    persona: Persona = Field(description="Which allocation contract the item is offered under.")
+    plugin: str = Field(
+        min_length=1, max_length=63, pattern=DNS_LABEL, description="Root plugin, e.g. sriov-cni."
+    )
+    mode: str = Field(
+        min_length=1,
+        max_length=32,
+        pattern=DNS_LABEL,
+        description="Plugin mode published as the mode attribute (kernel, vfio, bridge, l2...).",
+    )
+    allow_multiple_allocations: bool = Field(
+        default=False, description="Shared parent: several claims may allocate it at once."
+    )
+    capacity: ExposureCapacity | None = Field(
+        default=None, description="Consumable capacity; required when allocations are shared."
+    )
+    compatibility: list[Compatibility] = Field(
+        default_factory=list,
+        max_length=MAX_COMPATIBILITY,
+        description="Compatibility domains; the agent rejects more than two.",
+    )
+    effect_permissions: list[Opcode] = list_set(
+        max_items=32,
+        default_factory=list,
+        description="Opcodes (family/verb/vN) hooks may run on this persona.",
+    )
+    attributes: dict[str, str] | None = Field(
+        default=None,
+        max_length=8,
+        description=(
+            "Extra string attributes under the driver domain; reserved names are rejected "
+            "and cannot override identity, capacity, groups or eligibility."
+        ),
+    )
+
+
+class HardwarePolicy(ApiModel):
+    """Hardware changes the agent may make during approved maintenance (typed, not paths)."""
+
+    allowed_drivers: list[Literal["kernel", "vfio-pci"]] = list_set(
+        max_items=2, default_factory=list, description="Drivers a function may be rebound to."
+    )
+    reset_scopes: list[Literal["Function", "Slot"]] = list_set(
+        max_items=2, default_factory=list, description="Resets the agent may perform."
+    )
+    eswitch_modes: list[Literal["legacy", "switchdev"]] = list_set(
+        max_items=2, default_factory=list, description="Eswitch modes a PF may be placed in."
+    )
+    num_vfs: int | None = Field(
+        default=None, ge=0, le=256, description="Desired VF count on selected PFs."
+    )
+
+
+class DeviceExposurePolicySpec(ApiModel):
+    """What to expose (or exclude), where, and with which precedence."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": validations(
+            ("self.action == 'Exclude' || has(self.exposure)", "Expose requires exposure"),
+            ("self.action == 'Expose' || !has(self.exposure)", "Exclude takes no exposure"),
+        )
+    }
+
+    node_selector: NodeSelector | None = Field(
+        default=None, description="Nodes the policy applies to; absent means every node."
+    )
+    priority: int = Field(
+        default=100, ge=0, le=1000, description="Higher wins; equal-priority conflicts are errors."
+    )
+    selector: HardwareSelector = Field(description="Items the policy applies to.")
+    action: Literal["Expose", "Exclude"] = Field(
+        default="Expose", description="Expose as a persona, or keep items from being exposed."
+    )
+    exposure: Exposure | None = Field(default=None, description="The persona (Expose only).")
+    hardware: HardwarePolicy | None = Field(
+        default=None, description="Hardware changes authorized for the selected items."
+    )
+
+
+class DeviceExposurePolicyStatus(ApiModel):
+    """What the node agents made of the policy."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="Generation last acted upon."
+    )
+    conditions: list[Condition] | None = list_map(
+        "type", max_items=16, default=None, description="Ready, Conflict, PendingDrain, ..."
+    )
+    exposed_devices: int | None = Field(
+        default=None, ge=0, description="Personas currently published from this policy."
+    )
+    diagnostics: list[DiagnosticEntry] | None = Field(
+        default=None, max_length=64, description="Reason-coded problems (conflicts, limits)."
+    )
+
+
+class DeviceExposurePolicy(ApiModel):
+    """Cluster-scoped, administrator-owned exposure policy."""
+
+    api_version: Literal["networking.dra-multi-network.schseba.github.io/v1alpha1"] = Field(
+        default=API_VERSION, description="API version."
+    )
+    kind: Literal["DeviceExposurePolicy"] = Field(
+        default="DeviceExposurePolicy", description="Kind."
+    )
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Object metadata.")
+    spec: DeviceExposurePolicySpec = Field(description="Desired exposure.")
+    status: DeviceExposurePolicyStatus | None = Field(default=None, description="Observed state.")
