@@ -38,7 +38,17 @@ class RecoveryStrategy(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PortSpec:
-    """A typed port. For inputs, ``access`` is the access the handle must grant."""
+    """A typed port. For inputs, ``access`` is the access the handle must grant.
+
+    For outputs, ``grants`` lists the accesses the produced handle carries, so the
+    checker can prove that a later effect's input access is satisfied (for example a
+    created bond grants ``ExclusiveMaster`` to ``linux/attach-master/v1``). ``scope`` is
+    where the handle lives: ``host`` or ``sandbox`` (the call's verified sandbox; no
+    opcode takes a namespace from a reference or a parameter). ``None`` means either.
+    ``inherits`` names the input port whose handle this output continues (a moved or
+    reconfigured link keeps the accesses it was granted); such an output declares no
+    ``grants`` of its own.
+    """
 
     type: HandleType
     link_types: frozenset[LinkType] | None = None
@@ -46,6 +56,8 @@ class PortSpec:
     access: Access | None = None
     min_items: int = 1
     max_items: int = 1
+    grants: frozenset[Access] = frozenset()
+    inherits: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

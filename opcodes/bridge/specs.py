@@ -1,0 +1,112 @@
+"""``bridge/*`` opcodes: Linux bridge membership and VLANs for host representors.
+
+Why ``connect``: these are the accelerated-bridge-cni operations; they run while the workload's
+sandbox is being connected and are undone at removal. Bridges and uplinks are named by the
+administrator alias of an exposure-policy grant (``allowedHostBridges``), resolved by the
+executor, never by a name from workload config. Shared bridge attributes are never changed;
+the representor's original membership and VLAN table are recorded and restored (seed 000 §8.7).
+``shared-uplink-vlan`` adds a VLAN to an approved uplink under a journaled per-VID reference,
+removing a driver-created VID only after its last reference is released.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from dmn.interpreter.handles import Access, HandleType, ScopeKind
+from dmn.opcodes.parameter_types import AdminAlias, ParameterModel, VlanId
+from dmn.opcodes.spec import Hook, OpcodeSpec, PortSpec, RecoveryStrategy, Reversibility
+
+MAX_TRUNK_VLANS = 64
+
+_RESTORABLE = frozenset(
+    {
+        RecoveryStrategy.OBSERVE_AND_RECONCILE,
+        RecoveryStrategy.RESTORE_BEFORE_IMAGE,
+        RecoveryStrategy.QUARANTINE,
+    }
+)
+
+
+def _representor(access: Access) -> PortSpec:
+    return PortSpec(HandleType.HOST_REPRESENTOR, None, ScopeKind.HOST, access)
+
+
+_REPRESENTOR_OUT = PortSpec(
+    HandleType.HOST_REPRESENTOR, None, ScopeKind.HOST, inherits="representor"
+)
+
+
+class PortAttachParameters(ParameterModel):
+    """The approved bridge, by administrator alias."""
+
+    bridge: AdminAlias
+
+
+class PortVlanParameters(ParameterModel):
+    """Access VLAN (PVID, egress untagged) and/or tagged trunk VLANs; disjoint, unique."""
+
+    pvid: VlanId | None = None
+    tagged: list[VlanId] = Field(default_factory=list, max_length=MAX_TRUNK_VLANS)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PortVlanParameters:
+        if self.pvid is None and not self.tagged:
+            raise ValueError("set pvid or at least one tagged VLAN")
+        if len(set(self.tagged)) != len(self.tagged):
+            raise ValueError("tagged VLANs must not repeat")
+        if self.pvid is not None and self.pvid in self.tagged:
+            raise ValueError("pvid must not also be tagged")
+        return self
+
+
+class SharedUplinkVlanParameters(ParameterModel):
+    """The approved bridge and uplink, by alias, and the VLAN the uplink must carry."""
+
+    bridge: AdminAlias
+    uplink: AdminAlias
+    vlanId: VlanId
+
+
+PORT_ATTACH = OpcodeSpec(
+    name="bridge/port-attach/v1",
+    summary="Attach a verified host representor, kept down, to an approved Linux bridge.",
+    parameters=PortAttachParameters,
+    inputs={"representor": _representor(Access.EXCLUSIVE_CONFIGURE)},
+    outputs={"representor": _REPRESENTOR_OUT},
+    hooks=frozenset({Hook.CONNECT}),
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=_RESTORABLE,
+    requires=frozenset(
+        {"host-scope", "bridge-grant", "representor-mapping-verified", "exclusive-grant"}
+    ),
+    postconditions=frozenset({"bridge-membership-match"}),
+)
+
+PORT_VLAN = OpcodeSpec(
+    name="bridge/port-vlan/v1",
+    summary="Install permitted access/trunk VLANs on a representor's bridge port.",
+    parameters=PortVlanParameters,
+    inputs={"representor": _representor(Access.EXCLUSIVE_CONFIGURE)},
+    outputs={"representor": _REPRESENTOR_OUT},
+    hooks=frozenset({Hook.CONNECT}),
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=_RESTORABLE,
+    requires=frozenset({"host-scope", "bridge-grant", "vlan-grant", "exclusive-grant"}),
+    postconditions=frozenset({"bridge-vlan-match"}),
+)
+
+SHARED_UPLINK_VLAN = OpcodeSpec(
+    name="bridge/shared-uplink-vlan/v1",
+    summary="Reference-count one permitted VLAN on an approved bridge uplink for this representor.",
+    parameters=SharedUplinkVlanParameters,
+    inputs={"representor": _representor(Access.READ)},
+    outputs={},
+    hooks=frozenset({Hook.CONNECT}),
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=frozenset({RecoveryStrategy.OBSERVE_AND_RECONCILE, RecoveryStrategy.QUARANTINE}),
+    requires=frozenset({"host-scope", "bridge-grant", "uplink-grant", "vlan-grant"}),
+    postconditions=frozenset({"uplink-vlan-present"}),
+)
+
+SPECS: tuple[OpcodeSpec, ...] = (PORT_ATTACH, PORT_VLAN, SHARED_UPLINK_VLAN)

@@ -1,0 +1,246 @@
+"""``linux/*`` opcodes: netlink link lifecycle (move, configure, create children, bonds).
+
+Why these hooks: every ``linux/*`` opcode acts on a link the workload will use, so each runs
+in ``connect`` (seed 000 §8.2: "Kernel connect moves the allocated netdevice and applies its
+sandbox config"). Shared-parent children (macvlan, ipvlan) are created on the host parent and
+moved into the sandbox by a separate ``linux/link-move/v1`` effect, so both phases are
+journaled and recoverable (seed 002 §8.4). The creating opcodes in the host namespace take no
+name from configuration: the executor names the temporary link from the ownership alias, and
+``link-move`` gives it the workload's name inside the sandbox.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import model_validator
+
+from dmn.interpreter.handles import Access, HandleType, LinkType, ScopeKind
+from dmn.opcodes.parameter_types import IfName, MonitorIntervalMs, Mtu, ParameterModel, VlanId
+from dmn.opcodes.spec import Hook, OpcodeSpec, PortSpec, RecoveryStrategy, Reversibility
+
+_ETHERNET = frozenset({LinkType.ETHERNET})
+_ANY_LINK = frozenset({LinkType.ETHERNET, LinkType.INFINIBAND})
+_CONNECT = frozenset({Hook.CONNECT})
+_RESTORABLE = frozenset(
+    {
+        RecoveryStrategy.OBSERVE_AND_RECONCILE,
+        RecoveryStrategy.RESTORE_BEFORE_IMAGE,
+        RecoveryStrategy.QUARANTINE,
+    }
+)
+_CREATED = frozenset({RecoveryStrategy.OBSERVE_AND_RECONCILE, RecoveryStrategy.QUARANTINE})
+_CHILD_GRANTS = frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE, Access.CREATE_CHILD})
+
+
+class LinkMoveParameters(ParameterModel):
+    """``ifName`` is the name the link gets inside the sandbox (renamed during the move)."""
+
+    ifName: IfName
+
+
+class LinkConfigureParameters(ParameterModel):
+    """Link settings to apply; absent fields are left as they are (at least one is set)."""
+
+    mtu: Mtu | None = None
+    up: bool | None = None
+
+    @model_validator(mode="after")
+    def _something_to_do(self) -> LinkConfigureParameters:
+        if self.mtu is None and self.up is None:
+            raise ValueError("set at least one of mtu, up")
+        return self
+
+
+class CreateMacvlanParameters(ParameterModel):
+    """macvlan mode (``bridge`` is the certified initial mode) and the child's MTU."""
+
+    mode: Literal["bridge", "private", "vepa", "passthru"]
+    mtu: Mtu
+
+
+class CreateIpvlanParameters(ParameterModel):
+    """ipvlan mode (``l2`` is the certified initial mode) and the child's MTU."""
+
+    mode: Literal["l2", "l3", "l3s"]
+    mtu: Mtu
+
+
+class CreateVlanParameters(ParameterModel):
+    """802.1Q child of a sandbox-local parent: name, tag and MTU (≤ the parent's)."""
+
+    ifName: IfName
+    vlanId: VlanId
+    mtu: Mtu
+
+
+class CreateBondParameters(ParameterModel):
+    """An active-backup bond with explicit MII monitoring and ``fail_over_mac=active``."""
+
+    ifName: IfName
+    mode: Literal["active-backup"]
+    miimon: MonitorIntervalMs
+    failOverMac: Literal["active"]
+    mtu: Mtu
+
+
+class AttachMasterParameters(ParameterModel):
+    """No parameters: the member and master are both handles."""
+
+
+LINK_MOVE = OpcodeSpec(
+    name="linux/link-move/v1",
+    summary="Move a host link the call exclusively owns into the verified sandbox, renaming it.",
+    parameters=LinkMoveParameters,
+    inputs={
+        "interface": PortSpec(
+            HandleType.KERNEL_INTERFACE, _ANY_LINK, ScopeKind.HOST, Access.EXCLUSIVE_CONFIGURE
+        )
+    },
+    outputs={
+        "interface": PortSpec(
+            HandleType.KERNEL_INTERFACE, _ANY_LINK, ScopeKind.SANDBOX, inherits="interface"
+        )
+    },
+    hooks=_CONNECT,
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=_RESTORABLE,
+    requires=frozenset(
+        {"host-scope", "owned-link", "exclusive-grant", "name-free", "protected-scope-clear"}
+    ),
+    postconditions=frozenset({"link-in-sandbox"}),
+)
+
+LINK_CONFIGURE = OpcodeSpec(
+    name="linux/link-configure/v1",
+    summary="Set MTU and admin state of a sandbox link the call exclusively configures.",
+    parameters=LinkConfigureParameters,
+    inputs={
+        "interface": PortSpec(
+            HandleType.KERNEL_INTERFACE, _ANY_LINK, ScopeKind.SANDBOX, Access.EXCLUSIVE_CONFIGURE
+        )
+    },
+    outputs={
+        "interface": PortSpec(
+            HandleType.KERNEL_INTERFACE, _ANY_LINK, ScopeKind.SANDBOX, inherits="interface"
+        )
+    },
+    hooks=_CONNECT,
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=_RESTORABLE,
+    requires=frozenset({"same-sandbox", "owned-link", "exclusive-grant"}),
+    postconditions=frozenset({"link-state-match"}),
+)
+
+CREATE_MACVLAN = OpcodeSpec(
+    name="linux/create-macvlan/v1",
+    summary="Create one owned macvlan child of a held shared parent, in the host namespace.",
+    parameters=CreateMacvlanParameters,
+    inputs={
+        "parent": PortSpec(HandleType.SHARED_PARENT, _ETHERNET, ScopeKind.HOST, Access.CREATE_CHILD)
+    },
+    outputs={
+        "interface": PortSpec(
+            HandleType.KERNEL_INTERFACE, _ETHERNET, ScopeKind.HOST, grants=_CHILD_GRANTS
+        )
+    },
+    hooks=_CONNECT,
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=_CREATED,
+    requires=frozenset(
+        {"host-scope", "create-child-grant", "share-entitlement", "parent-mode-compatible"}
+    ),
+    postconditions=frozenset({"macvlan-mode-match"}),
+)
+
+CREATE_IPVLAN = OpcodeSpec(
+    name="linux/create-ipvlan/v1",
+    summary="Create one owned ipvlan child of a held shared parent, in the host namespace.",
+    parameters=CreateIpvlanParameters,
+    inputs={
+        "parent": PortSpec(HandleType.SHARED_PARENT, _ETHERNET, ScopeKind.HOST, Access.CREATE_CHILD)
+    },
+    outputs={
+        "interface": PortSpec(
+            HandleType.KERNEL_INTERFACE, _ETHERNET, ScopeKind.HOST, grants=_CHILD_GRANTS
+        )
+    },
+    hooks=_CONNECT,
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=_CREATED,
+    requires=frozenset(
+        {"host-scope", "create-child-grant", "share-entitlement", "parent-mode-compatible"}
+    ),
+    postconditions=frozenset({"ipvlan-mode-match"}),
+)
+
+CREATE_VLAN = OpcodeSpec(
+    name="linux/create-vlan/v1",
+    summary="Create an owned 802.1Q child of an Ethernet parent already in the same sandbox.",
+    parameters=CreateVlanParameters,
+    inputs={
+        "parent": PortSpec(
+            HandleType.KERNEL_INTERFACE, _ETHERNET, ScopeKind.SANDBOX, Access.CREATE_CHILD
+        )
+    },
+    outputs={
+        "interface": PortSpec(
+            HandleType.KERNEL_INTERFACE, _ETHERNET, ScopeKind.SANDBOX, grants=_CHILD_GRANTS
+        )
+    },
+    hooks=_CONNECT,
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=_CREATED,
+    requires=frozenset({"same-sandbox", "create-child-grant", "name-free"}),
+    postconditions=frozenset({"vlan-parent-and-tag-match", "link-in-sandbox"}),
+)
+
+CREATE_BOND = OpcodeSpec(
+    name="linux/create-bond/v1",
+    summary="Create an owned active-backup bond (no members yet) in the verified sandbox.",
+    parameters=CreateBondParameters,
+    inputs={},
+    outputs={
+        "interface": PortSpec(
+            HandleType.KERNEL_INTERFACE,
+            _ETHERNET,
+            ScopeKind.SANDBOX,
+            grants=_CHILD_GRANTS | {Access.EXCLUSIVE_MASTER},
+        )
+    },
+    hooks=_CONNECT,
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=_CREATED,
+    requires=frozenset({"same-sandbox", "name-free"}),
+    postconditions=frozenset({"bond-mode-match", "link-in-sandbox"}),
+)
+
+ATTACH_MASTER = OpcodeSpec(
+    name="linux/attach-master/v1",
+    summary="Enslave one sandbox Ethernet member to a bond this step created.",
+    parameters=AttachMasterParameters,
+    inputs={
+        "master": PortSpec(
+            HandleType.KERNEL_INTERFACE, _ETHERNET, ScopeKind.SANDBOX, Access.EXCLUSIVE_MASTER
+        ),
+        "member": PortSpec(
+            HandleType.KERNEL_INTERFACE, _ETHERNET, ScopeKind.SANDBOX, Access.ATTACH_MEMBER
+        ),
+    },
+    outputs={},
+    hooks=_CONNECT,
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=_RESTORABLE,
+    requires=frozenset({"same-sandbox", "member-grant", "master-grant"}),
+    postconditions=frozenset({"member-of-master"}),
+)
+
+SPECS: tuple[OpcodeSpec, ...] = (
+    LINK_MOVE,
+    LINK_CONFIGURE,
+    CREATE_MACVLAN,
+    CREATE_IPVLAN,
+    CREATE_VLAN,
+    CREATE_BOND,
+    ATTACH_MASTER,
+)

@@ -1,0 +1,76 @@
+"""Registered predicate contracts: the names a program may use in ``requires`` and
+``postconditions`` (seed 000 §6.1: "Preconditions and postconditions also use registered
+versioned predicate contracts").
+
+A ``requires`` predicate is checked by the runner/executor immediately before apply (the
+"recheck identity/ownership/protected scope" step of DESIGN §3.5); a postcondition is
+checked by ``observe`` after apply. Each opcode spec lists the subset it implements; the
+checker rejects a program naming a predicate its opcode does not support. The text here is
+the contract the executor must honour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+REQUIRES: Mapping[str, str] = MappingProxyType(
+    {
+        "same-sandbox": "every sandbox-scoped input lives in the call's verified, pinned sandbox",
+        "host-scope": "every input lives in the host namespace of this boot",
+        "create-child-grant": "the parent handle grants CreateChild (a share or an owned link)",
+        "owned-link": "the link is one this attachment created or was allocated, re-verified by "
+        "identity and ownership alias",
+        "exclusive-grant": "the handle grants ExclusiveConfigure from the verified allocation",
+        "member-grant": "the member handle grants AttachMember and has no foreign master",
+        "master-grant": "the master handle grants ExclusiveMaster and was created by this step",
+        "name-free": "the requested interface name is unused in the target namespace",
+        "protected-scope-clear": "the target is outside the protected dependency closure of "
+        "the management/primary interfaces",
+        "share-entitlement": "the allocation holds a consumable-capacity share of this parent",
+        "parent-mode-compatible": "no other share on the parent uses an incompatible child kind "
+        "or mode",
+        "driver-allowlisted": "the target driver is in the exposure policy's allowlist",
+        "iommu-group-owned": "every function of the IOMMU group is owned by this grant",
+        "reset-domain-quiescent": "no other allocation, preparation, sandbox or external owner "
+        "is active in the reset domain",
+        "drained-scope": "the node is cordoned and drained for this management action",
+        "rdma-exclusive-netns": "the RDMA subsystem runs in exclusive network-namespace mode",
+        "representor-mapping-verified": "controller/PF/VF/port tuple and PCI association of the "
+        "representor are verified from devlink/sysfs",
+        "bridge-grant": "the bridge alias is an approved allowedHostBridges entry with VLAN "
+        "filtering, fixed MAC, up and the expected incarnation",
+        "vlan-grant": "every VLAN ID is permitted by the bridge or uplink grant",
+        "uplink-grant": "the uplink alias names an approved member of the approved bridge",
+        "ovs-bridge-grant": "the OVS bridge alias is approved by the exposure policy",
+        "device-node-identity": "the character device's major/minor match the allocated device",
+    }
+)
+
+POSTCONDITIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "link-state-match": "MTU, admin state and address read back as requested",
+        "link-in-sandbox": "the link is in the sandbox namespace with the requested name",
+        "link-in-host": "the link is in the host namespace",
+        "vlan-parent-and-tag-match": "the VLAN link's lower device and tag read back as bound",
+        "macvlan-mode-match": "the macvlan child has the bound lower device and mode",
+        "ipvlan-mode-match": "the ipvlan child has the bound lower device and mode",
+        "bond-mode-match": "the bond's mode, miimon and fail_over_mac read back as bound",
+        "member-of-master": "the member's master is the bound bond",
+        "share-held": "the journal holds this share's parent reference and the parent baseline",
+        "driver-bound": "the function is bound to the requested driver",
+        "function-rediscovered": "the function and its dependents are found again by stable "
+        "inventory identity",
+        "reset-completed": "the function answers config space with the expected identity",
+        "vfio-node-identity": "the VFIO group/cdev node exists with the expected major/minor",
+        "rdma-in-sandbox": "the RDMA device is associated with the sandbox namespace",
+        "rdma-node-identity": "the RDMA character devices match the allocated device",
+        "ib-port-state-match": "IPoIB mode and MTU read back as requested",
+        "eswitch-mode-match": "the devlink eswitch mode reads back as requested",
+        "representor-state-match": "the representor's MTU and admin state read back as requested",
+        "bridge-membership-match": "the representor's master is the approved bridge",
+        "bridge-vlan-match": "the port VLAN table equals the requested entries",
+        "uplink-vlan-present": "the uplink carries the VLAN and the reference is journaled",
+        "ovs-port-owned": "the OVS port/interface rows exist with this operation's external IDs",
+    }
+)

@@ -1,0 +1,76 @@
+"""``rdma/*`` opcodes: RDMA device namespace association and character-device access.
+
+Why ``connect``: both act toward the verified sandbox. ``netns-assign`` moves an exclusively
+allocated RDMA device into the sandbox's network namespace over scoped NETLINK_RDMA (only in
+exclusive netns mode) and records the original association; ``device-access`` grants the
+sandbox exactly the allocated device's character nodes, never every uverbs/umad node
+(seed 000 §8.6).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from dmn.interpreter.handles import Access, HandleType, ScopeKind
+from dmn.opcodes.parameter_types import ParameterModel
+from dmn.opcodes.spec import Hook, OpcodeSpec, PortSpec, RecoveryStrategy, Reversibility
+
+RdmaNode = Literal["uverbs", "rdma_cm", "umad"]
+
+
+class NetnsAssignParameters(ParameterModel):
+    """No parameters: the target is the call's verified sandbox."""
+
+
+class RdmaDeviceAccessParameters(ParameterModel):
+    """Which character-device classes of the allocated RDMA device the sandbox may open."""
+
+    nodes: list[RdmaNode] = Field(min_length=1, max_length=3)
+
+    @field_validator("nodes")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("nodes must not repeat")
+        return value
+
+
+NETNS_ASSIGN = OpcodeSpec(
+    name="rdma/netns-assign/v1",
+    summary="Move an exclusively allocated RDMA device into the verified sandbox's namespace.",
+    parameters=NetnsAssignParameters,
+    inputs={
+        "rdma": PortSpec(HandleType.RDMA_DEVICE, None, ScopeKind.HOST, Access.EXCLUSIVE_CONFIGURE)
+    },
+    outputs={"rdma": PortSpec(HandleType.RDMA_DEVICE, None, ScopeKind.SANDBOX, inherits="rdma")},
+    hooks=frozenset({Hook.CONNECT}),
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=frozenset(
+        {
+            RecoveryStrategy.OBSERVE_AND_RECONCILE,
+            RecoveryStrategy.RESTORE_BEFORE_IMAGE,
+            RecoveryStrategy.QUARANTINE,
+        }
+    ),
+    requires=frozenset({"rdma-exclusive-netns", "exclusive-grant", "protected-scope-clear"}),
+    postconditions=frozenset({"rdma-in-sandbox"}),
+)
+
+DEVICE_ACCESS = OpcodeSpec(
+    name="rdma/device-access/v1",
+    summary="Grant the verified sandbox the allocated RDMA device's character nodes only.",
+    parameters=RdmaDeviceAccessParameters,
+    inputs={
+        "rdma": PortSpec(HandleType.RDMA_DEVICE, None, ScopeKind.SANDBOX, Access.DEVICE_ACCESS)
+    },
+    outputs={"rdma": PortSpec(HandleType.RDMA_DEVICE, None, ScopeKind.SANDBOX, inherits="rdma")},
+    hooks=frozenset({Hook.CONNECT}),
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=frozenset({RecoveryStrategy.OBSERVE_AND_RECONCILE, RecoveryStrategy.QUARANTINE}),
+    requires=frozenset({"same-sandbox", "device-node-identity"}),
+    postconditions=frozenset({"rdma-node-identity"}),
+)
+
+SPECS: tuple[OpcodeSpec, ...] = (NETNS_ASSIGN, DEVICE_ACCESS)

@@ -1,0 +1,47 @@
+"""``vfio/*`` opcodes: device access to a function bound to ``vfio-pci``.
+
+Why ``connect``: access is granted to a verified consumer, and NodePrepare has no guaranteed
+sandbox (seed 000 §6.1). VFIO connect "verifies device-access readiness without expecting a
+netdevice" (§8.2): the executor checks the group (or cdev) node's identity and major/minor and
+records the sandbox as the single consumer whose containers may get exactly that node (§8.5,
+§10.3). The output is the ``VfioDevice/v1`` handle a VFIO root exports instead of an interface.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from dmn.interpreter.handles import Access, HandleType, ScopeKind
+from dmn.opcodes.parameter_types import ParameterModel
+from dmn.opcodes.spec import Hook, OpcodeSpec, PortSpec, RecoveryStrategy, Reversibility
+
+
+class DeviceAccessParameters(ParameterModel):
+    """The access backend: the group node, or a certified iommufd cdev."""
+
+    accessBackend: Literal["group", "cdev"]
+
+
+DEVICE_ACCESS = OpcodeSpec(
+    name="vfio/device-access/v1",
+    summary="Grant the verified sandbox access to exactly one VFIO-bound function's device node.",
+    parameters=DeviceAccessParameters,
+    inputs={
+        "function": PortSpec(HandleType.PCI_FUNCTION, None, ScopeKind.HOST, Access.DEVICE_ACCESS)
+    },
+    outputs={
+        "device": PortSpec(
+            HandleType.VFIO_DEVICE,
+            None,
+            ScopeKind.SANDBOX,
+            grants=frozenset({Access.READ, Access.DEVICE_ACCESS}),
+        )
+    },
+    hooks=frozenset({Hook.CONNECT}),
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=frozenset({RecoveryStrategy.OBSERVE_AND_RECONCILE, RecoveryStrategy.QUARANTINE}),
+    requires=frozenset({"iommu-group-owned", "device-node-identity", "driver-allowlisted"}),
+    postconditions=frozenset({"vfio-node-identity"}),
+)
+
+SPECS: tuple[OpcodeSpec, ...] = (DEVICE_ACCESS,)
