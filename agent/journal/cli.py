@@ -1,0 +1,98 @@
+"""``dmn journal show --state-dir DIR [--format text|json]``: read-only journal inspection.
+
+Opens the store read-only (no writer lock), so it works while an agent holds the journal.
+Shows preparations, attachments, operations with per-effect progress, quarantined effects,
+fences, share references, reservations and namespace pins. Exit codes: 0 shown, 1 the
+journal could not be opened (missing, newer schema), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from dmn.agent.journal.store import JournalError, JournalStore
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dmn journal", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    show = sub.add_parser("show", help="show the journal's contents (read-only)")
+    show.add_argument("--state-dir", required=True, help="the agent's state directory")
+    show.add_argument("--format", choices=("text", "json"), default="text")
+    return parser
+
+
+def _text(dump: dict[str, Any]) -> str:
+    lines = [f"journal {dump['stateDir']} (schema v{dump['schemaVersion']})", ""]
+    lines.append(f"preparations ({len(dump['preparations'])})")
+    for p in dump["preparations"]:
+        lines.append(
+            f"  {p['claimUID']} {p['allocationFingerprint']}  {p['state']}"
+            f"  ops={','.join(p['operations']) or '-'}"
+            + (f"  error={p['error']}" if p["error"] else "")
+        )
+    lines.append(f"attachments ({len(dump['attachments'])})")
+    for a in dump["attachments"]:
+        i = a["identity"]
+        lines.append(
+            f"  pod={i['podUID']} sandbox={i['sandboxID']} boot={i['bootID']}  {a['state']}"
+            f"  ops={','.join(a['operations']) or '-'}"
+        )
+    lines.append(f"operations ({len(dump['operations'])})")
+    for op in dump["operations"]:
+        prog = op["program"]
+        lines.append(
+            f"  {op['operationID']}  {op['state']}  {prog['plugin']}@{prog['pluginVersion']}"
+            f" {prog['hook']}  scope={op['scope']}  attempt={op['attempt']}"
+        )
+        if "failure" in op:
+            f = op["failure"]
+            lines.append(f"    failure: {f['code']} {f['effect']}: {f['message']}")
+        for e in op["effects"]:
+            note = f"  ({e['note']})" if e.get("note") else ""
+            lines.append(f"    {e['index']:>3} {e['id']:<24} {e['kind']:<32} {e['state']}{note}")
+    lines.append(f"quarantined effects ({len(dump['quarantined'])})")
+    for q in dump["quarantined"]:
+        lines.append(f"  {q['operationID']} {q['id']} {q['kind']}: {q.get('note', '')}")
+    lines.append(f"fences ({len(dump['fences'])})")
+    lines += [f"  {f['scope']}: {f['reason']}" for f in dump["fences"]]
+    lines.append(f"shares ({len(dump['shares'])})")
+    lines += [
+        f"  parent={s['parentInventoryID']} claim={s['claimUID']} share={s['shareID']}"
+        for s in dump["shares"]
+    ]
+    lines.append(f"reservations ({len(dump['reservations'])})")
+    lines += [f"  {r['resource']} by {r['holder']} ({r['kind']})" for r in dump["reservations"]]
+    lines.append(f"namespace pins ({len(dump['pins'])})")
+    lines += [
+        f"  {p['attachment']} {p['path']} dev={p['dev']} ino={p['inode']} {p['state']}"
+        for p in dump["pins"]
+    ]
+    return "\n".join(lines)
+
+
+def run(argv: list[str]) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) if exc.code in (0, None) else 2
+    try:
+        store = JournalStore.open_read_only(args.state_dir)
+    except JournalError as exc:
+        sys.stderr.write(f"dmn journal: error[{exc.code}]: {exc}\n")
+        return 1
+    except Exception as exc:  # RocksDB refuses to open: corrupt or not a journal
+        sys.stderr.write(f"dmn journal: error[E_JOURNAL]: cannot open {args.state_dir}: {exc}\n")
+        return 1
+    try:
+        dump = store.dump()
+    finally:
+        store.close()
+    if args.format == "json":
+        sys.stdout.write(json.dumps(dump, indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(_text(dump) + "\n")
+    return 0

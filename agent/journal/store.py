@@ -1,0 +1,497 @@
+"""The node journal store: RocksDB through rocksdict, synchronous, single writer.
+
+Contract:
+
+* **Durable commits.** Every write is one ``WriteBatch`` written with ``sync=True`` (one
+  WAL fdatasync; ``use_fsync`` is off, so RocksDB syncs data, not metadata, per commit).
+  :attr:`JournalStore.commits` counts them; the runner's budget is two per effect and two
+  per operation.
+* **Single writer.** A writer takes an exclusive ``flock`` on ``<state_dir>/journal.lock``
+  before touching the database; a second process gets :class:`JournalHeldError` ("journal
+  is held by another agent (pid N)"), never RocksDB's own LOCK message.
+* **Private files.** The state directory and database directory are 0700; database files
+  are created under umask 077 and re-chmodded 0600 on open and close.
+* **Schema version.** ``meta/schema`` holds the layout version. A store written by a newer
+  build is refused with :class:`JournalSchemaError` after a read-only probe: nothing is
+  rewritten or deleted.
+* **Read-only inspection.** :meth:`JournalStore.open_read_only` opens the database
+  read-only (falling back to a RocksDB secondary instance) without the writer lock, so
+  ``dmn journal show`` works while an agent holds the journal.
+
+The store implements :class:`dmn.interpreter.journal.Journal` for the runner and offers
+typed access to the coordinator's records (:mod:`dmn.agent.journal.records`); the key
+layout is documented in :mod:`dmn.agent.journal.keys`. Group coordinator writes with
+:meth:`JournalStore.batch` to keep one synced commit per state transition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
+
+from dmn.agent.journal import keys
+from dmn.agent.journal.records import (
+    AttachmentIdentity,
+    AttachmentRecord,
+    NamespacePin,
+    PreparationRecord,
+    Reservation,
+    ShareRef,
+)
+from dmn.interpreter.bound import canonical_json
+from dmn.interpreter.journal import (
+    SCHEMA_VERSION,
+    UNFINISHED_STATES,
+    EffectRecord,
+    EffectState,
+    Fence,
+    OperationRecord,
+    OperationState,
+)
+
+_log = logging.getLogger(__name__)
+
+DB_DIR = "journal.db"
+LOCK_FILE = "journal.lock"
+
+
+class JournalError(Exception):
+    """A journal could not be opened or written; ``code`` is a stable reason code."""
+
+    code = "E_JOURNAL"
+
+
+class JournalHeldError(JournalError):
+    code = "E_JOURNAL_HELD"
+
+
+class JournalSchemaError(JournalError):
+    code = "E_JOURNAL_SCHEMA"
+
+
+class JournalMissingError(JournalError):
+    code = "E_JOURNAL_MISSING"
+
+
+class ReservationConflict(JournalError):
+    code = "E_RESERVED"
+
+
+def _options() -> Options:
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.set_use_fsync(False)
+    opts.set_keep_log_file_num(4)
+    return opts
+
+
+def _dumps(value: Any) -> bytes:
+    return canonical_json(value)
+
+
+def _loads(raw: bytes) -> Any:
+    return json.loads(raw)
+
+
+def _chmod_private(db_dir: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.chmod(db_dir, 0o700)
+        for entry in os.scandir(db_dir):
+            if entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.chmod(entry.path, 0o600)
+
+
+class JournalBatch:
+    """Writes to apply in one synced commit (coordinator records; see :meth:`batch`)."""
+
+    def __init__(self) -> None:
+        self.puts: dict[bytes, bytes] = {}
+        self.deletes: set[bytes] = set()
+
+    def _put(self, key: bytes, value: Any) -> None:
+        self.deletes.discard(key)
+        self.puts[key] = _dumps(value)
+
+    def _delete(self, key: bytes) -> None:
+        self.puts.pop(key, None)
+        self.deletes.add(key)
+
+    def put_preparation(self, rec: PreparationRecord) -> None:
+        self._put(keys.key("prep", rec.claim_uid, rec.allocation_fingerprint), rec.to_json())
+
+    def delete_preparation(self, claim_uid: str, fingerprint: str) -> None:
+        self._delete(keys.key("prep", claim_uid, fingerprint))
+
+    def put_attachment(self, rec: AttachmentRecord) -> None:
+        self._put(keys.attachment_key(rec.identity), rec.to_json())
+
+    def delete_attachment(self, identity: AttachmentIdentity) -> None:
+        self._delete(keys.attachment_key(identity))
+
+    def put_share(self, ref: ShareRef) -> None:
+        self._put(
+            keys.key("share", ref.parent_inventory_id, ref.claim_uid, ref.share_id), ref.to_json()
+        )
+
+    def delete_share(self, parent_inventory_id: str, claim_uid: str, share_id: str) -> None:
+        self._delete(keys.key("share", parent_inventory_id, claim_uid, share_id))
+
+    def put_reservation(self, res: Reservation) -> None:
+        self._put(keys.key("resv", res.resource), res.to_json())
+
+    def delete_reservation(self, resource: str) -> None:
+        self._delete(keys.key("resv", resource))
+
+    def put_pin(self, pin: NamespacePin) -> None:
+        self._put(b"pin/" + pin.attachment.encode("utf-8"), pin.to_json())
+
+    def delete_pin(self, attachment: str) -> None:
+        self._delete(b"pin/" + attachment.encode("utf-8"))
+
+    def put_fence(self, fence: Fence) -> None:
+        self._put(keys.key("fence", fence.scope), fence.to_json())
+
+
+class JournalStore:
+    """One node journal. Use :meth:`open` (writer) or :meth:`open_read_only` (inspection)."""
+
+    def __init__(
+        self,
+        db: Rdict,
+        state_dir: Path,
+        *,
+        read_only: bool,
+        lock_fd: int | None = None,
+        secondary_dir: str | None = None,
+    ) -> None:
+        self._db = db
+        self.state_dir = state_dir
+        self.read_only = read_only
+        self._lock_fd = lock_fd
+        self._secondary_dir = secondary_dir
+        self._sync = WriteOptions()
+        self._sync.sync = True
+        self.commits = 0
+        self._closed = False
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(cls, state_dir: str | os.PathLike[str]) -> JournalStore:
+        """Open (creating if needed) the journal under ``state_dir`` as its single writer."""
+        root = Path(state_dir)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock_fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(lock_fd, 64, 0).decode("ascii", "replace").strip()
+            os.close(lock_fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise JournalHeldError(
+                    f"journal {root} is held by another agent (pid {holder or 'unknown'})"
+                ) from None
+            raise
+        try:
+            os.ftruncate(lock_fd, 0)
+            os.pwrite(lock_fd, f"{os.getpid()}\n".encode("ascii"), 0)
+            db_dir = root / DB_DIR
+            if (db_dir / "CURRENT").exists():
+                version = cls._probe_schema(db_dir)
+                cls._check_version(version, db_dir)
+            old_umask = os.umask(0o077)
+            try:
+                db = Rdict(str(db_dir), _options())
+            finally:
+                os.umask(old_umask)
+            _chmod_private(db_dir)
+            store = cls(db, root, read_only=False, lock_fd=lock_fd)
+            raw = db.get(keys.SCHEMA)
+            if raw is None:
+                store._write({keys.SCHEMA: _dumps({"version": SCHEMA_VERSION})}, set())
+            _log.info("journal=%s event=opened pid=%d", db_dir, os.getpid())
+            return store
+        except BaseException:
+            os.close(lock_fd)
+            raise
+
+    @classmethod
+    def open_read_only(cls, state_dir: str | os.PathLike[str]) -> JournalStore:
+        """Open for inspection without the writer lock; works while an agent holds it."""
+        root = Path(state_dir)
+        db_dir = root / DB_DIR
+        if not (db_dir / "CURRENT").exists():
+            raise JournalMissingError(f"no journal at {root} (expected {db_dir})")
+        try:
+            db = Rdict(str(db_dir), Options(raw_mode=True), access_type=AccessType.read_only())
+            store = cls(db, root, read_only=True)
+        except Exception:
+            secondary = tempfile.mkdtemp(prefix="dmn-journal-secondary-")
+            db = Rdict(
+                str(db_dir), Options(raw_mode=True), access_type=AccessType.secondary(secondary)
+            )
+            db.try_catch_up_with_primary()
+            store = cls(db, root, read_only=True, secondary_dir=secondary)
+        raw = db.get(keys.SCHEMA)
+        version = int(_loads(raw)["version"]) if raw is not None else 0
+        try:
+            cls._check_version(version, db_dir)
+        except JournalSchemaError:
+            store.close()
+            raise
+        return store
+
+    @staticmethod
+    def _probe_schema(db_dir: Path) -> int:
+        db = Rdict(str(db_dir), Options(raw_mode=True), access_type=AccessType.read_only())
+        try:
+            raw = db.get(keys.SCHEMA)
+        finally:
+            db.close()
+        return int(_loads(raw)["version"]) if raw is not None else 0
+
+    @staticmethod
+    def _check_version(version: int, db_dir: Path) -> None:
+        if version > SCHEMA_VERSION:
+            raise JournalSchemaError(
+                f"journal {db_dir} has schema version {version}, newer than this agent "
+                f"supports ({SCHEMA_VERSION}); refusing to open it (nothing was changed)"
+            )
+
+    @property
+    def schema_version(self) -> int:
+        raw = self._db.get(keys.SCHEMA)
+        return int(_loads(raw)["version"]) if raw is not None else 0
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._db.close()
+        if not self.read_only:
+            _chmod_private(self.state_dir / DB_DIR)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if self._secondary_dir is not None:
+            shutil.rmtree(self._secondary_dir, ignore_errors=True)
+
+    def __enter__(self) -> JournalStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ low level
+
+    def _write(self, puts: dict[bytes, bytes], deletes: set[bytes]) -> None:
+        if self.read_only:
+            raise JournalError("journal was opened read-only")
+        batch = WriteBatch(raw_mode=True)
+        for k in deletes:
+            batch.delete(k)
+        for k, v in puts.items():
+            batch.put(k, v)
+        self._db.write(batch, self._sync)
+        self.commits += 1
+
+    def _get(self, key: bytes) -> Any:
+        raw = self._db.get(key)
+        return _loads(raw) if raw is not None else None
+
+    def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, Any]]:
+        it = self._db.iter()
+        it.seek(prefix)
+        while it.valid():
+            k = it.key()
+            if not k.startswith(prefix):
+                break
+            yield k, _loads(it.value())
+            it.next()
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[JournalBatch]:
+        """Collect coordinator writes and commit them as one synced commit on exit."""
+        b = JournalBatch()
+        yield b
+        self.write(b)
+
+    def write(self, batch: JournalBatch) -> None:
+        if batch.puts or batch.deletes:
+            self._write(dict(batch.puts), set(batch.deletes))
+
+    # ------------------------------------------------------------------ Journal protocol
+
+    def load_operation(self, operation_id: str) -> OperationRecord | None:
+        header = self._get(keys.operation_key(operation_id))
+        if header is None:
+            return None
+        effects = [v for _, v in self._scan(keys.effect_prefix(operation_id))]
+        return OperationRecord.from_json(header, effects)
+
+    def commit(
+        self,
+        operation: OperationRecord | None,
+        effects: Sequence[EffectRecord] = (),
+        fences: Sequence[Fence] = (),
+        *,
+        header: bool = True,
+    ) -> None:
+        puts: dict[bytes, bytes] = {}
+        deletes: set[bytes] = set()
+        if operation is not None:
+            op_id = operation.operation_id
+            if header:
+                puts[keys.operation_key(op_id)] = _dumps(operation.header_json())
+                puts[keys.key("opscope", operation.scope, op_id)] = b"{}"
+                open_key = keys.key("open", op_id)
+                if operation.state in UNFINISHED_STATES:
+                    if self._db.get(open_key) is None:
+                        seq = int(self._db.latest_sequence_number())
+                        puts[open_key] = _dumps({"seq": seq})
+                else:
+                    deletes.add(open_key)
+            for e in effects:
+                puts[keys.effect_key(op_id, e.index)] = _dumps(e.to_json())
+        for f in fences:
+            puts[keys.key("fence", f.scope)] = _dumps(f.to_json())
+        self._write(puts, deletes)
+
+    def fence(self, scope: str) -> Fence | None:
+        data = self._get(keys.key("fence", scope))
+        return Fence.from_json(data) if data is not None else None
+
+    def unfinished_operations(self) -> list[OperationRecord]:
+        found = []
+        for k, v in self._scan(b"open/"):
+            found.append((int(v["seq"]), keys.split(k)[1]))
+        out = []
+        for _, op_id in sorted(found):
+            op = self.load_operation(op_id)
+            if op is not None and op.state in UNFINISHED_STATES:
+                out.append(op)
+        return out
+
+    # ------------------------------------------------------------------ operations (reads)
+
+    def operation_ids(self, scope: str | None = None) -> list[str]:
+        if scope is not None:
+            return [keys.split(k)[2] for k, _ in self._scan(keys.prefix("opscope", scope))]
+        out = []
+        for k, _ in self._scan(b"op/"):
+            parts = keys.split(k)
+            if len(parts) == 2:
+                out.append(parts[1])
+        return out
+
+    def operations(self, scope: str | None = None) -> list[OperationRecord]:
+        ops = (self.load_operation(i) for i in self.operation_ids(scope))
+        return [op for op in ops if op is not None]
+
+    def quarantined_effects(self) -> list[tuple[str, EffectRecord]]:
+        """Every Quarantined effect as (operation id, record)."""
+        out = []
+        for op in self.operations():
+            out += [(op.operation_id, e) for e in op.effects if e.state is EffectState.QUARANTINED]
+        return out
+
+    def fences(self) -> list[Fence]:
+        return [Fence.from_json(v) for _, v in self._scan(b"fence/")]
+
+    # ------------------------------------------------------------------ coordinator records
+
+    def get_preparation(self, claim_uid: str, fingerprint: str) -> PreparationRecord | None:
+        data = self._get(keys.key("prep", claim_uid, fingerprint))
+        return PreparationRecord.from_json(data) if data is not None else None
+
+    def preparations(self, claim_uid: str | None = None) -> list[PreparationRecord]:
+        pfx = keys.prefix("prep", claim_uid) if claim_uid is not None else b"prep/"
+        return [PreparationRecord.from_json(v) for _, v in self._scan(pfx)]
+
+    def get_attachment(self, identity: AttachmentIdentity) -> AttachmentRecord | None:
+        data = self._get(keys.attachment_key(identity))
+        return AttachmentRecord.from_json(data) if data is not None else None
+
+    def attachments(self, pod_uid: str | None = None) -> list[AttachmentRecord]:
+        recs = [AttachmentRecord.from_json(v) for _, v in self._scan(b"att/")]
+        return [r for r in recs if pod_uid is None or r.identity.pod_uid == pod_uid]
+
+    def shares(self, parent_inventory_id: str | None = None) -> list[ShareRef]:
+        pfx = (
+            keys.prefix("share", parent_inventory_id)
+            if parent_inventory_id is not None
+            else b"share/"
+        )
+        return [ShareRef.from_json(v) for _, v in self._scan(pfx)]
+
+    def reservation(self, resource: str) -> Reservation | None:
+        data = self._get(keys.key("resv", resource))
+        return Reservation.from_json(data) if data is not None else None
+
+    def reservations(self) -> list[Reservation]:
+        return [Reservation.from_json(v) for _, v in self._scan(b"resv/")]
+
+    def reserve(self, reservations: Sequence[Reservation]) -> None:
+        """Take all exclusive reservations or none (one commit); re-reserving by the same
+        holder is a no-op, another holder raises :class:`ReservationConflict`."""
+        batch = JournalBatch()
+        for res in reservations:
+            held = self.reservation(res.resource)
+            if held is not None and held.holder != res.holder:
+                raise ReservationConflict(
+                    f"{res.resource} is reserved by {held.holder}, not {res.holder}"
+                )
+            if held is None:
+                batch.put_reservation(res)
+        self.write(batch)
+
+    def pins(self) -> list[NamespacePin]:
+        return [NamespacePin.from_json(v) for _, v in self._scan(b"pin/")]
+
+    def get_pin(self, attachment: str) -> NamespacePin | None:
+        data = self._get(b"pin/" + attachment.encode("utf-8"))
+        return NamespacePin.from_json(data) if data is not None else None
+
+    def dump(self) -> dict[str, Any]:
+        """Everything, as JSON, for ``dmn journal show``."""
+        return {
+            "stateDir": str(self.state_dir),
+            "schemaVersion": self.schema_version,
+            "preparations": [p.to_json() for p in self.preparations()],
+            "attachments": [a.to_json() for a in self.attachments()],
+            "operations": [op.to_json() for op in self.operations()],
+            "quarantined": [
+                {"operationID": op_id, **e.to_json()} for op_id, e in self.quarantined_effects()
+            ],
+            "fences": [f.to_json() for f in self.fences()],
+            "shares": [s.to_json() for s in self.shares()],
+            "reservations": [r.to_json() for r in self.reservations()],
+            "pins": [p.to_json() for p in self.pins()],
+            "unfinished": [op.operation_id for op in self.unfinished_operations()],
+        }
+
+
+__all__ = [
+    "DB_DIR",
+    "LOCK_FILE",
+    "JournalBatch",
+    "JournalError",
+    "JournalHeldError",
+    "JournalMissingError",
+    "JournalSchemaError",
+    "JournalStore",
+    "OperationState",
+    "ReservationConflict",
+]
