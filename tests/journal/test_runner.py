@@ -1,0 +1,328 @@
+"""The runner's contract against an in-memory world and journal (and once on RocksDB)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from dmn.interpreter.bound import BoundEffect, BoundProgram
+from dmn.interpreter.handles import Access
+from dmn.interpreter.journal import (
+    EffectState,
+    MemoryJournal,
+    OperationState,
+    RecoveryPolicy,
+    RunCode,
+)
+from dmn.interpreter.mutation_lock import MutationLockTimeout, NodeMutationLock
+from dmn.interpreter.runner import Runner, RunRefused
+from tests.journal.programs import PARENT, child_program, foreign_world, reset_program
+from tests.journal.world import World, host_handle, world_executors
+
+
+class Crash(BaseException):
+    """Stands in for SIGKILL in-process: nothing after the boundary runs."""
+
+
+def make(journal=None, world=None, boundary=None):
+    world = world or World(data=copy.deepcopy(foreign_world()))
+    journal = journal if journal is not None else MemoryJournal()
+    return Runner(journal, world_executors(world), boundary=boundary), journal, world
+
+
+def state(world: World) -> dict:
+    return world.snapshot()
+
+
+INITIAL = World(data=copy.deepcopy(foreign_world())).snapshot()
+
+
+def test_happy_path_commits_and_exports() -> None:
+    runner, journal, world = make()
+    result = runner.run("op1", "att/a", child_program())
+    assert result.ok and not result.replayed
+    assert result.exports["interface"][0].inventory_id == "obj:vlan10"
+    snap = state(world)
+    assert snap["objects"]["vlan10"] == {"alias": "dmn:op1:create", "parent": "obj:eth0"}
+    assert snap["attrs"]["obj:vlan10.mtu"] == 1400 and snap["attrs"]["obj:vlan10.up"] is True
+    # intent + 2 per effect + Completed
+    assert journal.commits == 2 + 2 * 3
+    op = journal.load_operation("op1")
+    assert op is not None and op.state is OperationState.COMPLETED
+    assert [e.state for e in op.effects] == [EffectState.APPLIED] * 3
+    assert op.effects[1].before == {"attr": "obj:vlan10.mtu", "present": False, "value": None}
+    assert op.effects[1].inputs["interface"][0].inventory_id == "obj:vlan10"
+
+
+def test_replay_same_digest_returns_saved_result_without_effects() -> None:
+    runner, journal, world = make()
+    first = runner.run("op1", "att/a", child_program())
+    calls, commits = list(world.calls), journal.commits
+    again = runner.run("op1", "att/a", child_program())
+    assert again.replayed and again.exports == first.exports
+    assert world.calls == calls and journal.commits == commits
+
+
+def test_same_id_different_digest_is_refused() -> None:
+    runner, _, world = make()
+    runner.run("op1", "att/a", child_program())
+    with pytest.raises(RunRefused) as err:
+        runner.run("op1", "att/a", child_program(mtu=1500))
+    assert err.value.code is RunCode.E_OPERATION_CONFLICT
+    assert state(world)["attrs"]["obj:vlan10.mtu"] == 1400
+
+
+@pytest.mark.parametrize(
+    ("step", "effect", "code"),
+    [
+        ("apply", "up", "E_INJECTED"),
+        ("apply", "create", "E_INJECTED"),
+        ("observe", "mtu", "E_INJECTED"),
+        ("observe", "mtu=postcondition", "E_POSTCONDITION"),
+    ],
+)
+def test_failure_compensates_in_reverse_including_failed(step, effect, code) -> None:
+    runner, journal, world = make()
+    world.fail = {step: effect}
+    result = runner.run("op1", "att/a", child_program())
+    failed = effect.split("=")[0]
+    assert result.state is OperationState.UNDONE
+    assert result.failure is not None and result.failure.code == code
+    assert result.failure.effect == failed
+    assert state(world) == INITIAL
+    undos = [c for c in world.calls if c.startswith("undo:")]
+    attempted = ["create", "mtu", "up"][: ["create", "mtu", "up"].index(failed) + 1]
+    assert undos == [f"undo:{e}" for e in reversed(attempted)]
+    op = journal.load_operation("op1")
+    assert all(e.state in (EffectState.UNDONE, EffectState.PLANNED) for e in op.effects)
+
+
+def test_undo_failure_quarantines_and_keeps_undoing_the_rest() -> None:
+    runner, journal, world = make()
+    world.fail = {"apply": "up", "undo": "mtu"}
+    result = runner.run("op1", "att/a", child_program())
+    assert result.state is OperationState.QUARANTINED
+    assert result.quarantined == ("mtu",)
+    snap = state(world)
+    assert "vlan10" not in snap["objects"]  # create was still undone
+    op = journal.load_operation("op1")
+    assert op.effects[1].note == "undo failed; left for inspection"
+    with pytest.raises(RunRefused) as err:
+        runner.run("op1", "att/a", child_program())
+    assert err.value.code is RunCode.E_QUARANTINED
+
+
+def test_foreign_object_with_expected_name_is_never_adopted_or_deleted() -> None:
+    runner, _, world = make()
+    result = runner.run("op1", "att/a", child_program(name="other"))
+    assert result.state is OperationState.UNDONE
+    assert result.failure.code == "E_EXISTS"
+    assert state(world) == INITIAL  # "other" (foreign) untouched
+
+
+def test_irreversible_uncertain_effect_is_quarantined_not_retried() -> None:
+    runner, _, world = make()
+    world.fail = {"apply": "reset"}
+    result = runner.run("op2", "prep/c/f", reset_program())
+    assert result.state is OperationState.QUARANTINED and result.quarantined == ("reset",)
+    assert state(world)["resets"] == {"obj:pf0": 1}
+    with pytest.raises(RunRefused):
+        runner.run("op2", "prep/c/f", reset_program())
+    assert state(world)["resets"] == {"obj:pf0": 1}
+
+
+def test_recheck_refuses_missing_access_before_apply() -> None:
+    runner, _, world = make()
+    program = child_program()
+    weak = host_handle("eth0", Access.READ)
+    create = program.effects[0]
+    effects = (
+        BoundEffect(
+            create.id, create.source_id, create.kind, {"parent": (weak,)}, create.parameters
+        ),
+        *program.effects[1:],
+    )
+    bad = BoundProgram(
+        program.plugin, "v1", "connect", program.contract_digest, effects, program.exports
+    )
+    result = runner.run("op1", "att/a", bad)
+    assert result.failure.code == RunCode.E_RECHECK.value
+    assert world.calls == [] and state(world) == INITIAL
+
+
+def test_unknown_opcode_refused_before_intent() -> None:
+    runner, journal, _ = make()
+    program = child_program()
+    e = program.effects[0]
+    bad = BoundProgram(
+        "p", "v1", "connect", "d", (BoundEffect(e.id, e.id, "test/nope/v1", e.inputs, {}),)
+    )
+    with pytest.raises(RunRefused) as err:
+        runner.run("op1", "att/a", bad)
+    assert err.value.code is RunCode.E_NO_EXECUTOR and journal.commits == 0
+
+
+def test_cleanup_replays_recorded_effects_in_reverse_and_fences() -> None:
+    runner, journal, world = make()
+    runner.run("op1", "att/a", child_program())
+    world.calls.clear()
+    # cleanup needs nothing but the journal: a fresh runner over the same journal
+    fresh = Runner(journal, world_executors(world))
+    result = fresh.cleanup("op1", fence_scope="att/a")
+    assert result.state is OperationState.UNDONE
+    assert world.calls == ["undo:up", "undo:mtu", "undo:create"]
+    assert state(world) == INITIAL
+    # the terminal fence stops the older connect from resurrecting (run or replay)
+    with pytest.raises(RunRefused) as err:
+        fresh.run("op1", "att/a", child_program())
+    assert err.value.code is RunCode.E_FENCED
+    with pytest.raises(RunRefused):
+        fresh.run("op-late", "att/a", child_program())
+    assert state(world) == INITIAL
+    # cleanup again is a no-op
+    commits = journal.commits
+    assert fresh.cleanup("op1", fence_scope="att/a").state is OperationState.UNDONE
+    assert world.calls == ["undo:up", "undo:mtu", "undo:create"]
+    assert journal.commits == commits + 1  # only the (idempotent) fence rewrite
+
+
+def test_cleanup_of_unknown_operation_is_undone_and_fences() -> None:
+    runner, journal, _ = make()
+    assert runner.cleanup("ghost", fence_scope="att/z").state is OperationState.UNDONE
+    assert journal.fence("att/z") is not None
+
+
+def test_undone_operation_can_be_retried_as_a_new_attempt() -> None:
+    runner, journal, world = make()
+    world.fail = {"apply": "up"}
+    assert runner.run("op1", "att/a", child_program()).state is OperationState.UNDONE
+    world.fail = {}
+    result = runner.run("op1", "att/a", child_program())
+    assert result.ok and journal.load_operation("op1").attempt == 2
+
+
+@pytest.mark.parametrize(
+    "boundary",
+    [
+        "after-intent",
+        "after-before-image:create",
+        "after-apply:create",
+        "after-outcome:create",
+        "after-before-image:mtu",
+        "after-apply:up",
+        "after-outcome:up",
+        "before-completed",
+    ],
+)
+def test_in_process_crash_then_recovery_twice(boundary: str) -> None:
+    def hook(name: str) -> None:
+        if name == boundary:
+            raise Crash(name)
+
+    journal = MemoryJournal()
+    runner, _, world = make(journal=journal, boundary=hook)
+    with pytest.raises(Crash):
+        runner.run("op1", "att/a", child_program())
+    recovered = Runner(journal, world_executors(world)).recover()
+    assert len(recovered) == 1
+    op = journal.load_operation("op1")
+    if boundary in ("before-completed", "after-outcome:up", "after-apply:up"):
+        assert op.state is OperationState.COMPLETED  # all applied: rolled forward
+        assert state(world)["objects"]["vlan10"]["alias"] == "dmn:op1:create"
+    else:
+        assert op.state is OperationState.UNDONE
+        assert state(world) == INITIAL
+    commits, snap = journal.commits, state(world)
+    assert Runner(journal, world_executors(world)).recover() == []
+    assert journal.commits == commits and state(world) == snap
+
+
+def test_crash_during_cleanup_is_finished_by_recovery() -> None:
+    journal = MemoryJournal()
+    runner, _, world = make(journal=journal)
+    runner.run("op1", "att/a", child_program())
+
+    def hook(name: str) -> None:
+        if name == "after-undo:mtu":
+            raise Crash(name)
+
+    with pytest.raises(Crash):
+        Runner(journal, world_executors(world), boundary=hook).cleanup("op1", fence_scope="att/a")
+    assert journal.load_operation("op1").state is OperationState.UNDOING
+    Runner(journal, world_executors(world)).recover()
+    assert journal.load_operation("op1").state is OperationState.UNDONE
+    assert state(world) == INITIAL
+
+
+def test_roll_forward_policy_finishes_remaining_effects() -> None:
+    def hook(name: str) -> None:
+        if name == "after-outcome:create":
+            raise Crash(name)
+
+    journal = MemoryJournal()
+    runner, _, world = make(journal=journal, boundary=hook)
+    with pytest.raises(Crash):
+        runner.run("op1", "att/a", child_program(), policy=RecoveryPolicy.ROLL_FORWARD)
+    [result] = Runner(journal, world_executors(world)).recover()
+    assert result.ok and state(world)["attrs"]["obj:vlan10.up"] is True
+
+
+def test_irreversible_left_applying_by_crash_is_quarantined_with_record() -> None:
+    def hook(name: str) -> None:
+        if name == "after-apply:reset":
+            raise Crash(name)
+
+    journal = MemoryJournal()
+    runner, _, world = make(journal=journal, boundary=hook)
+    with pytest.raises(Crash):
+        runner.run("op2", "prep/c/f", reset_program())
+    [result] = Runner(journal, world_executors(world)).recover()
+    assert result.state is OperationState.QUARANTINED and result.quarantined == ("reset",)
+    op = journal.load_operation("op2")
+    assert "uncertain" in op.effects[0].note
+    assert state(world)["resets"] == {"obj:pf0": 1}
+    assert Runner(journal, world_executors(world)).recover() == []
+
+
+def test_runner_on_rocksdb_store_keeps_commit_budget(tmp_path: Path) -> None:
+    from dmn.agent.journal.store import JournalStore
+
+    with JournalStore.open(tmp_path) as store:
+        base = store.commits
+        runner, _, _world = make(journal=store)
+        assert runner.run("op1", "att/a", child_program()).ok
+        assert store.commits - base == 2 + 2 * 3
+        assert [op.operation_id for op in store.operations("att/a")] == ["op1"]
+        assert store.unfinished_operations() == []
+    with JournalStore.open(tmp_path) as store:
+        op = store.load_operation("op1")
+        assert op.state is OperationState.COMPLETED and op.program == child_program()
+        assert op.result["interface"][0].inventory_id == "obj:vlan10"
+
+
+def test_mutation_lock_is_reentrant_and_bounded() -> None:
+    import threading
+
+    lock = NodeMutationLock(timeout=0.05)
+    with lock.hold("outer"), lock.hold("inner"):
+        assert lock.holder == "outer"
+        errors = []
+
+        def other() -> None:
+            try:
+                with lock.hold("other"):
+                    pass
+            except MutationLockTimeout as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        assert errors and "outer" in str(errors[0])
+    assert lock.holder == ""
+
+
+def test_parent_handle_is_a_grant_not_an_object() -> None:
+    assert PARENT.grants(Access.CREATE_CHILD)
