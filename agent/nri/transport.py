@@ -1,0 +1,203 @@
+"""asyncio transport: the NRI multiplexed trunk, and ttrpc client/server on its connections.
+
+Why asyncio (and not threads) on the plugin side: one trunk carries two logical ttrpc
+connections in both directions; requests from the runtime, our own RegisterPlugin call,
+per-hook deadlines, reconnect backoff and a clean shutdown are all waits on the same
+socket. An event loop expresses "wait for this frame or this deadline or that close" with
+``asyncio.wait_for`` and cancellation, without a lock per connection or a thread per
+stream, and a hung hook can be abandoned (answered with DEADLINE_EXCEEDED) while the
+socket keeps being served. Blocking coordinator work runs in a thread pool
+(see :mod:`dmn.agent.nri.plugin`), so the loop never blocks on netlink or the journal.
+
+Writes of one ttrpc message are emitted as one ``writer.write`` of all its mux frames, so
+frames of two messages never interleave on the trunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from dmn.agent.nri import mux
+from dmn.agent.nri.ttrpc_frame import (
+    TYPE_DATA,
+    TYPE_REQUEST,
+    TYPE_RESPONSE,
+    Code,
+    FrameReader,
+    TtrpcError,
+    TtrpcProtocolError,
+    decode_request,
+    decode_response,
+    encode_frame,
+    encode_request,
+    encode_response,
+)
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[[bytes], None]
+
+
+class MuxTransport:
+    """One trunk socket; reassembles each logical connection and hands bytes to its sink."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._demux = mux.Demultiplexer()
+        self._sinks: dict[int, Sink] = {}
+        self.closed = asyncio.Event()
+        self.error: BaseException | None = None
+
+    def attach(self, conn_id: int, sink: Sink) -> None:
+        self._sinks[conn_id] = sink
+
+    async def send(self, conn_id: int, data: bytes) -> None:
+        if self.closed.is_set():
+            raise TtrpcError(Code.UNAVAILABLE, "connection closed")
+        self._writer.write(mux.encode(conn_id, data))
+        await self._writer.drain()
+
+    async def run(self) -> None:
+        """Read the trunk until EOF or error; always ends with the transport closed."""
+        try:
+            while True:
+                data = await self._reader.read(65536)
+                if not data:
+                    break
+                for conn_id, payload in self._demux.feed(data):
+                    sink = self._sinks.get(conn_id)
+                    if sink is not None:
+                        sink(payload)
+        except (OSError, mux.MuxProtocolError, TtrpcProtocolError) as exc:
+            self.error = exc
+            log.warning("nri trunk failed error=%s", exc)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if not self.closed.is_set():
+            self.closed.set()
+            with contextlib.suppress(Exception):
+                self._writer.close()
+
+
+Handler = Callable[[bytes, int], Awaitable[bytes]]
+"""A ttrpc method: (request payload, timeout_nano from the caller) -> response payload.
+Raise :class:`TtrpcError` to answer with a status."""
+
+
+@dataclass
+class _Pending:
+    future: asyncio.Future[bytes]
+
+
+class TtrpcServer:
+    """Serves unary requests arriving on one logical connection of a :class:`MuxTransport`."""
+
+    def __init__(
+        self,
+        transport: MuxTransport,
+        conn_id: int,
+        services: dict[str, dict[str, Handler]],
+    ) -> None:
+        self._transport = transport
+        self._conn_id = conn_id
+        self._services = services
+        self._frames = FrameReader()
+        self._tasks: set[asyncio.Task[None]] = set()
+        transport.attach(conn_id, self._feed)
+
+    def _feed(self, data: bytes) -> None:
+        for frame in self._frames.feed(data):
+            if frame.type != TYPE_REQUEST:
+                # Unary-only server: data frames would belong to streams we never opened.
+                log.debug(
+                    "ttrpc server ignores frame type=%d stream=%d", frame.type, frame.stream_id
+                )
+                continue
+            task = asyncio.get_running_loop().create_task(self._serve(frame.stream_id, frame.data))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, stream_id: int, data: bytes) -> None:
+        try:
+            req = decode_request(data)
+        except Exception as exc:  # malformed protobuf from the peer
+            reply = encode_response(code=Code.INVALID_ARGUMENT, message=f"bad request: {exc}")
+        else:
+            method = self._services.get(req.service, {}).get(req.method)
+            if req.service not in self._services:
+                reply = encode_response(code=Code.UNIMPLEMENTED, message=f"service {req.service}")
+            elif method is None:
+                reply = encode_response(code=Code.UNIMPLEMENTED, message=f"method {req.method}")
+            else:
+                try:
+                    reply = encode_response(await method(req.payload, req.timeout_nano))
+                except TtrpcError as exc:
+                    reply = encode_response(code=exc.code, message=exc.message)
+                except Exception as exc:
+                    log.exception(
+                        "ttrpc handler failed service=%s method=%s", req.service, req.method
+                    )
+                    reply = encode_response(code=Code.INTERNAL, message=str(exc))
+        with contextlib.suppress(TtrpcError, OSError):
+            await self._transport.send(self._conn_id, encode_frame(stream_id, TYPE_RESPONSE, reply))
+
+    def cancel(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+
+class TtrpcClient:
+    """Issues unary calls on one logical connection; client streams use odd ids."""
+
+    def __init__(self, transport: MuxTransport, conn_id: int) -> None:
+        self._transport = transport
+        self._conn_id = conn_id
+        self._frames = FrameReader()
+        self._next_stream = 1
+        self._pending: dict[int, asyncio.Future[bytes]] = {}
+        transport.attach(conn_id, self._feed)
+
+    def _feed(self, data: bytes) -> None:
+        for frame in self._frames.feed(data):
+            fut = self._pending.pop(frame.stream_id, None)
+            if fut is None or fut.done():
+                continue
+            if frame.type == TYPE_RESPONSE:
+                fut.set_result(frame.data)
+            elif frame.type == TYPE_DATA:
+                fut.set_exception(TtrpcError(Code.INTERNAL, "unexpected stream data on unary call"))
+
+    async def call(
+        self, service: str, method: str, payload: bytes, timeout: float | None = None
+    ) -> bytes:
+        stream_id = self._next_stream
+        self._next_stream += 2
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._pending[stream_id] = fut
+        timeout_nano = int(timeout * 1e9) if timeout else 0
+        frame = encode_frame(
+            stream_id, TYPE_REQUEST, encode_request(service, method, payload, timeout_nano)
+        )
+        closed = asyncio.ensure_future(self._transport.closed.wait())
+        try:
+            await self._transport.send(self._conn_id, frame)
+            done, _ = await asyncio.wait(
+                {fut, closed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if fut in done:
+                return decode_response(fut.result())
+            if closed in done:
+                raise TtrpcError(Code.UNAVAILABLE, "connection closed")
+            raise TtrpcError(
+                Code.DEADLINE_EXCEEDED, f"{service}/{method} timed out after {timeout}s"
+            )
+        finally:
+            self._pending.pop(stream_id, None)
+            closed.cancel()
