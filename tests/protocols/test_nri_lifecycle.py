@@ -9,7 +9,7 @@ import pytest
 from dmn.agent.nri.plugin import NriPlugin, PluginConfig, PluginThread
 from dmn.agent.protos import nri_api_pb2 as api
 from dmn.lab.runtime.nri_runtime import LabContainer, LabNriRuntime, LabPod
-from tests.protocols.nri_fixtures import RecordingHandler, wait_until
+from tests.protocols.nri_fixtures import RecordingHandler
 
 
 def _start(

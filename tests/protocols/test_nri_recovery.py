@@ -1,0 +1,147 @@
+"""Recovery and deadlines between lab/runtime and the agent's NRI plugin."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from dmn.agent.nri import mux
+from dmn.agent.nri.plugin import RUNTIME_SERVICE, NriPlugin, PluginConfig, PluginThread
+from dmn.agent.nri.ttrpc_frame import TYPE_REQUEST, encode_frame, encode_request
+from dmn.agent.protos import nri_api_pb2 as api
+from dmn.lab.runtime.nri_runtime import HookFailed, LabNriRuntime, LabPod
+from tests.protocols.nri_fixtures import RecordingHandler, wait_until
+
+FAST = {"backoff_initial": 0.02, "backoff_max": 0.2}
+
+
+def _plugin(sock: str, handler: RecordingHandler, **kw: object) -> PluginThread:
+    cfg = PluginConfig(socket_path=sock, **{**FAST, **kw})  # type: ignore[arg-type]
+    return PluginThread(NriPlugin(handler, cfg)).start()
+
+
+def test_runtime_restart_reconnects_reregisters_resynchronizes(tmp_path: Path) -> None:
+    sock = str(tmp_path / "nri.sock")
+    runtime = LabNriRuntime(sock, request_timeout=1.0).start()
+    handler = RecordingHandler()
+    thread = _plugin(sock, handler)
+    try:
+        assert runtime.wait_ready(1, 5.0)
+        runtime.run_pod_sandbox(LabPod("a", "uid-a", "a", "ns", "/run/netns/a"))
+        runtime.stop()  # runtime goes away, socket removed
+        assert wait_until(lambda: not thread.ready.is_set())
+
+        runtime = LabNriRuntime(sock, request_timeout=1.0)
+        runtime.pods["a"] = LabPod("a", "uid-a", "a", "ns", "/run/netns/a")
+        runtime.pods["b"] = LabPod("b", "uid-b", "b", "ns", "/run/netns/b")
+        runtime.start()
+        assert runtime.wait_ready(1, 5.0)
+        assert wait_until(lambda: len(handler.synced) == 2)
+        assert handler.synced[-1] == (["uid-a", "uid-b"], [])
+        assert thread.plugin.stats.registrations == 2
+        runtime.run_pod_sandbox(LabPod("c", "uid-c", "c", "ns", "/run/netns/c"))
+        assert handler.events() == ["RunPodSandbox", "RunPodSandbox"]
+    finally:
+        thread.stop()
+        runtime.stop()
+
+
+def test_plugin_restart_is_accepted_and_resynchronized(tmp_path: Path) -> None:
+    sock = str(tmp_path / "nri.sock")
+    runtime = LabNriRuntime(sock, request_timeout=1.0).start()
+    runtime.pods["a"] = LabPod("a", "uid-a", "a", "ns", "/run/netns/a")
+    first = _plugin(sock, RecordingHandler())
+    try:
+        assert runtime.wait_ready(1, 5.0)
+        first.stop()
+        assert wait_until(lambda: runtime.ready_plugins == [])
+        handler = RecordingHandler()
+        second = _plugin(sock, handler)
+        try:
+            assert runtime.wait_ready(1, 5.0)
+            assert handler.synced == [(["uid-a"], [])]
+            runtime.stop_pod_sandbox("a")
+            assert handler.events() == ["StopPodSandbox"]
+        finally:
+            second.stop()
+    finally:
+        runtime.stop()
+
+
+def test_hook_exceeding_deadline_is_reported_not_hung(tmp_path: Path) -> None:
+    sock = str(tmp_path / "nri.sock")
+    runtime = LabNriRuntime(sock, request_timeout=0.8).start()
+    handler = RecordingHandler(stall={"RunPodSandbox": 1.5})
+    thread = _plugin(sock, handler)
+    try:
+        assert runtime.wait_ready(1, 5.0)
+        deadline = thread.plugin.hook_deadline()
+        assert deadline == pytest.approx(0.6)  # 0.75 x the runtime's 0.8 s request timeout
+        with pytest.raises(HookFailed, match="exceeded its"):
+            runtime.run_pod_sandbox(LabPod("slow", "uid-slow", "slow", "ns", "/run/netns/s"))
+        assert wait_until(lambda: len(handler.timeouts) == 1)
+        report = handler.timeouts[0]
+        assert (report.event, report.pod_uid) == ("RunPodSandbox", "uid-slow")
+        assert thread.plugin.stats.hook_timeouts == 1
+        # the plugin answered before the runtime's own timeout: it was not dropped
+        assert runtime.ready_plugins == ["10-dra-multi-network"]
+        assert "dropped" not in [e.kind for e in runtime.events]
+    finally:
+        thread.stop()
+        runtime.stop()
+
+
+def test_refused_hook_fails_the_operation(tmp_path: Path) -> None:
+    sock = str(tmp_path / "nri.sock")
+    runtime = LabNriRuntime(sock, request_timeout=1.0).start()
+    handler = RecordingHandler(refuse={"CreateContainer"})
+    thread = _plugin(sock, handler)
+    try:
+        assert runtime.wait_ready(1, 5.0)
+        runtime.run_pod_sandbox(LabPod("p", "uid-p", "p", "ns", "/run/netns/p"))
+        from dmn.lab.runtime.nri_runtime import LabContainer
+
+        with pytest.raises(HookFailed, match="refused by test"):
+            runtime.create_container("p", LabContainer("c", "p", "app"))
+        assert "c" not in runtime.containers
+    finally:
+        thread.stop()
+        runtime.stop()
+
+
+def _raw_register(sock_path: str, name: str, idx: str) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sock_path)
+    req = api.RegisterPluginRequest(plugin_name=name, plugin_idx=idx).SerializeToString()
+    frame = encode_frame(1, TYPE_REQUEST, encode_request(RUNTIME_SERVICE, "RegisterPlugin", req))
+    s.sendall(mux.encode(mux.RUNTIME_SERVICE_CONN, frame))
+    return s
+
+
+def test_runtime_drops_plugin_that_never_answers(tmp_path: Path) -> None:
+    sock = str(tmp_path / "nri.sock")
+    runtime = LabNriRuntime(sock, request_timeout=0.3, registration_timeout=0.3).start()
+    try:
+        mute = _raw_register(sock, "mute", "05")  # registers, never answers Configure
+        silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        silent.connect(sock)  # never registers
+        bad = _raw_register(sock, "bad name!", "5")
+        assert wait_until(lambda: len([e for e in runtime.events if e.kind == "dropped"]) == 3)
+        reasons = sorted(e.detail for e in runtime.events if e.kind == "dropped")
+        assert any("registration timed out" in r for r in reasons)
+        assert any("invalid plugin name" in r for r in reasons)
+        assert any("Configure" in r and "exceeded" in r for r in reasons)
+        assert runtime.ready_plugins == []
+        for s in (mute, silent, bad):
+            s.close()
+    finally:
+        runtime.stop()
+
+
+def test_plugin_identity_is_validated_before_connecting() -> None:
+    with pytest.raises(ValueError, match="two digits"):
+        PluginConfig(index="7")
+    with pytest.raises(ValueError, match="plugin name"):
+        PluginConfig(name="dra multi")
