@@ -2,7 +2,7 @@
 
 The runner's contract is under test here, not netlink: the world is a dict of named objects
 (``objects``) and settable attributes (``attrs``), held in memory or in a JSON file (for the
-subprocess crash tests; every mutation is written atomically with fsync + rename so a
+subprocess crash tests; every mutation is written atomically by rename so a
 SIGKILL never leaves a torn world). Executors prove ownership exactly as real ones must:
 created objects carry the ``dmn:<op>:<effect>`` alias; a foreign object with the expected
 name is never adopted or deleted.
@@ -61,9 +61,7 @@ class World:
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as f:
             json.dump(self.data, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        os.replace(tmp, self.path)  # atomic against SIGKILL (page cache survives the process)
 
     def check_fail(self, step: str, effect_id: str) -> None:
         if self.fail.get(step) == effect_id:

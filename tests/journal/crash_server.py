@@ -1,0 +1,98 @@
+"""A fork server for the crash matrix: one interpreter start, one forked child per step.
+
+Started once per test session (``python -m tests.journal.crash_server``). It imports the
+runner, the store and the test executors up front and never opens RocksDB itself, so every
+forked child is a fresh process with respect to the journal: it opens the store, runs one
+step, and either exits or is SIGKILLed by the runner's boundary hook at the requested
+boundary index. Requests and replies are JSON lines on stdin/stdout; a child's own report
+goes to the request's ``out`` file.
+
+Request: ``{"action": "run"|"cleanup"|"recover", "state_dir", "world", "out", "op", "scope",
+"program" (BoundProgram JSON, for run), "crash_at" (boundary index or null),
+"fail" (injections), "executors": "test"|"builtin"}``.
+Reply: ``{"exit": code}`` or ``{"signal": n}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from dmn.agent.journal.store import JournalStore
+from dmn.interpreter.bound import BoundProgram
+from dmn.interpreter.runner import Runner, RunRefused
+from tests.journal.world import World, world_executors
+
+
+def _executors(kind: str, world: World) -> dict[str, Any]:
+    if kind == "builtin":
+        from tests.journal.generic import builtin_executors
+
+        return builtin_executors(world)
+    return world_executors(world)
+
+
+def _child(req: dict[str, Any]) -> int:
+    boundaries: list[str] = []
+    crash_at = req.get("crash_at")
+
+    def hook(name: str) -> None:
+        boundaries.append(name)
+        if crash_at is not None and len(boundaries) - 1 == crash_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    world = World.load(Path(req["world"]))
+    world.fail = dict(req.get("fail") or {})
+    store = JournalStore.open(req["state_dir"])
+    runner = Runner(store, _executors(req.get("executors", "test"), world), boundary=hook)
+    report: dict[str, Any] = {}
+    base = store.commits
+    try:
+        if req["action"] == "run":
+            program = BoundProgram.from_json(req["program"])
+            result = runner.run(req["op"], req["scope"], program)
+            report["state"] = result.state.value
+        elif req["action"] == "cleanup":
+            result = runner.cleanup(req["op"], fence_scope=req["scope"])
+            report["state"] = result.state.value
+        else:
+            report["recovered"] = [r.operation_id for r in runner.recover()]
+    except RunRefused as exc:
+        report["refused"] = exc.code.value
+    report["boundaries"] = boundaries
+    report["commits"] = store.commits - base
+    report["dump"] = store.dump()
+    store.close()
+    Path(req["out"]).write_text(json.dumps(report))
+    return 0
+
+
+def main() -> None:
+    for line in sys.stdin:
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = _child(req)
+            except BaseException:
+                traceback.print_exc(file=sys.stderr)
+            finally:
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status):
+            reply = {"signal": os.WTERMSIG(status)}
+        else:
+            reply = {"exit": os.WEXITSTATUS(status)}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
