@@ -1,0 +1,128 @@
+"""PersonaSet → ResourceSlices (resource.k8s.io/v1), one pool per node.
+
+Entry points: :func:`build_slices` (pure, one generation) and :class:`SlicePublisher`
+(keeps the generation coherent: it increases exactly when the published content changes).
+
+Shape and limits follow the v1 API (checked against the upstream 1.37 OpenAPI schema):
+counter-bearing and device-bearing slices are separate (``sharedCounters`` and ``devices``
+are mutually exclusive in one slice); ≤ 8 counter sets per slice, ≤ 32 counters per set;
+≤ 128 devices per slice, ≤ 64 when a device in it consumes counters; ≤ 2 consumptions per
+device; ≤ 32 attributes + capacities per device; attribute strings ≤ 64 characters. Every
+slice of one generation carries the same ``pool.generation`` and the total
+``resourceSliceCount``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from dmn.agent.personas.model import DRIVER, MEMBERS, PersonaSet
+from dmn.interpreter.bound import canonical_json
+
+log = logging.getLogger(__name__)
+
+MAX_DEVICES = 128
+MAX_DEVICES_WITH_COUNTERS = 64
+MAX_COUNTER_SETS = 8
+MAX_CONSUMPTIONS = 2
+
+
+class SliceLimitError(ValueError):
+    """A persona set that cannot be published within the v1 limits (reason E_SLICE_LIMIT)."""
+
+    code = "E_SLICE_LIMIT"
+
+
+def _chunks(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def build_slices(
+    personas: PersonaSet, node_name: str, generation: int, *, driver: str = DRIVER
+) -> list[dict[str, Any]]:
+    """All slices of the node's pool at ``generation`` (counter slices first)."""
+    for p in personas.personas:
+        if len(p.consumptions) > MAX_CONSUMPTIONS:
+            raise SliceLimitError(f"device {p.name}: {len(p.consumptions)} counter consumptions")
+    counter_sets = [
+        {"name": name, "counters": {MEMBERS: {"value": str(total)}}}
+        for name, total in sorted(personas.counter_sets.items())
+    ]
+    ordered = sorted(personas.personas, key=lambda p: p.name)
+    consuming = [p.to_device() for p in ordered if p.consumptions]
+    plain = [p.to_device() for p in ordered if not p.consumptions]
+    bodies: list[tuple[str, dict[str, Any]]] = []
+    for i, chunk in enumerate(_chunks(counter_sets, MAX_COUNTER_SETS)):
+        bodies.append((f"{node_name}-network-counters-{i}", {"sharedCounters": chunk}))
+    device_chunks = _chunks(consuming, MAX_DEVICES_WITH_COUNTERS) + _chunks(plain, MAX_DEVICES)
+    for i, chunk in enumerate(device_chunks):
+        bodies.append((f"{node_name}-network-devices-{i}", {"devices": chunk}))
+    if not bodies:
+        bodies.append((f"{node_name}-network-devices-0", {"devices": []}))
+    count = len(bodies)
+    out: list[dict[str, Any]] = []
+    for name, body in bodies:
+        spec: dict[str, Any] = {
+            "driver": driver,
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": generation, "resourceSliceCount": count},
+        }
+        spec.update(body)
+        out.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": name, "labels": {f"{DRIVER}/node": node_name}},
+                "spec": spec,
+            }
+        )
+    return out
+
+
+def content_digest(personas: PersonaSet) -> str:
+    """Digest of what the pool publishes, independent of generation."""
+    body = {
+        "devices": [p.to_device() for p in sorted(personas.personas, key=lambda p: p.name)],
+        "counterSets": dict(sorted(personas.counter_sets.items())),
+    }
+    return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+@dataclass
+class SlicePublisher:
+    """Per-node pool generations: bump only when the content changes.
+
+    ``generation`` and ``digest`` are the last published values; the node agent persists
+    them (a restarted agent must publish a generation above any it published before).
+    """
+
+    node_name: str
+    generation: int = 0
+    digest: str = ""
+
+    def publish(self, personas: PersonaSet) -> tuple[bool, list[dict[str, Any]]]:
+        """(changed, slices) for the current persona set."""
+        digest = content_digest(personas)
+        changed = digest != self.digest
+        if changed:
+            self.generation += 1
+            self.digest = digest
+            log.info(
+                "pool generation node=%s generation=%d devices=%d",
+                self.node_name,
+                self.generation,
+                len(personas.personas),
+            )
+        return changed, build_slices(personas, self.node_name, self.generation)
+
+
+def personas_of(slices: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Device entries by name across a pool's slices (for read-back checks)."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in slices:
+        for d in s["spec"].get("devices") or ():
+            out[d["name"]] = d
+    return out
