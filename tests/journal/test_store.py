@@ -1,0 +1,210 @@
+"""The RocksDB journal store: single writer, schema refusal, modes, lookups, inspection."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rocksdict import Options, Rdict
+
+from dmn.agent.journal import keys
+from dmn.agent.journal.cli import run as journal_cli
+from dmn.agent.journal.records import (
+    AttachmentIdentity,
+    AttachmentRecord,
+    AttachmentState,
+    NamespacePin,
+    PreparationRecord,
+    PreparationState,
+    Reservation,
+    ShareRef,
+)
+from dmn.agent.journal.store import (
+    DB_DIR,
+    JournalHeldError,
+    JournalMissingError,
+    JournalSchemaError,
+    JournalStore,
+    ReservationConflict,
+)
+from dmn.interpreter.journal import OperationState
+from dmn.interpreter.runner import Runner
+from tests.journal.programs import child_program
+from tests.journal.world import World, world_executors
+
+ROOT = Path(__file__).resolve().parents[2]
+
+HOLDER = """
+import sys
+from dmn.agent.journal.store import JournalStore
+from dmn.agent.journal.records import PreparationRecord
+from dmn.interpreter.runner import Runner
+from tests.journal.programs import child_program
+from tests.journal.world import World, world_executors
+store = JournalStore.open(sys.argv[1])
+with store.batch() as b:
+    b.put_preparation(PreparationRecord("claim-1", "fp-1"))
+Runner(store, world_executors(World())).run("op-held", "prep/claim-1/fp-1", child_program())
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _holder(state_dir: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(state_dir)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_second_writer_process_gets_a_clear_error(tmp_path: Path) -> None:
+    proc = _holder(tmp_path)
+    try:
+        with pytest.raises(JournalHeldError) as err:
+            JournalStore.open(tmp_path)
+        assert f"held by another agent (pid {proc.pid})" in str(err.value)
+        assert "LOCK" not in str(err.value)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    # the kernel drops the flock with the process: a new agent takes over and recovers
+    with JournalStore.open(tmp_path) as store:
+        assert store.load_operation("op-held").state is OperationState.COMPLETED
+
+
+def test_read_only_inspection_while_an_agent_holds_the_journal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proc = _holder(tmp_path)
+    try:
+        assert journal_cli(["show", "--state-dir", str(tmp_path), "--format", "json"]) == 0
+        dump = json.loads(capsys.readouterr().out)
+        assert [p["claimUID"] for p in dump["preparations"]] == ["claim-1"]
+        [op] = dump["operations"]
+        assert op["operationID"] == "op-held" and op["state"] == "Completed"
+        assert [e["state"] for e in op["effects"]] == ["Applied"] * 3
+        assert journal_cli(["show", "--state-dir", str(tmp_path)]) == 0
+        text = capsys.readouterr().out
+        assert "op-held  Completed  test-cni@v1 connect" in text
+        # through the real CLI entry point, in another process
+        out = subprocess.run(
+            [sys.executable, "-m", "dmn", "journal", "show", "--state-dir", str(tmp_path)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "preparations (1)" in out
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.write("\n")
+        proc.stdin.close()
+        proc.wait()
+
+
+def test_show_missing_journal_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert journal_cli(["show", "--state-dir", str(tmp_path / "none")]) == 1
+    assert "error[E_JOURNAL_MISSING]" in capsys.readouterr().err
+    with pytest.raises(JournalMissingError):
+        JournalStore.open_read_only(tmp_path / "none")
+    assert journal_cli(["bogus"]) == 2
+
+
+def _files(db_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(db_dir.iterdir()) if p.is_file()}
+
+
+def test_newer_schema_is_refused_and_nothing_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with JournalStore.open(tmp_path) as store:
+        Runner(store, world_executors(World())).run("op1", "att/a", child_program())
+    db = Rdict(str(tmp_path / DB_DIR), Options(raw_mode=True))
+    db[keys.SCHEMA] = b'{"version":99}'
+    db.close()
+    before = _files(tmp_path / DB_DIR)
+    with pytest.raises(JournalSchemaError) as err:
+        JournalStore.open(tmp_path)
+    assert "schema version 99" in str(err.value) and "nothing was changed" in str(err.value)
+    with pytest.raises(JournalSchemaError):
+        JournalStore.open_read_only(tmp_path)
+    assert journal_cli(["show", "--state-dir", str(tmp_path)]) == 1
+    assert "E_JOURNAL_SCHEMA" in capsys.readouterr().err
+    assert _files(tmp_path / DB_DIR) == before
+    # the refusal released the writer lock
+    db = Rdict(str(tmp_path / DB_DIR), Options(raw_mode=True))
+    db[keys.SCHEMA] = b'{"version":1}'
+    db.close()
+    with JournalStore.open(tmp_path) as store:
+        assert store.load_operation("op1") is not None
+
+
+def test_files_are_private_and_commits_synchronous(tmp_path: Path) -> None:
+    with JournalStore.open(tmp_path / "state") as store:
+        assert store._sync.sync is True  # every commit is a synced WriteBatch
+        Runner(store, world_executors(World())).run("op1", "att/a", child_program())
+    db_dir = tmp_path / "state" / DB_DIR
+    assert stat.S_IMODE(os.stat(tmp_path / "state").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(db_dir).st_mode) == 0o700
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in db_dir.iterdir()}
+    assert modes and set(modes.values()) == {0o600}, modes
+    lock = tmp_path / "state" / "journal.lock"
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o600
+
+
+def test_coordinator_records_and_lookups(tmp_path: Path) -> None:
+    ident = AttachmentIdentity("node-uid", "boot/1", "pod-a", "sandbox-1")
+    other = AttachmentIdentity("node-uid", "boot/1", "pod-a", "sandbox-2")
+    with JournalStore.open(tmp_path) as store:
+        base = store.commits
+        with store.batch() as b:
+            b.put_preparation(PreparationRecord("claim/1", "fp-a", operations=["op-p1"]))
+            b.put_preparation(PreparationRecord("claim/1", "fp-b"))
+            b.put_preparation(PreparationRecord("claim/10", "fp-a"))
+            b.put_attachment(
+                AttachmentRecord(ident, claims=[{"claimUID": "c", "fingerprint": "f"}])
+            )
+            b.put_attachment(AttachmentRecord(other, state=AttachmentState.READY))
+            b.put_share(ShareRef("pf0", "claim/1", "share-1", "fp-a", "macvlan-parent"))
+            b.put_share(ShareRef("pf0", "claim/2", "share-2"))
+            b.put_share(ShareRef("pf01", "claim/3", "share-3"))
+            b.put_pin(NamespacePin(keys.attachment_id(ident), "/run/netns/x", 4, 4026532000, "b"))
+        assert store.commits - base == 1  # one batch, one synced commit
+        prep = store.get_preparation("claim/1", "fp-a")
+        assert prep is not None and prep.operations == ["op-p1"]
+        assert prep.state is PreparationState.PREPARING
+        assert [p.allocation_fingerprint for p in store.preparations("claim/1")] == ["fp-a", "fp-b"]
+        assert store.get_attachment(ident).claims == [{"claimUID": "c", "fingerprint": "f"}]
+        assert store.get_attachment(other).state is AttachmentState.READY
+        assert len(store.attachments(pod_uid="pod-a")) == 2
+        assert {s.claim_uid for s in store.shares("pf0")} == {"claim/1", "claim/2"}
+        assert store.get_pin(keys.attachment_id(ident)).inode == 4026532000
+        store.reserve([Reservation("pf1", "prep/claim/1/fp-a"), Reservation("rd:0000:3b", "x")])
+        store.reserve([Reservation("pf1", "prep/claim/1/fp-a")])  # same holder: no-op
+        with pytest.raises(ReservationConflict):
+            store.reserve([Reservation("pf2", "y"), Reservation("pf1", "prep/other")])
+        assert store.reservation("pf2") is None  # all or nothing
+        with store.batch() as b:
+            b.delete_share("pf0", "claim/2", "share-2")
+            b.delete_reservation("pf1")
+        assert {s.share_id for s in store.shares("pf0")} == {"share-1"}
+        assert store.reservation("pf1") is None
+
+
+def test_key_escaping_keeps_prefix_scans_exact() -> None:
+    assert keys.key("prep", "a/b", "c%d") == b"prep/a%2Fb/c%25d"
+    assert keys.split(keys.key("prep", "a/b", "c%d")) == ["prep", "a/b", "c%d"]
+    assert not keys.key("prep", "claim/10", "x").startswith(keys.prefix("prep", "claim/1"))
