@@ -32,7 +32,8 @@ Shapes, in brief (camelCase is the YAML spelling)::
                     cleanup: RecordedEffects}
                     hooks: {prepare?: Program, connect?: Program,
                             unprepare?: {undo: prepare}, remove?: {undo: connect}}
-    InputPort:    {type, linkType?, minItems=1, maxItems=1, access, when?, description?}
+    InputPort:    {type, linkType?, minItems=1, maxItems=1, access (one or a list), when?,
+                   description?}
     OutputPort:   {type, linkType?, minItems=1, maxItems=1, ownership, when?, description?}
 """
 
@@ -159,7 +160,7 @@ class InputPort(_Strict):
     link_type: LinkTypeName | None = Field(default=None, alias="linkType")
     min_items: int = Field(default=1, alias="minItems", ge=0, le=256)
     max_items: int = Field(default=1, alias="maxItems", ge=1, le=256)
-    access: AccessName
+    access: AccessName | list[AccessName]
     when: str | None = None
     description: str | None = None
 
@@ -167,7 +168,13 @@ class InputPort(_Strict):
     def _bounds(self) -> InputPort:
         if self.min_items > self.max_items:
             raise ValueError("minItems is greater than maxItems")
+        if isinstance(self.access, list) and not self.access:
+            raise ValueError("access lists at least one access")
         return self
+
+    def accesses(self) -> frozenset[str]:
+        """The accesses this port grants (``access`` may be one value or a list)."""
+        return frozenset(self.access if isinstance(self.access, list) else [self.access])
 
 
 class OutputPort(_Strict):

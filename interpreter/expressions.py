@@ -438,19 +438,19 @@ def evaluate(expr: Expr, config: Mapping[str, Any]) -> Any:
     if isinstance(expr, REFERENCE_TYPES):
         raise GuardError(f"{expr.text()} cannot be read in a guard", expr)
     if isinstance(expr, Not):
-        value = evaluate(expr.operand, config)
+        value = _truth(evaluate(expr.operand, config))
         if not isinstance(value, bool):
             raise GuardError("'not' needs a boolean", expr)
         return not value
     if isinstance(expr, BoolOp):
-        left = evaluate(expr.left, config)
+        left = _truth(evaluate(expr.left, config))
         if not isinstance(left, bool):
             raise GuardError(f"'{expr.op}' needs booleans", expr.left)
         if expr.op == "and" and not left:
             return False
         if expr.op == "or" and left:
             return True
-        right = evaluate(expr.right, config)
+        right = _truth(evaluate(expr.right, config))
         if not isinstance(right, bool):
             raise GuardError(f"'{expr.op}' needs booleans", expr.right)
         return right
@@ -478,6 +478,11 @@ _ORDERING: dict[str, Callable[[int, int], bool]] = {
     ">": operator.gt,
     ">=": operator.ge,
 }
+
+
+def _truth(value: Any) -> Any:
+    """An absent (null) optional boolean reads as false in boolean context."""
+    return False if value is None else value
 
 
 def _same(a: Any, b: Any) -> bool:

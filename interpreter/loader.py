@@ -276,7 +276,7 @@ _BUILTIN_DIAGNOSTICS: list[Diagnostic] = []
 
 def builtin_programs_root() -> FsPath:
     """The packaged ``programs/`` folder (``dmn.programs``)."""
-    return FsPath(str(resources.files("dmn.programs")))
+    return FsPath(str(resources.files("dmn.programs"))).resolve()
 
 
 def load_builtin_plugins() -> dict[str, Plugin]:

@@ -1,0 +1,139 @@
+"""Reasoning about opcode parameter models (pydantic) from the checker and binder.
+
+Parameters are JSON, so every check validates *JSON* against the opcode's model in
+strict mode (no coercion; enum values accepted as their JSON strings). A binding
+``{from: call.config.X}`` is checked by substituting the config field's type: every
+boundary value the config schema admits (enum members, both booleans, minimum and
+maximum, shortest and longest string) must be accepted by the parameter's type —
+otherwise a valid config could produce a payload the opcode rejects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Annotated, Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
+
+from dmn.interpreter.config_schema import (
+    AnyProperty,
+    ArraySchema,
+    BooleanSchema,
+    IntegerSchema,
+    ObjectSchema,
+    StringSchema,
+)
+
+#: Stand-ins for "no bound given" when sampling config ranges.
+UNBOUNDED_INT = 2**63 - 1
+UNBOUNDED_LENGTH = 4096
+
+
+def model_fields(model: type[BaseModel]) -> dict[str, FieldInfo]:
+    """Parameter name (as written in documents: alias if any) -> field."""
+    out: dict[str, FieldInfo] = {}
+    for name, info in model.model_fields.items():
+        out[info.alias or name] = info
+    return out
+
+
+@lru_cache(maxsize=1024)
+def _adapter(model: type[BaseModel], field: str) -> TypeAdapter[Any] | None:
+    info = model_fields(model).get(field)
+    if info is None:
+        return None
+    annotation: Any = info.annotation
+    if info.metadata:
+        annotation = Annotated[(annotation, *info.metadata)]
+    return TypeAdapter(annotation)
+
+
+def field_error(model: type[BaseModel], field: str, value: Any) -> str | None:
+    """Why ``value`` is not acceptable for ``field`` of ``model`` (None if it is)."""
+    adapter = _adapter(model, field)
+    if adapter is None:
+        return f"unknown parameter {field!r}"
+    try:
+        payload = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return "value is not JSON"
+    try:
+        adapter.validate_json(payload, strict=True)
+    except ValidationError as exc:
+        return "; ".join(_clean(e["msg"]) for e in exc.errors(include_url=False))
+    return None
+
+
+def model_error(model: type[BaseModel], parameters: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Validate a whole parameter payload; returns (field or "", message) pairs."""
+    try:
+        payload = json.dumps(dict(parameters), allow_nan=False)
+    except (TypeError, ValueError):
+        return [("", "parameters are not JSON")]
+    try:
+        model.model_validate_json(payload, strict=True)
+    except ValidationError as exc:
+        out = []
+        for e in exc.errors(include_url=False):
+            loc = e["loc"]
+            out.append((str(loc[0]) if loc else "", _clean(e["msg"])))
+        return out
+    return []
+
+
+def is_required(model: type[BaseModel], field: str) -> bool:
+    info = model_fields(model).get(field)
+    return info is not None and info.is_required()
+
+
+def required_fields(model: type[BaseModel]) -> list[str]:
+    return [name for name, info in model_fields(model).items() if info.is_required()]
+
+
+def _clean(message: str) -> str:
+    return message[len("Value error, ") :] if message.startswith("Value error, ") else message
+
+
+def config_samples(prop: AnyProperty) -> list[Any]:
+    """Boundary values a config property admits (see module docstring)."""
+    if isinstance(prop, BooleanSchema):
+        return [False, True]
+    if isinstance(prop, IntegerSchema):
+        if prop.enum is not None:
+            return list(prop.enum)
+        lo = prop.minimum if prop.minimum is not None else -UNBOUNDED_INT
+        hi = prop.maximum if prop.maximum is not None else UNBOUNDED_INT
+        return [lo, hi]
+    if isinstance(prop, StringSchema):
+        if prop.enum is not None:
+            return list(prop.enum)
+        shortest = prop.min_length if prop.min_length is not None else 0
+        longest = prop.max_length if prop.max_length is not None else UNBOUNDED_LENGTH
+        return ["a" * shortest, "a" * longest]
+    if isinstance(prop, ArraySchema):
+        items = config_samples(prop.items)
+        lo = prop.min_items or 0
+        hi = prop.max_items if prop.max_items is not None else max(lo, 1)
+        return [[items[0]] * lo, [items[-1]] * hi]
+    if isinstance(prop, ObjectSchema):
+        return [{}]
+    return []  # pragma: no cover
+
+
+def describe(prop: AnyProperty) -> str:
+    """Short human description of a config property's type."""
+    if isinstance(prop, IntegerSchema):
+        if prop.enum is not None:
+            return f"integer one of {prop.enum}"
+        lo = prop.minimum if prop.minimum is not None else "-inf"
+        hi = prop.maximum if prop.maximum is not None else "inf"
+        return f"integer {lo}..{hi}"
+    if isinstance(prop, StringSchema):
+        if prop.enum is not None:
+            return f"string one of {prop.enum}"
+        longest = prop.max_length if prop.max_length is not None else "unbounded"
+        return f"string of length {prop.min_length or 0}..{longest}"
+    return prop.type
