@@ -1,0 +1,180 @@
+"""Reading links back from rtnetlink: snapshots, lookups by identity, ownership checks.
+
+Executors decide from what the kernel says now, never from a remembered name or ifindex
+alone. A :class:`LinkState` is the JSON-able snapshot that goes into before-images; the
+lookups here prefer proof of identity (ownership alias, ifindex together with MAC) over a
+name, and callers decide what a match authorises.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pyroute2.netlink.exceptions import NetlinkError
+
+from dmn.opcodes.executor import ExecutorError
+
+IFF_UP = 0x1
+NONCE_PREFIX = "dmn"
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    family: int
+    address: str
+    prefixlen: int
+
+
+@dataclass(frozen=True, slots=True)
+class LinkState:
+    """One link as read back: the fields executors record and restore."""
+
+    index: int
+    name: str
+    alias: str
+    mtu: int
+    mac: str
+    up: bool
+    kind: str
+    lower: int
+    master: int
+    info: dict[str, Any]
+    addresses: tuple[Address, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["addresses"] = [asdict(a) for a in self.addresses]
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LinkState:
+        return cls(
+            index=int(data["index"]),
+            name=str(data["name"]),
+            alias=str(data.get("alias", "")),
+            mtu=int(data["mtu"]),
+            mac=str(data.get("mac", "")),
+            up=bool(data["up"]),
+            kind=str(data.get("kind", "")),
+            lower=int(data.get("lower", 0)),
+            master=int(data.get("master", 0)),
+            info=dict(data.get("info", {})),
+            addresses=tuple(Address(**a) for a in data.get("addresses", ())),
+        )
+
+
+def nonce_name() -> str:
+    """A fresh random link name (15 chars), journaled before the link is created with it."""
+    return NONCE_PREFIX + secrets.token_hex(6)
+
+
+def _info(msg: Any) -> tuple[str, dict[str, Any]]:
+    linkinfo = msg.get_attr("IFLA_LINKINFO")
+    if linkinfo is None:
+        return "", {}
+    kind = linkinfo.get_attr("IFLA_INFO_KIND") or ""
+    data = linkinfo.get_attr("IFLA_INFO_DATA")
+    info: dict[str, Any] = {}
+    if data is not None and hasattr(data, "get"):
+        for name, value in data.get("attrs", []):
+            if isinstance(value, str | int | bool):
+                info[name] = value
+    return str(kind), info
+
+
+def _state(msg: Any, addresses: tuple[Address, ...] = ()) -> LinkState:
+    kind, info = _info(msg)
+    return LinkState(
+        index=int(msg["index"]),
+        name=str(msg.get_attr("IFLA_IFNAME")),
+        alias=str(msg.get_attr("IFLA_IFALIAS") or ""),
+        mtu=int(msg.get_attr("IFLA_MTU") or 0),
+        mac=str(msg.get_attr("IFLA_ADDRESS") or ""),
+        up=bool(msg["flags"] & IFF_UP),
+        kind=kind,
+        lower=int(msg.get_attr("IFLA_LINK") or 0),
+        master=int(msg.get_attr("IFLA_MASTER") or 0),
+        info=info,
+        addresses=addresses,
+    )
+
+
+def addresses_of(ipr: Any, index: int) -> tuple[Address, ...]:
+    out = []
+    for msg in ipr.get_addr(index=index):
+        addr = msg.get_attr("IFA_ADDRESS")
+        if msg["family"] == 10 and str(addr).startswith("fe80:"):
+            continue  # link-local: the kernel makes these, restoring them is not ours to do
+        out.append(Address(int(msg["family"]), str(addr), int(msg["prefixlen"])))
+    return tuple(sorted(out, key=lambda a: (a.family, a.address)))
+
+
+def all_links(ipr: Any) -> list[LinkState]:
+    return [_state(m) for m in ipr.get_links()]
+
+
+def by_index(ipr: Any, index: int, with_addresses: bool = False) -> LinkState | None:
+    if index <= 0:
+        return None
+    try:
+        msgs = ipr.get_links(index)
+    except NetlinkError as exc:
+        if exc.code == 19:  # ENODEV
+            return None
+        raise
+    if not msgs:
+        return None
+    return _state(msgs[0], addresses_of(ipr, index) if with_addresses else ())
+
+
+def by_name(ipr: Any, name: str, with_addresses: bool = False) -> LinkState | None:
+    for link in all_links(ipr):
+        if link.name == name:
+            return by_index(ipr, link.index, with_addresses) if with_addresses else link
+    return None
+
+
+def by_alias(ipr: Any, alias: str) -> list[LinkState]:
+    """Every link carrying exactly this alias (more than one is a conflict for the caller)."""
+    return [link for link in all_links(ipr) if link.alias == alias]
+
+
+def children_of(ipr: Any, parent_index: int) -> list[LinkState]:
+    return [link for link in all_links(ipr) if link.lower == parent_index and link.kind]
+
+
+def locate_hinted(ipr: Any, observations: Any, expected_mac: str | None = None) -> LinkState | None:
+    """The link named by a handle's ``ifIndex``/``ifName`` hints, if both agree with the kernel.
+
+    A hint is not authority: with both hints present the link at that ifindex must carry that
+    name; with only a name the MAC (when known) must match too.
+    """
+    index = int(observations.get("ifIndex", 0) or 0)
+    name = str(observations.get("ifName", "") or "")
+    mac = expected_mac or str(observations.get("mac", "") or "")
+    link = by_index(ipr, index) if index else None
+    if link is not None and name and link.name != name:
+        link = None
+    if link is None and name:
+        link = by_name(ipr, name)
+    if link is not None and mac and link.mac.lower() != mac.lower():
+        return None
+    return link
+
+
+def one(links: Iterable[LinkState], what: str) -> LinkState | None:
+    found = list(links)
+    if len(found) > 1:
+        raise ExecutorError("E_OWNERSHIP_CONFLICT", f"{len(found)} links claim {what}")
+    return found[0] if found else None
+
+
+def netlink_call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run one netlink request; turn a kernel refusal into an ExecutorError with its errno."""
+    try:
+        return fn(*args, **kwargs)
+    except NetlinkError as exc:
+        raise ExecutorError(f"E_NETLINK_{exc.code}", f"{what}: {exc}") from exc

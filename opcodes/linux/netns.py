@@ -1,0 +1,184 @@
+"""The namespace environment ``linux/*`` executors receive through ``EffectContext.env``.
+
+An executor never opens a namespace by a name or path taken from configuration. It gets one
+:class:`LinkEnvironment` from the agent (or a test) naming three things:
+
+* the **host** namespace (on a node the agent's own; in tests a scratch namespace standing in
+  for it, so that nothing touches the machine's real host namespace);
+* the call's verified **sandbox**, as a :class:`NamespaceRef` (identity + persistent pin path),
+  or None for calls that have no sandbox (prepare);
+* a ``pins`` callable listing every pinned namespace the journal still knows about, which
+  cleanup and recovery search for a link that is absent from where it was expected ("a moved
+  interface absent from the host can belong to a live sandbox", seed 000 §11.5).
+
+A namespace is opened only after its path is proved to be the recorded (dev, inode) of this
+boot; a stale or reused pin is refused. Netlink sockets are cached per namespace identity.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyroute2 import IPRoute
+
+from dmn.interpreter.handles import NamespaceIdentity, Scope, ScopeKind
+from dmn.opcodes.executor import ExecutorError
+
+_log = logging.getLogger(__name__)
+
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+SELF_NETNS = "/proc/self/ns/net"
+
+
+def current_boot_id() -> str:
+    return BOOT_ID_PATH.read_text().strip()
+
+
+def identity_of(path: str | Path) -> NamespaceIdentity:
+    """The (dev, inode) of the network namespace behind ``path`` (nsfs file or bind mount)."""
+    st = os.stat(path)
+    return NamespaceIdentity(dev=st.st_dev, inode=st.st_ino, boot_id=current_boot_id())
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceRef:
+    """A namespace by identity plus the path that opens it (a pin, or the host's ns file)."""
+
+    identity: NamespaceIdentity
+    path: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"identity": self.identity.to_json(), "path": self.path}
+
+    @classmethod
+    def from_json(cls, data: Any) -> NamespaceRef:
+        return cls(NamespaceIdentity.from_json(data["identity"]), str(data["path"]))
+
+    @classmethod
+    def at(cls, path: str | Path) -> NamespaceRef:
+        return cls(identity_of(path), str(path))
+
+
+@dataclass
+class LinkEnvironment:
+    """Namespace access for one call. Close it (or use ``with``) to release sockets and fds."""
+
+    host: NamespaceRef
+    sandbox: NamespaceRef | None = None
+    pins: Callable[[], Sequence[NamespaceRef]] = tuple
+    state_dir: Path | None = None
+    _sockets: dict[tuple[int, int], Any] = field(default_factory=dict)
+    _fds: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    @classmethod
+    def for_host(cls, host_path: str | Path = SELF_NETNS, **kwargs: Any) -> LinkEnvironment:
+        return cls(host=NamespaceRef.at(host_path), **kwargs)
+
+    def __enter__(self) -> LinkEnvironment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for sock in self._sockets.values():
+            sock.close()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._sockets.clear()
+        self._fds.clear()
+
+    # ---------------------------------------------------------------- resolution
+
+    def known(self) -> list[NamespaceRef]:
+        """Host, the call's sandbox and every pinned namespace, each once."""
+        refs = [self.host]
+        if self.sandbox is not None:
+            refs.append(self.sandbox)
+        refs.extend(self.pins())
+        seen: set[tuple[int, int]] = set()
+        out = []
+        for ref in refs:
+            key = (ref.identity.dev, ref.identity.inode)
+            if key not in seen:
+                seen.add(key)
+                out.append(ref)
+        return out
+
+    def ref_for(self, identity: NamespaceIdentity) -> NamespaceRef:
+        """The known namespace with this identity, or E_NETNS_UNKNOWN."""
+        for ref in self.known():
+            if (ref.identity.dev, ref.identity.inode) == (identity.dev, identity.inode):
+                return ref
+        raise ExecutorError(
+            "E_NETNS_UNKNOWN", f"no pinned namespace with identity {identity.to_json()}"
+        )
+
+    def ref_for_scope(self, scope: Scope) -> NamespaceRef:
+        if scope.kind is ScopeKind.HOST:
+            return self.host
+        if scope.netns is None:
+            raise ExecutorError("E_NETNS_UNKNOWN", "sandbox-scoped handle without a namespace")
+        return self.ref_for(scope.netns)
+
+    def require_sandbox(self) -> NamespaceRef:
+        if self.sandbox is None:
+            raise ExecutorError("E_NO_SANDBOX", "this opcode needs the call's verified sandbox")
+        return self.sandbox
+
+    def is_host(self, ref: NamespaceRef) -> bool:
+        return (ref.identity.dev, ref.identity.inode) == (
+            self.host.identity.dev,
+            self.host.identity.inode,
+        )
+
+    def _verify(self, ref: NamespaceRef) -> None:
+        if ref.identity.boot_id and ref.identity.boot_id != current_boot_id():
+            raise ExecutorError("E_NETNS_STALE", f"{ref.path} was pinned in another boot")
+        try:
+            live = identity_of(ref.path)
+        except OSError as exc:
+            raise ExecutorError("E_NETNS_GONE", f"{ref.path}: {exc.strerror}") from exc
+        if (live.dev, live.inode) != (ref.identity.dev, ref.identity.inode):
+            raise ExecutorError(
+                "E_NETNS_MISMATCH", f"{ref.path} no longer holds the recorded namespace"
+            )
+
+    def rtnl(self, ref: NamespaceRef) -> Any:
+        """A verified, cached rtnetlink socket inside ``ref``."""
+        key = (ref.identity.dev, ref.identity.inode)
+        sock = self._sockets.get(key)
+        if sock is None:
+            self._verify(ref)
+            own = identity_of(SELF_NETNS)
+            if (own.dev, own.inode) == key:
+                sock = IPRoute()
+            else:
+                sock = IPRoute(netns=str(Path(ref.path).absolute()), flags=0)
+            self._sockets[key] = sock
+        return sock
+
+    def fd(self, ref: NamespaceRef) -> int:
+        """An open fd of the namespace (for ``IFLA_NET_NS_FD``), verified after opening."""
+        key = (ref.identity.dev, ref.identity.inode)
+        fd = self._fds.get(key)
+        if fd is None:
+            fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != key:
+                os.close(fd)
+                raise ExecutorError(
+                    "E_NETNS_MISMATCH", f"{ref.path} no longer holds the recorded namespace"
+                )
+            self._fds[key] = fd
+        return fd
+
+    def scope_of(self, ref: NamespaceRef) -> Scope:
+        if self.is_host(ref):
+            return Scope(ScopeKind.HOST)
+        return Scope(ScopeKind.SANDBOX, ref.identity)
