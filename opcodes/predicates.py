@@ -51,7 +51,6 @@ POSTCONDITIONS: Mapping[str, str] = MappingProxyType(
     {
         "link-state-match": "MTU, admin state and address read back as requested",
         "link-in-sandbox": "the link is in the sandbox namespace with the requested name",
-        "link-in-host": "the link is in the host namespace",
         "vlan-parent-and-tag-match": "the VLAN link's lower device and tag read back as bound",
         "macvlan-mode-match": "the macvlan child has the bound lower device and mode",
         "ipvlan-mode-match": "the ipvlan child has the bound lower device and mode",

@@ -33,7 +33,11 @@ def _representor(access: Access) -> PortSpec:
 
 
 _REPRESENTOR_OUT = PortSpec(
-    HandleType.HOST_REPRESENTOR, None, ScopeKind.HOST, inherits="representor"
+    HandleType.HOST_REPRESENTOR,
+    None,
+    ScopeKind.HOST,
+    grants=frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE}),
+    inherits="representor",
 )
 
 

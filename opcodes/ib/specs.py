@@ -22,6 +22,7 @@ IpoibMtu = Annotated[int, Field(ge=256, le=65520)]
 connected mode to 65520."""
 
 _IB = frozenset({LinkType.INFINIBAND})
+_CONFIGURE_GRANTS = frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE})
 
 
 class PortConfigureParameters(ParameterModel):
@@ -50,7 +51,11 @@ PORT_CONFIGURE = OpcodeSpec(
     },
     outputs={
         "interface": PortSpec(
-            HandleType.KERNEL_INTERFACE, _IB, ScopeKind.SANDBOX, inherits="interface"
+            HandleType.KERNEL_INTERFACE,
+            _IB,
+            ScopeKind.SANDBOX,
+            grants=_CONFIGURE_GRANTS,
+            inherits="interface",
         )
     },
     hooks=frozenset({Hook.CONNECT}),

@@ -30,6 +30,7 @@ _RESTORABLE = frozenset(
     }
 )
 _CREATED = frozenset({RecoveryStrategy.OBSERVE_AND_RECONCILE, RecoveryStrategy.QUARANTINE})
+_CONFIGURE_GRANTS = frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE})
 _CHILD_GRANTS = frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE, Access.CREATE_CHILD})
 
 
@@ -99,7 +100,11 @@ LINK_MOVE = OpcodeSpec(
     },
     outputs={
         "interface": PortSpec(
-            HandleType.KERNEL_INTERFACE, _ANY_LINK, ScopeKind.SANDBOX, inherits="interface"
+            HandleType.KERNEL_INTERFACE,
+            _ANY_LINK,
+            ScopeKind.SANDBOX,
+            grants=_CONFIGURE_GRANTS,
+            inherits="interface",
         )
     },
     hooks=_CONNECT,
@@ -122,7 +127,11 @@ LINK_CONFIGURE = OpcodeSpec(
     },
     outputs={
         "interface": PortSpec(
-            HandleType.KERNEL_INTERFACE, _ANY_LINK, ScopeKind.SANDBOX, inherits="interface"
+            HandleType.KERNEL_INTERFACE,
+            _ANY_LINK,
+            ScopeKind.SANDBOX,
+            grants=_CONFIGURE_GRANTS,
+            inherits="interface",
         )
     },
     hooks=_CONNECT,

@@ -44,7 +44,11 @@ PORT_ATTACH = OpcodeSpec(
     },
     outputs={
         "representor": PortSpec(
-            HandleType.HOST_REPRESENTOR, None, ScopeKind.HOST, inherits="representor"
+            HandleType.HOST_REPRESENTOR,
+            None,
+            ScopeKind.HOST,
+            grants=frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE}),
+            inherits="representor",
         )
     },
     hooks=frozenset({Hook.CONNECT}),

@@ -17,6 +17,10 @@ from dmn.interpreter.handles import Access, HandleType, ScopeKind
 from dmn.opcodes.parameter_types import ParameterModel
 from dmn.opcodes.spec import Hook, OpcodeSpec, PortSpec, RecoveryStrategy, Reversibility
 
+_SANDBOX_DEVICE_GRANTS = frozenset({Access.READ, Access.DEVICE_ACCESS})
+"""An RDMA device associated with the sandbox's namespace is usable there: the association is
+what the exclusive allocation was for, so the moved handle grants device access to it."""
+
 RdmaNode = Literal["uverbs", "rdma_cm", "umad"]
 
 
@@ -44,7 +48,15 @@ NETNS_ASSIGN = OpcodeSpec(
     inputs={
         "rdma": PortSpec(HandleType.RDMA_DEVICE, None, ScopeKind.HOST, Access.EXCLUSIVE_CONFIGURE)
     },
-    outputs={"rdma": PortSpec(HandleType.RDMA_DEVICE, None, ScopeKind.SANDBOX, inherits="rdma")},
+    outputs={
+        "rdma": PortSpec(
+            HandleType.RDMA_DEVICE,
+            None,
+            ScopeKind.SANDBOX,
+            grants=_SANDBOX_DEVICE_GRANTS,
+            inherits="rdma",
+        )
+    },
     hooks=frozenset({Hook.CONNECT}),
     reversibility=Reversibility.REVERSIBLE,
     recovery=frozenset(
@@ -65,7 +77,15 @@ DEVICE_ACCESS = OpcodeSpec(
     inputs={
         "rdma": PortSpec(HandleType.RDMA_DEVICE, None, ScopeKind.SANDBOX, Access.DEVICE_ACCESS)
     },
-    outputs={"rdma": PortSpec(HandleType.RDMA_DEVICE, None, ScopeKind.SANDBOX, inherits="rdma")},
+    outputs={
+        "rdma": PortSpec(
+            HandleType.RDMA_DEVICE,
+            None,
+            ScopeKind.SANDBOX,
+            grants=_SANDBOX_DEVICE_GRANTS,
+            inherits="rdma",
+        )
+    },
     hooks=frozenset({Hook.CONNECT}),
     reversibility=Reversibility.REVERSIBLE,
     recovery=frozenset({RecoveryStrategy.OBSERVE_AND_RECONCILE, RecoveryStrategy.QUARANTINE}),

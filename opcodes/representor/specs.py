@@ -39,7 +39,11 @@ CONFIGURE = OpcodeSpec(
     },
     outputs={
         "representor": PortSpec(
-            HandleType.HOST_REPRESENTOR, None, ScopeKind.HOST, inherits="representor"
+            HandleType.HOST_REPRESENTOR,
+            None,
+            ScopeKind.HOST,
+            grants=frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE}),
+            inherits="representor",
         )
     },
     hooks=frozenset({Hook.PREPARE, Hook.CONNECT}),

@@ -1,0 +1,1 @@
+"""Opcode spec registry tests."""
