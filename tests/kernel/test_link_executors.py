@@ -42,14 +42,26 @@ def test_move_configure_and_return_restores_the_root_exactly() -> None:
         original = link(host, root)
 
         env = w.env(sandbox)
-        moved = drive(env, MOVE, {"interface": (host_handle(host, root, Access.EXCLUSIVE_CONFIGURE),)}, {"ifName": "net1"})  # fmt: skip
+        moved = drive(
+            env,
+            MOVE,
+            {"interface": (host_handle(host, root, Access.EXCLUSIVE_CONFIGURE),)},
+            {"ifName": "net1"},
+        )
         out = moved.output()
         assert out.scope.kind.value == "sandbox" and out.observations["ifName"] == "net1"
         assert by_name(host, root) is None
-        configured = drive(env, CONFIGURE, {"interface": (out,)}, {"mtu": 1300, "up": True}, effect="e2")  # fmt: skip
+        configured = drive(
+            env, CONFIGURE, {"interface": (out,)}, {"mtu": 1300, "up": True}, effect="e2"
+        )
         sb = w.ipr(sandbox)
         in_sb = link(sb, "net1")
-        assert (in_sb.mtu, in_sb.up, in_sb.mac, in_sb.alias) == (1300, True, original.mac, "dmn:op1:e1")  # fmt: skip
+        assert (in_sb.mtu, in_sb.up, in_sb.mac, in_sb.alias) == (
+            1300,
+            True,
+            original.mac,
+            "dmn:op1:e1",
+        )
         add_address(sb, "net1", "10.77.0.2/24")
         assert ping(sandbox, "10.77.0.1")
 
@@ -58,7 +70,12 @@ def test_move_configure_and_return_restores_the_root_exactly() -> None:
         assert by_name(sb, "net1") is None
         assert w.snapshot(w.host) == baseline
         back = link(host, root)
-        assert (back.alias, back.mtu, back.mac, back.up) == ("site-uplink-7", 1400, original.mac, True)  # fmt: skip
+        assert (back.alias, back.mtu, back.mac, back.up) == (
+            "site-uplink-7",
+            1400,
+            original.mac,
+            True,
+        )
         assert back.addresses == original.addresses
 
 
@@ -70,13 +87,36 @@ def test_two_macvlan_shares_of_one_parent_talk_and_leave_the_parent_untouched() 
         baseline = w.snapshot(w.host)
         env1, env2 = w.env(sb1), w.env(sb2)
         done = []
-        for i, (env, sb, addr) in enumerate(((env1, sb1, "10.78.0.1/24"), (env2, sb2, "10.78.0.2/24"))):  # fmt: skip
+        for i, (env, sb, addr) in enumerate(
+            ((env1, sb1, "10.78.0.1/24"), (env2, sb2, "10.78.0.2/24"))
+        ):
             op = f"share{i}"
-            held = drive(env, HOLD, {"parent": (host_handle(host, parent, Access.CREATE_CHILD),)}, {"childKind": "macvlan", "mode": "bridge"}, operation=op, effect="hold")  # fmt: skip
-            child = drive(env, MACVLAN, {"parent": (held.output("parent"),)}, {"mode": "bridge", "mtu": 1500}, operation=op, effect="child")  # fmt: skip
+            held = drive(
+                env,
+                HOLD,
+                {"parent": (host_handle(host, parent, Access.CREATE_CHILD),)},
+                {"childKind": "macvlan", "mode": "bridge"},
+                operation=op,
+                effect="hold",
+            )
+            child = drive(
+                env,
+                MACVLAN,
+                {"parent": (held.output("parent"),)},
+                {"mode": "bridge", "mtu": 1500},
+                operation=op,
+                effect="child",
+            )
             assert child.output().scope.kind.value == "host"
             assert by_alias(host, f"dmn:{op}:child")[0].kind == "macvlan"
-            moved = drive(env, MOVE, {"interface": (child.output(),)}, {"ifName": "net1"}, operation=op, effect="move")  # fmt: skip
+            moved = drive(
+                env,
+                MOVE,
+                {"interface": (child.output(),)},
+                {"ifName": "net1"},
+                operation=op,
+                effect="move",
+            )
             add_address(w.ipr(sb), "net1", addr)
             done.append((held, child, moved))
         assert ping(sb1, "10.78.0.2") and ping(sb2, "10.78.0.1")
@@ -101,10 +141,28 @@ def test_ipvlan_share_on_a_macvlan_parent_is_refused_before_mutation() -> None:
         host = w.ipr(w.host)
         parent, _ = w.veth(w.host)
         env = w.env()
-        held = drive(env, HOLD, {"parent": (host_handle(host, parent, Access.CREATE_CHILD),)}, {"childKind": "macvlan", "mode": "bridge"}, effect="hold")  # fmt: skip
-        child = drive(env, MACVLAN, {"parent": (held.output("parent"),)}, {"mode": "bridge", "mtu": 1500}, effect="child")  # fmt: skip
+        held = drive(
+            env,
+            HOLD,
+            {"parent": (host_handle(host, parent, Access.CREATE_CHILD),)},
+            {"childKind": "macvlan", "mode": "bridge"},
+            effect="hold",
+        )
+        child = drive(
+            env,
+            MACVLAN,
+            {"parent": (held.output("parent"),)},
+            {"mode": "bridge", "mtu": 1500},
+            effect="child",
+        )
         before = w.snapshot(w.host)
-        ctx = EffectContext("op2", "hold", {"parent": (host_handle(host, parent, Access.CREATE_CHILD),)}, {"childKind": "ipvlan", "mode": "l2"}, env)  # fmt: skip
+        ctx = EffectContext(
+            "op2",
+            "hold",
+            {"parent": (host_handle(host, parent, Access.CREATE_CHILD),)},
+            {"childKind": "ipvlan", "mode": "l2"},
+            env,
+        )
         with pytest.raises(ExecutorError) as err:
             EXECUTORS[HOLD].capture(ctx)
         assert err.value.code == "E_FAMILY_CONFLICT"
@@ -117,8 +175,20 @@ def test_macvlan_mtu_above_parent_is_refused() -> None:
         host = w.ipr(w.host)
         parent, _ = w.veth(w.host, mtu=1400)
         env = w.env()
-        held = drive(env, HOLD, {"parent": (host_handle(host, parent, Access.CREATE_CHILD),)}, {"childKind": "macvlan", "mode": "bridge"}, effect="hold")  # fmt: skip
-        ctx = EffectContext("op1", "child", {"parent": (held.output("parent"),)}, {"mode": "bridge", "mtu": 1500}, env)  # fmt: skip
+        held = drive(
+            env,
+            HOLD,
+            {"parent": (host_handle(host, parent, Access.CREATE_CHILD),)},
+            {"childKind": "macvlan", "mode": "bridge"},
+            effect="hold",
+        )
+        ctx = EffectContext(
+            "op1",
+            "child",
+            {"parent": (held.output("parent"),)},
+            {"mode": "bridge", "mtu": 1500},
+            env,
+        )
         with pytest.raises(ExecutorError) as err:
             EXECUTORS[MACVLAN].capture(ctx)
         assert err.value.code == "E_MTU_EXCEEDS_PARENT"
@@ -132,15 +202,39 @@ def test_a_foreign_link_with_the_expected_name_is_never_adopted_or_deleted() -> 
         foreign, _ = w.veth(sandbox)
         sb.link("set", index=sb.link_lookup(ifname=foreign)[0], ifname="net1")
         env = w.env(sandbox)
-        ctx = EffectContext("op1", "move", {"interface": (host_handle(host, root, Access.EXCLUSIVE_CONFIGURE),)}, {"ifName": "net1"}, env)  # fmt: skip
+        ctx = EffectContext(
+            "op1",
+            "move",
+            {"interface": (host_handle(host, root, Access.EXCLUSIVE_CONFIGURE),)},
+            {"ifName": "net1"},
+            env,
+        )
         with pytest.raises(ExecutorError) as err:
             EXECUTORS[MOVE].capture(ctx)
         assert err.value.code == "E_NAME_TAKEN"
         # a macvlan effect that never ran: undo and recovery find nothing of ours and touch nothing
-        held = drive(env, HOLD, {"parent": (host_handle(host, root, Access.CREATE_CHILD),)}, {"childKind": "macvlan", "mode": "bridge"}, effect="hold")  # fmt: skip
-        mctx = EffectContext("op1", "child", {"parent": (held.output("parent"),)}, {"mode": "bridge", "mtu": 1500}, env)  # fmt: skip
+        held = drive(
+            env,
+            HOLD,
+            {"parent": (host_handle(host, root, Access.CREATE_CHILD),)},
+            {"childKind": "macvlan", "mode": "bridge"},
+            effect="hold",
+        )
+        mctx = EffectContext(
+            "op1",
+            "child",
+            {"parent": (held.output("parent"),)},
+            {"mode": "bridge", "mtu": 1500},
+            env,
+        )
         before = EXECUTORS[MACVLAN].capture(mctx)
-        host.link("add", ifname="net1", kind="macvlan", link=host.link_lookup(ifname=root)[0], macvlan_mode="bridge")  # fmt: skip
+        host.link(
+            "add",
+            ifname="net1",
+            kind="macvlan",
+            link=host.link_lookup(ifname=root)[0],
+            macvlan_mode="bridge",
+        )
         assert EXECUTORS[MACVLAN].recover(mctx, before) is RecoveryObservation.NOT_APPLIED
         EXECUTORS[MACVLAN].undo(mctx, before, {})
         assert by_name(host, "net1") is not None and by_name(sb, "net1") is not None
@@ -153,7 +247,13 @@ def test_recovery_observes_each_side_of_the_mutation() -> None:
         root, _ = w.veth(w.host)
         env = w.env(sandbox)
         ex = EXECUTORS[MOVE]
-        ctx = EffectContext("op1", "move", {"interface": (host_handle(host, root, Access.EXCLUSIVE_CONFIGURE),)}, {"ifName": "net1"}, env)  # fmt: skip
+        ctx = EffectContext(
+            "op1",
+            "move",
+            {"interface": (host_handle(host, root, Access.EXCLUSIVE_CONFIGURE),)},
+            {"ifName": "net1"},
+            env,
+        )
         before = ex.capture(ctx)
         assert ex.recover(ctx, before) is RecoveryObservation.NOT_APPLIED
         ex.apply(ctx, before)
@@ -170,13 +270,22 @@ def test_a_root_absent_from_the_host_is_found_in_a_pinned_namespace() -> None:
         host = w.ipr(w.host)
         root, _ = w.veth(w.host)
         original = link(host, root)
-        moved = drive(w.env(sandbox), MOVE, {"interface": (host_handle(host, root, Access.EXCLUSIVE_CONFIGURE),)}, {"ifName": "net1"})  # fmt: skip
+        moved = drive(
+            w.env(sandbox),
+            MOVE,
+            {"interface": (host_handle(host, root, Access.EXCLUSIVE_CONFIGURE),)},
+            {"ifName": "net1"},
+        )
         # someone moved it on to another namespace the journal has pinned
         sb = w.ipr(sandbox)
         sb.link("set", index=sb.link_lookup(ifname="net1")[0], net_ns_fd=elsewhere)
         # a later agent (no sandbox in this call) cleans up from the before-image and the pins
         later = w.env(None, pins=(sandbox, elsewhere))
-        EXECUTORS[MOVE].undo(EffectContext("op1", "e1", moved.ctx.inputs, moved.ctx.parameters, later), moved.before, {})  # fmt: skip
+        EXECUTORS[MOVE].undo(
+            EffectContext("op1", "e1", moved.ctx.inputs, moved.ctx.parameters, later),
+            moved.before,
+            {},
+        )
         back = link(host, root)
         assert (back.mac, back.alias, back.up) == (original.mac, original.alias, original.up)
         assert by_name(w.ipr(elsewhere), "net1") is None
