@@ -38,30 +38,30 @@ VOCABULARY = {
 }
 
 P, C = Hook.PREPARE, Hook.CONNECT
-R, I, D = Reversibility.REVERSIBLE, Reversibility.IRREVERSIBLE, Reversibility.REDISCOVER
+REV, IRR, RED = Reversibility.REVERSIBLE, Reversibility.IRREVERSIBLE, Reversibility.REDISCOVER
 
 #: The decided hook placement and reversibility of every opcode (see each family's docstring).
 CONTRACT = {
-    "linux/link-move/v1": ({C}, R),
-    "linux/link-configure/v1": ({C}, R),
-    "linux/create-macvlan/v1": ({C}, R),
-    "linux/create-ipvlan/v1": ({C}, R),
-    "linux/create-vlan/v1": ({C}, R),
-    "linux/create-bond/v1": ({C}, R),
-    "linux/attach-master/v1": ({C}, R),
-    "share/hold-parent/v1": ({P}, R),
-    "pci/driver-bind/v1": ({P}, D),
-    "pci/function-reset/v1": ({P}, I),
-    "vfio/device-access/v1": ({C}, R),
-    "rdma/netns-assign/v1": ({C}, R),
-    "rdma/device-access/v1": ({C}, R),
-    "ib/port-configure/v1": ({C}, R),
-    "devlink/eswitch-configure/v1": ({P}, D),
-    "representor/configure/v1": ({P, C}, R),
-    "bridge/port-attach/v1": ({C}, R),
-    "bridge/port-vlan/v1": ({C}, R),
-    "bridge/shared-uplink-vlan/v1": ({C}, R),
-    "ovs/port-attach/v1": ({C}, R),
+    "linux/link-move/v1": ({C}, REV),
+    "linux/link-configure/v1": ({C}, REV),
+    "linux/create-macvlan/v1": ({C}, REV),
+    "linux/create-ipvlan/v1": ({C}, REV),
+    "linux/create-vlan/v1": ({C}, REV),
+    "linux/create-bond/v1": ({C}, REV),
+    "linux/attach-master/v1": ({C}, REV),
+    "share/hold-parent/v1": ({P}, REV),
+    "pci/driver-bind/v1": ({P}, RED),
+    "pci/function-reset/v1": ({P}, IRR),
+    "vfio/device-access/v1": ({C}, REV),
+    "rdma/netns-assign/v1": ({C}, REV),
+    "rdma/device-access/v1": ({C}, REV),
+    "ib/port-configure/v1": ({C}, REV),
+    "devlink/eswitch-configure/v1": ({P}, RED),
+    "representor/configure/v1": ({P, C}, REV),
+    "bridge/port-attach/v1": ({C}, REV),
+    "bridge/port-vlan/v1": ({C}, REV),
+    "bridge/shared-uplink-vlan/v1": ({C}, REV),
+    "ovs/port-attach/v1": ({C}, REV),
 }
 
 SPECS = sorted(ALL_SPECS, key=lambda s: s.name)
