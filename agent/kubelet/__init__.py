@@ -1,0 +1,1 @@
+"""Kubelet side: plugin registration and the DRA gRPC services, over unix sockets."""

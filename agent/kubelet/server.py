@@ -1,0 +1,159 @@
+"""The kubelet-facing plugin: registration socket plus DRA socket, started and stopped in
+the order the kubelet needs.
+
+Sockets (kubelet conventions; roots configurable for the lab and tests):
+``<registry_dir>/<driver>-reg.sock`` (registry_dir default /var/lib/kubelet/plugins_registry)
+and ``<plugins_dir>/<driver>/dra.sock`` (plugins_dir default /var/lib/kubelet/plugins).
+
+Start: remove a stale *socket* at either path (anything else there is not ours and is an
+error), serve DRA first, then registration — the kubelet may call the DRA service as soon
+as GetInfo returns. Stop: withdraw the registration socket first so the kubelet
+deregisters, refuse new prepares, wait for in-flight calls, then stop the DRA server.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import re
+import stat
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import grpc
+
+from dmn.agent.kubelet.dra_service import DraCore, DraV1beta1Servicer, DraV1Servicer
+from dmn.agent.kubelet.handler import DeviceHealth, DraHandler
+from dmn.agent.kubelet.health import HealthBoard, HealthServicer, ResourceHealthServicer
+from dmn.agent.kubelet.registration import RegistrationServicer
+from dmn.agent.protos import (
+    dra_health_v1alpha1_pb2_grpc,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2_grpc,
+    grpc_health_v1_pb2_grpc,
+    pluginregistration_v1_pb2_grpc,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
+DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
+MAX_SOCKET_PATH = 107  # sockaddr_un.sun_path is 108 bytes including the terminating NUL
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+class SocketPathError(RuntimeError):
+    """A socket path is occupied by something that is not a (stale) socket."""
+
+
+def remove_stale_socket(path: Path) -> bool:
+    """Unlink a leftover unix socket at ``path``; refuse to touch anything else."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISSOCK(st.st_mode):
+        raise SocketPathError(f"{path} exists and is not a socket; refusing to remove it")
+    path.unlink()
+    log.info("removed stale socket path=%s", path)
+    return True
+
+
+class KubeletPluginServer:
+    def __init__(
+        self,
+        driver_name: str,
+        handler: DraHandler,
+        *,
+        registry_dir: str | os.PathLike[str] = DEFAULT_REGISTRY_DIR,
+        plugins_dir: str | os.PathLike[str] = DEFAULT_PLUGINS_DIR,
+        max_workers: int = 8,
+        on_registration: Callable[[bool, str], None] | None = None,
+    ) -> None:
+        if len(driver_name) > 253 or not _DNS_SUBDOMAIN.fullmatch(driver_name):
+            raise ValueError(f"driver name {driver_name!r} is not a DNS subdomain")
+        self.driver_name = driver_name
+        self.registration_socket = Path(registry_dir) / f"{driver_name}-reg.sock"
+        self.dra_socket = Path(plugins_dir) / driver_name / "dra.sock"
+        self.core = DraCore(handler)
+        self.board = HealthBoard(
+            [
+                "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",
+                "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
+                "v1alpha1.DRAResourceHealth",
+            ]
+        )
+        self.registration = RegistrationServicer(
+            driver_name, str(self.dra_socket), on_status=on_registration
+        )
+        self._max_workers = max_workers
+        self._dra_server: grpc.Server | None = None
+        self._reg_server: grpc.Server | None = None
+
+    def _bind(self, server: grpc.Server, path: Path) -> None:
+        if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+            raise SocketPathError(f"{path} is longer than {MAX_SOCKET_PATH} bytes (sun_path)")
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        remove_stale_socket(path)
+        server.add_insecure_port(f"unix://{path}")
+
+    def start(self) -> KubeletPluginServer:
+        dra = grpc.server(
+            concurrent.futures.ThreadPoolExecutor(self._max_workers, thread_name_prefix="dra-grpc")
+        )
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(self.core), dra)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(self.core), dra)
+        grpc_health_v1_pb2_grpc.add_HealthServicer_to_server(HealthServicer(self.board), dra)
+        dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
+            ResourceHealthServicer(self.board), dra
+        )
+        self._bind(dra, self.dra_socket)
+        dra.start()
+        self._dra_server = dra
+
+        reg = grpc.server(concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="dra-reg"))
+        pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(self.registration, reg)
+        try:
+            self._bind(reg, self.registration_socket)
+        except Exception:
+            dra.stop(0).wait()
+            self._dra_server = None
+            self._unlink(self.dra_socket)
+            raise
+        reg.start()
+        self._reg_server = reg
+        log.info(
+            "kubelet plugin serving driver=%s registration=%s dra=%s",
+            self.driver_name,
+            self.registration_socket,
+            self.dra_socket,
+        )
+        return self
+
+    def publish_health(self, devices: Sequence[DeviceHealth]) -> None:
+        self.board.publish(devices)
+
+    def stop(self, grace: float = 10.0) -> bool:
+        """Graceful stop; returns True if every in-flight call finished within ``grace``."""
+        if self._reg_server is not None:
+            self._reg_server.stop(0).wait()
+            self._reg_server = None
+        self._unlink(self.registration_socket)  # the kubelet deregisters on removal
+        self.board.set_serving(False)
+        drained = self.core.drain(grace)
+        if not drained:
+            log.warning("kubelet plugin stop: calls still in flight=%d", self.core.in_flight)
+        self.board.close()
+        if self._dra_server is not None:
+            self._dra_server.stop(1.0).wait()
+            self._dra_server = None
+        self._unlink(self.dra_socket)
+        return drained
+
+    @staticmethod
+    def _unlink(path: Path) -> None:
+        try:
+            remove_stale_socket(path)
+        except SocketPathError:
+            log.warning("socket path replaced by non-socket path=%s", path)

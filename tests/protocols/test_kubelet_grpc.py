@@ -1,0 +1,269 @@
+"""A kubelet-like gRPC client against the agent's registration and DRA servers over real
+unix sockets."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import grpc
+import pytest
+
+from dmn.agent.kubelet.handler import (
+    ClaimRef,
+    DeviceHealth,
+    PreparedDevice,
+    PrepareResult,
+    UnprepareResult,
+)
+from dmn.agent.kubelet.server import KubeletPluginServer, SocketPathError
+from dmn.agent.protos import (
+    dra_health_v1alpha1_pb2,
+    dra_health_v1alpha1_pb2_grpc,
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    grpc_health_v1_pb2,
+    grpc_health_v1_pb2_grpc,
+    pluginregistration_v1_pb2,
+    pluginregistration_v1_pb2_grpc,
+)
+
+DRIVER = "dra-multi-network.schseba.github.io"
+
+
+class Handler:
+    """Prepares every claim except uid 'bad'; can block prepares until released."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self.prepared: list[str] = []
+        self.unprepared: list[str] = []
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+        self.entered.set()
+        self.gate.wait(10)
+        out = {}
+        for c in claims:
+            if c.uid == "bad":
+                out[c.uid] = PrepareResult(error=f"claim {c.namespace}/{c.name}: no such device")
+                continue
+            self.prepared.append(c.uid)
+            out[c.uid] = PrepareResult(
+                devices=(
+                    PreparedDevice(
+                        pool_name="node-a",
+                        device_name=f"vf-{c.uid}",
+                        request_names=("net",),
+                        cdi_device_ids=(f"{DRIVER}/net={c.uid}",),
+                        share_id="share-1",
+                    ),
+                )
+            )
+        return out
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareResult]:
+        if any(c.uid == "boom" for c in claims):
+            raise RuntimeError("journal unavailable")
+        self.unprepared += [c.uid for c in claims]
+        return {c.uid: UnprepareResult() for c in claims if c.uid != "forgotten"}
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """Short paths: a unix socket path must fit sockaddr_un (107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="dmn-k-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def plugin(tmp_path: Path) -> Iterator[tuple[KubeletPluginServer, Handler]]:
+    handler = Handler()
+    srv = KubeletPluginServer(
+        DRIVER, handler, registry_dir=tmp_path / "registry", plugins_dir=tmp_path / "plugins"
+    ).start()
+    yield srv, handler
+    srv.stop(grace=1.0)
+
+
+def _claims(pb: object, *uids: str) -> list[object]:
+    return [pb.Claim(namespace="ns", uid=u, name=f"claim-{u}") for u in uids]  # type: ignore[attr-defined]
+
+
+def test_registration_get_info_and_status(plugin: tuple[KubeletPluginServer, Handler]) -> None:
+    srv, _ = plugin
+    assert srv.registration_socket.name == f"{DRIVER}-reg.sock"
+    assert srv.dra_socket.parts[-2:] == (DRIVER, "dra.sock")
+    with grpc.insecure_channel(f"unix://{srv.registration_socket}") as ch:
+        stub = pluginregistration_v1_pb2_grpc.RegistrationStub(ch)
+        info = stub.GetInfo(pluginregistration_v1_pb2.InfoRequest(), timeout=5)
+        assert info.type == "DRAPlugin"
+        assert info.name == DRIVER
+        assert info.endpoint == str(srv.dra_socket)
+        assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+        stub.NotifyRegistrationStatus(
+            pluginregistration_v1_pb2.RegistrationStatus(plugin_registered=True), timeout=5
+        )
+    assert srv.registration.registered.is_set()
+
+
+def test_prepare_unprepare_several_claims_one_fails(
+    plugin: tuple[KubeletPluginServer, Handler],
+) -> None:
+    srv, handler = plugin
+    with grpc.insecure_channel(f"unix://{srv.dra_socket}") as ch:
+        stub = dra_v1_pb2_grpc.DRAPluginStub(ch)
+        resp = stub.NodePrepareResources(
+            dra_v1_pb2.NodePrepareResourcesRequest(claims=_claims(dra_v1_pb2, "a", "bad", "b")),
+            timeout=5,
+        )
+        assert set(resp.claims) == {"a", "bad", "b"}
+        assert resp.claims["bad"].error == "claim ns/claim-bad: no such device"
+        assert not resp.claims["bad"].devices
+        for uid in ("a", "b"):
+            entry = resp.claims[uid]
+            assert entry.error == ""
+            (dev,) = entry.devices
+            assert (dev.pool_name, dev.device_name, dev.share_id) == (
+                "node-a",
+                f"vf-{uid}",
+                "share-1",
+            )
+            assert list(dev.request_names) == ["net"]
+            assert list(dev.cdi_device_ids) == [f"{DRIVER}/net={uid}"]
+
+        un = stub.NodeUnprepareResources(
+            dra_v1_pb2.NodeUnprepareResourcesRequest(claims=_claims(dra_v1_pb2, "a", "forgotten")),
+            timeout=5,
+        )
+        assert un.claims["a"].error == ""
+        assert "no result" in un.claims["forgotten"].error
+        # a handler exception becomes per-claim errors, not an RPC error
+        un = stub.NodeUnprepareResources(
+            dra_v1_pb2.NodeUnprepareResourcesRequest(claims=_claims(dra_v1_pb2, "b", "boom")),
+            timeout=5,
+        )
+        assert set(un.claims) == {"b", "boom"}
+        assert all("journal unavailable" in un.claims[u].error for u in ("b", "boom"))
+    assert handler.prepared == ["a", "b"]
+
+
+def test_v1beta1_service_serves_same_core(plugin: tuple[KubeletPluginServer, Handler]) -> None:
+    srv, _ = plugin
+    with grpc.insecure_channel(f"unix://{srv.dra_socket}") as ch:
+        stub = dra_v1beta1_pb2_grpc.DRAPluginStub(ch)
+        resp = stub.NodePrepareResources(
+            dra_v1beta1_pb2.NodePrepareResourcesRequest(claims=_claims(dra_v1beta1_pb2, "x")),
+            timeout=5,
+        )
+        assert resp.claims["x"].devices[0].device_name == "vf-x"
+
+
+def test_health_check_and_device_health_stream(
+    plugin: tuple[KubeletPluginServer, Handler],
+) -> None:
+    srv, _ = plugin
+    with grpc.insecure_channel(f"unix://{srv.dra_socket}") as ch:
+        health = grpc_health_v1_pb2_grpc.HealthStub(ch)
+        got = health.Check(grpc_health_v1_pb2.HealthCheckRequest(service=""), timeout=5)
+        assert got.status == grpc_health_v1_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as err:
+            health.Check(grpc_health_v1_pb2.HealthCheckRequest(service="nope"), timeout=5)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+        watch = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(ch)
+        stream = watch.NodeWatchResources(
+            dra_health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=5
+        )
+        assert list(next(stream).devices) == []
+        srv.publish_health([DeviceHealth("node-a", "vf-0", False, 1700000000)])
+        update = next(stream)
+        (dev,) = update.devices
+        assert (dev.device.pool_name, dev.device.device_name) == ("node-a", "vf-0")
+        assert dev.health == dra_health_v1alpha1_pb2.UNHEALTHY
+        stream.cancel()
+
+
+def test_graceful_stop_finishes_in_flight_and_refuses_new(tmp_path: Path) -> None:
+    handler = Handler()
+    srv = KubeletPluginServer(
+        DRIVER, handler, registry_dir=tmp_path / "r", plugins_dir=tmp_path / "p"
+    ).start()
+    handler.gate.clear()
+    results: dict[str, object] = {}
+    with grpc.insecure_channel(f"unix://{srv.dra_socket}") as ch:
+        stub = dra_v1_pb2_grpc.DRAPluginStub(ch)
+
+        def slow() -> None:
+            results["slow"] = stub.NodePrepareResources(
+                dra_v1_pb2.NodePrepareResourcesRequest(claims=_claims(dra_v1_pb2, "slow")),
+                timeout=10,
+            )
+
+        t = threading.Thread(target=slow)
+        t.start()
+        assert handler.entered.wait(5)
+        stopper = threading.Thread(target=lambda: results.setdefault("drained", srv.stop(5.0)))
+        stopper.start()
+        # registration is withdrawn at once; new prepares are refused per claim
+        for _ in range(200):
+            if srv.core.draining:
+                break
+            threading.Event().wait(0.01)
+        assert not srv.registration_socket.exists()
+        late = stub.NodePrepareResources(
+            dra_v1_pb2.NodePrepareResourcesRequest(claims=_claims(dra_v1_pb2, "late")), timeout=5
+        )
+        assert "shutting down" in late.claims["late"].error
+        handler.gate.set()
+        t.join(5)
+        stopper.join(5)
+    assert results["drained"] is True
+    assert results["slow"].claims["slow"].error == ""  # type: ignore[attr-defined]
+    assert not srv.dra_socket.exists()
+
+
+def test_stale_socket_removed_but_foreign_file_refused(tmp_path: Path) -> None:
+    reg = tmp_path / "registry"
+    reg.mkdir()
+    stale = reg / f"{DRIVER}-reg.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(stale))
+    s.close()  # a socket file nobody listens on
+    srv = KubeletPluginServer(DRIVER, Handler(), registry_dir=reg, plugins_dir=tmp_path / "p")
+    srv.start()
+    try:
+        with grpc.insecure_channel(f"unix://{stale}") as ch:
+            info = pluginregistration_v1_pb2_grpc.RegistrationStub(ch).GetInfo(
+                pluginregistration_v1_pb2.InfoRequest(), timeout=5
+            )
+            assert info.name == DRIVER
+    finally:
+        srv.stop(1.0)
+
+    (tmp_path / "p2" / DRIVER).mkdir(parents=True)
+    (tmp_path / "p2" / DRIVER / "dra.sock").write_text("not a socket")
+    other = KubeletPluginServer(DRIVER, Handler(), registry_dir=reg, plugins_dir=tmp_path / "p2")
+    with pytest.raises(SocketPathError):
+        other.start()
+    assert (tmp_path / "p2" / DRIVER / "dra.sock").read_text() == "not a socket"
+
+
+def test_socket_path_too_long_is_a_clear_error(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 90)
+    srv = KubeletPluginServer(DRIVER, Handler(), registry_dir=deep, plugins_dir=deep)
+    with pytest.raises(SocketPathError, match="sun_path"):
+        srv.start()
+
+
+def test_driver_name_must_be_dns_subdomain() -> None:
+    with pytest.raises(ValueError, match="DNS subdomain"):
+        KubeletPluginServer("../etc", Handler())
