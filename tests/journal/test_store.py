@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -208,3 +209,46 @@ def test_key_escaping_keeps_prefix_scans_exact() -> None:
     assert keys.key("prep", "a/b", "c%d") == b"prep/a%2Fb/c%25d"
     assert keys.split(keys.key("prep", "a/b", "c%d")) == ["prep", "a/b", "c%d"]
     assert not keys.key("prep", "claim/10", "x").startswith(keys.prefix("prep", "claim/1"))
+
+
+SYNC_PROBE = """
+import os, sys
+from dmn.agent.journal.store import JournalStore
+from dmn.agent.journal.records import Reservation
+from dmn.interpreter.runner import Runner
+from tests.journal.programs import child_program
+from tests.journal.world import World, world_executors
+store = JournalStore.open(sys.argv[1])
+runner = Runner(store, world_executors(World()))
+os.write(2, b"BEGIN-COMMITS\\n")
+for i in range(5):
+    with store.batch() as b:
+        b.put_reservation(Reservation(f"r{i}", "h"))
+runner.run("op1", "att/a", child_program())
+os.write(2, b"END-COMMITS\\n")
+print(store.commits - 1)
+store.close()
+"""
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_each_commit_is_exactly_one_fdatasync(tmp_path: Path) -> None:
+    trace = tmp_path / "strace.txt"
+    proc = subprocess.run(
+        [
+            *("strace", "-f", "-e", "trace=fsync,fdatasync,sync_file_range,write"),
+            *("-o", str(trace), sys.executable, "-c", SYNC_PROBE, str(tmp_path / "state")),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    commits = int(proc.stdout.strip())
+    assert commits == 5 + 2 + 2 * 3
+    lines = trace.read_text().splitlines()
+    begin = next(i for i, line in enumerate(lines) if "BEGIN-COMMITS" in line)
+    end = next(i for i, line in enumerate(lines) if "END-COMMITS" in line)
+    syncs = [line for line in lines[begin:end] if "sync" in line.split("(")[0]]
+    assert len(syncs) == commits, syncs
+    assert all("fdatasync(" in line for line in syncs)
