@@ -46,9 +46,10 @@ class PortSpec:
     where the handle lives: ``host`` or ``sandbox`` (the call's verified sandbox; no
     opcode takes a namespace from a reference or a parameter). ``None`` means either.
     ``inherits`` names the input port whose handle this output continues (a moved or
-    reconfigured link keeps the accesses it was granted): the output then carries
-    ``grants`` plus whatever that input handle carried. ``grants`` alone is always a sound
-    lower bound, so a checker that ignores ``inherits`` stays correct, only stricter.
+    reconfigured link keeps the accesses it was granted): the output then carries what
+    that input handle carried. Its ``grants`` are a sound lower bound for a reader that
+    ignores ``inherits``, and never exceed ``Read`` plus the input port's required access,
+    so both readings agree.
     """
 
     type: HandleType

@@ -18,8 +18,10 @@ from dmn.opcodes.parameter_types import ParameterModel
 from dmn.opcodes.spec import Hook, OpcodeSpec, PortSpec, RecoveryStrategy, Reversibility
 
 _SANDBOX_DEVICE_GRANTS = frozenset({Access.READ, Access.DEVICE_ACCESS})
-"""An RDMA device associated with the sandbox's namespace is usable there: the association is
-what the exclusive allocation was for, so the moved handle grants device access to it."""
+_NETNS_GRANTS = frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE, Access.DEVICE_ACCESS})
+"""An RDMA device moved into the sandbox's namespace under an exclusive grant is usable
+there: the association is what the exclusive allocation was for, so the moved handle also
+grants device access (a new handle, not a continuation of the host one)."""
 
 RdmaNode = Literal["uverbs", "rdma_cm", "umad"]
 
@@ -53,8 +55,7 @@ NETNS_ASSIGN = OpcodeSpec(
             HandleType.RDMA_DEVICE,
             None,
             ScopeKind.SANDBOX,
-            grants=_SANDBOX_DEVICE_GRANTS,
-            inherits="rdma",
+            grants=_NETNS_GRANTS,
         )
     },
     hooks=frozenset({Hook.CONNECT}),

@@ -177,13 +177,10 @@ def test_ports_are_well_formed(spec: OpcodeSpec) -> None:
         assert spec.hooks == frozenset({Hook.CONNECT}), "a sandbox exists only in connect"
 
 
-ESCALATING = {"rdma/netns-assign/v1"}  # the sandbox association is what grants device access
-
-
 @pytest.mark.parametrize("spec", SPECS, ids=ids)
 def test_inherited_outputs_do_not_escalate(spec: OpcodeSpec) -> None:
     for port in spec.outputs.values():
-        if port.inherits is None or spec.name in ESCALATING:
+        if port.inherits is None:
             continue
         source = spec.inputs[port.inherits]
         assert port.grants <= {Access.READ, source.access}

@@ -1,0 +1,1 @@
+"""Builtin plugin program tests."""

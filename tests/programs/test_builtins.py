@@ -1,0 +1,261 @@
+"""The builtin plugins (``programs/<plugin>/v1``) load with the real loader, check clean with
+the real checker against the default opcode registry, and say what seed 000 §8 says."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dmn.interpreter.checker import check_plugin, resolve_outputs
+from dmn.interpreter.diagnostics import Code
+from dmn.interpreter.documents import Effect
+from dmn.interpreter.loader import Plugin, load_plugin_dir, load_plugins
+from dmn.opcodes.registry import default_registry
+from dmn.opcodes.spec import Hook
+from dmn.programs import PROGRAMS_DIR
+
+ALLOCATION_ROOTS = {"host-cni", "sriov-cni", "macvlan-cni", "ipvlan-cni"}
+OPERATIONS = {
+    "bond-cni",
+    "vlan-cni",
+    "accelerated-bridge-cni",
+    "accelerated-bridge-cni-uplink",
+    "ovs-cni",
+}
+BUILTINS = sorted(ALLOCATION_ROOTS | OPERATIONS)
+REGISTRY = default_registry()
+
+
+@pytest.fixture(scope="module")
+def plugins() -> dict[str, Plugin]:
+    loaded, diagnostics = load_plugins(PROGRAMS_DIR)
+    assert diagnostics == []
+    return loaded
+
+
+def _effects(plugin: Plugin, hook: str) -> list[Effect]:
+    program = plugin.program(hook)
+    return list(program.body.effects) if program is not None else []
+
+
+def test_programs_dir_holds_exactly_the_builtins() -> None:
+    dirs = sorted(p.parent.parent.name for p in PROGRAMS_DIR.glob("*/v1/plugin.yaml"))
+    assert dirs == BUILTINS
+    for name in BUILTINS:
+        files = {p.name for p in (PROGRAMS_DIR / name / "v1").iterdir()}
+        expected = {"plugin.yaml", "connect.yaml"}
+        if name in ALLOCATION_ROOTS:
+            expected.add("prepare.yaml")
+        assert files == expected, name
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_builtin_checks_clean(name: str, plugins: dict[str, Plugin]) -> None:
+    diagnostics = check_plugin(plugins[name], REGISTRY)
+    assert [f"{d.code}: {d.path}: {d.message}" for d in diagnostics] == []
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_descriptor_identity_and_cleanup(name: str, plugins: dict[str, Plugin]) -> None:
+    plugin = plugins[name]
+    spec = plugin.descriptor.spec
+    assert plugin.descriptor.metadata.name == name
+    assert spec.implementation.type == "Builtin" and spec.implementation.handler == name
+    assert spec.contract_version == "v1"
+    assert spec.state_contract.cleanup == "RecordedEffects"
+    hooks = spec.hooks
+    assert hooks is not None
+    # plugin.yaml carries only the cleanup entries; the programs are the sibling files
+    assert hooks.prepare is None and hooks.connect is None
+    assert hooks.remove is not None and hooks.remove.undo == "connect"
+    if name in ALLOCATION_ROOTS:
+        assert spec.step_kinds == ["Allocation"]
+        assert hooks.unprepare is not None and hooks.unprepare.undo == "prepare"
+        assert spec.allocation and not spec.inputs
+        assert plugin.program("prepare") is not None
+    else:
+        assert spec.step_kinds == ["Operation"]
+        assert hooks.unprepare is None and spec.allocation is None and spec.inputs
+        assert plugin.program("prepare") is None
+    assert plugin.program("connect") is not None
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_effects_are_registered_allowed_and_legal(name: str, plugins: dict[str, Plugin]) -> None:
+    plugin = plugins[name]
+    allowed = set(plugin.descriptor.spec.allowed_effects)
+    used: set[str] = set()
+    for hook in ("prepare", "connect"):
+        for effect in _effects(plugin, hook):
+            spec = REGISTRY.get(effect.kind)
+            assert spec is not None, effect.kind
+            assert effect.kind in allowed
+            assert Hook(hook) in spec.hooks, (hook, effect.kind)
+            assert effect.recovery is not None, f"{effect.id} declares its recovery strategy"
+            assert effect.recovery.strategy in spec.recovery
+            used.add(effect.kind)
+    # least privilege: a builtin is granted exactly the opcodes its programs use
+    assert allowed == used
+
+
+def _outputs(plugin: Plugin, config: dict[str, Any]) -> set[str]:
+    assert check_plugin(plugin, REGISTRY, config=config) == []
+    return set(resolve_outputs(plugin, config))
+
+
+KERNEL = {"mode": "kernel", "ifName": "net1", "mtu": 1500, "up": True}
+
+
+@pytest.mark.parametrize("name", ["host-cni", "sriov-cni"])
+def test_mode_dependent_ports(name: str, plugins: dict[str, Plugin]) -> None:
+    plugin = plugins[name]
+    assert _outputs(plugin, KERNEL) == {"interface"}
+    assert _outputs(plugin, {**KERNEL, "linkType": "infiniband"}) == {"interface"}
+    assert _outputs(plugin, {**KERNEL, "rdmaAccess": True}) == {"interface", "rdma"}
+    assert _outputs(plugin, {"mode": "vfio"}) == {"device"}
+    assert _outputs(plugin, {"mode": "vfio", "rdmaAccess": True}) == {"device"}
+    assert _outputs(plugin, {"mode": "vfio", "accessBackend": "cdev"}) == {"device"}
+
+
+def test_sriov_switchdev_exports_the_representor(plugins: dict[str, Plugin]) -> None:
+    plugin = plugins["sriov-cni"]
+    assert _outputs(plugin, {**KERNEL, "representor": True}) == {"interface", "representor"}
+    assert _outputs(plugin, {"mode": "vfio", "representor": True}) == {"device", "representor"}
+
+
+@pytest.mark.parametrize("name", ["host-cni", "sriov-cni"])
+def test_vfio_never_moves_a_netdevice(name: str, plugins: dict[str, Plugin]) -> None:
+    prepare = {e.id: e for e in _effects(plugins[name], "prepare")}
+    assert prepare["bind"].kind == "pci/driver-bind/v1"
+    assert prepare["bind"].when == 'call.config.mode == "vfio"'
+    connect = {e.id: e for e in _effects(plugins[name], "connect")}
+    assert connect["vfio-access"].when == 'call.config.mode == "vfio"'
+    for effect in connect.values():
+        if effect.kind.startswith(("linux/", "ib/", "rdma/")):
+            assert effect.when is not None and 'call.config.mode == "kernel"' in effect.when
+
+
+@pytest.mark.parametrize(("name", "mode"), [("macvlan-cni", "bridge"), ("ipvlan-cni", "l2")])
+def test_shared_parent_roots(name: str, mode: str, plugins: dict[str, Plugin]) -> None:
+    plugin = plugins[name]
+    spec = plugin.descriptor.spec
+    assert spec.allocation is not None
+    parent = spec.allocation["parent"]
+    assert (parent.type, parent.access) == ("KernelInterface/v1", "CreateChild")
+    schema = spec.config_schema.model_dump(by_alias=True, exclude_none=True)
+    assert schema["properties"]["mode"]["enum"][0] == mode
+    assert [e.kind for e in _effects(plugin, "prepare")] == ["share/hold-parent/v1"]
+    kind = name.removesuffix("-cni")
+    # create on the host parent, then move into the sandbox as its own effect, then configure
+    assert [e.kind for e in _effects(plugin, "connect")] == [
+        f"linux/create-{kind}/v1",
+        "linux/link-move/v1",
+        "linux/link-configure/v1",
+    ]
+    assert _outputs(plugin, {"ifName": "net1", "mtu": 1500, "up": False}) == {"interface"}
+
+
+def test_bond_contract(plugins: dict[str, Plugin]) -> None:
+    spec = plugins["bond-cni"].descriptor.spec
+    assert spec.inputs is not None
+    members = spec.inputs["members"]
+    assert (members.min_items, members.max_items, members.access) == (2, 8, "AttachMember")
+    props = spec.config_schema.model_dump(by_alias=True, exclude_none=True)["properties"]
+    assert props["mode"]["enum"] == ["active-backup"]
+    assert props["failOverMac"]["enum"] == ["active"]
+    assert (props["monitorIntervalMs"]["minimum"], props["monitorIntervalMs"]["maximum"]) == (
+        1,
+        10000,
+    )
+    attach = next(e for e in _effects(plugins["bond-cni"], "connect") if e.id == "attach")
+    assert attach.for_each is not None and attach.for_each.in_ == "call.inputs.members"
+
+
+def test_vlan_contract(plugins: dict[str, Plugin]) -> None:
+    props = plugins["vlan-cni"].descriptor.spec.config_schema.model_dump(
+        by_alias=True, exclude_none=True
+    )["properties"]
+    assert (props["vlanId"]["minimum"], props["vlanId"]["maximum"]) == (1, 4094)
+    assert (props["mtu"]["minimum"], props["mtu"]["maximum"]) == (576, 9000)
+    bad = check_plugin(
+        plugins["vlan-cni"],
+        REGISTRY,
+        config={"ifName": "v", "mtu": 1500, "up": True, "vlanId": 4095},
+    )
+    assert [d.code for d in bad] == [Code.E_SCHEMA]
+
+
+def test_uplink_profile_is_the_only_shared_uplink_user(plugins: dict[str, Plugin]) -> None:
+    users = {
+        name
+        for name, plugin in plugins.items()
+        if "bridge/shared-uplink-vlan/v1" in plugin.descriptor.spec.allowed_effects
+    }
+    assert users == {"accelerated-bridge-cni-uplink"}
+    plain = [e.kind for e in _effects(plugins["accelerated-bridge-cni"], "connect")]
+    profile = [e.kind for e in _effects(plugins["accelerated-bridge-cni-uplink"], "connect")]
+    assert profile == ["bridge/shared-uplink-vlan/v1", *plain]
+
+
+# --- the checks above are not vacuous: broken copies of builtins are rejected -------------
+
+
+def _mutated(tmp_path: Path, name: str, file: str, old: str, new: str) -> list[Code]:
+    target = tmp_path / name
+    shutil.copytree(PROGRAMS_DIR / name / "v1", target)
+    text = (target / file).read_text()
+    assert old in text
+    (target / file).write_text(text.replace(old, new, 1))
+    plugin, diagnostics = load_plugin_dir(target)
+    if plugin is not None:
+        diagnostics += check_plugin(plugin, REGISTRY)
+    return sorted({d.code for d in diagnostics})
+
+
+@pytest.mark.parametrize(
+    ("name", "file", "old", "new", "code"),
+    [
+        (
+            "vlan-cni",
+            "plugin.yaml",
+            "allowedEffects: [linux/create-vlan/v1, linux/link-configure/v1]",
+            "allowedEffects: [linux/create-vlan/v1]",
+            Code.E_EFFECT_DENIED,
+        ),
+        (
+            "macvlan-cni",
+            "connect.yaml",
+            "interface: {from: effects.move.interface}\n    parameterBindings",
+            "interface: {from: call.prepared.parent}\n    parameterBindings",
+            Code.E_PORT_TYPE,
+        ),
+        (
+            "macvlan-cni",
+            "prepare.yaml",
+            "kind: share/hold-parent/v1",
+            "kind: linux/link-move/v1",
+            Code.E_WRONG_HOOK,
+        ),
+        (
+            "host-cni",
+            "prepare.yaml",
+            "recovery: {strategy: Quarantine}",
+            "recovery: {strategy: RestoreBeforeImage}",
+            Code.E_NO_RECOVERY,
+        ),
+        (
+            "bond-cni",
+            "connect.yaml",
+            "member: {from: member}",
+            "member: {from: effects.create.interface}",
+            Code.E_ACCESS,
+        ),
+    ],
+)
+def test_broken_copies_are_rejected(
+    tmp_path: Path, name: str, file: str, old: str, new: str, code: Code
+) -> None:
+    assert code in _mutated(tmp_path, name, file, old, new)
