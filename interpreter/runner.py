@@ -31,7 +31,8 @@ can kill the process exactly there. Names: ``before-intent``, ``after-intent``,
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,8 @@ _log = logging.getLogger(__name__)
 BoundaryHook = Callable[[str], None]
 Recheck = Callable[[EffectContext, BoundEffect], None]
 """Caller-supplied identity/ownership/protected-scope recheck; raises ExecutorError to refuse."""
+EnvFactory = Callable[[OperationRecord], Any]
+"""Builds the executor environment of a recorded operation (recovery, cleanup without env)."""
 
 
 class RunRefused(Exception):
@@ -116,9 +119,11 @@ def _describe(exc: BaseException) -> tuple[str, str]:
 class Runner:
     """Runs, cleans up and recovers operations against one journal and executor registry.
 
-    ``executors`` maps opcode names (``linux/create-vlan/v1``) to executors; ``env`` is
-    passed to every executor through :class:`EffectContext`. All public methods take the
-    node mutation ``lock``.
+    ``executors`` maps opcode names (``linux/create-vlan/v1``) to executors. The executor
+    environment (:attr:`EffectContext.env`) of an operation is, in order: the ``env`` given
+    to :meth:`run`/:meth:`cleanup` for that call, else ``env_factory(operation_record)``
+    (how recovery rebuilds it from the journal, e.g. from a pinned namespace), else the
+    constructor's ``env``. All public methods take the node mutation ``lock``.
     """
 
     def __init__(
@@ -130,10 +135,14 @@ class Runner:
         lock: NodeMutationLock | None = None,
         recheck: Recheck | None = None,
         boundary: BoundaryHook | None = None,
+        env_factory: EnvFactory | None = None,
     ) -> None:
         self.journal = journal
         self.executors = executors
         self.env = env
+        self.env_factory = env_factory
+        self._call_envs: dict[str, Any] = {}
+        self._built_envs: list[str] = []
         self.lock = lock if lock is not None else NodeMutationLock()
         self._recheck_hook = recheck
         self._boundary_hook = boundary
@@ -149,6 +158,7 @@ class Runner:
         digest: str | None = None,
         authorisations: Sequence[JSONValue] = (),
         policy: RecoveryPolicy = RecoveryPolicy.ROLL_BACK,
+        env: Any = None,
     ) -> RunResult:
         """Run ``program`` as operation ``operation_id`` of ``scope``.
 
@@ -159,7 +169,7 @@ class Runner:
         E_QUARANTINED. An operation left unfinished by a crash is recovered first.
         """
         semantic = digest if digest is not None else program.digest
-        with self.lock.hold(f"run {operation_id}"):
+        with self.lock.hold(f"run {operation_id}"), self._with_env(operation_id, env):
             attempt = 1
             existing = self.journal.load_operation(operation_id)
             if existing is not None:
@@ -225,6 +235,7 @@ class Runner:
         *,
         fence_scope: str | None = None,
         reason: str = "removed",
+        env: Any = None,
     ) -> RunResult:
         """Undo a recorded operation in reverse from the journal alone.
 
@@ -233,7 +244,7 @@ class Runner:
         operation that was never recorded changed nothing (the intent is always committed
         before the first effect): the result is Undone.
         """
-        with self.lock.hold(f"cleanup {operation_id}"):
+        with self.lock.hold(f"cleanup {operation_id}"), self._with_env(operation_id, env):
             fences = [Fence(fence_scope, reason, operation_id)] if fence_scope else []
             op = self.journal.load_operation(operation_id)
             if op is None:
@@ -256,7 +267,7 @@ class Runner:
 
     def recover(self) -> list[RunResult]:
         """Reconcile every unfinished operation (start-up). Running it twice changes nothing."""
-        with self.lock.hold("recover"):
+        with self.lock.hold("recover"), self._with_env("", None):
             results = []
             for op in self.journal.unfinished_operations():
                 self._recover(op)
@@ -264,7 +275,7 @@ class Runner:
             return results
 
     def recover_operation(self, operation_id: str) -> RunResult | None:
-        with self.lock.hold(f"recover {operation_id}"):
+        with self.lock.hold(f"recover {operation_id}"), self._with_env(operation_id, None):
             op = self.journal.load_operation(operation_id)
             if op is None:
                 return None
@@ -296,7 +307,7 @@ class Runner:
     def _apply_one(self, op: OperationRecord, bound: BoundEffect, rec: EffectRecord) -> None:
         executor = self.executors[bound.kind]
         inputs = self._resolve_inputs(op, bound.inputs, rec.id)
-        ctx = EffectContext(op.operation_id, rec.id, inputs, bound.parameters, self.env)
+        ctx = EffectContext(op.operation_id, rec.id, inputs, bound.parameters, self._env(op))
         try:
             before = executor.capture(ctx)
         except Exception as exc:
@@ -431,7 +442,41 @@ class Runner:
 
     def _context(self, op: OperationRecord, rec: EffectRecord) -> EffectContext:
         bound = op.program.effects[rec.index]
-        return EffectContext(op.operation_id, rec.id, rec.inputs, bound.parameters, self.env)
+        return EffectContext(op.operation_id, rec.id, rec.inputs, bound.parameters, self._env(op))
+
+    @contextmanager
+    def _with_env(self, operation_id: str, env: Any) -> Iterator[None]:
+        """For one public call: the caller's env for this operation (not closed by us);
+        envs the factory builds meanwhile are closed when the call ends."""
+        if env is not None:
+            self._call_envs[operation_id] = env
+        try:
+            yield
+        finally:
+            if env is not None:
+                self._call_envs.pop(operation_id, None)
+            self._close_built_envs()
+
+    def _env(self, op: OperationRecord) -> Any:
+        if op.operation_id in self._call_envs:
+            return self._call_envs[op.operation_id]
+        if self.env_factory is not None:
+            env = self.env_factory(op)
+            self._call_envs[op.operation_id] = env
+            self._built_envs.append(op.operation_id)
+            return env
+        return self.env
+
+    def _close_built_envs(self) -> None:
+        """Close environments the factory built during one public call (if closable)."""
+        while self._built_envs:
+            env = self._call_envs.pop(self._built_envs.pop(), None)
+            close = getattr(env, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:
+                    _log.exception("event=env-close-failed")
 
     def _observe_recovery(self, op: OperationRecord, rec: EffectRecord) -> RecoveryObservation:
         bound = op.program.effects[rec.index]

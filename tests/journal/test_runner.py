@@ -326,3 +326,52 @@ def test_mutation_lock_is_reentrant_and_bounded() -> None:
 
 def test_parent_handle_is_a_grant_not_an_object() -> None:
     assert PARENT.grants(Access.CREATE_CHILD)
+
+
+class _Env:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_env_per_call_and_factory_for_recovery() -> None:
+    seen: list[str] = []
+    world = World(data=copy.deepcopy(foreign_world()))
+    executors = world_executors(world)
+    create = executors["test/create/v1"]
+    original = create.capture
+
+    def capture(ctx):
+        seen.append(ctx.env.name)
+        return original(ctx)
+
+    create.capture = capture
+    recover_original = create.recover
+
+    def recover(ctx, before):
+        seen.append(ctx.env.name)
+        return recover_original(ctx, before)
+
+    create.recover = recover
+    journal = MemoryJournal()
+
+    def hook(name: str) -> None:
+        if name == "after-apply:create":
+            raise Crash(name)
+
+    runner = Runner(journal, executors, env=_Env("default"), boundary=hook)
+    with pytest.raises(Crash):
+        runner.run("op1", "att/a", child_program(), env=_Env("call"))
+    built: list[_Env] = []
+
+    def factory(op):
+        env = _Env(f"rebuilt:{op.operation_id}")
+        built.append(env)
+        return env
+
+    Runner(journal, executors, env_factory=factory).recover()
+    assert seen == ["call", "rebuilt:op1"]
+    assert len(built) == 1 and built[0].closed
