@@ -1,0 +1,288 @@
+"""Inventory scan over sysfs trees built from documented real layouts (tests/fixtures)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from dmn.agent.inventory import (
+    IdentityRegistry,
+    Inventory,
+    ItemKind,
+    RecordedDevlink,
+    RecordedLinks,
+    ScanConfig,
+    Unknown,
+    scan,
+)
+from dmn.agent.inventory.facts import Binding, LinkState, ProtectionReason
+from dmn.agent.inventory.sysfs import SysfsTree
+from tests.fixtures.sysfs_layouts import (
+    IB_HCA,
+    MGMT,
+    MGMT_PEER,
+    MLX_PF0,
+    MLX_PF1,
+    SHARED_KERNEL,
+    SHARED_UNBOUND,
+    VFIO_ALONE,
+    X710_PF,
+    FixtureNode,
+    SysfsBuilder,
+    add_connectx5_switchdev,
+    build_reference_node,
+    mlx_vf_address,
+)
+
+NODE_UID = "3f0c5b8e-0000-4000-8000-000000000001"
+
+
+def run(node: FixtureNode, **overrides: object) -> Inventory:
+    config = ScanConfig(
+        sysfs_root=node.sysfs,
+        node_uid=NODE_UID,
+        links=node.links,
+        devlink=node.devlink,
+        node_ips=node.node_ips,
+    )
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return scan(config)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> FixtureNode:
+    return build_reference_node(tmp_path)
+
+
+def item(inv: Inventory, address: str):  # type: ignore[no-untyped-def]
+    found = inv.by_pci(address)
+    assert found is not None, address
+    return found
+
+
+def test_pci_first_covers_kernel_vfio_and_unbound_functions(node: FixtureNode) -> None:
+    inv = run(node)
+    assert item(inv, MLX_PF0).binding is Binding.KERNEL
+    assert item(inv, VFIO_ALONE).binding is Binding.VFIO
+    assert item(inv, SHARED_UNBOUND).binding is Binding.UNBOUND
+    assert item(inv, "0000:5e:02.3").binding is Binding.VFIO  # a VF left on vfio-pci
+    # 2 mgmt + 2 mlx PF + 16 mlx VF + X710 PF + 4 VFs + vfio + 2 shared + IB HCA
+    assert len(inv.items) == 29
+
+
+def test_pf_vf_parentage_and_vf_index(node: FixtureNode) -> None:
+    inv = run(node)
+    pf = item(inv, MLX_PF1)
+    assert pf.kind is ItemKind.PF and pf.sriov_total_vfs == 8 and pf.sriov_num_vfs == 8
+    for i in range(8):
+        vf = item(inv, mlx_vf_address(1, i))
+        assert vf.kind is ItemKind.VF
+        assert vf.pf_pci_address == MLX_PF1
+        assert vf.vf_index == i
+
+
+def test_netdevs_joined_by_pci_with_live_state(node: FixtureNode) -> None:
+    inv = run(node)
+    vf = item(inv, mlx_vf_address(0, 3))
+    assert [n.ifname for n in vf.netdevs] == ["enp59s0f0v3"]
+    state = vf.netdevs[0].state
+    assert isinstance(state, LinkState)
+    assert state.mac == "06:00:00:00:00:03" and state.mtu == 1500 and state.operstate == "UP"
+    mgmt = item(inv, MGMT).netdevs[0].state
+    assert isinstance(mgmt, LinkState) and mgmt.addresses == ("10.0.0.11/24",)
+    assert inv.default_route_ifnames == frozenset({"eno1"})
+
+
+def test_representors_are_not_own_netdevs_and_map_by_devlink_identity(node: FixtureNode) -> None:
+    inv = run(node)
+    pf = item(inv, MLX_PF0)
+    assert [n.ifname for n in pf.netdevs] == ["enp59s0f0np0"]  # uplink only
+    assert pf.eswitch_mode == "switchdev"
+    assert [(r.controller, r.pfnum, r.vfnum) for r in pf.representors] == [
+        (0, 0, i) for i in range(8)
+    ]
+    vf = item(inv, mlx_vf_address(0, 5))
+    assert vf.representor is not None
+    assert vf.representor.ifname == "enp59s0f0npf0vf5"
+    assert vf.representor.source == "devlink"
+    assert item(inv, X710_PF).eswitch_mode == "legacy"
+    assert item(inv, mlx_vf_address(1, 2)).representor.ifname == "enp59s0f1npf1vf2"  # type: ignore[union-attr]
+
+
+def test_representors_never_matched_by_interface_name(tmp_path: Path) -> None:
+    """Renamed representors still map: the identity is phys_port_name, not the name."""
+    b = SysfsBuilder(tmp_path / "sys")
+    add_connectx5_switchdev(b, vfs_per_pf=2)
+    node = b.finish()
+    # devlink unavailable: the sysfs phys_port_name is the fallback authority
+    node.devlink = RecordedDevlink(fail="devlink family missing")
+    for name in ("enp59s0f0npf0vf1",):
+        link = node.sysfs / "class" / "net" / name
+        target = link.resolve()
+        renamed = target.with_name("mgmt-looking-name")
+        target.rename(renamed)
+        link.unlink()
+        link.symlink_to(renamed)
+    inv = run(node)
+    vf = item(inv, mlx_vf_address(0, 1))
+    assert vf.representor is not None
+    assert vf.representor.source == "phys_port_name"
+    assert (vf.representor.pfnum, vf.representor.vfnum) == (0, 1)
+    assert isinstance(item(inv, MLX_PF0).eswitch_mode, Unknown)
+    assert any("devlink" in n for n in inv.notes)
+
+
+def test_rdma_devices_and_char_devices(node: FixtureNode) -> None:
+    inv = run(node)
+    hca = item(inv, IB_HCA)
+    assert hca.link_type == "infiniband"
+    assert hca.rdma_capable
+    (dev,) = hca.rdma
+    assert dev.name == "mlx5_ib0" and dev.link_layer == "InfiniBand"
+    assert {c.rsplit("/", 1)[1][:4] for c in dev.char_devices} == {"uver", "umad", "issm"}
+    roce = item(inv, MLX_PF0).rdma[0]
+    assert roce.link_layer == "Ethernet" and roce.char_devices == ("/dev/infiniband/uverbs0",)
+
+
+def test_iommu_groups_vfio_devices_pcie_root_numa(node: FixtureNode) -> None:
+    inv = run(node)
+    alone = item(inv, VFIO_ALONE)
+    assert alone.iommu_group == 80 and alone.iommu_peers == ()
+    assert alone.vfio_devices == ("/dev/vfio/80", "/dev/vfio/devices/vfio1")
+    shared = item(inv, SHARED_UNBOUND)
+    assert shared.iommu_group == 90 and shared.iommu_peers == (SHARED_KERNEL,)
+    # upstream resource.kubernetes.io/pcieRoot format: pci<domain>:<bus>
+    assert item(inv, MLX_PF0).pcie_root == "pci0000:3a"
+    assert item(inv, X710_PF).pcie_root == "pci0000:5d"
+    assert all(re.fullmatch(r"pci[0-9a-f]{4}:[0-9a-f]{2}", i.pcie_root) for i in inv.items.values())
+    assert item(inv, X710_PF).numa_node == 1
+    assert item(inv, MLX_PF0).numa_node == 0
+
+
+def test_device_serial_number_is_read_from_extended_config_space(node: FixtureNode) -> None:
+    raw = SysfsTree(node.sysfs).function(MLX_PF0)
+    assert raw.serial == "98-03-9b-03-00-9f-a7-10"
+    assert SysfsTree(node.sysfs).function(SHARED_UNBOUND).serial == ""
+
+
+def test_identity_is_not_the_bdf(node: FixtureNode) -> None:
+    inv = run(node)
+    pf0, pf1 = item(inv, MLX_PF0), item(inv, MLX_PF1)
+    assert pf0.identity_strength == "serial"
+    assert pf0.inventory_id != pf1.inventory_id  # one DSN, two functions
+    vf = item(inv, mlx_vf_address(0, 0))
+    assert vf.identity_strength == "parent" and vf.hardware_key.startswith("vf:dsn:")
+    assert item(inv, MGMT).identity_strength == "permanent-mac"
+    assert item(inv, SHARED_UNBOUND).identity_strength == "locator"
+    again = run(node)
+    assert set(again.items) == set(inv.items)  # stable across rescans
+    other_node = run(node, node_uid="another-node")
+    assert not set(other_node.items) & set(inv.items)  # node UID is part of identity
+
+
+def test_replacement_at_same_bdf_gets_new_identity(node: FixtureNode) -> None:
+    registry = IdentityRegistry()
+    before = item(run(node, registry=registry), VFIO_ALONE)
+    config = node.sysfs / "bus" / "pci" / "devices" / VFIO_ALONE / "config"
+    data = bytearray(config.read_bytes())
+    data[0x104] ^= 0xFF  # a different card's serial at the same address
+    config.write_bytes(bytes(data))
+    after = item(run(node, registry=registry), VFIO_ALONE)
+    assert after.pci_address == before.pci_address
+    assert after.inventory_id != before.inventory_id
+
+
+def test_incarnation_is_verified(tmp_path: Path) -> None:
+    registry = IdentityRegistry()
+    seen = {"dsn:aa/fn0": "serial", "pci:0000:d8:00.0/x": "locator"}
+    assert registry.assign(seen) == {k: 1 for k in seen}
+    registry.assign({})  # both absent for one scan
+    back = registry.assign(seen)
+    assert back["dsn:aa/fn0"] == 1  # the serial proves it is the same card
+    assert back["pci:0000:d8:00.0/x"] == 2  # nothing proves it: new incarnation
+    restored = IdentityRegistry.from_json(registry.to_json())
+    assert restored.entries == registry.entries
+
+
+def test_protected_closure_default_route_node_ip_reset_domain(node: FixtureNode) -> None:
+    inv = run(node)
+    mgmt = item(inv, MGMT)
+    assert ProtectionReason.DEFAULT_ROUTE in mgmt.protected
+    assert ProtectionReason.NODE_IP in mgmt.protected
+    peer = item(inv, MGMT_PEER)  # bus reset only: resets with eno1
+    assert ProtectionReason.RESET_DOMAIN_PEER in peer.protected
+    assert not item(inv, MLX_PF0).protected
+    assert not item(inv, mlx_vf_address(0, 0)).protected
+
+
+def test_configured_pf_protects_its_vfs_and_vf_protects_only_its_pf(node: FixtureNode) -> None:
+    inv = run(node, protected_pci_addresses=[MLX_PF1, mlx_vf_address(0, 2)])
+    for i in range(8):
+        assert ProtectionReason.VF_OF_PROTECTED_PF in item(inv, mlx_vf_address(1, i)).protected
+    assert ProtectionReason.PF_OF_PROTECTED_VF in item(inv, MLX_PF0).protected
+    assert not item(inv, mlx_vf_address(0, 3)).protected  # siblings stay free
+
+
+def test_bond_members_and_lower_devices_are_protected(tmp_path: Path) -> None:
+    b = SysfsBuilder(tmp_path / "sys")
+    for i, bdf in enumerate(("0000:01:00.0", "0000:01:00.1", "0000:02:00.0")):
+        b.function(
+            bdf,
+            root_bus="pci0000:00",
+            vendor="0x8086",
+            device="0x1521",
+            driver="igb",
+            iommu_group=i,
+        )
+    bond = b.virtual_link("bond0", kind="bond", mac="02:00:00:00:00:b0")
+    b.netdev("eno1", "0000:01:00.0", mac="a0:00:00:00:00:01", master=bond)
+    b.netdev("eno2", "0000:01:00.1", mac="a0:00:00:00:00:02", master=bond)
+    lower = b.netdev("ens3", "0000:02:00.0", mac="a0:00:00:00:00:03")
+    b.virtual_link(
+        "ens3.100",
+        kind="vlan",
+        mac="a0:00:00:00:00:03",
+        link_ifindex=lower,
+        addresses=("192.0.2.10/24",),
+    )
+    b.virtual_link("br-mgmt", kind="bridge", mac="02:00:00:00:00:bb", default_route=True)
+    node = b.finish(node_ips=("192.0.2.10",))
+    states = list(node.links.states)
+    bridge_index = next(s.ifindex for s in states if s.ifname == "br-mgmt")
+    states = [replace(s, master_ifindex=bridge_index) if s.ifname == "bond0" else s for s in states]
+    node.links = RecordedLinks(states, node.links.default_routes)
+    inv = run(node)
+    assert ProtectionReason.MEMBER_OF_PROTECTED in item(inv, "0000:01:00.0").protected
+    assert ProtectionReason.MEMBER_OF_PROTECTED in item(inv, "0000:01:00.1").protected
+    assert ProtectionReason.LOWER_OF_PROTECTED in item(inv, "0000:02:00.0").protected
+
+
+def test_failed_link_query_is_unknown_not_free(node: FixtureNode) -> None:
+    node.links = RecordedLinks(fail="netlink: ENOBUFS")
+    inv = run(node)
+    assert isinstance(inv.default_route_ifnames, Unknown)
+    vf = item(inv, mlx_vf_address(0, 0))
+    assert isinstance(vf.netdevs[0].state, Unknown)
+    assert ProtectionReason.UNKNOWN_STATE in vf.protected
+    # functions without a host netdev cannot carry the default route: not protected
+    assert item(inv, VFIO_ALONE).protected == ()
+    assert any("links unknown" in n for n in inv.notes)
+
+
+def test_vanished_function_is_a_note_not_a_crash(node: FixtureNode) -> None:
+    target = (node.sysfs / "bus" / "pci" / "devices" / VFIO_ALONE).resolve()
+    shutil.rmtree(target)
+    inv = run(node)
+    assert inv.by_pci(VFIO_ALONE) is None
+    assert any(VFIO_ALONE in n for n in inv.notes)
+
+
+def test_inventory_serialises(node: FixtureNode) -> None:
+    doc = run(node).to_json()
+    assert doc["nodeUID"] == NODE_UID
+    assert {i["pciAddress"] for i in doc["items"]} >= {MLX_PF0, IB_HCA}
