@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from typing import Any
 
 from dmn.agent.nri import mux
 from dmn.agent.nri.ttrpc_frame import (
@@ -89,11 +89,6 @@ class MuxTransport:
 Handler = Callable[[bytes, int], Awaitable[bytes]]
 """A ttrpc method: (request payload, timeout_nano from the caller) -> response payload.
 Raise :class:`TtrpcError` to answer with a status."""
-
-
-@dataclass
-class _Pending:
-    future: asyncio.Future[bytes]
 
 
 class TtrpcServer:
@@ -185,11 +180,12 @@ class TtrpcClient:
         frame = encode_frame(
             stream_id, TYPE_REQUEST, encode_request(service, method, payload, timeout_nano)
         )
-        closed = asyncio.ensure_future(self._transport.closed.wait())
+        closed: asyncio.Future[bool] = asyncio.ensure_future(self._transport.closed.wait())
         try:
             await self._transport.send(self._conn_id, frame)
+            waiters: set[asyncio.Future[Any]] = {fut, closed}
             done, _ = await asyncio.wait(
-                {fut, closed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
             if fut in done:
                 return decode_response(fut.result())

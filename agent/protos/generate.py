@@ -1,4 +1,4 @@
-"""Regenerate the ``*_pb2.py`` / ``*_pb2_grpc.py`` modules from the ``.proto`` files.
+"""Regenerate ``*_pb2.py`` (+ ``.pyi`` type stubs) / ``*_pb2_grpc.py`` from the ``.proto`` files.
 
 Registered in ``dmn/generate.py`` GENERATORS. protoc runs in-process through grpcio-tools
 (pinned in the test extras so the output is byte-for-byte reproducible) into a temporary
@@ -37,7 +37,13 @@ def _protoc(root: Path, out: Path, protos: tuple[str, ...], grpc: bool) -> None:
     from grpc_tools import protoc
 
     include = str(importlib.resources.files("grpc_tools") / "_proto")
-    args = ["grpc_tools.protoc", f"-I{root}", f"-I{include}", f"--python_out={out}"]
+    args = [
+        "grpc_tools.protoc",
+        f"-I{root}",
+        f"-I{include}",
+        f"--python_out={out}",
+        f"--pyi_out={out}",
+    ]
     if grpc:
         args.append(f"--grpc_python_out={out}")
     args += [f"{IMPORT_PREFIX}/{name}" for name in protos]
@@ -54,7 +60,7 @@ def generate(root: Path, check: bool) -> list[str]:
         out = Path(tmp)
         _protoc(root, out, GRPC_PROTOS, grpc=True)
         _protoc(root, out, MESSAGE_PROTOS, grpc=False)
-        produced = sorted((out / IMPORT_PREFIX).glob("*.py"))
+        produced = sorted((out / IMPORT_PREFIX).glob("*.py*"))
         expected = {p.name for p in produced}
         for path in produced:
             target = root / PROTO_DIR / path.name
@@ -63,7 +69,7 @@ def generate(root: Path, check: bool) -> list[str]:
                 drift.append(f"{PROTO_DIR}/{path.name}")
                 if not check:
                     target.write_bytes(data)
-        for stale in sorted((root / PROTO_DIR).glob("*_pb2*.py")):
+        for stale in sorted((root / PROTO_DIR).glob("*_pb2*.py*")):
             if stale.name not in expected:
                 drift.append(f"{PROTO_DIR}/{stale.name}")
                 if not check:

@@ -87,9 +87,9 @@ class LabContainer:
     devices: list[api.LinuxDevice] = field(default_factory=list)
 
     def to_proto(self) -> api.Container:
-        return api.Container(
-            id=self.id, pod_sandbox_id=self.pod_id, name=self.name, state=self.state
-        )
+        ctr = api.Container(id=self.id, pod_sandbox_id=self.pod_id, name=self.name)
+        ctr.state = self.state  # type: ignore[assignment]
+        return ctr
 
 
 @dataclass(frozen=True)
@@ -285,6 +285,14 @@ class LabNriRuntime:
                 self._links.append(link)
             threading.Thread(target=self._setup, args=(link,), daemon=True).start()
 
+    def adopt(self, sock: socket.socket) -> None:
+        """Serve a pre-connected plugin socket, as containerd does for plugins it launches
+        (the peer end is passed to the plugin in NRI_PLUGIN_SOCKET)."""
+        link = PluginLink(sock, self)
+        with self._changed:
+            self._links.append(link)
+        threading.Thread(target=self._setup, args=(link,), daemon=True).start()
+
     def _forget(self, link: PluginLink) -> None:
         with self._changed:
             if link in self._links:
@@ -337,15 +345,17 @@ class LabNriRuntime:
             self._record("synchronized", link)
 
     def _synchronize(self, link: PluginLink) -> None:
-        pods = [p.to_proto() for p in self.pods.values()]
-        ctrs = [c.to_proto() for c in self.containers.values()]
-        objs: list[tuple[str, object]] = [("pod", p) for p in pods] + [("ctr", c) for c in ctrs]
+        objs: list[api.PodSandbox | api.Container] = [p.to_proto() for p in self.pods.values()]
+        objs += [c.to_proto() for c in self.containers.values()]
         size = self.sync_chunk or max(1, len(objs))
         chunks = [objs[i : i + size] for i in range(0, len(objs), size)] or [[]]
         for n, chunk in enumerate(chunks):
             req = api.SynchronizeRequest(more=n < len(chunks) - 1)
-            for kind, obj in chunk:
-                (req.pods if kind == "pod" else req.containers).append(obj)  # type: ignore[arg-type]
+            for obj in chunk:
+                if isinstance(obj, api.PodSandbox):
+                    req.pods.append(obj)
+                else:
+                    req.containers.append(obj)
             out = link.call("Synchronize", req.SerializeToString(), self.request_timeout)
             rpl = api.SynchronizeResponse.FromString(out)
             if req.more and (len(rpl.update) > 0 or rpl.more != req.more):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,9 @@ def test_full_sandbox_lifecycle(tmp_path: Path, state_change_only: bool) -> None
         assert handler.synced == [(["uid-pre", "uid-pre2"], ["c-pre"])]
         assert thread.plugin.stats.sync_chunks == 3
         assert runtime.ready_plugins == ["10-dra-multi-network"]
+        # RUN(1) STOP(2) REMOVE(3) CREATE(4) START(6): bits 0,1,2,3,5
+        configured = [e for e in runtime.events if e.kind == "configured"]
+        assert [e.detail for e in configured] == ["0x2f"]
 
         pod = LabPod("sb1", "uid-1", "web", "ns1", "/var/run/netns/cni-1234")
         runtime.run_pod_sandbox(pod)
@@ -63,6 +67,46 @@ def test_full_sandbox_lifecycle(tmp_path: Path, state_change_only: bool) -> None
         # needs the fallback
         assert "fallback" not in kinds
         assert thread.plugin.stats.state_changes == (4 if state_change_only else 0)
+    finally:
+        thread.stop()
+        runtime.stop()
+
+
+def test_large_synchronize_crosses_many_mux_frames(tmp_path: Path) -> None:
+    sock = str(tmp_path / "nri.sock")
+    runtime = LabNriRuntime(sock, request_timeout=2.0)
+    for i in range(300):
+        pod = LabPod(f"p{i}", f"uid-{i}", f"pod-{i}", "bulk", f"/run/netns/p{i}")
+        pod.annotations["note"] = "x" * 200
+        runtime.pods[pod.id] = pod
+    runtime.start()
+    handler = RecordingHandler()
+    thread = PluginThread(NriPlugin(handler, PluginConfig(socket_path=sock))).start()
+    try:
+        assert runtime.wait_ready(1, 5.0)
+        ((pods, _),) = handler.synced
+        assert pods == [f"uid-{i}" for i in range(300)]  # one ~100 KB request, unsplit
+        assert thread.plugin.stats.sync_chunks == 1
+    finally:
+        thread.stop()
+        runtime.stop()
+
+
+def test_preconnected_socket_from_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = LabNriRuntime(str(tmp_path / "nri.sock"), request_timeout=1.0).start()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    monkeypatch.setenv("NRI_PLUGIN_SOCKET", str(theirs.detach()))
+    runtime.adopt(ours)
+    handler = RecordingHandler()
+    cfg = PluginConfig(socket_path=str(tmp_path / "nri.sock"), backoff_initial=0.02)
+    thread = PluginThread(NriPlugin(handler, cfg)).start()
+    try:
+        assert runtime.wait_ready(1, 5.0)
+        assert thread.plugin.stats.connects == 1
+        runtime.run_pod_sandbox(LabPod("a", "uid-a", "a", "ns", "/run/netns/a"))
+        assert handler.events() == ["RunPodSandbox"]
     finally:
         thread.stop()
         runtime.stop()
