@@ -24,6 +24,9 @@ REQUIRES: Mapping[str, str] = MappingProxyType(
         "exclusive-grant": "the handle grants ExclusiveConfigure from the verified allocation",
         "member-grant": "the member handle grants AttachMember and has no foreign master",
         "master-grant": "the master handle grants ExclusiveMaster and was created by this step",
+        "mtu-within-parent": "the child's MTU does not exceed its parent's MTU",
+        "vlan-tag-free": "no other VLAN link on the parent carries this tag",
+        "member-mtu-match": "the member's MTU equals the master's (seed 000 §8.3 equal MTUs)",
         "name-free": "the requested interface name is unused in the target namespace",
         "protected-scope-clear": "the target is outside the protected dependency closure of "
         "the management/primary interfaces",

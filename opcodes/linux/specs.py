@@ -157,7 +157,13 @@ CREATE_MACVLAN = OpcodeSpec(
     reversibility=Reversibility.REVERSIBLE,
     recovery=_CREATED,
     requires=frozenset(
-        {"host-scope", "create-child-grant", "share-entitlement", "parent-mode-compatible"}
+        {
+            "host-scope",
+            "create-child-grant",
+            "share-entitlement",
+            "parent-mode-compatible",
+            "mtu-within-parent",
+        }
     ),
     postconditions=frozenset({"macvlan-mode-match"}),
 )
@@ -178,7 +184,13 @@ CREATE_IPVLAN = OpcodeSpec(
     reversibility=Reversibility.REVERSIBLE,
     recovery=_CREATED,
     requires=frozenset(
-        {"host-scope", "create-child-grant", "share-entitlement", "parent-mode-compatible"}
+        {
+            "host-scope",
+            "create-child-grant",
+            "share-entitlement",
+            "parent-mode-compatible",
+            "mtu-within-parent",
+        }
     ),
     postconditions=frozenset({"ipvlan-mode-match"}),
 )
@@ -200,7 +212,9 @@ CREATE_VLAN = OpcodeSpec(
     hooks=_CONNECT,
     reversibility=Reversibility.REVERSIBLE,
     recovery=_CREATED,
-    requires=frozenset({"same-sandbox", "create-child-grant", "name-free"}),
+    requires=frozenset(
+        {"same-sandbox", "create-child-grant", "name-free", "mtu-within-parent", "vlan-tag-free"}
+    ),
     postconditions=frozenset({"vlan-parent-and-tag-match", "link-in-sandbox"}),
 )
 
@@ -240,7 +254,7 @@ ATTACH_MASTER = OpcodeSpec(
     hooks=_CONNECT,
     reversibility=Reversibility.REVERSIBLE,
     recovery=_RESTORABLE,
-    requires=frozenset({"same-sandbox", "member-grant", "master-grant"}),
+    requires=frozenset({"same-sandbox", "member-grant", "master-grant", "member-mtu-match"}),
     postconditions=frozenset({"member-of-master"}),
 )
 
