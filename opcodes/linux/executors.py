@@ -514,12 +514,33 @@ class _CreatedLink:
         delete_owned(env, *found)
 
 
+def host_children(env: LinkEnvironment, parent_index: int) -> list[LinkState]:
+    """Children of a host link wherever they live now: the host and every known namespace.
+
+    A child moved into a sandbox still hangs off the host parent; it is found by its lower
+    ifindex together with the id that namespace gives the host namespace.
+    """
+    found = list(children_of(env.rtnl(env.host), parent_index))
+    for ref in env.known():
+        if env.is_host(ref):
+            continue
+        try:
+            ipr = env.rtnl(ref)
+        except ExecutorError:
+            continue
+        reply = ipr.get_netnsid(fd=env.fd(env.host))
+        nsid = reply.get("nsid") if reply else None
+        if nsid is None or int(nsid) < 0:
+            continue
+        found.extend(children_of(ipr, parent_index, int(nsid)))
+    return found
+
+
 def _shared_parent_check(
     env: LinkEnvironment, kind: str, parent_index: int, parent_mtu: int, mtu: int
 ) -> None:
-    host = env.rtnl(env.host)
     other = "ipvlan" if kind == "macvlan" else "macvlan"
-    clash = [c.name for c in children_of(host, parent_index) if c.kind == other]
+    clash = [c.name for c in host_children(env, parent_index) if c.kind == other]
     if clash:
         raise ExecutorError(
             "E_FAMILY_CONFLICT",

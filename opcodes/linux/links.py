@@ -43,6 +43,8 @@ class LinkState:
     master: int
     info: dict[str, Any]
     addresses: tuple[Address, ...] = ()
+    link_netnsid: int = -1
+    """Namespace id (as seen from the link's namespace) of ``lower``'s namespace; -1: same."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -63,6 +65,7 @@ class LinkState:
             master=int(data.get("master", 0)),
             info=dict(data.get("info", {})),
             addresses=tuple(Address(**a) for a in data.get("addresses", ())),
+            link_netnsid=int(data.get("link_netnsid", -1)),
         )
 
 
@@ -99,7 +102,12 @@ def _state(msg: Any, addresses: tuple[Address, ...] = ()) -> LinkState:
         master=int(msg.get_attr("IFLA_MASTER") or 0),
         info=info,
         addresses=addresses,
+        link_netnsid=_netnsid(msg.get_attr("IFLA_LINK_NETNSID")),
     )
+
+
+def _netnsid(value: Any) -> int:
+    return -1 if value is None else int(value)
 
 
 def addresses_of(ipr: Any, index: int) -> tuple[Address, ...]:
@@ -142,8 +150,13 @@ def by_alias(ipr: Any, alias: str) -> list[LinkState]:
     return [link for link in all_links(ipr) if link.alias == alias]
 
 
-def children_of(ipr: Any, parent_index: int) -> list[LinkState]:
-    return [link for link in all_links(ipr) if link.lower == parent_index and link.kind]
+def children_of(ipr: Any, parent_index: int, netnsid: int = -1) -> list[LinkState]:
+    """Links whose lower device is ``parent_index`` in the namespace ``netnsid`` names."""
+    return [
+        link
+        for link in all_links(ipr)
+        if link.lower == parent_index and link.kind and link.link_netnsid == netnsid
+    ]
 
 
 def locate_hinted(ipr: Any, observations: Any, expected_mac: str | None = None) -> LinkState | None:

@@ -23,16 +23,23 @@ from dmn.opcodes.executor import (
     Observed,
     RecoveryObservation,
 )
-from dmn.opcodes.linux.executors import IPVLAN_MODES, environment, locate_input, single
-from dmn.opcodes.linux.links import LinkState, by_index, children_of
+from dmn.opcodes.linux.executors import (
+    IPVLAN_MODES,
+    environment,
+    host_children,
+    locate_input,
+    single,
+)
+from dmn.opcodes.linux.links import LinkState, by_index
+from dmn.opcodes.linux.netns import LinkEnvironment
 from dmn.opcodes.share import specs
 from dmn.opcodes.spec import OpcodeSpec
 
 _log = logging.getLogger(__name__)
 
 
-def _compatible(host: Any, parent: LinkState, kind: str, mode: str) -> None:
-    for child in children_of(host, parent.index):
+def _compatible(env: LinkEnvironment, parent: LinkState, kind: str, mode: str) -> None:
+    for child in host_children(env, parent.index):
         if child.kind in ("macvlan", "ipvlan") and child.kind != kind:
             raise ExecutorError(
                 "E_FAMILY_CONFLICT",
@@ -59,7 +66,7 @@ class HoldParent:
             raise ExecutorError("E_SCOPE", "a shared parent lives in the host namespace")
         _, link = locate_input(env, parent)
         kind, mode = str(ctx.parameters["childKind"]), str(ctx.parameters["mode"])
-        _compatible(env.rtnl(env.host), link, kind, mode)
+        _compatible(env, link, kind, mode)
         return {"host": env.host.to_json(), "baseline": link.to_json()}
 
     def _live(self, ctx: EffectContext, before: Any) -> LinkState | None:
@@ -76,7 +83,7 @@ class HoldParent:
             raise ExecutorError("E_LINK_CHANGED", "the parent is no longer the captured link")
         env = environment(ctx)
         _compatible(
-            env.rtnl(env.host),
+            env,
             live,
             str(ctx.parameters["childKind"]),
             str(ctx.parameters["mode"]),

@@ -136,11 +136,13 @@ def test_two_macvlan_shares_of_one_parent_talk_and_leave_the_parent_untouched() 
         assert w.snapshot(w.host) == baseline
 
 
-def test_ipvlan_share_on_a_macvlan_parent_is_refused_before_mutation() -> None:
+@pytest.mark.parametrize("moved", [False, True], ids=["child-in-host", "child-in-sandbox"])
+def test_ipvlan_share_on_a_macvlan_parent_is_refused_before_mutation(moved: bool) -> None:
     with world() as w:
+        sandbox = w.sandbox()
         host = w.ipr(w.host)
         parent, _ = w.veth(w.host)
-        env = w.env()
+        env = w.env(sandbox, pins=(sandbox,))
         held = drive(
             env,
             HOLD,
@@ -155,6 +157,11 @@ def test_ipvlan_share_on_a_macvlan_parent_is_refused_before_mutation() -> None:
             {"mode": "bridge", "mtu": 1500},
             effect="child",
         )
+        move = None
+        if moved:
+            move = drive(
+                env, MOVE, {"interface": (child.output(),)}, {"ifName": "net1"}, effect="mv"
+            )
         before = w.snapshot(w.host)
         ctx = EffectContext(
             "op2",
@@ -167,6 +174,8 @@ def test_ipvlan_share_on_a_macvlan_parent_is_refused_before_mutation() -> None:
             EXECUTORS[HOLD].capture(ctx)
         assert err.value.code == "E_FAMILY_CONFLICT"
         assert w.snapshot(w.host) == before
+        if move is not None:
+            move.undo()
         child.undo()
 
 
