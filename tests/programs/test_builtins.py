@@ -259,3 +259,10 @@ def test_broken_copies_are_rejected(
     tmp_path: Path, name: str, file: str, old: str, new: str, code: Code
 ) -> None:
     assert code in _mutated(tmp_path, name, file, old, new)
+
+
+def test_dmn_lint_programs_is_clean(capsys: pytest.CaptureFixture[str]) -> None:
+    from dmn.interpreter.lint_cli import run
+
+    assert run(["--format", "json", str(PROGRAMS_DIR)]) == 0
+    assert capsys.readouterr().out.strip() == "[]"
