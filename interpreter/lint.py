@@ -29,7 +29,14 @@ from pathlib import Path as FsPath
 
 from dmn.interpreter.checker import check_plugin, check_program
 from dmn.interpreter.diagnostics import Code, Diagnostic, SourceSpan
-from dmn.interpreter.documents import HOOKS, HookProgram, NetworkPlugin, document_kind
+from dmn.interpreter.documents import (
+    DOCUMENT_MODELS,
+    HOOKS,
+    HookProgram,
+    NetworkPlugin,
+    document_kind,
+    parse_document,
+)
 from dmn.interpreter.loader import (
     PLUGIN_FILE,
     Plugin,
@@ -37,11 +44,10 @@ from dmn.interpreter.loader import (
     load_builtin_plugins,
     load_plugin_dir,
     load_plugins,
-    load_text,
     plugin_from_descriptor,
     read_file,
 )
-from dmn.interpreter.source import YamlDocument
+from dmn.interpreter.source import YamlDocument, load_yaml_documents
 from dmn.opcodes.spec import OpcodeRegistry
 
 
@@ -199,30 +205,47 @@ def lint_paths(
                 ctx.plugins[plugin.name] = plugin
                 checked_plugins.append(plugin)
             continue
-        docs, diags = load_text(data, str(file))
+        docs, diags = load_yaml_documents(data, str(file))
         diagnostics += diags
         rest: list[tuple[object, YamlDocument]] = []
-        for model, doc in docs:
+        for doc in docs:
+            kind = document_kind(doc)
+            if kind in _KIND_CHECKERS and kind not in DOCUMENT_MODELS:
+                rest.append((None, doc))
+                continue
+            if kind not in DOCUMENT_MODELS and isinstance(doc.data, dict):
+                known = ", ".join(sorted({*DOCUMENT_MODELS, *_KIND_CHECKERS}))
+                diagnostics.append(
+                    Diagnostic.at(
+                        Code.E_SCHEMA,
+                        f"unknown document kind {doc.data.get('kind')!r} (expected one of {known})",
+                        doc.source.span(("kind",)),
+                        "kind",
+                    )
+                )
+                continue
+            model, diags = parse_document(doc)
+            diagnostics += diags
             if isinstance(model, NetworkPlugin):
                 plugin, merge = plugin_from_descriptor(model, doc.source)
                 diagnostics += merge
                 ctx.plugins[plugin.name] = plugin
                 checked_plugins.append(plugin)
-            else:
+            elif model is not None:
                 rest.append((model, doc))
         pending.append((file, rest))
     for plugin in checked_plugins:
         diagnostics += check_plugin(plugin, registry)
 
     # Pass 2: standalone programs and registered kinds.
-    for file, docs in pending:
-        for model, doc in docs:
-            if isinstance(model, HookProgram):
-                diagnostics += _lint_program(file, model, doc, ctx)
+    for file, entries in pending:
+        for entry, doc in entries:
+            if isinstance(entry, HookProgram):
+                diagnostics += _lint_program(file, entry, doc, ctx)
                 continue
             kind = document_kind(doc)
             checker = _KIND_CHECKERS.get(kind or "")
-            if checker is not None and kind not in ("HookProgram", "NetworkPlugin"):
+            if checker is not None:
                 try:
                     diagnostics += checker(doc, ctx)
                 except Exception as exc:  # a registered checker must not crash lint
