@@ -105,6 +105,7 @@ class TtrpcServer:
         self._services = services
         self._frames = FrameReader()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._last_stream = 0
         transport.attach(conn_id, self._feed)
 
     def _feed(self, data: bytes) -> None:
@@ -115,7 +116,21 @@ class TtrpcServer:
                     "ttrpc server ignores frame type=%d stream=%d", frame.type, frame.stream_id
                 )
                 continue
-            task = asyncio.get_running_loop().create_task(self._serve(frame.stream_id, frame.data))
+            if frame.stream_id <= self._last_stream:
+                task = asyncio.get_running_loop().create_task(
+                    self._reply(
+                        frame.stream_id,
+                        encode_response(
+                            code=Code.INVALID_ARGUMENT,
+                            message="StreamID cannot be re-used and must increment",
+                        ),
+                    )
+                )
+            else:
+                self._last_stream = frame.stream_id
+                task = asyncio.get_running_loop().create_task(
+                    self._serve(frame.stream_id, frame.data)
+                )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -140,6 +155,9 @@ class TtrpcServer:
                         "ttrpc handler failed service=%s method=%s", req.service, req.method
                     )
                     reply = encode_response(code=Code.INTERNAL, message=str(exc))
+        await self._reply(stream_id, reply)
+
+    async def _reply(self, stream_id: int, reply: bytes) -> None:
         with contextlib.suppress(TtrpcError, OSError):
             await self._transport.send(self._conn_id, encode_frame(stream_id, TYPE_RESPONSE, reply))
 

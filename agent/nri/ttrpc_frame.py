@@ -5,7 +5,9 @@ Facts (containerd/ttrpc channel.go, PROTOCOL.md, request.pb.go):
 * Frame header, 10 bytes: data length (uint32 BE), stream id (uint32 BE), message type
   (uint8), flags (uint8). Maximum data length ``4 << 20``; longer frames are rejected with
   RESOURCE_EXHAUSTED.
-* Types: 1 request, 2 response, 3 data. Client-initiated streams use odd ids.
+* Types: 1 request, 2 response, 3 data. Client-initiated streams use odd ids, and the
+  server answers a request whose stream id does not increase with INVALID_ARGUMENT
+  (server.go: "StreamID cannot be re-used and must increment").
 * Request payload is ``ttrpc.Request{service, method, payload, timeout_nano, metadata}``;
   the response is ``ttrpc.Response{status, payload}`` with gRPC status codes.
 """
@@ -121,9 +123,10 @@ def decode_request(data: bytes) -> ttrpc_request_pb2.Request:
 
 
 def encode_response(payload: bytes = b"", code: int = Code.OK, message: str = "") -> bytes:
+    # Like the Go server (containerd/ttrpc server.go marshals Response{Status:
+    # status.Proto(), ...}), the status is always present, empty for OK.
     resp = ttrpc_request_pb2.Response(payload=payload)
-    if code != Code.OK:
-        resp.status.CopyFrom(ttrpc_status_pb2.Status(code=int(code), message=message))
+    resp.status.CopyFrom(ttrpc_status_pb2.Status(code=int(code), message=message))
     return resp.SerializeToString()
 
 

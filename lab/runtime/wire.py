@@ -173,10 +173,11 @@ def parse_request(body: bytes) -> Request:
 
 
 def response_body(payload: bytes = b"", code: int = 0, message: str = "") -> bytes:
-    body = b""
-    if code:
-        status = _field_varint(1, code) + (_field_bytes(2, message.encode()) if message else b"")
-        body += _field_bytes(1, status)
+    # The status is always present (empty for OK), as the Go ttrpc server sends it.
+    status = (_field_varint(1, code) if code else b"") + (
+        _field_bytes(2, message.encode()) if message else b""
+    )
+    body = _field_bytes(1, status)
     if payload:
         body += _field_bytes(2, payload)
     return body

@@ -39,6 +39,14 @@ def test_timeout_is_field_4_varint() -> None:
     assert wire.parse_request(body).timeout_nano == 2_000_000_000
 
 
+def test_ok_response_carries_empty_status() -> None:
+    ok = bytes.fromhex("0a001203") + b"abc"  # Response{status={}, payload="abc"}
+    assert t.encode_response(b"abc") == ok
+    assert wire.response_body(b"abc") == ok
+    assert t.decode_response(ok) == b"abc"
+    assert wire.parse_response(ok) == (0, "", b"abc")
+
+
 def test_unimplemented_response() -> None:
     assert t.encode_response(code=t.Code.UNIMPLEMENTED, message="method Foo") == UNIMPLEMENTED_BODY
     assert wire.response_body(code=12, message="method Foo") == UNIMPLEMENTED_BODY
@@ -102,7 +110,7 @@ def test_oversized_and_reserved_are_rejected() -> None:
         mux.encode(0, b"x")
 
 
-def test_unknown_method_answers_unimplemented(tmp_path: Path) -> None:
+def test_unknown_method_and_reused_stream_id(tmp_path: Path) -> None:
     from dmn.agent.nri.plugin import NriPlugin, PluginConfig, PluginThread
     from dmn.lab.runtime.nri_runtime import CallError, LabNriRuntime
     from tests.protocols.nri_fixtures import RecordingHandler
@@ -116,6 +124,13 @@ def test_unknown_method_answers_unimplemented(tmp_path: Path) -> None:
         with pytest.raises(CallError) as err:
             link.call("UpdatePodSandbox", b"", 1.0)
         assert err.value.code == 12
+        link._next_stream = 1  # re-use a stream id: the server must refuse it
+        with pytest.raises(CallError) as err:
+            link.call("UpdatePodSandbox", b"", 1.0)
+        assert (err.value.code, err.value.message) == (
+            3,
+            "StreamID cannot be re-used and must increment",
+        )
     finally:
         thread.stop()
         runtime.stop()
