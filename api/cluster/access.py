@@ -1,0 +1,359 @@
+"""Typed access to Kubernetes objects through the official client, the same for every kind.
+
+:class:`Cluster` speaks plain dicts (the wire form) for core kinds, ``resource.k8s.io/v1``
+kinds and the project's custom resources alike. Every call goes through the official
+client's ``ApiClient`` (auth, TLS, kubeconfig, request serialization — exactly the request
+``CustomObjectsApi`` would send for a group, and ``CoreV1Api`` for the core group); watches
+run through ``kubernetes.watch.Watch``. Failures are raised as the typed exceptions of
+:mod:`.errors`. Callers that want generated models can use :attr:`Cluster.core`,
+:attr:`Cluster.resource_v1`, :attr:`Cluster.coordination` and :attr:`Cluster.custom_objects`,
+built on the same ``ApiClient``.
+
+Defaults chosen for this project: writes ask ``fieldValidation=Strict`` (an unknown field is
+an error, not a silently pruned typo) and send ``fieldManager=dra-multi-network``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from .errors import ApiFailure, Unavailable, from_api_exception, from_status
+from .resources import Resource
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+PATCH_TYPES = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+
+
+@dataclass(frozen=True)
+class ObjectList:
+    items: list[Obj]
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK
+    object: Obj
+
+    @property
+    def resource_version(self) -> str:
+        return str((self.object.get("metadata") or {}).get("resourceVersion") or "")
+
+
+class Cluster:
+    """One API server, reached through one official ``ApiClient``."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        field_manager: str = "dra-multi-network",
+        field_validation: str = "Strict",
+        request_timeout: float = 30.0,
+    ) -> None:
+        self.api_client = api_client
+        self.field_manager = field_manager
+        self.field_validation = field_validation
+        self.request_timeout = request_timeout
+        self.core = client.CoreV1Api(api_client)
+        self.resource_v1 = client.ResourceV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+        self.custom_objects = client.CustomObjectsApi(api_client)
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- transport ---------------------------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        *,
+        timeout: float | tuple[float, float] | None = None,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        request = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=[(k, v) for k, v in query or [] if v is not None],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self.api_client.call_api(
+                *request, _request_timeout=timeout or self.request_timeout
+            )
+        except ApiException as exc:
+            raise from_api_exception(exc) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Unavailable(0, "Unavailable", f"{method} {path}: {exc}") from exc
+        return response
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        """One JSON request; returns the decoded body or raises an :class:`ApiFailure`."""
+        response = self._send(method, path, query, body, content_type)
+        data = response.read()
+        decoded: Any = None
+        if data:
+            try:
+                decoded = json.loads(data)
+            except ValueError:
+                decoded = {"message": data.decode(errors="replace")}
+        if not 200 <= response.status <= 299:
+            status = decoded if isinstance(decoded, dict) else {}
+            raise from_status(status, response.status)
+        return decoded
+
+    def _write_query(self, dry_run: bool) -> list[tuple[str, Any]]:
+        query: list[tuple[str, Any]] = [
+            ("fieldManager", self.field_manager),
+            ("fieldValidation", self.field_validation),
+        ]
+        if dry_run:
+            query.append(("dryRun", "All"))
+        return query
+
+    # --- verbs -------------------------------------------------------------------------------
+
+    def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj:
+        result: Obj = self.request("GET", res.path(namespace, name))
+        return result
+
+    def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int | None = None,
+    ) -> ObjectList:
+        """All matching objects (following ``continue`` pages) and the list's version."""
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            body = self.request(
+                "GET",
+                res.path(namespace),
+                [
+                    ("labelSelector", label_selector),
+                    ("fieldSelector", field_selector),
+                    ("limit", page_size),
+                    ("continue", token),
+                ],
+            )
+            for item in body.get("items") or []:
+                item.setdefault("apiVersion", res.api_version)
+                item.setdefault("kind", res.kind)
+                items.append(item)
+            metadata = body.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                return ObjectList(items, str(metadata.get("resourceVersion") or ""))
+
+    def create(
+        self,
+        res: Resource,
+        body: Mapping[str, Any],
+        namespace: str | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> Obj:
+        namespace = namespace or (body.get("metadata") or {}).get("namespace")
+        obj = {"apiVersion": res.api_version, "kind": res.kind, **body}
+        result: Obj = self.request("POST", res.path(namespace), self._write_query(dry_run), obj)
+        return result
+
+    def replace(
+        self,
+        res: Resource,
+        body: Mapping[str, Any],
+        *,
+        status: bool = False,
+        dry_run: bool = False,
+    ) -> Obj:
+        """PUT the object (or its ``status`` subresource); 409 :class:`Conflict` if stale."""
+        meta = body.get("metadata") or {}
+        path = res.path(meta.get("namespace"), meta["name"], "status" if status else "")
+        obj = {"apiVersion": res.api_version, "kind": res.kind, **body}
+        result: Obj = self.request("PUT", path, self._write_query(dry_run), obj)
+        return result
+
+    def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        patch_type: str = "merge",
+        status: bool = False,
+        dry_run: bool = False,
+    ) -> Obj:
+        """Patch with ``merge`` (default), ``json`` or ``strategic`` (built-in kinds only)."""
+        path = res.path(namespace, name, "status" if status else "")
+        result: Obj = self.request(
+            "PATCH", path, self._write_query(dry_run), patch, PATCH_TYPES[patch_type]
+        )
+        return result
+
+    def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        propagation_policy: str | None = None,
+        grace_period_seconds: int | None = None,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        """Delete; returns the object (with ``deletionTimestamp`` while finalizers remain)."""
+        options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if propagation_policy:
+            options["propagationPolicy"] = propagation_policy
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        preconditions = {
+            k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v
+        }
+        if preconditions:
+            options["preconditions"] = preconditions
+        query = [("dryRun", "All")] if dry_run else []
+        result: Obj = self.request("DELETE", res.path(namespace, name), query, options)
+        return result
+
+    # --- watch -------------------------------------------------------------------------------
+
+    def watch(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 300,
+        allow_bookmarks: bool = True,
+    ) -> WatchStream:
+        """One watch request from ``resource_version``; ends when the server closes it.
+
+        Iterating raises :class:`~.errors.Gone` when the version is too old (relist then).
+        """
+        return WatchStream(
+            self,
+            res,
+            namespace,
+            resource_version=resource_version,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            timeout_seconds=timeout_seconds,
+            allow_bookmarks=allow_bookmarks,
+        )
+
+    def _watch_call(self, res: Resource, namespace: str | None, **kwargs: Any) -> Any:
+        """The list function ``kubernetes.watch.Watch.stream`` drives (watch=True)."""
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", kwargs.get("resource_version")),
+            ("labelSelector", kwargs.get("label_selector")),
+            ("fieldSelector", kwargs.get("field_selector")),
+            ("timeoutSeconds", kwargs.get("timeout_seconds")),
+            ("allowWatchBookmarks", "true" if kwargs.get("allow_watch_bookmarks") else None),
+        ]
+        timeout = kwargs.get("timeout_seconds") or 300
+        response = self._send(
+            "GET", res.path(namespace), query, timeout=(self.request_timeout, timeout + 30)
+        )
+        if not 200 <= response.status <= 299:
+            data = response.read()
+            raise from_status(json.loads(data) if data else {}, response.status)
+        return response.response
+
+
+class WatchStream:
+    """Iterable of :class:`WatchEvent` for one watch request; ``stop()`` from any thread."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        res: Resource,
+        namespace: str | None,
+        *,
+        resource_version: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+        timeout_seconds: int,
+        allow_bookmarks: bool,
+    ) -> None:
+        self._cluster = cluster
+        self._res = res
+        self._namespace = namespace
+        self._kwargs = {
+            "resource_version": resource_version,
+            "label_selector": label_selector,
+            "field_selector": field_selector,
+            "timeout_seconds": timeout_seconds,
+            "allow_watch_bookmarks": allow_bookmarks,
+        }
+        self._watch = watch.Watch(return_type="object")
+        self._watch._api_client = cluster.api_client
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        def call(**kwargs: Any) -> Any:
+            return self._cluster._watch_call(self._res, self._namespace, **kwargs)
+
+        try:
+            for event in self._watch.stream(call, **self._kwargs):
+                raw = event.get("raw_object")
+                if isinstance(raw, dict):
+                    raw.setdefault("apiVersion", self._res.api_version)
+                    raw.setdefault("kind", self._res.kind)
+                    yield WatchEvent(str(event.get("type")), raw)
+        except ApiException as exc:
+            raise from_api_exception(exc) from exc
+        except ApiFailure:
+            raise
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            if self._watch._stop:
+                return
+            raise Unavailable(0, "Unavailable", f"watch {self._res.plural}: {exc}") from exc

@@ -1,0 +1,88 @@
+"""The Kubernetes resources the project reads and writes, as ``group/version/plural`` refs.
+
+A :class:`Resource` is all :class:`~.access.Cluster` needs to build a REST path; one constant
+per kind keeps plurals and scopes in one place for the controller, the agent and the lab.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dmn.api.identity import GROUP, VERSION
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str  # "" = core
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str = "") -> str:
+        """The REST path of the collection, or of one object (and its subresource)."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+            if sub:
+                base += f"/{sub}"
+        return base
+
+
+# core/v1
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
+PODS = Resource("", "v1", "pods", "Pod", True)
+NODES = Resource("", "v1", "nodes", "Node", False)
+EVENTS = Resource("", "v1", "events", "Event", True)
+CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", True)
+SECRETS = Resource("", "v1", "secrets", "Secret", True)
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", True)
+
+# other built-in groups
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
+EVENTS_V1 = Resource("events.k8s.io", "v1", "events", "Event", True)
+RESOURCE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False)
+DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
+RESOURCE_CLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True)
+RESOURCE_CLAIM_TEMPLATES = Resource(
+    "resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True
+)
+CUSTOM_RESOURCE_DEFINITIONS = Resource(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+)
+VALIDATING_WEBHOOK_CONFIGURATIONS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    False,
+)
+MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    False,
+)
+
+# the project's custom resources (api/crdgen.py is the authority on plurals and scope)
+DEVICE_EXPOSURE_POLICIES = Resource(
+    GROUP, VERSION, "deviceexposurepolicies", "DeviceExposurePolicy", False
+)
+NETWORK_PLUGINS = Resource(GROUP, VERSION, "networkplugins", "NetworkPlugin", False)
+NETWORK_TOPOLOGIES = Resource(GROUP, VERSION, "networktopologies", "NetworkTopology", False)
+NETWORK_TOPOLOGY_REVISIONS = Resource(
+    GROUP, VERSION, "networktopologyrevisions", "NetworkTopologyRevision", False
+)
+NETWORK_ATTACHMENT_STATUSES = Resource(
+    GROUP, VERSION, "networkattachmentstatuses", "NetworkAttachmentStatus", True
+)
+
+ALL: tuple[Resource, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Resource))
