@@ -145,3 +145,26 @@ def test_plugin_identity_is_validated_before_connecting() -> None:
         PluginConfig(index="7")
     with pytest.raises(ValueError, match="plugin name"):
         PluginConfig(name="dra multi")
+
+
+def test_runtime_drops_slow_plugin_pod_proceeds_plugin_recovers(tmp_path: Path) -> None:
+    """A plugin that misses the runtime's timeout is dropped (containerd's behaviour), the
+    pod proceeds, and the plugin reconnects and re-synchronizes on its own."""
+    sock = str(tmp_path / "nri.sock")
+    runtime = LabNriRuntime(sock, request_timeout=0.3).start()
+    handler = RecordingHandler(stall={"RunPodSandbox": 0.6})
+    thread = _plugin(sock, handler)
+    try:
+        assert runtime.wait_ready(1, 5.0)
+        # misconfigure our own deadline above the runtime's timeout to provoke the drop
+        thread.plugin.hook_deadline = lambda timeout_nano=0: 5.0  # type: ignore[method-assign]
+        runtime.run_pod_sandbox(LabPod("p", "uid-p", "p", "ns", "/run/netns/p"))  # no raise
+        assert "p" in runtime.pods
+        dropped = runtime.wait_event("dropped", 2.0)
+        assert dropped is not None and "RunPodSandbox" in dropped.detail
+        assert wait_until(lambda: thread.plugin.stats.synchronizes == 2, 5.0)
+        assert handler.synced[-1] == (["uid-p"], [])
+        assert runtime.wait_ready(1, 5.0)
+    finally:
+        thread.stop()
+        runtime.stop()
