@@ -410,7 +410,9 @@ def _available(ref: Reference, binder: _Binder) -> bool:
     if isinstance(ref, PreparedRef):
         return ref.port in binder.call.prepared
     if isinstance(ref, AllocationRef):
-        return bool(binder.call.allocation)
+        if ref.port is None:
+            return bool(binder.call.allocation)
+        return ref.port in binder.call.allocation
     return True
 
 
