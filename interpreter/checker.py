@@ -403,7 +403,7 @@ class _ProgramChecker:
         effects = self.prog.body.effects
         seen: dict[str, int] = {}
         for i, effect in enumerate(effects):
-            if effect.id in seen:
+            if seen.setdefault(effect.id, i) != i:
                 self.error(
                     Code.E_DUPLICATE_ID,
                     f"effect id {effect.id!r} is already used by effects[{seen[effect.id]}]",
@@ -411,8 +411,6 @@ class _ProgramChecker:
                     i,
                     "id",
                 )
-        for i, effect in enumerate(effects):
-            seen.setdefault(effect.id, i)
         ids_in_order = [e.id for e in effects]
         total = 0
         for i, effect in enumerate(effects):
