@@ -1,0 +1,86 @@
+"""Namespace pins on the real kernel: bind mounts under a state dir, identity-checked."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyroute2 import IPRoute, netns
+
+from dmn.agent.netns.pins import NamespacePins, PinError
+from dmn.opcodes.linux.netns import identity_of
+from tests.kernel.scratch import netns_path, scratch_netns, unique
+
+pytestmark = pytest.mark.netns
+
+
+@pytest.fixture
+def pins(tmp_path: Path) -> Iterator[NamespacePins]:
+    p = NamespacePins(tmp_path / "state", host_netns="/proc/self/ns/net")
+    try:
+        yield p
+    finally:
+        for ref in p.list():
+            p.release(Path(ref.path).name, cleanup_verified=True)
+        p.close()
+
+
+def test_pin_keeps_the_namespace_alive_and_opens_by_identity(pins: NamespacePins) -> None:
+    name = unique("dmpin")
+    netns.create(name)
+    try:
+        ref = pins.pin("att-1", netns_path(name))
+        assert (ref.identity.dev, ref.identity.inode) == (
+            identity_of(netns_path(name)).dev,
+            identity_of(netns_path(name)).inode,
+        )
+        assert pins.pin("att-1", netns_path(name)) == ref  # idempotent
+    finally:
+        netns.remove(name)  # the runtime's own handle is gone; our pin still holds it
+    assert [r.path for r in pins.list()] == [ref.path]
+    fd = pins.open("att-1", ref.identity)
+    os.close(fd)
+    with IPRoute(netns=ref.path, flags=0) as ipr:
+        ipr.link("add", ifname="pinned0", kind="veth", peer="pinned1")
+        assert ipr.link_lookup(ifname="pinned0")
+    with pytest.raises(PinError) as err:
+        pins.release("att-1", cleanup_verified=False)
+    assert err.value.code == "E_PIN_BUSY"
+    pins.release("att-1", cleanup_verified=True)
+    assert pins.list() == [] and not Path(ref.path).exists()
+
+
+def test_refusals(pins: NamespacePins, tmp_path: Path) -> None:
+    with pytest.raises(PinError) as err:
+        pins.pin("att-h", "/proc/self/ns/net")
+    assert err.value.code == "E_HOST_NETNS"
+    with pytest.raises(PinError) as err:
+        pins.pin("../escape", "/proc/self/ns/net")
+    assert err.value.code == "E_PIN_ID"
+    plain = tmp_path / "plain"
+    plain.write_text("")
+    with pytest.raises(PinError) as err:
+        pins.pin("att-p", str(plain))
+    assert err.value.code == "E_NOT_A_NETNS"
+    with scratch_netns() as a, scratch_netns() as b:
+        ref = pins.pin("att-2", netns_path(a))
+        with pytest.raises(PinError) as err:
+            pins.pin("att-2", netns_path(b))
+        assert err.value.code == "E_PIN_CONFLICT"
+        with pytest.raises(PinError) as err:
+            pins.open("att-2", identity_of(netns_path(b)))
+        assert err.value.code == "E_PIN_MISMATCH"
+        pins.release("att-2", cleanup_verified=True)
+        assert pins.ref("att-2") is None
+        del ref
+
+
+def test_a_bare_file_is_not_a_pin(pins: NamespacePins) -> None:
+    with scratch_netns() as a:
+        pins.pin("att-3", netns_path(a))
+    pins.release("att-3", cleanup_verified=True)
+    (pins.root / "att-4").write_text("")  # what survives a reboot: the file, not the mount
+    assert pins.ref("att-4") is None and pins.list() == []
+    (pins.root / "att-4").unlink()
