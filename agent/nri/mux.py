@@ -12,6 +12,9 @@ Facts (containerd/nri pkg/net/multiplex/mux.go and ttrpc.go):
   connection's ``Read``, which fails with ENOMEM when the caller's buffer is smaller; ttrpc
   reads through a ``bufio.Reader`` of 4096 bytes, so we never send payloads larger than
   4096 bytes. A logical connection is a byte stream: receivers must reassemble.
+* The Go reader queues at most 256 undelivered payloads per connection (readQueueLen) and
+  closes the whole trunk on overflow, so a single message should stay far below
+  256 x 4 KiB; ours (registration, configure and hook replies) are a few hundred bytes.
 """
 
 from __future__ import annotations
