@@ -168,3 +168,21 @@ def test_runtime_drops_slow_plugin_pod_proceeds_plugin_recovers(tmp_path: Path) 
     finally:
         thread.stop()
         runtime.stop()
+
+
+def test_runtime_shutdown_reaches_handler_and_plugin_waits_for_return(tmp_path: Path) -> None:
+    sock = str(tmp_path / "nri.sock")
+    runtime = LabNriRuntime(sock, request_timeout=1.0).start()
+    handler = RecordingHandler()
+    thread = _plugin(sock, handler)
+    try:
+        assert runtime.wait_ready(1, 5.0)
+        runtime.shutdown()
+        assert handler.events() == ["Shutdown"]
+        assert wait_until(lambda: not thread.ready.is_set())
+        runtime = LabNriRuntime(sock, request_timeout=1.0).start()
+        assert runtime.wait_ready(1, 5.0)
+        assert thread.plugin.stats.registrations == 2
+    finally:
+        thread.stop()
+        runtime.stop()
