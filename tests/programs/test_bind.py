@@ -139,7 +139,11 @@ def test_kernel_infiniband_rdma_root(name: str, plugins: dict[str, Plugin]) -> N
         bind_program(
             plugins[name],
             "connect",
-            Call(config=config, prepared={"interface": (IPOIB,), "rdma": (RDMA,)}, sandbox=SANDBOX),
+            Call(
+                config=config,
+                prepared={"ibInterface": (IPOIB,), "rdma": (RDMA,)},
+                sandbox=SANDBOX,
+            ),
         )
     )
     assert [k for _, k in kinds(connect)] == [
@@ -151,7 +155,8 @@ def test_kernel_infiniband_rdma_root(name: str, plugins: dict[str, Plugin]) -> N
     ]
     assert connect.effects[1].parameters == {"mode": "datagram"}
     assert connect.effects[4].parameters == {"nodes": ["uverbs", "rdma_cm"]}
-    assert set(connect.exports) == {"interface", "rdma"}
+    assert [e.id for e in connect.effects[:3]] == ["ib-move", "ipoib", "ib-state"]
+    assert set(connect.exports) == {"ibInterface", "rdma"}
 
 
 @pytest.mark.parametrize("name", ["host-cni", "sriov-cni"])

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from dmn.interpreter.checker import check_plugin, resolve_outputs
+from dmn.interpreter.config_schema import validate_config
 from dmn.interpreter.diagnostics import Code
 from dmn.interpreter.documents import Effect
 from dmn.interpreter.loader import Plugin, load_plugin_dir, load_plugins
@@ -103,7 +104,9 @@ def test_effects_are_registered_allowed_and_legal(name: str, plugins: dict[str, 
 
 def _outputs(plugin: Plugin, config: dict[str, Any]) -> set[str]:
     assert check_plugin(plugin, REGISTRY, config=config) == []
-    return set(resolve_outputs(plugin, config))
+    normalised, problems = validate_config(plugin.descriptor.spec.config_schema, config)
+    assert problems == []
+    return set(resolve_outputs(plugin, normalised))
 
 
 KERNEL = {"mode": "kernel", "ifName": "net1", "mtu": 1500, "up": True}
@@ -113,7 +116,12 @@ KERNEL = {"mode": "kernel", "ifName": "net1", "mtu": 1500, "up": True}
 def test_mode_dependent_ports(name: str, plugins: dict[str, Plugin]) -> None:
     plugin = plugins[name]
     assert _outputs(plugin, KERNEL) == {"interface"}
-    assert _outputs(plugin, {**KERNEL, "linkType": "infiniband"}) == {"interface"}
+    # IPoIB is its own port: Ethernet-only consumers (vlan, bond) can never take it
+    assert _outputs(plugin, {**KERNEL, "linkType": "infiniband"}) == {"ibInterface"}
+    assert _outputs(plugin, {**KERNEL, "linkType": "infiniband", "rdmaAccess": True}) == {
+        "ibInterface",
+        "rdma",
+    }
     assert _outputs(plugin, {**KERNEL, "rdmaAccess": True}) == {"interface", "rdma"}
     assert _outputs(plugin, {"mode": "vfio"}) == {"device"}
     assert _outputs(plugin, {"mode": "vfio", "rdmaAccess": True}) == {"device"}
