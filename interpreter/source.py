@@ -242,7 +242,11 @@ def load_yaml_documents(
     documents: list[YamlDocument] = []
     try:
         for index, node in enumerate(yaml.compose_all(io.StringIO(text))):
-            if node is None:
+            if node is None or (
+                type(node).__name__ == "ScalarNode"
+                and str(getattr(node.tag, "value", node.tag)) == _NULL
+                and node.value == ""
+            ):
                 continue
             conv = _Converter(file, diagnostics)
             data = conv.convert(node, (), None)

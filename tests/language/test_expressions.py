@@ -1,0 +1,162 @@
+"""The expression grammar: typed references, guards, spans inside expressions."""
+
+from __future__ import annotations
+
+import pytest
+
+from dmn.interpreter.diagnostics import Code
+from dmn.interpreter.expressions import (
+    AllocationRef,
+    BoolOp,
+    Compare,
+    ConfigRef,
+    EffectRef,
+    GuardError,
+    InputRef,
+    Literal,
+    Not,
+    PreparedRef,
+    SandboxRef,
+    VarRef,
+    evaluate,
+    parse_guard,
+    parse_reference,
+    references,
+)
+from dmn.interpreter.source import load_yaml_documents
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("call.config.ifName", ConfigRef(None, "ifName")),
+        ("call.inputs.members", InputRef(None, "members")),
+        ("call.inputs.members[1]", InputRef(None, "members", 1)),
+        ("call.prepared.parent", PreparedRef(None, "parent")),
+        ("call.allocation", AllocationRef(None)),
+        ("call.allocation.function[0]", AllocationRef(None, "function", 0)),
+        ("call.sandbox", SandboxRef(None)),
+        ("effects.create-x.interface", EffectRef(None, "create-x", "interface")),
+        ("effects.attach.member[3]", EffectRef(None, "attach", "member", 3)),
+        ("member", VarRef(None, "member")),
+    ],
+)
+def test_references_are_typed(text: str, expected: object) -> None:
+    ref, diags = parse_reference(text)
+    assert not diags
+    assert type(ref) is type(expected)
+    for name in ("field", "port", "index", "effect", "name"):
+        if hasattr(expected, name):
+            assert getattr(ref, name) == getattr(expected, name)
+    assert ref is not None and ref.text() == text
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("call.foo", Code.E_REF_UNRESOLVED),
+        ("call", Code.E_REF_UNRESOLVED),
+        ("call.config", Code.E_REF_UNRESOLVED),
+        ("call.config.a.b", Code.E_REF_UNRESOLVED),
+        ("call.sandbox.x", Code.E_REF_UNRESOLVED),
+        ("effects.a", Code.E_REF_UNRESOLVED),
+        ("foo.bar", Code.E_REF_UNRESOLVED),
+        ("a == b", Code.E_SYNTAX),
+        ("f(x)", Code.E_SYNTAX),
+        ("", Code.E_SYNTAX),
+        ("call.inputs.x[", Code.E_SYNTAX),
+        ("call.inputs.x[99999]", Code.E_SYNTAX),
+        ("x" * 2000, Code.E_SYNTAX),
+    ],
+)
+def test_bad_references(text: str, code: Code) -> None:
+    ref, diags = parse_reference(text)
+    assert ref is None
+    assert [d.code for d in diags] == [code]
+
+
+def test_guard_ast_and_precedence() -> None:
+    expr, diags = parse_guard('call.config.a == "x" or not call.config.b and call.config.c')
+    assert not diags
+    assert isinstance(expr, BoolOp) and expr.op == "or"
+    assert isinstance(expr.left, Compare) and expr.left.op == "=="
+    assert isinstance(expr.right, BoolOp) and expr.right.op == "and"
+    assert isinstance(expr.right.left, Not)
+    assert [r.text() for r in references(expr)] == [
+        "call.config.a",
+        "call.config.b",
+        "call.config.c",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "config", "value"),
+    [
+        ('call.config.mode == "kernel"', {"mode": "kernel"}, True),
+        ("call.config.mode == 'kernel'", {"mode": "vfio"}, False),
+        ('call.config.mode != "kernel"', {}, True),
+        ("call.config.n >= 3 and call.config.n < 10", {"n": 3}, True),
+        ("call.config.n > 3", {"n": 3}, False),
+        ("call.config.n <= -1", {"n": -1}, True),
+        ('call.config.m in ["a", "b"]', {"m": "b"}, True),
+        ('call.config.m not in ["a", "b"]', {"m": "b"}, False),
+        ("not (call.config.x or call.config.y)", {"x": False, "y": False}, True),
+        ("call.config.x", {}, None),
+        ("not call.config.x", {}, True),
+        ("call.config.x == null", {}, True),
+        ("call.config.x == false", {"x": False}, True),
+        ("call.config.x == 1", {"x": True}, False),
+        ("true", {}, True),
+        ('"a\\"b" == call.config.s', {"s": 'a"b'}, True),
+    ],
+)
+def test_guard_evaluation(text: str, config: dict[str, object], value: object) -> None:
+    expr, diags = parse_guard(text)
+    assert not diags and expr is not None
+    assert evaluate(expr, config) == value
+
+
+def test_ill_typed_guards_raise_guard_error() -> None:
+    for text, config in [
+        ("call.config.s > 1", {"s": "a"}),
+        ("call.config.s in call.config.t", {"s": "a", "t": "b"}),
+        ("call.config.s and true", {"s": "a"}),
+        ("call.inputs.x == 1", {}),
+    ]:
+        expr, _ = parse_guard(text)
+        assert expr is not None
+        with pytest.raises(GuardError):
+            evaluate(expr, config)
+
+
+def test_guard_syntax_errors_point_at_the_token() -> None:
+    _, diags = parse_guard("call.config.a == == 1")
+    assert diags[0].code is Code.E_SYNTAX and diags[0].column == 18
+    _, diags = parse_guard("call.config.a +")
+    assert diags[0].code is Code.E_SYNTAX and diags[0].column == 15
+    expr, diags = parse_guard("(" * 40 + "true" + ")" * 40)
+    assert not diags and isinstance(expr, Literal)
+    _, diags = parse_guard("not " * 40 + "true")
+    assert diags[0].code is Code.E_SYNTAX
+
+
+def test_spans_combine_yaml_position_and_expression_column() -> None:
+    text = "a:\n  when: 'call.config.x and call.config.y'\n  b: call.config.q == 1\n"
+    docs, _ = load_yaml_documents(text, "f.yaml")
+    src = docs[0].source
+
+    def at(path: tuple[str, ...]):  # noqa: ANN202 - local helper
+        return lambda line, column: src.expression_span(path, column, line)
+
+    expr, _ = parse_guard(docs[0].data["a"]["when"], at(("a", "when")))
+    assert isinstance(expr, BoolOp)
+    # 'when' value starts at column 9; the quote adds one; "call.config.y" is at offset 19.
+    assert expr.right.span is not None
+    assert (expr.right.span.file, expr.right.span.line, expr.right.span.column) == ("f.yaml", 2, 28)
+    assert expr.left.span is not None and expr.left.span.column == 10
+    expr, _ = parse_guard(docs[0].data["a"]["b"], at(("a", "b")))
+    assert isinstance(expr, Compare)
+    assert isinstance(expr.right, Literal) and expr.right.span is not None
+    assert (expr.right.span.line, expr.right.span.column) == (3, 23)
+    _, diags = parse_guard("call.config.x and and", at(("a", "when")))
+    assert (diags[0].line, diags[0].column) == (2, 28)
