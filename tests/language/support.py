@@ -26,6 +26,8 @@ from dmn.opcodes.spec import (
 
 ETH = frozenset({LinkType.ETHERNET})
 IB = frozenset({LinkType.INFINIBAND})
+KI = HandleType.KERNEL_INTERFACE
+PCI = HandleType.PCI_FUNCTION
 
 
 class _P(BaseModel):
@@ -70,11 +72,11 @@ TUNE = OpcodeSpec(
     name="t/tune/v1",
     summary="configure a link",
     parameters=TuneParams,
-    inputs={"interface": PortSpec(HandleType.KERNEL_INTERFACE, None, None, Access.EXCLUSIVE_CONFIGURE)},
-    outputs={"interface": PortSpec(HandleType.KERNEL_INTERFACE, None, None, inherits="interface")},
+    inputs={"interface": PortSpec(KI, None, None, Access.EXCLUSIVE_CONFIGURE)},
+    outputs={"interface": PortSpec(KI, None, None, inherits="interface")},
     hooks=frozenset({Hook.CONNECT}),
     reversibility=Reversibility.REVERSIBLE,
-    recovery=frozenset({RecoveryStrategy.OBSERVE_AND_RECONCILE, RecoveryStrategy.RESTORE_BEFORE_IMAGE}),
+    recovery=frozenset({RecoveryStrategy.OBSERVE_AND_RECONCILE, RecoveryStrategy.QUARANTINE}),
 )
 JOIN = OpcodeSpec(
     name="t/join/v1",
@@ -93,8 +95,8 @@ RESET = OpcodeSpec(
     name="t/reset/v1",
     summary="reset a function",
     parameters=NoParams,
-    inputs={"function": PortSpec(HandleType.PCI_FUNCTION, None, ScopeKind.HOST, Access.EXCLUSIVE_CONFIGURE)},
-    outputs={"function": PortSpec(HandleType.PCI_FUNCTION, None, ScopeKind.HOST, inherits="function")},
+    inputs={"function": PortSpec(PCI, None, ScopeKind.HOST, Access.EXCLUSIVE_CONFIGURE)},
+    outputs={"function": PortSpec(PCI, None, ScopeKind.HOST, inherits="function")},
     hooks=frozenset({Hook.PREPARE}),
     reversibility=Reversibility.IRREVERSIBLE,
     recovery=frozenset({RecoveryStrategy.QUARANTINE}),
@@ -103,7 +105,7 @@ IBCONF = OpcodeSpec(
     name="t/ib/v1",
     summary="configure an IPoIB link",
     parameters=NoParams,
-    inputs={"interface": PortSpec(HandleType.KERNEL_INTERFACE, IB, None, Access.EXCLUSIVE_CONFIGURE)},
+    inputs={"interface": PortSpec(KI, IB, None, Access.EXCLUSIVE_CONFIGURE)},
     outputs={},
     hooks=frozenset({Hook.CONNECT}),
     reversibility=Reversibility.REVERSIBLE,
@@ -176,9 +178,17 @@ spec:
       reset: {type: boolean, default: false}
   allocation:
     function: {type: PciFunction/v1, access: ExclusiveConfigure}
-    interface: {type: KernelInterface/v1, linkType: ethernet, access: [ExclusiveConfigure, ExclusiveMaster], when: 'call.config.mode == "kernel"'}
+    interface:
+      type: KernelInterface/v1
+      linkType: ethernet
+      access: [ExclusiveConfigure, ExclusiveMaster]
+      when: 'call.config.mode == "kernel"'
   outputs:
-    interface: {type: KernelInterface/v1, linkType: ethernet, ownership: Moved, when: 'call.config.mode == "kernel"'}
+    interface:
+      type: KernelInterface/v1
+      linkType: ethernet
+      ownership: Moved
+      when: 'call.config.mode == "kernel"'
     function: {type: PciFunction/v1, ownership: Granted}
   allowedEffects: [t/reset/v1, t/tune/v1]
   stateContract: {version: v1, cleanup: RecordedEffects}

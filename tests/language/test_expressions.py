@@ -145,7 +145,7 @@ def test_spans_combine_yaml_position_and_expression_column() -> None:
     docs, _ = load_yaml_documents(text, "f.yaml")
     src = docs[0].source
 
-    def at(path: tuple[str, ...]):  # noqa: ANN202 - local helper
+    def at(path: tuple[str, ...]):
         return lambda line, column: src.expression_span(path, column, line)
 
     expr, _ = parse_guard(docs[0].data["a"]["when"], at(("a", "when")))
