@@ -383,7 +383,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(200, _list_body(rt, deleted, store.resource_version, None, 0))
                 return 200
             result = store.delete(rt, namespace, route.name, options, user=user, dry_run=dry_run)
-            code = 200 if result.finished else 202
+            # Like the real handler: 202 only for a pending deletion that explicitly asked
+            # orphanDependents=false; otherwise 200 with the object.
+            code = 202 if not result.finished and options.get("orphanDependents") is False else 200
             self._send_json(code, result.obj)
             return code
         raise errors.method_not_allowed(
