@@ -28,19 +28,55 @@ def rejected(custom: client.CustomObjectsApi, ns: str, body: dict, **kwargs) -> 
         ({"size": "big"}, "spec.size", "FieldValueTypeInvalid", "must be of type integer"),
         ({"size": 0}, "spec.size", "FieldValueInvalid", "greater than or equal to 1"),
         ({"size": 11}, "spec.size", "FieldValueInvalid", "less than or equal to 10"),
-        ({"size": 1, "color": "green"}, "spec.color", "FieldValueNotSupported", 'supported values: "red", "blue"'),
-        ({"size": 1, "name": "waytoolongname"}, "spec.name", "FieldValueTooLong", "may not be more than 8"),
+        (
+            {"size": 1, "color": "green"},
+            "spec.color",
+            "FieldValueNotSupported",
+            'supported values: "red", "blue"',
+        ),
+        (
+            {"size": 1, "name": "waytoolongname"},
+            "spec.name",
+            "FieldValueTooLong",
+            "may not be more than 8",
+        ),
         ({"size": 1, "name": "UPPER"}, "spec.name", "FieldValueInvalid", "should match"),
-        ({"size": 1, "tags": ["a", "b", "c"]}, "spec.tags", "FieldValueTooMany", "must have at most 2 items"),
-        ({"size": 1, "ports": [{"name": "a"}, {"name": "a"}]}, "spec.ports[1]", "FieldValueDuplicate", "Duplicate value"),
-        ({"size": 1, "ports": [{"port": 1}]}, "spec.ports[0].name", "FieldValueRequired", "Required value"),
-        ({"size": 1, "labels": {"k": 1}}, "spec.labels[k]", "FieldValueTypeInvalid", "must be of type string"),
+        (
+            {"size": 1, "tags": ["a", "b", "c"]},
+            "spec.tags",
+            "FieldValueTooMany",
+            "must have at most 2 items",
+        ),
+        (
+            {"size": 1, "ports": [{"name": "a"}, {"name": "a"}]},
+            "spec.ports[1]",
+            "FieldValueDuplicate",
+            "Duplicate value",
+        ),
+        (
+            {"size": 1, "ports": [{"port": 1}]},
+            "spec.ports[0].name",
+            "FieldValueRequired",
+            "Required value",
+        ),
+        (
+            {"size": 1, "labels": {"k": 1}},
+            "spec.labels[k]",
+            "FieldValueTypeInvalid",
+            "must be of type string",
+        ),
         ({"size": 1, "ratio": 0}, "spec.ratio", "FieldValueInvalid", "greater than 0"),
         ({"size": 1, "mode": True}, "spec.mode", "FieldValueTypeInvalid", "integer or string"),
     ],
 )
 def test_schema_violations_are_422_with_causes(
-    custom: client.CustomObjectsApi, crds: None, ns: str, spec: dict, field: str, reason: str, fragment: str
+    custom: client.CustomObjectsApi,
+    crds: None,
+    ns: str,
+    spec: dict,
+    field: str,
+    reason: str,
+    fragment: str,
 ) -> None:
     body = widget("bad")
     body["spec"] = spec
@@ -48,11 +84,15 @@ def test_schema_violations_are_422_with_causes(
     assert status["code"] == 422 and status["reason"] == "Invalid"
     assert status["details"]["kind"] == "Widget" and status["details"]["group"] == GROUP
     causes = status["details"]["causes"]
-    assert any(c["field"] == field and c["reason"] == reason and fragment in c["message"] for c in causes), causes
+    assert any(
+        c["field"] == field and c["reason"] == reason and fragment in c["message"] for c in causes
+    ), causes
     assert status["message"].startswith(f'Widget.{GROUP} "bad" is invalid: ')
 
 
-def test_several_causes_are_all_reported(custom: client.CustomObjectsApi, crds: None, ns: str) -> None:
+def test_several_causes_are_all_reported(
+    custom: client.CustomObjectsApi, crds: None, ns: str
+) -> None:
     body = widget("bad")
     body["spec"] = {"size": 0, "color": "green"}
     status = rejected(custom, ns, body)
@@ -71,11 +111,15 @@ def test_unknown_fields_are_pruned_with_a_warning(
         GROUP, "v1", ns, "widgets", body
     )
     assert "extra" not in data["spec"] and "stray" not in data
-    assert data["spec"]["config"] == {"free": {"form": True}}  # x-kubernetes-preserve-unknown-fields
+    assert data["spec"]["config"] == {
+        "free": {"form": True}
+    }  # x-kubernetes-preserve-unknown-fields
     assert 'unknown field \\"spec.extra\\"' in headers.get("Warning", "")
 
 
-def test_unknown_fields_rejected_when_strict(custom: client.CustomObjectsApi, crds: None, ns: str) -> None:
+def test_unknown_fields_rejected_when_strict(
+    custom: client.CustomObjectsApi, crds: None, ns: str
+) -> None:
     status = rejected(custom, ns, widget("strict", extra="x"), field_validation="Strict")
     assert status["code"] == 400 and 'unknown field "spec.extra"' in status["message"]
 
@@ -91,7 +135,9 @@ def test_defaults_are_applied(custom: client.CustomObjectsApi, crds: None, ns: s
 def test_selectable_fields(custom: client.CustomObjectsApi, crds: None, ns: str) -> None:
     custom.create_namespaced_custom_object(GROUP, "v1", ns, "widgets", widget("r"))
     custom.create_namespaced_custom_object(GROUP, "v1", ns, "widgets", widget("b", color="blue"))
-    blue = custom.list_namespaced_custom_object(GROUP, "v1", ns, "widgets", field_selector="spec.color=blue")
+    blue = custom.list_namespaced_custom_object(
+        GROUP, "v1", ns, "widgets", field_selector="spec.color=blue"
+    )
     assert [i["metadata"]["name"] for i in blue["items"]] == ["b"]
 
 
@@ -105,7 +151,14 @@ def test_invalid_crd_is_rejected(api: client.ApiClient) -> None:
                     "group": "example.com",
                     "scope": "Namespaced",
                     "names": {"plural": "things", "kind": "Thing"},
-                    "versions": [{"name": "v1", "served": True, "storage": False, "schema": {"openAPIV3Schema": {"type": "object"}}}],
+                    "versions": [
+                        {
+                            "name": "v1",
+                            "served": True,
+                            "storage": False,
+                            "schema": {"openAPIV3Schema": {"type": "object"}},
+                        }
+                    ],
                 },
             }
         )
@@ -122,12 +175,29 @@ def test_crd_deletion_removes_its_resources(api: client.ApiClient) -> None:
             "group": "example.com",
             "scope": "Cluster",
             "names": {"plural": "temps", "kind": "Temp"},
-            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
         },
     }
     created = ext.create_custom_resource_definition(crd)
     assert any(c.type == "Established" and c.status == "True" for c in created.status.conditions)
-    custom.create_cluster_custom_object("example.com", "v1", "temps", {"apiVersion": "example.com/v1", "kind": "Temp", "metadata": {"name": "t"}})
+    custom.create_cluster_custom_object(
+        "example.com",
+        "v1",
+        "temps",
+        {"apiVersion": "example.com/v1", "kind": "Temp", "metadata": {"name": "t"}},
+    )
     ext.delete_custom_resource_definition("temps.example.com")
     with pytest.raises(ApiException) as err:
         custom.list_cluster_custom_object("example.com", "v1", "temps")
@@ -158,10 +228,84 @@ def test_project_crds_install_and_validate(api: client.ApiClient) -> None:
         else:
             listed = custom.list_namespaced_custom_object(spec["group"], version, "default", plural)
         assert listed["items"] == []
-        bad = {"apiVersion": f"{spec['group']}/{version}", "kind": spec["names"]["kind"], "metadata": {"name": "bad"}, "spec": 42}
+        bad = {
+            "apiVersion": f"{spec['group']}/{version}",
+            "kind": spec["names"]["kind"],
+            "metadata": {"name": "bad"},
+            "spec": 42,
+        }
         with pytest.raises(ApiException) as err:
             if spec["scope"] == "Cluster":
                 custom.create_cluster_custom_object(spec["group"], version, plural, bad)
             else:
-                custom.create_namespaced_custom_object(spec["group"], version, "default", plural, bad)
+                custom.create_namespaced_custom_object(
+                    spec["group"], version, "default", plural, bad
+                )
         assert err.value.status == 422, path.name
+
+
+def test_cel_validation_rules(api: client.ApiClient, ns: str) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    spec_schema = {
+        "type": "object",
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.min <= self.max",
+                "message": "min must not exceed max",
+                "fieldPath": ".min",
+            },
+            {"rule": "self.id == oldSelf.id", "message": "id is immutable"},
+        ],
+        "properties": {
+            "min": {"type": "integer"},
+            "max": {"type": "integer"},
+            "id": {"type": "string"},
+        },
+    }
+    ext.create_custom_resource_definition(
+        {
+            "metadata": {"name": "ranges.example.com"},
+            "spec": {
+                "group": "example.com",
+                "scope": "Namespaced",
+                "names": {"plural": "ranges", "kind": "Range"},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {
+                            "openAPIV3Schema": {
+                                "type": "object",
+                                "properties": {"spec": spec_schema},
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+    )
+
+    def body(lo: int, hi: int, ident: str) -> dict:
+        return {
+            "apiVersion": "example.com/v1",
+            "kind": "Range",
+            "metadata": {"name": "r"},
+            "spec": {"min": lo, "max": hi, "id": ident},
+        }
+
+    with pytest.raises(ApiException) as err:
+        custom.create_namespaced_custom_object("example.com", "v1", ns, "ranges", body(5, 1, "a"))
+    cause = json.loads(err.value.body)["details"]["causes"][0]
+    assert err.value.status == 422
+    assert cause["field"] == "spec.min" and "min must not exceed max" in cause["message"]
+    custom.create_namespaced_custom_object("example.com", "v1", ns, "ranges", body(1, 5, "a"))
+    with pytest.raises(ApiException) as err:
+        custom.patch_namespaced_custom_object(
+            "example.com", "v1", ns, "ranges", "r", {"spec": {"id": "b"}}
+        )
+    assert "id is immutable" in err.value.body
+    custom.patch_namespaced_custom_object(
+        "example.com", "v1", ns, "ranges", "r", {"spec": {"max": 9}}
+    )

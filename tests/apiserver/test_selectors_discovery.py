@@ -34,7 +34,9 @@ def labelled(core: client.CoreV1Api, ns: str) -> str:
         ("app=web,tier!=back", ["a"]),
     ],
 )
-def test_label_selectors(core: client.CoreV1Api, labelled: str, selector: str, names: list[str]) -> None:
+def test_label_selectors(
+    core: client.CoreV1Api, labelled: str, selector: str, names: list[str]
+) -> None:
     items = core.list_namespaced_config_map(labelled, label_selector=selector).items
     assert [i.metadata.name for i in items] == names
 
@@ -46,9 +48,17 @@ def test_bad_label_selector_is_400(core: client.CoreV1Api, labelled: str) -> Non
 
 
 def test_field_selectors(core: client.CoreV1Api, labelled: str) -> None:
-    assert [c.metadata.name for c in core.list_namespaced_config_map(labelled, field_selector="metadata.name=b").items] == ["b"]
-    assert [c.metadata.name for c in core.list_namespaced_config_map(labelled, field_selector="metadata.name!=b").items] == ["a", "c", "d"]
-    everywhere = core.list_config_map_for_all_namespaces(field_selector=f"metadata.namespace={labelled}")
+    assert [
+        c.metadata.name
+        for c in core.list_namespaced_config_map(labelled, field_selector="metadata.name=b").items
+    ] == ["b"]
+    assert [
+        c.metadata.name
+        for c in core.list_namespaced_config_map(labelled, field_selector="metadata.name!=b").items
+    ] == ["a", "c", "d"]
+    everywhere = core.list_config_map_for_all_namespaces(
+        field_selector=f"metadata.namespace={labelled}"
+    )
     assert len(everywhere.items) == 4
     with pytest.raises(ApiException) as err:
         core.list_namespaced_config_map(labelled, field_selector="data.x=1")
@@ -67,12 +77,22 @@ def test_pod_node_name_field_selector(core: client.CoreV1Api, ns: str) -> None:
     assert [p.metadata.name for p in unscheduled.items] == ["p3"]
 
 
-def test_dynamic_client_discovers_builtin_and_custom_kinds(api: client.ApiClient, crds: None, ns: str) -> None:
+def test_dynamic_client_discovers_builtin_and_custom_kinds(
+    api: client.ApiClient, crds: None, ns: str
+) -> None:
     dyn = dynamic.DynamicClient(api)
     claims = dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim")
     assert claims.namespaced and claims.name == "resourceclaims"
     widgets = dyn.resources.get(api_version=f"{GROUP}/v1", kind="Widget")
-    created = widgets.create(body={"apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": {"name": "dyn"}, "spec": {"size": 2}}, namespace=ns)
+    created = widgets.create(
+        body={
+            "apiVersion": f"{GROUP}/v1",
+            "kind": "Widget",
+            "metadata": {"name": "dyn"},
+            "spec": {"size": 2},
+        },
+        namespace=ns,
+    )
     assert created.spec.size == 2
     assert widgets.get(name="dyn", namespace=ns).metadata.name == "dyn"
     leases = dyn.resources.get(api_version="coordination.k8s.io/v1", kind="Lease")
