@@ -76,7 +76,7 @@ class Cluster:
         self.custom_objects = client.CustomObjectsApi(api_client)
 
     def close(self) -> None:
-        self.api_client.close()
+        self.api_client.close()  # type: ignore[no-untyped-call]
 
     def __enter__(self) -> Cluster:
         return self
@@ -332,18 +332,18 @@ class WatchStream:
             "timeout_seconds": timeout_seconds,
             "allow_watch_bookmarks": allow_bookmarks,
         }
-        self._watch = watch.Watch(return_type="object")
+        self._watch = watch.Watch(return_type="object")  # type: ignore[no-untyped-call]
         self._watch._api_client = cluster.api_client
 
     def stop(self) -> None:
-        self._watch.stop()
+        self._watch.stop()  # type: ignore[no-untyped-call]
 
     def __iter__(self) -> Iterator[WatchEvent]:
         def call(**kwargs: Any) -> Any:
             return self._cluster._watch_call(self._res, self._namespace, **kwargs)
 
         try:
-            for event in self._watch.stream(call, **self._kwargs):
+            for event in self._watch.stream(call, **self._kwargs):  # type: ignore[no-untyped-call]
                 raw = event.get("raw_object")
                 if isinstance(raw, dict):
                     raw.setdefault("apiVersion", self._res.api_version)

@@ -38,12 +38,12 @@ def connect(
         configuration.verify_ssl = verify_tls
         api_client = client.ApiClient(configuration)
     elif kubeconfig is not None or "KUBERNETES_SERVICE_HOST" not in os.environ:
-        api_client = config.new_client_from_config(
+        api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
             config_file=kubeconfig, context=context, persist_config=False
         )
     else:
         configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         api_client = client.ApiClient(configuration)
     api_client.user_agent = USER_AGENT
     return api_client

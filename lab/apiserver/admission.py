@@ -34,7 +34,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from . import errors, patches
+from . import errors, kinds, patches
 from .errors import ApiError
 from .selectors import Requirement, labels_match
 
@@ -100,7 +100,7 @@ class WebhookAdmission:
         rt = self.store.resolve("admissionregistration.k8s.io", "v1", plural)
         if rt is None:
             return []
-        configs, _rv, _next, _rest = self.store.list(rt, "")
+        configs, _rv, _next, _rest = self.store.list_objects(rt, "")
         hooks = []
         for config in configs:
             for hook in config.get("webhooks") or []:
@@ -128,9 +128,7 @@ class WebhookAdmission:
             if not attrs.rt.namespaced:
                 return True
             try:
-                namespace = self.store.get(
-                    self.store.resolve("", "v1", "namespaces"), "", attrs.namespace
-                )  # type: ignore[arg-type]
+                namespace = self.store.get(kinds.NAMESPACES, "", attrs.namespace)
             except ApiError:
                 return False
             return labels_match(ns_reqs, namespace)

@@ -229,7 +229,8 @@ def _smp_map(
         return None
     body = {k: v for k, v in patch.items() if k not in ("$patch", "$retainKeys")}
     if directive == "replace":
-        return _strip_directives(body)
+        replaced: dict[str, Any] = _strip_directives(body)
+        return replaced
     if directive not in (None, "merge"):
         raise bad_request(f"unknown patch directive {directive!r}")
     result = copy.deepcopy(target)

@@ -43,7 +43,9 @@ class Requirement:
 
 
 def _split_top_level(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1

@@ -233,7 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _address(self) -> str:
         host, port = self.server.server_address[:2]
-        return f"{host}:{port}"
+        return f"{host!s}:{port}"
 
     def _discovery(self, method: str, doc: Any) -> None:
         if method != "GET":
@@ -422,7 +422,7 @@ class _Handler(BaseHTTPRequestHandler):
             except ResourceVersionTooOld as exc:
                 if params.get("resourceVersionMatch") == "Exact":
                     raise errors.gone(str(exc)) from exc
-        items, rv, next_key, remaining = store.list(
+        items, rv, next_key, remaining = store.list_objects(
             rt, namespace, labels, fields, limit=limit, after=after
         )
         next_token = None
@@ -486,9 +486,9 @@ class _Handler(BaseHTTPRequestHandler):
                 except ResourceVersionTooOld as exc:
                     self._chunk(_error_event(str(exc)))
                     break
-                for event in events:
-                    position = event.rv
-                    out = _translate(rt, namespace, event, matches)
+                for change in events:
+                    position = change.rv
+                    out = _translate(rt, namespace, change, matches)
                     if out is not None:
                         self._chunk(out)
                 if bookmarks and time.monotonic() - last_bookmark >= lab.bookmark_interval:
@@ -516,7 +516,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return False
             if isinstance(sock, ssl.SSLSocket):
                 return sock.pending() == 0 and not sock.recv(1)
-            return sock.recv(1, socket.MSG_PEEK) == b""
+            return bool(sock.recv(1, socket.MSG_PEEK) == b"")
         except (OSError, ValueError, ssl.SSLError):
             return True
 
@@ -637,7 +637,7 @@ class LabApiServer:
             raise RuntimeError("the lab API server is not running")
         scheme = "https" if self.tls else "http"
         host, port = self._httpd.server_address[:2]
-        return f"{scheme}://{host}:{port}"
+        return f"{scheme}://{host!s}:{port}"
 
     def start(self) -> str:
         """Bind, serve in a background thread, and return the base URL."""

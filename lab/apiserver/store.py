@@ -195,7 +195,7 @@ class Store:
                 raise errors.not_found(rt.qualified, name, rt.group)
             return self._out(rt, obj)
 
-    def list(
+    def list_objects(
         self,
         rt: ResourceType,
         namespace: str,
@@ -767,7 +767,7 @@ class Store:
         user: UserInfo = LAB_ADMIN,
         dry_run: bool = False,
     ) -> list[Obj]:
-        items, _rv, _next, _rest = self.list(rt, namespace, labels, fields)
+        items, _rv, _next, _rest = self.list_objects(rt, namespace, labels, fields)
         deleted = []
         for item in items:
             meta = _meta(item)
