@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from dmn.api.identity import API_VERSION
 from dmn.api.model import (
@@ -70,6 +70,15 @@ class Step(ApiModel):
         },
     )
     hardware_selectors: list[HardwareSelector] | None = Field(default=None, max_length=4)
+
+    @model_validator(mode="after")
+    def _kind_invariants(self) -> Step:
+        """The same local invariants the CRD enforces with x-kubernetes-validations."""
+        if self.kind == "Allocation" and self.inputs is not None:
+            raise ValueError("Allocation steps take no inputs")
+        if self.kind == "Operation" and self.hardware_selectors is not None:
+            raise ValueError("only Allocation steps carry hardwareSelectors")
+        return self
 
 
 class EffectBudget(ApiModel):

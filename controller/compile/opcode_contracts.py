@@ -1,0 +1,46 @@
+"""The contract of an opcode as JSON, so revisions pin the executor semantics they were
+compiled against: a changed parameter schema, port or recovery contract yields a new
+digest and therefore a new revision (seed 000 §4.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from dmn.interpreter.bound import sha256_digest
+from dmn.opcodes.spec import OpcodeRegistry, OpcodeSpec, PortSpec
+
+
+def _port(port: PortSpec) -> dict[str, Any]:
+    return {
+        "type": port.type.value,
+        "linkTypes": sorted(t.value for t in port.link_types) if port.link_types else None,
+        "scope": port.scope.value if port.scope else None,
+        "access": port.access.value if port.access else None,
+        "minItems": port.min_items,
+        "maxItems": port.max_items,
+    }
+
+
+def opcode_contract(spec: OpcodeSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "parameters": spec.parameters.model_json_schema(),
+        "inputs": {k: _port(v) for k, v in sorted(spec.inputs.items())},
+        "outputs": {k: _port(v) for k, v in sorted(spec.outputs.items())},
+        "hooks": sorted(h.value for h in spec.hooks),
+        "reversibility": spec.reversibility.value,
+        "recovery": sorted(r.value for r in spec.recovery),
+        "requires": sorted(spec.requires),
+        "postconditions": sorted(spec.postconditions),
+        "mutatesParent": spec.mutates_parent,
+    }
+
+
+def opcode_contracts_digest(registry: OpcodeRegistry | None, names: Iterable[str]) -> str:
+    """Digest over the contracts of ``names`` (unknown names are recorded as missing)."""
+    contracts: dict[str, Any] = {}
+    for name in sorted(set(names)):
+        spec = registry.get(name) if registry is not None else None
+        contracts[name] = opcode_contract(spec) if spec is not None else None
+    return sha256_digest(contracts)
