@@ -7,7 +7,8 @@ step, and either exits or is SIGKILLed by the runner's boundary hook at the requ
 boundary index. Requests and replies are JSON lines on stdin/stdout; a child's own report
 goes to the request's ``out`` file.
 
-Request: ``{"action": "run"|"cleanup"|"recover", "state_dir", "world", "out", "op", "scope",
+Request: ``{"action": "run"|"cleanup"|"recover"|"recover+run", "state_dir", "world",
+"out", "op", "scope",
 "program" (BoundProgram JSON, for run), "crash_at" (boundary index or null),
 "fail" (injections), "executors": "test"|"builtin"}``.
 Reply: ``{"exit": code}`` or ``{"signal": n}``.
@@ -60,8 +61,13 @@ def _child(req: dict[str, Any]) -> int:
         elif req["action"] == "cleanup":
             result = runner.cleanup(req["op"], fence_scope=req["scope"])
             report["state"] = result.state.value
-        else:
+        else:  # "recover" or "recover+run": a second recovery, then the coordinator's retry
             report["recovered"] = [r.operation_id for r in runner.recover()]
+            report["recover_commits"] = store.commits - base
+            if req["action"] == "recover+run":
+                report["world_after_recover"] = World.load(Path(req["world"])).snapshot()
+                program = BoundProgram.from_json(req["program"])
+                report["state"] = runner.run(req["op"], req["scope"], program).state.value
     except RunRefused as exc:
         report["refused"] = exc.code.value
     report["boundaries"] = boundaries
