@@ -121,6 +121,7 @@ BUILTINS: tuple[ResourceType, ...] = (
         short_names=("ev",),
         tracks_generation=False,
         extra_field_labels=_EVENT_FIELDS,
+        field_readers={"source": path_reader("source.component")},
     ),
     _core("configmaps", "ConfigMap", True, short_names=("cm",), tracks_generation=False),
     _core("secrets", "Secret", True, tracks_generation=False, extra_field_labels=("type",)),

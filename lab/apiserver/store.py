@@ -653,7 +653,14 @@ class Store:
         if comparable_new == comparable_old:
             return current
         new["apiVersion"] = current.get("apiVersion", rt.api_version)
-        if _meta(new).get("deletionTimestamp") and not _finalizers(rt, new):
+        # Like the real store, an update only completes a deletion that is not graceful
+        # (deletionGracePeriodSeconds 0): a bound Pod stays until the kubelet deletes it.
+        old_meta = _meta(current)
+        if (
+            old_meta.get("deletionTimestamp")
+            and old_meta.get("deletionGracePeriodSeconds", 0) == 0
+            and not _finalizers(rt, new)
+        ):
             return self._remove(rt, new)
         return self._put(rt, new, "MODIFIED", current)
 
@@ -714,8 +721,17 @@ class Store:
             self._orphan_dependents(meta.get("uid", ""))
         grace = self._grace_period(rt, current, options)
         if meta.get("deletionTimestamp"):
-            if grace == 0 and not _finalizers(rt, current) and rt.plural == "pods":
-                return self._remove(rt, current), True
+            if (
+                grace == 0
+                and rt.group == ""
+                and rt.plural == "pods"
+                and meta.get("deletionGracePeriodSeconds")
+            ):
+                if not _finalizers(rt, current):
+                    return self._remove(rt, current), True
+                shortened = copy.deepcopy(current)
+                _meta(shortened)["deletionGracePeriodSeconds"] = 0
+                return self._put(rt, shortened, "MODIFIED", current), False
             return current, False
         finalizers = list(meta.get("finalizers") or [])
         if policy == "Foreground" and FOREGROUND not in finalizers:

@@ -230,3 +230,41 @@ def test_delete_collection(core: client.CoreV1Api, ns: str) -> None:
         )
     core.delete_collection_namespaced_config_map(ns, label_selector="app=a")
     assert [c.metadata.name for c in core.list_namespaced_config_map(ns).items] == ["c2"]
+
+
+def test_status_update_during_graceful_deletion_keeps_the_pod(
+    core: client.CoreV1Api, ns: str
+) -> None:
+    core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "g"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
+        },
+    )
+    core.delete_namespaced_pod("g", ns)
+    core.patch_namespaced_pod_status("g", ns, {"status": {"phase": "Succeeded"}})
+    assert core.read_namespaced_pod("g", ns).status.phase == "Succeeded"
+    core.delete_namespaced_pod("g", ns, grace_period_seconds=0)
+    assert gone(core.read_namespaced_pod, "g", ns)
+
+
+def test_event_field_selectors(core: client.CoreV1Api, ns: str) -> None:
+    for name, obj, source in [("e1", "a", "kubelet"), ("e2", "b", "dmn")]:
+        core.create_namespaced_event(
+            ns,
+            {
+                "metadata": {"name": name},
+                "involvedObject": {"kind": "Pod", "name": obj, "namespace": ns},
+                "reason": "R",
+                "source": {"component": source},
+            },
+        )
+    by_object = core.list_namespaced_event(
+        ns, field_selector="involvedObject.name=b,involvedObject.kind=Pod"
+    )
+    assert [e.metadata.name for e in by_object.items] == ["e2"]
+    assert [
+        e.metadata.name
+        for e in core.list_namespaced_event(ns, field_selector="source=kubelet").items
+    ] == ["e1"]
