@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from dmn.interpreter.bound import BoundProgram, JSONValue
+from dmn.interpreter.bound import BoundProgram, JSONValue, sha256_digest
 from dmn.interpreter.handles import Handle
 
 SCHEMA_VERSION = 1
@@ -187,6 +187,16 @@ class OperationRecord:
     result: dict[str, tuple[Handle, ...]] = field(default_factory=dict)
     failure: Failure | None = None
     effects: list[EffectRecord] = field(default_factory=list)
+    _program_cache: tuple[dict[str, Any], str] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    def _program_json(self) -> tuple[dict[str, Any], str]:
+        """The program's JSON and digest, computed once (the program is immutable)."""
+        if self._program_cache is None:
+            data = self.program.to_json()
+            self._program_cache = (data, sha256_digest(data))
+        return self._program_cache
 
     @property
     def contract_digest(self) -> str:
@@ -198,11 +208,12 @@ class OperationRecord:
 
     def header_json(self) -> dict[str, Any]:
         """Everything but the effect records (those are stored under their own keys)."""
+        program, program_digest = self._program_json()
         out: dict[str, Any] = {
             "operationID": self.operation_id,
             "scope": self.scope,
-            "program": self.program.to_json(),
-            "programDigest": self.program.digest,
+            "program": program,
+            "programDigest": program_digest,
             "contractDigest": self.program.contract_digest,
             "digest": self.digest,
             "state": self.state.value,
