@@ -105,9 +105,12 @@ def reference_inventory(tmp: Path) -> Inventory:
 
 
 def make_harness(
-    tmp: Path, policies: Sequence[DeviceExposurePolicy], classes: Sequence[dict[str, Any]] = ()
+    tmp: Path,
+    policies: Sequence[DeviceExposurePolicy],
+    classes: Sequence[dict[str, Any]] = (),
+    inventory: Inventory | None = None,
 ) -> Harness:
-    inventory = reference_inventory(tmp)
+    inventory = inventory or reference_inventory(tmp)
     h = Harness(
         inventory=inventory,
         policies=list(policies),

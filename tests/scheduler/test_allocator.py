@@ -1,0 +1,249 @@
+"""Lab allocator semantics in isolation: CEL, constraints, counters, groups, capacity, pools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dmn.lab.allocator import AllocationError, Allocator
+from tests.fixtures.policies import claim, request
+
+pytestmark = pytest.mark.scheduler
+
+DRV = "net.example.com"
+NODE = "n1"
+
+
+def slice_(name: str, body: dict[str, Any], generation: int = 1, count: int = 1,
+           node: str = NODE, pool: str = NODE) -> dict[str, Any]:  # fmt: skip
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": DRV,
+            "nodeName": node,
+            "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
+            **body,
+        },
+    }
+
+
+def dev(name: str, *, groups: dict[str, list[str]] | None = None, shared: int | None = None,
+        **attrs: Any) -> dict[str, Any]:  # fmt: skip
+    d: dict[str, Any] = {"name": name, "attributes": {}}
+    for k, v in attrs.items():
+        key = {bool: "bool", int: "int", str: "string"}[type(v)]
+        d["attributes"][f"{DRV}/{k}"] = {key: v}
+    if groups is not None:
+        d["consumesCounters"] = [
+            {"counterSet": cs, "counters": {"members": {"value": "1"}}, "compatibilityGroups": g}
+            for cs, g in groups.items()
+        ]
+    if shared is not None:
+        d["allowMultipleAllocations"] = True
+        d["capacity"] = {
+            f"{DRV}/children": {
+                "value": str(shared),
+                "requestPolicy": {"default": "1", "validValues": ["1", "2", "4"]},
+            }
+        }
+    return d
+
+
+def klass(name: str, expression: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+ANY = klass("any", f'device.driver == "{DRV}"')
+
+
+def counters(*names: str, total: int = 10) -> dict[str, Any]:
+    return {
+        "sharedCounters": [
+            {"name": n, "counters": {"members": {"value": str(total)}}} for n in names
+        ]
+    }
+
+
+def alloc(slices: list[dict[str, Any]], *classes: dict[str, Any]) -> Allocator:
+    return Allocator(NODE, slices=slices, classes=[ANY, *classes])
+
+
+def test_missing_attribute_is_a_cel_runtime_error_like_upstream() -> None:
+    a = alloc(
+        [slice_("s", {"devices": [dev("d0", color="red"), dev("d1")]})],
+        klass("red", f'device.attributes["{DRV}"].color == "red"'),
+    )
+    with pytest.raises(AllocationError) as err:
+        a.allocate_one(claim("c", request("r", "red")))
+    assert err.value.reason == "CELRuntimeError"
+
+
+def test_missing_domain_is_an_empty_map_like_upstream() -> None:
+    a = alloc(
+        [slice_("s", {"devices": [dev("d0")]})],
+        klass("guarded", '!("model" in device.attributes["gpu.example.com"])'),
+    )
+    (result,) = a.allocate([claim("c", request("r", "guarded"))])
+    assert result["devices"]["results"][0]["device"] == "d0"
+
+
+def test_guarded_selectors_and_compile_errors() -> None:
+    a = alloc(
+        [slice_("s", {"devices": [dev("d0", color="red"), dev("d1")]})],
+        klass(
+            "red",
+            f'"color" in device.attributes["{DRV}"] && device.attributes["{DRV}"].color == "red"',
+        ),
+        klass("broken", "device.driver =="),
+    )
+    (r,) = a.allocate([claim("c", request("r", "red"))])
+    assert r["devices"]["results"][0]["device"] == "d0"
+    with pytest.raises(AllocationError) as err:
+        a.allocate_one(claim("c2", request("r", "broken")))
+    assert err.value.reason == "CELCompileError"
+    with pytest.raises(AllocationError) as err:
+        a.allocate_one(claim("c3", request("r", "missing-class")))
+    assert err.value.reason == "DeviceClassNotFound"
+
+
+def test_request_selectors_and_capacity_in_cel() -> None:
+    a = alloc([slice_("s", {"devices": [dev("big", shared=8), dev("small", shared=2)]})])
+    big = request(
+        "r",
+        "any",
+        selectors=[f'device.capacity["{DRV}"].children >= 4', "device.allowMultipleAllocations"],
+    )
+    (r,) = a.allocate([claim("c", big)])
+    assert r["devices"]["results"][0]["device"] == "big"
+
+
+def test_exclusive_devices_are_allocated_once() -> None:
+    a = alloc([slice_("s", {"devices": [dev("d0"), dev("d1")]})])
+    a.allocate_one(claim("a", request("r", "any", count=2)))
+    with pytest.raises(AllocationError):
+        a.allocate_one(claim("b", request("r", "any")))
+    a.release("a")
+    a.allocate_one(claim("b", request("r", "any")))
+
+
+def test_match_and_distinct_attribute_constraints() -> None:
+    devices = [dev("a0", root="A"), dev("a1", root="A"), dev("b0", root="B"), dev("x")]
+    a = alloc([slice_("s", {"devices": devices})])
+    same = claim(
+        "same",
+        request("p", "any"),
+        request("q", "any"),
+        constraints=[{"matchAttribute": f"{DRV}/root"}],
+    )
+    (r,) = a.allocate([same])
+    picked = [x["device"] for x in r["devices"]["results"]]
+    assert picked == ["a0", "a1"]
+    distinct = claim(
+        "distinct", request("p", "any", count=2), constraints=[{"distinctAttribute": f"{DRV}/root"}]
+    )
+    with pytest.raises(AllocationError):  # b0 is the only device left with a root
+        a.allocate_one(distinct)
+
+
+def test_counters_are_bounded() -> None:
+    a = alloc([
+        slice_("c", counters("set", total=2), count=2),
+        slice_("d", {"devices": [dev(f"d{i}", groups={"set": []}) for i in range(3)]}, count=2),
+    ])  # fmt: skip
+    a.allocate_one(claim("a", request("r", "any", count=2)))
+    with pytest.raises(AllocationError):
+        a.allocate_one(claim("b", request("r", "any")))
+
+
+def test_compatibility_groups_intersection_over_all_co_allocated() -> None:
+    groups = {"ab": ["a", "b"], "bc": ["b", "c"], "ca": ["c", "a"], "none": []}
+    devices = [dev(n, groups={"s": g}, label=n) for n, g in groups.items()]
+    b = alloc([slice_("c", counters("s"), count=2), slice_("d", {"devices": devices}, count=2)])
+
+    def by_name(n: str) -> dict[str, Any]:
+        return request("r", "any", selectors=[f'device.attributes["{DRV}"].label == "{n}"'])
+
+    b.allocate_one(claim("1", by_name("ab")))
+    b.allocate_one(claim("2", by_name("bc")))  # {a,b} ∩ {b,c} = {b}
+    with pytest.raises(AllocationError):
+        b.allocate_one(claim("3", by_name("ca")))  # {b} ∩ {c,a} = ∅
+    with pytest.raises(AllocationError):
+        b.allocate_one(claim("4", by_name("none")))  # no groups never meets grouped devices
+    b.release("1")
+    b.release("2")
+    b.allocate_one(claim("5", by_name("none")))
+    with pytest.raises(AllocationError):
+        b.allocate_one(claim("6", by_name("ab")))
+
+
+def test_shared_device_capacity_share_ids_and_valid_values() -> None:
+    a = alloc([slice_("s", {"devices": [dev("p", shared=4)]})])
+    (r,) = a.allocate([claim("a", request("r", "any", capacity={f"{DRV}/children": "3"}))])
+    result = r["devices"]["results"][0]
+    assert result["consumedCapacity"] == {f"{DRV}/children": "4"}  # rounded up to validValues
+    assert result["shareID"]
+    with pytest.raises(AllocationError):
+        a.allocate_one(claim("b", request("r", "any")))
+    a.release("a")
+    shares = a.allocate([claim("b", request("r", "any", count=4))])[0]["devices"]["results"]
+    assert len({s["shareID"] for s in shares}) == 4
+    with pytest.raises(AllocationError):  # more than the largest valid value
+        alloc([slice_("s", {"devices": [dev("p", shared=16)]})]).allocate_one(
+            claim("c", request("r", "any", capacity={f"{DRV}/children": "8"}))
+        )
+
+
+def test_shared_device_draws_counters_once() -> None:
+    a = alloc([
+        slice_("c", counters("s", total=1), count=2),
+        slice_("d", {"devices": [dev("p", shared=4, groups={"s": ["g"]})]}, count=2),
+    ])  # fmt: skip
+    for uid in "abcd":
+        a.allocate_one(claim(uid, request("r", "any")))
+
+
+def test_only_newest_generation_and_own_node_count() -> None:
+    a = alloc([
+        slice_("old", {"devices": [dev("old")]}, generation=1),
+        slice_("new", {"devices": [dev("new")]}, generation=2),
+        slice_("other", {"devices": [dev("elsewhere")]}, node="n2", pool="n2"),
+    ])  # fmt: skip
+    (r,) = a.allocate([claim("a", request("r", "any"))])
+    assert r["devices"]["results"][0]["device"] == "new"
+    with pytest.raises(AllocationError):
+        a.allocate_one(claim("b", request("r", "any")))
+
+
+def test_claims_of_one_pod_are_all_or_nothing() -> None:
+    a = alloc([slice_("s", {"devices": [dev("d0")]})])
+    with pytest.raises(AllocationError):
+        a.allocate([claim("a", request("r", "any")), claim("b", request("r", "any"))])
+    assert a.allocations == {}
+
+
+def test_unsupported_features_are_explicit() -> None:
+    a = alloc([slice_("s", {"devices": [dev("d0")]})])
+    all_mode = {"name": "r", "exactly": {"deviceClassName": "any", "allocationMode": "All"}}
+    with pytest.raises(AllocationError) as err:
+        a.allocate_one(claim("a", all_mode))
+    assert err.value.reason == "Unsupported"
+
+
+def test_class_config_is_carried_into_the_allocation() -> None:
+    config = [{"opaque": {"driver": DRV, "parameters": {"x": 1}}}]
+    cls = {**ANY, "metadata": {"name": "cfg"}, "spec": {**ANY["spec"], "config": config}}
+    a = alloc([slice_("s", {"devices": [dev("d0")]})], cls)
+    (r,) = a.allocate([claim("a", request("r", "cfg"))])
+    assert r["devices"]["config"] == [
+        {
+            "source": "FromClass",
+            "requests": ["r"],
+            "opaque": {"driver": DRV, "parameters": {"x": 1}},
+        }
+    ]
