@@ -211,9 +211,16 @@ class JournalStore:
             if (db_dir / "CURRENT").exists():
                 version = cls._probe_schema(db_dir)
                 cls._check_version(version, db_dir)
+            elif db_dir.exists() and any(db_dir.iterdir()):
+                raise JournalError(
+                    f"{db_dir} exists but holds no journal (no CURRENT); refusing to create one "
+                    "over it (a missing journal is not proof of a clean host)"
+                )
             old_umask = os.umask(0o077)
             try:
                 db = Rdict(str(db_dir), _options())
+            except Exception as exc:
+                raise JournalError(f"cannot open journal {db_dir}: {exc}") from exc
             finally:
                 os.umask(old_umask)
             _chmod_private(db_dir)
@@ -239,10 +246,16 @@ class JournalStore:
             store = cls(db, root, read_only=True)
         except Exception:
             secondary = tempfile.mkdtemp(prefix="dmn-journal-secondary-")
-            db = Rdict(
-                str(db_dir), Options(raw_mode=True), access_type=AccessType.secondary(secondary)
-            )
-            db.try_catch_up_with_primary()
+            try:
+                db = Rdict(
+                    str(db_dir),
+                    Options(raw_mode=True),
+                    access_type=AccessType.secondary(secondary),
+                )
+                db.try_catch_up_with_primary()
+            except Exception as exc:
+                shutil.rmtree(secondary, ignore_errors=True)
+                raise JournalError(f"cannot open journal {db_dir} read-only: {exc}") from exc
             store = cls(db, root, read_only=True, secondary_dir=secondary)
         raw = db.get(keys.SCHEMA)
         version = int(_loads(raw)["version"]) if raw is not None else 0
@@ -255,7 +268,10 @@ class JournalStore:
 
     @staticmethod
     def _probe_schema(db_dir: Path) -> int:
-        db = Rdict(str(db_dir), Options(raw_mode=True), access_type=AccessType.read_only())
+        try:
+            db = Rdict(str(db_dir), Options(raw_mode=True), access_type=AccessType.read_only())
+        except Exception as exc:
+            raise JournalError(f"cannot open journal {db_dir}: {exc}") from exc
         try:
             raw = db.get(keys.SCHEMA)
         finally:

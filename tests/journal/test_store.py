@@ -28,6 +28,7 @@ from dmn.agent.journal.records import (
 )
 from dmn.agent.journal.store import (
     DB_DIR,
+    JournalError,
     JournalHeldError,
     JournalMissingError,
     JournalSchemaError,
@@ -252,3 +253,24 @@ def test_each_commit_is_exactly_one_fdatasync(tmp_path: Path) -> None:
     syncs = [line for line in lines[begin:end] if "sync" in line.split("(")[0]]
     assert len(syncs) == commits, syncs
     assert all("fdatasync(" in line for line in syncs)
+
+
+def test_corrupt_journal_is_a_clear_error_and_never_recreated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with JournalStore.open(tmp_path) as store:
+        Runner(store, world_executors(World())).run("op1", "att/a", child_program())
+    db_dir = tmp_path / DB_DIR
+    (db_dir / "CURRENT").write_text("MANIFEST-999999\n")
+    before = _files(db_dir)
+    with pytest.raises(JournalError) as err:
+        JournalStore.open(tmp_path)
+    assert "cannot open journal" in str(err.value)
+    assert journal_cli(["show", "--state-dir", str(tmp_path)]) == 1
+    assert "error[E_JOURNAL]" in capsys.readouterr().err
+    assert _files(db_dir) == before
+    # a database directory without CURRENT is not silently replaced by an empty journal
+    (db_dir / "CURRENT").unlink()
+    with pytest.raises(JournalError):
+        JournalStore.open(tmp_path)
+    assert not (db_dir / "CURRENT").exists()
