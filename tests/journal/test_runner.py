@@ -375,3 +375,64 @@ def test_env_per_call_and_factory_for_recovery() -> None:
     Runner(journal, executors, env_factory=factory).recover()
     assert seen == ["call", "rebuilt:op1"]
     assert len(built) == 1 and built[0].closed
+
+
+def test_caller_recheck_refusal_compensates_without_applying() -> None:
+    from dmn.opcodes.executor import ExecutorError
+
+    world = World(data=copy.deepcopy(foreign_world()))
+
+    def recheck(ctx, bound) -> None:
+        if bound.id == "mtu":
+            raise ExecutorError("E_PROTECTED", "interface became protected")
+
+    journal = MemoryJournal()
+    runner = Runner(journal, world_executors(world), recheck=recheck)
+    result = runner.run("op1", "att/a", child_program())
+    assert result.state is OperationState.UNDONE and result.failure.code == "E_PROTECTED"
+    assert world.calls == ["apply:create", "undo:create"]  # mtu never applied nor undone
+    op = journal.load_operation("op1")
+    assert op.effects[1].state is EffectState.UNDONE and op.effects[1].note == "never applied"
+    assert state(world) == INITIAL
+
+
+def test_fence_without_cleanup_blocks_new_runs_of_the_scope() -> None:
+    runner, journal, world = make()
+    runner.fence("att/a", "sandbox stopped")
+    with pytest.raises(RunRefused) as err:
+        runner.run("op1", "att/a", child_program())
+    assert err.value.code is RunCode.E_FENCED and "sandbox stopped" in str(err.value)
+    assert journal.commits == 1 and world.calls == []
+
+
+def test_concurrent_runs_are_serialised_by_the_node_lock() -> None:
+    import threading
+
+    world = World(data=copy.deepcopy(foreign_world()))
+    journal = MemoryJournal()
+    inside: list[int] = []
+    overlap: list[bool] = []
+    executors = world_executors(world)
+    create = executors["test/create/v1"]
+    original_apply = create.apply
+
+    def apply(ctx, before) -> None:
+        inside.append(1)
+        overlap.append(len(inside) > 1)
+        try:
+            original_apply(ctx, before)
+        finally:
+            inside.pop()
+
+    create.apply = apply
+    runner = Runner(journal, executors)
+    threads = [
+        threading.Thread(target=runner.run, args=(f"op{i}", f"att/{i}", child_program(f"c{i}")))
+        for i in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert overlap == [False] * 4
+    assert all(journal.load_operation(f"op{i}").state is OperationState.COMPLETED for i in range(4))
