@@ -16,11 +16,11 @@ from typing import Any
 
 from .errors import ApiError, bad_request
 
-_LABEL_KEY = re.compile(
+LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,13 @@ def _split_top_level(text: str) -> list[str]:
 
 
 def _check_key(key: str, text: str) -> str:
-    if not _LABEL_KEY.match(key):
+    if not LABEL_KEY.match(key):
         raise bad_request(f'unable to parse requirement: invalid label key "{key}" in "{text}"')
     return key
 
 
 def _check_value(value: str, text: str) -> str:
-    if not _LABEL_VALUE.match(value):
+    if not LABEL_VALUE.match(value):
         raise bad_request(f'unable to parse requirement: invalid label value "{value}" in "{text}"')
     return value
 

@@ -36,19 +36,32 @@ import copy
 import datetime as dt
 import logging
 import random
-import re
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import errors, kinds, patches, schema
-from .errors import ApiError, Cause
+from .controllers import InProcessControllers
+from .errors import ApiError
 from .identity import LAB_ADMIN, UserInfo
 from .kinds import ResourceType
 from .selectors import FieldRequirement, Requirement, fields_match, labels_match
+from .strategy import (
+    FOREGROUND,
+    check_preconditions,
+    finalizers_of,
+    grace_period,
+    group_of,
+    meta_of,
+    non_metadata,
+    now_rfc3339,
+    prepare_create,
+    set_condition,
+    validate_crd,
+    validate_metadata,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,17 +70,7 @@ StorageKey = tuple[str, str]  # (group, plural)
 ObjKey = tuple[str, str]  # (namespace, name)
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
-FOREGROUND = "foregroundDeletion"
-NAMESPACE_FINALIZER = "kubernetes"
-
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -114,24 +117,7 @@ class ResourceVersionTooOld(Exception):
         super().__init__(f"too old resource version: {requested} ({oldest})")
 
 
-def _meta(obj: Obj) -> Obj:
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        meta = {}
-        obj["metadata"] = meta
-    return meta
-
-
-def _non_metadata(obj: Obj, *, skip_status: bool) -> Obj:
-    skip = {"metadata", "apiVersion", "kind"} | ({"status"} if skip_status else set())
-    return {k: v for k, v in obj.items() if k not in skip}
-
-
-def _group_of(api_version: str) -> str:
-    return api_version.rsplit("/", 1)[0] if "/" in api_version else ""
-
-
-class Store:
+class Store(InProcessControllers):
     """In-memory Kubernetes object storage with watch history and built-in controllers."""
 
     def __init__(self, *, history_limit: int = 4096, admission: Admission | None = None) -> None:
@@ -170,7 +156,7 @@ class Store:
 
     def by_kind(self, api_version: str, kind: str) -> ResourceType | None:
         with self._cond:
-            return self._by_kind.get((_group_of(api_version), kind))
+            return self._by_kind.get((group_of(api_version), kind))
 
     @property
     def resource_version(self) -> int:
@@ -283,7 +269,7 @@ class Store:
 
     def _put(self, rt: ResourceType, obj: Obj, event_type: str, old: Obj | None) -> Obj:
         self._rv += 1
-        meta = _meta(obj)
+        meta = meta_of(obj)
         meta["resourceVersion"] = str(self._rv)
         ns = meta.get("namespace", "") if rt.namespaced else ""
         self._objects[rt.storage_key][(ns, meta["name"])] = obj
@@ -294,7 +280,7 @@ class Store:
     def _remove(self, rt: ResourceType, obj: Obj) -> Obj:
         self._rv += 1
         final = copy.deepcopy(obj)
-        meta = _meta(final)
+        meta = meta_of(final)
         meta["resourceVersion"] = str(self._rv)
         ns = meta.get("namespace", "") if rt.namespaced else ""
         self._objects[rt.storage_key].pop((ns, meta["name"]), None)
@@ -318,7 +304,7 @@ class Store:
             raise errors.bad_request("the request body must be a JSON object")
         obj = copy.deepcopy(body)
         self._check_kind(rt, obj)
-        meta = _meta(obj)
+        meta = meta_of(obj)
         if rt.namespaced:
             if meta.get("namespace") and meta["namespace"] != namespace:
                 raise errors.bad_request(
@@ -341,11 +327,11 @@ class Store:
             meta["generation"] = 1
         else:
             meta.pop("generation", None)
-        self._prepare_create(rt, obj)
+        prepare_create(rt, obj)
         warnings = self._admit_and_validate(
             "CREATE", rt, obj, None, "", user, dry_run, field_validation
         )
-        meta = _meta(obj)
+        meta = meta_of(obj)
         with self._cond:
             ns = meta.get("namespace", "")
             if rt.namespaced:
@@ -376,7 +362,7 @@ class Store:
                 f"the API version in the data ({api_version}) does not match the expected API "
                 f"version ({rt.api_version}) or kind {kind} is not {rt.kind}"
             )
-        if api_version and _group_of(api_version) != rt.group:
+        if api_version and group_of(api_version) != rt.group:
             raise errors.bad_request(
                 f"the API version in the data ({api_version}) does not match the expected API "
                 f"version ({rt.api_version})"
@@ -388,28 +374,12 @@ class Store:
         ns = self._objects[kinds.NAMESPACES.storage_key].get(("", namespace))
         if ns is None:
             raise errors.not_found("namespaces", namespace)
-        if _meta(ns).get("deletionTimestamp"):
+        if meta_of(ns).get("deletionTimestamp"):
             raise errors.forbidden_request(
                 f"unable to create new content in namespace {namespace} because it is being "
                 "terminated",
                 {"name": namespace, "kind": "namespaces"},
             )
-
-    def _prepare_create(self, rt: ResourceType, obj: Obj) -> None:
-        if rt.status_subresource and (rt.custom or rt.plural == "resourceclaims"):
-            obj.pop("status", None)
-        if rt.group == "" and rt.plural == "pods":
-            obj["status"] = {"phase": "Pending"}
-        elif rt.group == "" and rt.plural == "namespaces":
-            obj["status"] = {"phase": "Active"}
-            obj.setdefault("spec", {})["finalizers"] = [NAMESPACE_FINALIZER]
-        elif rt is kinds.CRD or (rt.group, rt.plural) == kinds.CRD.storage_key:
-            meta = _meta(obj)
-            finalizers = list(meta.get("finalizers") or [])
-            if CRD_CLEANUP_FINALIZER not in finalizers:
-                finalizers.append(CRD_CLEANUP_FINALIZER)
-            meta["finalizers"] = finalizers
-            obj["status"] = _crd_status(obj)
 
     # --- validation and admission --------------------------------------------------------
 
@@ -425,7 +395,7 @@ class Store:
         field_validation: str,
     ) -> list[str]:
         """Mutating admission, then validation, then validating admission; mutates ``obj``."""
-        meta = _meta(obj)
+        meta = meta_of(obj)
         name = meta.get("name", "")
         if self.admission is not None:
             attrs = AdmissionAttributes(
@@ -464,7 +434,7 @@ class Store:
     def _validate(
         self, rt: ResourceType, obj: Obj, old: Obj | None, field_validation: str
     ) -> list[str]:
-        causes = _validate_metadata(rt, obj)
+        causes = validate_metadata(rt, obj)
         warnings: list[str] = []
         if rt.custom and rt.schema is not None:
             unknown = schema.prune(dict(rt.schema), obj)
@@ -485,9 +455,9 @@ class Store:
             }
             causes += schema.validate(root, body, old=old_body, rules=self.custom_rules)
         if (rt.group, rt.plural) == kinds.CRD.storage_key:
-            causes += _validate_crd(obj, old)
+            causes += validate_crd(obj, old)
         if causes:
-            raise errors.invalid_object(rt.kind, rt.group, _meta(obj).get("name", ""), causes)
+            raise errors.invalid_object(rt.kind, rt.group, meta_of(obj).get("name", ""), causes)
         return warnings
 
     #: Evaluates ``x-kubernetes-validations``; set by the server when CEL is available.
@@ -519,10 +489,10 @@ class Store:
                 current = self._stored(rt, namespace, name)
                 if current is None:
                     raise errors.not_found(rt.qualified, name, rt.group)
-                current_rv = _meta(current)["resourceVersion"]
+                current_rv = meta_of(current)["resourceVersion"]
             new = self._apply_change(rt, current, body, patch, patch_type)
             self._check_kind(rt, new)
-            meta = _meta(new)
+            meta = meta_of(new)
             requested_rv = meta.get("resourceVersion")
             if body is not None and not requested_rv and rt.custom:
                 raise errors.invalid_object(
@@ -556,7 +526,7 @@ class Store:
                 latest = self._stored(rt, namespace, name)
                 if latest is None:
                     raise errors.not_found(rt.qualified, name, rt.group)
-                if _meta(latest)["resourceVersion"] != current_rv:
+                if meta_of(latest)["resourceVersion"] != current_rv:
                     if requested_rv:
                         raise errors.conflict(rt.qualified, name, errors.STALE, rt.group)
                     continue  # unconditional write: recompute against the newer object
@@ -590,7 +560,7 @@ class Store:
         return result
 
     def _prepare_update(self, rt: ResourceType, current: Obj, new: Obj, subresource: str) -> Obj:
-        old_meta = _meta(current)
+        old_meta = meta_of(current)
         if subresource == "status":
             prepared = copy.deepcopy(current)
             prepared["apiVersion"], prepared["kind"] = rt.api_version, rt.kind
@@ -600,7 +570,7 @@ class Store:
                 prepared.pop("status", None)
             return prepared
         prepared = copy.deepcopy(new)
-        meta = _meta(prepared)
+        meta = meta_of(prepared)
         for keep in (
             "uid",
             "creationTimestamp",
@@ -621,9 +591,9 @@ class Store:
                 prepared.pop("status", None)
         if rt.group == "" and rt.plural == "namespaces":
             prepared["spec"] = copy.deepcopy(current.get("spec", {}))
-        if rt.tracks_generation and _non_metadata(
+        if rt.tracks_generation and non_metadata(
             prepared, skip_status=rt.status_subresource
-        ) != _non_metadata(current, skip_status=rt.status_subresource):
+        ) != non_metadata(current, skip_status=rt.status_subresource):
             meta["generation"] = int(old_meta.get("generation", 0)) + 1
         if old_meta.get("deletionTimestamp"):
             added = [
@@ -655,11 +625,11 @@ class Store:
         new["apiVersion"] = current.get("apiVersion", rt.api_version)
         # Like the real store, an update only completes a deletion that is not graceful
         # (deletionGracePeriodSeconds 0): a bound Pod stays until the kubelet deletes it.
-        old_meta = _meta(current)
+        old_meta = meta_of(current)
         if (
             old_meta.get("deletionTimestamp")
             and old_meta.get("deletionGracePeriodSeconds", 0) == 0
-            and not _finalizers(rt, new)
+            and not finalizers_of(rt, new)
         ):
             return self._remove(rt, new)
         return self._put(rt, new, "MODIFIED", current)
@@ -681,9 +651,9 @@ class Store:
             current = self._stored(rt, namespace, name)
             if current is None:
                 raise errors.not_found(rt.qualified, name, rt.group)
-        _check_preconditions(rt, current, options)
+        check_preconditions(rt, current, options)
         if self.admission is not None:
-            meta = _meta(current)
+            meta = meta_of(current)
             self.admission.validate(
                 AdmissionAttributes(
                     "DELETE",
@@ -702,7 +672,7 @@ class Store:
             current = self._stored(rt, namespace, name)
             if current is None:
                 raise errors.not_found(rt.qualified, name, rt.group)
-            _check_preconditions(rt, current, options)
+            check_preconditions(rt, current, options)
             if dry_run:
                 return WriteResult(self._out(rt, current), [], False)
             result, finished = self._delete_locked(rt, current, options)
@@ -716,10 +686,10 @@ class Store:
         policy = policy or "Background"
         if policy not in ("Background", "Foreground", "Orphan"):
             raise errors.bad_request(f"propagationPolicy {policy!r} is not supported")
-        meta = _meta(current)
+        meta = meta_of(current)
         if policy == "Orphan":
             self._orphan_dependents(meta.get("uid", ""))
-        grace = self._grace_period(rt, current, options)
+        grace = grace_period(rt, current, options)
         if meta.get("deletionTimestamp"):
             if (
                 grace == 0
@@ -727,20 +697,20 @@ class Store:
                 and rt.plural == "pods"
                 and meta.get("deletionGracePeriodSeconds")
             ):
-                if not _finalizers(rt, current):
+                if not finalizers_of(rt, current):
                     return self._remove(rt, current), True
                 shortened = copy.deepcopy(current)
-                _meta(shortened)["deletionGracePeriodSeconds"] = 0
+                meta_of(shortened)["deletionGracePeriodSeconds"] = 0
                 return self._put(rt, shortened, "MODIFIED", current), False
             return current, False
         finalizers = list(meta.get("finalizers") or [])
         if policy == "Foreground" and FOREGROUND not in finalizers:
             finalizers.append(FOREGROUND)
         new = copy.deepcopy(current)
-        new_meta = _meta(new)
+        new_meta = meta_of(new)
         if finalizers:
             new_meta["finalizers"] = finalizers
-        pending = bool(finalizers) or bool(grace) or bool(_finalizers(rt, new))
+        pending = bool(finalizers) or bool(grace) or bool(finalizers_of(rt, new))
         if not pending:
             return self._remove(rt, current), True
         stamp = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=grace or 0)
@@ -751,7 +721,7 @@ class Store:
         if rt.group == "" and rt.plural == "namespaces":
             new.setdefault("status", {})["phase"] = "Terminating"
         if (rt.group, rt.plural) == kinds.CRD.storage_key:
-            new.setdefault("status", {})["conditions"] = _set_condition(
+            new.setdefault("status", {})["conditions"] = set_condition(
                 new.get("status", {}).get("conditions") or [],
                 "Terminating",
                 "True",
@@ -759,18 +729,6 @@ class Store:
                 "CustomResource deletion is in progress",
             )
         return self._put(rt, new, "MODIFIED", current), False
-
-    def _grace_period(self, rt: ResourceType, obj: Obj, options: Obj) -> int:
-        if rt.group != "" or rt.plural != "pods":
-            return 0
-        requested = options.get("gracePeriodSeconds")
-        if requested is not None:
-            return max(0, int(requested))
-        spec = obj.get("spec") or {}
-        phase = (obj.get("status") or {}).get("phase")
-        if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
-            return 0
-        return int(spec.get("terminationGracePeriodSeconds", 30))
 
     def delete_collection(
         self,
@@ -786,7 +744,7 @@ class Store:
         items, _rv, _next, _rest = self.list_objects(rt, namespace, labels, fields)
         deleted = []
         for item in items:
-            meta = _meta(item)
+            meta = meta_of(item)
             try:
                 result = self.delete(
                     rt, meta.get("namespace", ""), meta["name"], options, user=user, dry_run=dry_run
@@ -829,7 +787,7 @@ class Store:
             current = self._stored(rt, namespace, name)
             if current is None:
                 raise errors.not_found("pods", name)
-            if _meta(current).get("deletionTimestamp"):
+            if meta_of(current).get("deletionTimestamp"):
                 raise errors.conflict(
                     "pods", name, "pod is being deleted, cannot be assigned to a host"
                 )
@@ -843,419 +801,3 @@ class Store:
             new.setdefault("spec", {})["nodeName"] = node
             self._put(rt, new, "MODIFIED", current)
             self._drain()
-
-    # --- controllers -----------------------------------------------------------------------
-
-    def _drain(self) -> None:
-        """Run the in-process controllers until nothing is left to do (lock held)."""
-        while self._queue:
-            what, obj = self._queue.pop(0)
-            rt = self._by_kind.get((_group_of(obj.get("apiVersion", "")), obj.get("kind", "")))
-            if rt is None:
-                continue
-            if what == "changed":
-                self._on_changed(rt, obj)
-            else:
-                self._on_removed(rt, obj)
-
-    def _on_changed(self, rt: ResourceType, obj: Obj) -> None:
-        meta = _meta(obj)
-        if meta.get("ownerReferences"):
-            self._gc_check(rt, obj)
-        deleting = bool(meta.get("deletionTimestamp"))
-        if (rt.group, rt.plural) == kinds.CRD.storage_key:
-            if deleting:
-                self._delete_all_custom(obj)
-                self._crd_check(obj)
-            else:
-                self._register_crd(obj)
-        if rt.group == "" and rt.plural == "namespaces" and deleting:
-            self._delete_namespace_contents(meta["name"])
-            self._namespace_check(meta["name"])
-        if deleting and FOREGROUND in (meta.get("finalizers") or []):
-            for dep_rt, dep in self._dependents(meta.get("uid", "")):
-                self._gc_check(dep_rt, dep)
-            self._foreground_check(rt, obj)
-
-    def _on_removed(self, rt: ResourceType, obj: Obj) -> None:
-        meta = _meta(obj)
-        uid = meta.get("uid", "")
-        for dep_rt, dep in self._dependents(uid):
-            self._gc_check(dep_rt, dep)
-        for ref in meta.get("ownerReferences") or []:
-            owner_rt = self._by_kind.get(
-                (_group_of(ref.get("apiVersion", "")), ref.get("kind", ""))
-            )
-            if owner_rt is None:
-                continue
-            owner = self._objects[owner_rt.storage_key].get(
-                (meta.get("namespace", "") if owner_rt.namespaced else "", ref.get("name", ""))
-            )
-            if owner is not None and FOREGROUND in (_meta(owner).get("finalizers") or []):
-                self._foreground_check(owner_rt, owner)
-        namespace = meta.get("namespace", "")
-        if rt.namespaced and namespace:
-            ns = self._objects[kinds.NAMESPACES.storage_key].get(("", namespace))
-            if ns is not None and _meta(ns).get("deletionTimestamp"):
-                self._namespace_check(namespace)
-        if rt.custom:
-            crd = self._objects[kinds.CRD.storage_key].get(("", f"{rt.plural}.{rt.group}"))
-            if crd is not None and _meta(crd).get("deletionTimestamp"):
-                self._crd_check(crd)
-        if (rt.group, rt.plural) == kinds.CRD.storage_key:
-            self._unregister_custom(obj)
-
-    def _dependents(self, uid: str) -> Iterator[tuple[ResourceType, Obj]]:
-        if not uid:
-            return
-        for key, objs in list(self._objects.items()):
-            dep_rt = self._storage_types.get(key)
-            if dep_rt is None:
-                continue
-            for obj in list(objs.values()):
-                refs = _meta(obj).get("ownerReferences") or []
-                if any(ref.get("uid") == uid for ref in refs):
-                    yield dep_rt, obj
-
-    def _gc_check(self, rt: ResourceType, dep: Obj) -> None:
-        meta = _meta(dep)
-        current = self._objects[rt.storage_key].get((meta.get("namespace", ""), meta["name"]))
-        if current is None or _meta(current).get("uid") != meta.get("uid"):
-            return
-        dep, meta = current, _meta(current)
-        solid, dangling, waiting = [], [], []
-        for ref in meta.get("ownerReferences") or []:
-            owner_rt = self._by_kind.get(
-                (_group_of(ref.get("apiVersion", "")), ref.get("kind", ""))
-            )
-            if owner_rt is None or (owner_rt.namespaced and not rt.namespaced):
-                solid.append(ref)  # unresolvable or invalid: the real GC leaves these alone
-                continue
-            owner = self._objects[owner_rt.storage_key].get(
-                (meta.get("namespace", "") if owner_rt.namespaced else "", ref.get("name", ""))
-            )
-            if owner is None or _meta(owner).get("uid") != ref.get("uid"):
-                dangling.append(ref)
-            elif _meta(owner).get("deletionTimestamp") and FOREGROUND in (
-                _meta(owner).get("finalizers") or []
-            ):
-                waiting.append(ref)
-            else:
-                solid.append(ref)
-        if not dangling and not waiting:
-            return
-        if not solid:
-            policy = "Foreground" if waiting else "Background"
-            log.debug("gc delete kind=%s name=%s policy=%s", rt.kind, meta["name"], policy)
-            self._delete_locked(rt, dep, {"propagationPolicy": policy})
-            return
-        gone = {id(r) for r in dangling + waiting}
-        new = copy.deepcopy(dep)
-        _meta(new)["ownerReferences"] = [
-            copy.deepcopy(r) for r in meta["ownerReferences"] if id(r) not in gone
-        ]
-        self._put(rt, new, "MODIFIED", dep)
-
-    def _orphan_dependents(self, uid: str) -> None:
-        for dep_rt, dep in list(self._dependents(uid)):
-            new = copy.deepcopy(dep)
-            refs = [r for r in _meta(new).get("ownerReferences") or [] if r.get("uid") != uid]
-            if refs:
-                _meta(new)["ownerReferences"] = refs
-            else:
-                _meta(new).pop("ownerReferences", None)
-            self._put(dep_rt, new, "MODIFIED", dep)
-
-    def _foreground_check(self, rt: ResourceType, owner: Obj) -> None:
-        meta = _meta(owner)
-        current = self._objects[rt.storage_key].get((meta.get("namespace", ""), meta["name"]))
-        if current is None or FOREGROUND not in (_meta(current).get("finalizers") or []):
-            return
-        uid = _meta(current).get("uid", "")
-        for _dep_rt, dep in self._dependents(uid):
-            for ref in _meta(dep).get("ownerReferences") or []:
-                if ref.get("uid") == uid and ref.get("blockOwnerDeletion"):
-                    return
-        self._drop_finalizer(rt, current, FOREGROUND)
-
-    def _drop_finalizer(self, rt: ResourceType, obj: Obj, finalizer: str) -> None:
-        new = copy.deepcopy(obj)
-        meta = _meta(new)
-        meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != finalizer]
-        if not meta["finalizers"]:
-            del meta["finalizers"]
-        self._commit_update(rt, obj, new)
-
-    def _delete_namespace_contents(self, namespace: str) -> None:
-        for key, objs in list(self._objects.items()):
-            rt = self._storage_types.get(key)
-            if rt is None or not rt.namespaced:
-                continue
-            for (ns, _name), obj in list(objs.items()):
-                if ns == namespace and not _meta(obj).get("deletionTimestamp"):
-                    self._delete_locked(rt, obj, {})
-
-    def _namespace_check(self, namespace: str) -> None:
-        ns_obj = self._objects[kinds.NAMESPACES.storage_key].get(("", namespace))
-        if ns_obj is None or not _meta(ns_obj).get("deletionTimestamp"):
-            return
-        for key, objs in self._objects.items():
-            rt = self._storage_types.get(key)
-            if rt is not None and rt.namespaced and any(ns == namespace for ns, _ in objs):
-                return
-        new = copy.deepcopy(ns_obj)
-        spec = new.setdefault("spec", {})
-        spec["finalizers"] = [f for f in spec.get("finalizers") or [] if f != NAMESPACE_FINALIZER]
-        if not spec["finalizers"]:
-            del spec["finalizers"]
-        self._commit_update(kinds.NAMESPACES, ns_obj, new)
-
-    def _custom_types_of(self, crd: Obj) -> ResourceType | None:
-        spec = crd.get("spec") or {}
-        return self._storage_types.get(
-            (spec.get("group", ""), (spec.get("names") or {}).get("plural", ""))
-        )
-
-    def _delete_all_custom(self, crd: Obj) -> None:
-        rt = self._custom_types_of(crd)
-        if rt is None or not rt.custom:
-            return
-        for obj in list(self._objects[rt.storage_key].values()):
-            if not _meta(obj).get("deletionTimestamp"):
-                self._delete_locked(rt, obj, {})
-
-    def _crd_check(self, crd: Obj) -> None:
-        rt = self._custom_types_of(crd)
-        if rt is not None and rt.custom and self._objects[rt.storage_key]:
-            return
-        current = self._objects[kinds.CRD.storage_key].get(("", _meta(crd)["name"]))
-        if current is not None and CRD_CLEANUP_FINALIZER in (
-            _meta(current).get("finalizers") or []
-        ):
-            self._drop_finalizer(kinds.CRD, current, CRD_CLEANUP_FINALIZER)
-
-    def _register_crd(self, crd: Obj) -> None:
-        served = kinds.from_crd(crd)
-        if not served:
-            return
-        key = served[0].storage_key
-        existing = self._storage_types.get(key)
-        if existing is not None and not existing.custom:
-            log.warning("crd shadows a built-in type crd=%s", _meta(crd).get("name"))
-            return
-        for stale in [k for k, t in self._types.items() if t.storage_key == key]:
-            del self._types[stale]
-        storage_version = next(
-            (v["name"] for v in crd["spec"]["versions"] if v.get("storage")), served[0].version
-        )
-        storage_rt = next((t for t in served if t.version == storage_version), served[0])
-        for served_rt in served:
-            self._types[(served_rt.group, served_rt.version, served_rt.plural)] = served_rt
-        self._storage_types[key] = storage_rt
-        if existing is not None:
-            self._by_kind.pop((existing.group, existing.kind), None)
-        self._by_kind[(storage_rt.group, storage_rt.kind)] = storage_rt
-        self._objects.setdefault(key, {})
-
-    def _unregister_custom(self, crd: Obj) -> None:
-        rt = self._custom_types_of(crd)
-        if rt is None or not rt.custom:
-            return
-        for key in [k for k, t in self._types.items() if t.storage_key == rt.storage_key]:
-            del self._types[key]
-        self._storage_types.pop(rt.storage_key, None)
-        self._by_kind.pop((rt.group, rt.kind), None)
-        self._objects.pop(rt.storage_key, None)
-
-
-def _finalizers(rt: ResourceType, obj: Obj) -> list[str]:
-    result = list(_meta(obj).get("finalizers") or [])
-    if rt.group == "" and rt.plural == "namespaces":
-        result += list((obj.get("spec") or {}).get("finalizers") or [])
-    return result
-
-
-def _check_preconditions(rt: ResourceType, current: Obj, options: Obj) -> None:
-    pre = options.get("preconditions") or {}
-    meta = _meta(current)
-    if pre.get("uid") and pre["uid"] != meta.get("uid"):
-        raise errors.conflict(
-            rt.qualified,
-            meta["name"],
-            f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: "
-            f"{meta.get('uid')}",
-            rt.group,
-        )
-    if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
-        raise errors.conflict(
-            rt.qualified,
-            meta["name"],
-            f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
-            f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
-            rt.group,
-        )
-
-
-def _validate_metadata(rt: ResourceType, obj: Obj) -> list[Cause]:
-    from .selectors import _LABEL_KEY, _LABEL_VALUE
-
-    meta = _meta(obj)
-    causes: list[Cause] = []
-    name = meta.get("name")
-    if not name:
-        causes.append(errors.required("metadata.name", "name or generateName is required"))
-    elif not isinstance(name, str):
-        causes.append(errors.invalid("metadata.name", name, "must be a string"))
-    else:
-        label_only = rt.group == "" and rt.plural == "namespaces"
-        pattern, limit = (_DNS_LABEL, 63) if label_only else (_DNS_SUBDOMAIN, 253)
-        if len(name) > limit or not pattern.match(name):
-            kind = "RFC 1123 label" if label_only else "RFC 1123 subdomain"
-            causes.append(
-                errors.invalid(
-                    "metadata.name",
-                    name,
-                    f"a lowercase {kind} must consist of lower case alphanumeric characters, "
-                    "'-' or '.', and must start and end with an alphanumeric character",
-                )
-            )
-    labels = meta.get("labels") or {}
-    if not isinstance(labels, dict):
-        causes.append(errors.invalid("metadata.labels", labels, "must be a map of strings"))
-    else:
-        for key, value in labels.items():
-            if not _LABEL_KEY.match(key):
-                causes.append(
-                    errors.invalid(
-                        "metadata.labels",
-                        key,
-                        "name part must consist of alphanumeric characters, '-', '_' or '.'",
-                    )
-                )
-            if not isinstance(value, str) or not _LABEL_VALUE.match(value):
-                causes.append(
-                    errors.invalid(
-                        "metadata.labels",
-                        value,
-                        "a valid label must be an empty string or consist of alphanumeric "
-                        "characters, '-', '_' or '.', and must start and end with an "
-                        "alphanumeric character",
-                    )
-                )
-    annotations = meta.get("annotations") or {}
-    if not isinstance(annotations, dict) or not all(
-        isinstance(v, str) for v in annotations.values()
-    ):
-        causes.append(errors.invalid("metadata.annotations", "object", "must be a map of strings"))
-    refs = meta.get("ownerReferences") or []
-    controllers = 0
-    for i, ref in enumerate(refs if isinstance(refs, list) else []):
-        for required_field in ("apiVersion", "kind", "name", "uid"):
-            if not (isinstance(ref, dict) and ref.get(required_field)):
-                causes.append(errors.required(f"metadata.ownerReferences[{i}].{required_field}"))
-        if isinstance(ref, dict) and ref.get("controller"):
-            controllers += 1
-    if controllers > 1:
-        causes.append(
-            errors.invalid(
-                "metadata.ownerReferences",
-                "array",
-                "Only one reference can have Controller set to true",
-            )
-        )
-    return causes
-
-
-def _validate_crd(obj: Obj, old: Obj | None) -> list[Cause]:
-    causes: list[Cause] = []
-    spec = obj.get("spec")
-    if not isinstance(spec, dict):
-        return [errors.required("spec")]
-    group = spec.get("group")
-    names = spec.get("names") or {}
-    if not group:
-        causes.append(errors.required("spec.group"))
-    elif "." not in group or not _DNS_SUBDOMAIN.match(group):
-        causes.append(
-            errors.invalid("spec.group", group, "should be a domain with at least one dot")
-        )
-    for name_field in ("plural", "kind"):
-        if not names.get(name_field):
-            causes.append(errors.required(f"spec.names.{name_field}"))
-    if group and names.get("plural") and _meta(obj).get("name") != f"{names['plural']}.{group}":
-        causes.append(
-            errors.invalid(
-                "metadata.name", _meta(obj).get("name"), 'must be spec.names.plural+"."+spec.group'
-            )
-        )
-    scope = spec.get("scope")
-    if scope not in ("Namespaced", "Cluster"):
-        causes.append(errors.not_supported("spec.scope", scope, ["Cluster", "Namespaced"]))
-    elif old is not None and (old.get("spec") or {}).get("scope") != scope:
-        causes.append(errors.invalid("spec.scope", scope, "field is immutable"))
-    versions = spec.get("versions")
-    if not isinstance(versions, list) or not versions:
-        causes.append(
-            errors.required(
-                "spec.versions", "must have exactly one version marked as storage version"
-            )
-        )
-        return causes
-    if sum(1 for v in versions if isinstance(v, dict) and v.get("storage")) != 1:
-        causes.append(
-            errors.invalid(
-                "spec.versions", "array", "must have exactly one version marked as storage version"
-            )
-        )
-    for i, version in enumerate(versions):
-        if not isinstance(version, dict) or not version.get("name"):
-            causes.append(errors.required(f"spec.versions[{i}].name"))
-            continue
-        if not ((version.get("schema") or {}).get("openAPIV3Schema")):
-            causes.append(
-                errors.required(
-                    f"spec.versions[{i}].schema.openAPIV3Schema", "schemas are required"
-                )
-            )
-    return causes
-
-
-def _set_condition(
-    conditions: list[Obj], type_: str, status: str, reason: str, message: str
-) -> list[Obj]:
-    result = [c for c in conditions if c.get("type") != type_]
-    result.append(
-        {
-            "type": type_,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": now_rfc3339(),
-        }
-    )
-    return result
-
-
-def _crd_status(crd: Obj) -> Obj:
-    spec = crd.get("spec") or {}
-    storage = [
-        v.get("name")
-        for v in spec.get("versions") or []
-        if isinstance(v, dict) and v.get("storage")
-    ]
-    conditions = _set_condition([], "NamesAccepted", "True", "NoConflicts", "no conflicts found")
-    conditions = _set_condition(
-        conditions,
-        "Established",
-        "True",
-        "InitialNamesAccepted",
-        "the initial names have been accepted",
-    )
-    return {
-        "acceptedNames": copy.deepcopy(spec.get("names") or {}),
-        "conditions": conditions,
-        "storedVersions": storage,
-    }
-
-
-ReaderFn = Callable[[Obj], Any]

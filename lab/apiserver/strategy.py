@@ -1,0 +1,270 @@
+"""Per-kind storage rules of the lab API server, as pure functions over wire-form dicts.
+
+What a create sets or drops, which metadata is valid, how a CRD is checked and what status
+it gets, which finalizers hold an object, how long a delete waits, and delete
+preconditions. The store applies these; nothing here touches shared state.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import re
+from typing import Any
+
+from . import errors, kinds
+from .errors import Cause
+from .kinds import ResourceType
+from .selectors import LABEL_KEY, LABEL_VALUE
+
+Obj = dict[str, Any]
+
+CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
+FOREGROUND = "foregroundDeletion"
+NAMESPACE_FINALIZER = "kubernetes"
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def meta_of(obj: Obj) -> Obj:
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = {}
+        obj["metadata"] = meta
+    return meta
+
+
+def non_metadata(obj: Obj, *, skip_status: bool) -> Obj:
+    skip = {"metadata", "apiVersion", "kind"} | ({"status"} if skip_status else set())
+    return {k: v for k, v in obj.items() if k not in skip}
+
+
+def group_of(api_version: str) -> str:
+    return api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+
+
+def prepare_create(rt: ResourceType, obj: Obj) -> None:
+    """Kind-specific fields a create sets or drops (status, namespace finalizer, CRD status)."""
+    if rt.status_subresource and (rt.custom or rt.plural == "resourceclaims"):
+        obj.pop("status", None)
+    if rt.group == "" and rt.plural == "pods":
+        obj["status"] = {"phase": "Pending"}
+    elif rt.group == "" and rt.plural == "namespaces":
+        obj["status"] = {"phase": "Active"}
+        obj.setdefault("spec", {})["finalizers"] = [NAMESPACE_FINALIZER]
+    elif rt is kinds.CRD or (rt.group, rt.plural) == kinds.CRD.storage_key:
+        meta = meta_of(obj)
+        finalizers = list(meta.get("finalizers") or [])
+        if CRD_CLEANUP_FINALIZER not in finalizers:
+            finalizers.append(CRD_CLEANUP_FINALIZER)
+        meta["finalizers"] = finalizers
+        obj["status"] = crd_status(obj)
+
+
+def grace_period(rt: ResourceType, obj: Obj, options: Obj) -> int:
+    """Seconds a delete waits: only Pods bound to a node and not finished are graceful."""
+    if rt.group != "" or rt.plural != "pods":
+        return 0
+    requested = options.get("gracePeriodSeconds")
+    if requested is not None:
+        return max(0, int(requested))
+    spec = obj.get("spec") or {}
+    phase = (obj.get("status") or {}).get("phase")
+    if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+        return 0
+    return int(spec.get("terminationGracePeriodSeconds", 30))
+
+
+def finalizers_of(rt: ResourceType, obj: Obj) -> list[str]:
+    result = list(meta_of(obj).get("finalizers") or [])
+    if rt.group == "" and rt.plural == "namespaces":
+        result += list((obj.get("spec") or {}).get("finalizers") or [])
+    return result
+
+
+def check_preconditions(rt: ResourceType, current: Obj, options: Obj) -> None:
+    pre = options.get("preconditions") or {}
+    meta = meta_of(current)
+    if pre.get("uid") and pre["uid"] != meta.get("uid"):
+        raise errors.conflict(
+            rt.qualified,
+            meta["name"],
+            f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: "
+            f"{meta.get('uid')}",
+            rt.group,
+        )
+    if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
+        raise errors.conflict(
+            rt.qualified,
+            meta["name"],
+            f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
+            f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
+            rt.group,
+        )
+
+
+def validate_metadata(rt: ResourceType, obj: Obj) -> list[Cause]:
+    meta = meta_of(obj)
+    causes: list[Cause] = []
+    name = meta.get("name")
+    if not name:
+        causes.append(errors.required("metadata.name", "name or generateName is required"))
+    elif not isinstance(name, str):
+        causes.append(errors.invalid("metadata.name", name, "must be a string"))
+    else:
+        label_only = rt.group == "" and rt.plural == "namespaces"
+        pattern, limit = (_DNS_LABEL, 63) if label_only else (_DNS_SUBDOMAIN, 253)
+        if len(name) > limit or not pattern.match(name):
+            kind = "RFC 1123 label" if label_only else "RFC 1123 subdomain"
+            causes.append(
+                errors.invalid(
+                    "metadata.name",
+                    name,
+                    f"a lowercase {kind} must consist of lower case alphanumeric characters, "
+                    "'-' or '.', and must start and end with an alphanumeric character",
+                )
+            )
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, dict):
+        causes.append(errors.invalid("metadata.labels", labels, "must be a map of strings"))
+    else:
+        for key, value in labels.items():
+            if not LABEL_KEY.match(key):
+                causes.append(
+                    errors.invalid(
+                        "metadata.labels",
+                        key,
+                        "name part must consist of alphanumeric characters, '-', '_' or '.'",
+                    )
+                )
+            if not isinstance(value, str) or not LABEL_VALUE.match(value):
+                causes.append(
+                    errors.invalid(
+                        "metadata.labels",
+                        value,
+                        "a valid label must be an empty string or consist of alphanumeric "
+                        "characters, '-', '_' or '.', and must start and end with an "
+                        "alphanumeric character",
+                    )
+                )
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, dict) or not all(
+        isinstance(v, str) for v in annotations.values()
+    ):
+        causes.append(errors.invalid("metadata.annotations", "object", "must be a map of strings"))
+    refs = meta.get("ownerReferences") or []
+    controllers = 0
+    for i, ref in enumerate(refs if isinstance(refs, list) else []):
+        for required_field in ("apiVersion", "kind", "name", "uid"):
+            if not (isinstance(ref, dict) and ref.get(required_field)):
+                causes.append(errors.required(f"metadata.ownerReferences[{i}].{required_field}"))
+        if isinstance(ref, dict) and ref.get("controller"):
+            controllers += 1
+    if controllers > 1:
+        causes.append(
+            errors.invalid(
+                "metadata.ownerReferences",
+                "array",
+                "Only one reference can have Controller set to true",
+            )
+        )
+    return causes
+
+
+def validate_crd(obj: Obj, old: Obj | None) -> list[Cause]:
+    causes: list[Cause] = []
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return [errors.required("spec")]
+    group = spec.get("group")
+    names = spec.get("names") or {}
+    if not group:
+        causes.append(errors.required("spec.group"))
+    elif "." not in group or not _DNS_SUBDOMAIN.match(group):
+        causes.append(
+            errors.invalid("spec.group", group, "should be a domain with at least one dot")
+        )
+    for name_field in ("plural", "kind"):
+        if not names.get(name_field):
+            causes.append(errors.required(f"spec.names.{name_field}"))
+    if group and names.get("plural") and meta_of(obj).get("name") != f"{names['plural']}.{group}":
+        causes.append(
+            errors.invalid(
+                "metadata.name",
+                meta_of(obj).get("name"),
+                'must be spec.names.plural+"."+spec.group',
+            )
+        )
+    scope = spec.get("scope")
+    if scope not in ("Namespaced", "Cluster"):
+        causes.append(errors.not_supported("spec.scope", scope, ["Cluster", "Namespaced"]))
+    elif old is not None and (old.get("spec") or {}).get("scope") != scope:
+        causes.append(errors.invalid("spec.scope", scope, "field is immutable"))
+    versions = spec.get("versions")
+    if not isinstance(versions, list) or not versions:
+        causes.append(
+            errors.required(
+                "spec.versions", "must have exactly one version marked as storage version"
+            )
+        )
+        return causes
+    if sum(1 for v in versions if isinstance(v, dict) and v.get("storage")) != 1:
+        causes.append(
+            errors.invalid(
+                "spec.versions", "array", "must have exactly one version marked as storage version"
+            )
+        )
+    for i, version in enumerate(versions):
+        if not isinstance(version, dict) or not version.get("name"):
+            causes.append(errors.required(f"spec.versions[{i}].name"))
+            continue
+        if not ((version.get("schema") or {}).get("openAPIV3Schema")):
+            causes.append(
+                errors.required(
+                    f"spec.versions[{i}].schema.openAPIV3Schema", "schemas are required"
+                )
+            )
+    return causes
+
+
+def set_condition(
+    conditions: list[Obj], type_: str, status: str, reason: str, message: str
+) -> list[Obj]:
+    result = [c for c in conditions if c.get("type") != type_]
+    result.append(
+        {
+            "type": type_,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now_rfc3339(),
+        }
+    )
+    return result
+
+
+def crd_status(crd: Obj) -> Obj:
+    spec = crd.get("spec") or {}
+    storage = [
+        v.get("name")
+        for v in spec.get("versions") or []
+        if isinstance(v, dict) and v.get("storage")
+    ]
+    conditions = set_condition([], "NamesAccepted", "True", "NoConflicts", "no conflicts found")
+    conditions = set_condition(
+        conditions,
+        "Established",
+        "True",
+        "InitialNamesAccepted",
+        "the initial names have been accepted",
+    )
+    return {
+        "acceptedNames": copy.deepcopy(spec.get("names") or {}),
+        "conditions": conditions,
+        "storedVersions": storage,
+    }
