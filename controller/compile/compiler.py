@@ -34,20 +34,21 @@ from dmn.api.identity import (
 from dmn.api.model import RevisionRef
 from dmn.api.topology import MAX_ROOTS, MAX_STEPS, NetworkTopology
 from dmn.controller.compile.classes import RootSelector, device_class, revision_name
-from dmn.controller.compile.conditions import GuardError, evaluate_guard
 from dmn.controller.compile.digest import (
     COMPILER_VERSION,
-    contract_digest,
     encoded_size,
     normalize_spec,
     semantic_digest,
 )
 from dmn.controller.compile.ifname import ifname_problem
 from dmn.controller.compile.opcode_contracts import opcode_contracts_digest
-from dmn.controller.compile.programs import step_programs
-from dmn.interpreter.config_schema import ObjectSchema, validate_config
+from dmn.controller.compile.programs import guard_holds, step_programs
+from dmn.interpreter.config_schema import validate_config
 from dmn.interpreter.diagnostics import Code, Diagnostic, Severity
+from dmn.interpreter.documents import InputPort, OutputPort
+from dmn.interpreter.loader import Plugin
 from dmn.interpreter.source import SourceMap
+from dmn.opcodes.registry import default_registry
 from dmn.opcodes.spec import OpcodeRegistry
 
 MAX_BYTES = 256 * 1024
@@ -62,7 +63,7 @@ class Port:
     link_type: str | None
     min_items: int
     max_items: int
-    access: str | None = None
+    accesses: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -150,27 +151,28 @@ def _spec_of(doc: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec if isinstance(spec, Mapping) else {}
 
 
-def _ports(decl: Any, config: Mapping[str, Any], where: str, report: _Report) -> dict[str, Port]:
+def _ports(
+    decl: Mapping[str, InputPort] | Mapping[str, OutputPort] | None,
+    config: Mapping[str, Any],
+    where: str,
+    report: _Report,
+) -> dict[str, Port]:
+    """The ports that are on for ``config`` (a descriptor's ``when:`` decided)."""
     out: dict[str, Port] = {}
-    if not isinstance(decl, Mapping):
-        return out
-    for name, p in decl.items():
-        if not isinstance(p, Mapping):
-            continue
-        when = p.get("when")
-        if isinstance(when, str):
-            try:
-                if not evaluate_guard(when, config):
-                    continue
-            except GuardError as exc:
-                report.add(Code.E_SCHEMA, f"plugin port {name} condition: {exc}", where)
+    for name, p in (decl or {}).items():
+        if p.when is not None:
+            holds = guard_holds(p.when, config)
+            if holds is None:
+                report.add(Code.E_SCHEMA, f"plugin port {name}: condition cannot be decided", where)
+                continue
+            if not holds:
                 continue
         out[name] = Port(
-            type=str(p.get("type")),
-            link_type=p.get("linkType"),
-            min_items=int(p.get("minItems", 1)),
-            max_items=int(p.get("maxItems", 1)),
-            access=p.get("access"),
+            type=p.type,
+            link_type=p.link_type,
+            min_items=p.min_items,
+            max_items=p.max_items,
+            accesses=p.accesses() if isinstance(p, InputPort) else frozenset(),
         )
     return out
 
@@ -181,7 +183,7 @@ class _Step:
     id: str
     kind: str
     plugin: str
-    descriptor: Mapping[str, Any]
+    descriptor: Plugin
     config: dict[str, Any]
     inputs: dict[str, list[tuple[str, str, str]]]  # port -> [(step, port, path)]
     outputs: dict[str, Port]
@@ -191,17 +193,20 @@ class _Step:
 
 def compile_topology(
     topology: Mapping[str, Any],
-    plugins: Mapping[str, Mapping[str, Any]],
+    plugins: Mapping[str, Plugin],
     registry: OpcodeRegistry | None = None,
     *,
     source: SourceMap | None = None,
     uid: str | None = None,
 ) -> CompileResult:
-    """Compile one NetworkTopology object against ``plugins`` (name → NetworkPlugin).
+    """Compile one NetworkTopology object against ``plugins`` (name → loaded plugin).
 
+    ``registry`` defaults to the project's opcode registry.
     ``uid`` overrides ``metadata.uid`` (the controller passes the live object's UID; the
     offline preview has none and digests over an empty UID).
     """
+    if registry is None:
+        registry = default_registry()
     report = _Report(source)
     model = _shape(topology, report)
     if model is None:
@@ -235,8 +240,8 @@ def compile_topology(
                 f"{where}.pluginRef.name",
             )
             continue
-        descriptor = _spec_of(doc)
-        kinds = descriptor.get("stepKinds", [])
+        descriptor = doc.descriptor.spec
+        kinds = list(descriptor.step_kinds)
         if raw["kind"] not in kinds:
             report.add(
                 Code.E_SCHEMA,
@@ -245,16 +250,7 @@ def compile_topology(
                 f"{where}.kind",
             )
         config = dict(raw.get("config") or {})
-        try:
-            schema = ObjectSchema.model_validate(descriptor.get("configSchema", {}))
-        except ValidationError as exc:
-            report.add(
-                Code.E_SCHEMA,
-                f"plugin {plugin} has an invalid configSchema: {exc.errors()[0]['msg']}",
-                f"{where}.pluginRef.name",
-            )
-            continue
-        config, problems = validate_config(schema, config, path=f"{where}.config")
+        config, problems = validate_config(descriptor.config_schema, config, path=f"{where}.config")
         for diag in problems:
             report.rebase(diag, diag.path)
         if problems:
@@ -291,11 +287,11 @@ def compile_topology(
             id=sid,
             kind=raw["kind"],
             plugin=plugin,
-            descriptor=descriptor,
+            descriptor=doc,
             config=config,
             inputs=inputs,
-            outputs=_ports(descriptor.get("outputs"), config, f"{where}.pluginRef.name", report),
-            in_ports=_ports(descriptor.get("inputs"), config, f"{where}.pluginRef.name", report),
+            outputs=_ports(descriptor.outputs, config, f"{where}.pluginRef.name", report),
+            in_ports=_ports(descriptor.inputs, config, f"{where}.pluginRef.name", report),
             bad_ports=bad_ports,
         )
 
@@ -318,8 +314,12 @@ def compile_topology(
     for s in steps.values():
         found = step_programs(s.descriptor, s.config, registry)
         where = f"spec.steps[{s.index}]"
-        for code, message, _path in found.diagnostics:
-            report.add(code, f"plugin {s.plugin}: {message}", f"{where}.pluginRef.name")
+        for diag in found.diagnostics:
+            report.add(
+                diag.code,
+                f"plugin {s.plugin} with this step's config: {diag.render()}",
+                f"{where}.pluginRef.name",
+            )
         for opcode in sorted(found.opcodes - budget):
             report.add(
                 Code.E_EFFECT_DENIED,
@@ -332,10 +332,10 @@ def compile_topology(
     if report.failed:
         return CompileResult(None, tuple(report.items))
 
-    contracts = {s.plugin: contract_digest(s.descriptor) for s in steps.values()}
+    contracts = {s.plugin: s.descriptor.contract_digest for s in steps.values()}
     normalized = normalize_spec(topology["spec"], {s.id: s.config for s in steps.values()})
     locked = [
-        {"name": p, "contractDigest": contracts[p], "descriptor": dict(_spec_of(plugins[p]))}
+        {"name": p, "contractDigest": contracts[p], "descriptor": plugins[p].to_json()}
         for p in sorted(contracts)
     ]
     size = encoded_size([normalized, locked])
@@ -436,7 +436,7 @@ def compile_topology(
 
 
 def _check_graph(steps: Mapping[str, _Step], report: _Report) -> None:
-    consumers: dict[tuple[str, str], list[tuple[str, str | None, str]]] = {}
+    consumers: dict[tuple[str, str], list[tuple[str, frozenset[str], str]]] = {}
     for s in steps.values():
         where = f"spec.steps[{s.index}]"
         if s.kind == "Allocation":
@@ -487,16 +487,16 @@ def _check_graph(steps: Mapping[str, _Step], report: _Report) -> None:
                     )
                     broken = True
                     continue
-                if out.type == "SharedParent/v1" and decl.access in EXCLUSIVE_ACCESSES:
+                if out.type == "SharedParent/v1" and decl.accesses & EXCLUSIVE_ACCESSES:
                     report.add(
                         Code.E_SHARED_PARENT_MUTATION,
-                        f"input {port} needs {decl.access} on a shared parent,"
+                        f"input {port} needs {'/'.join(sorted(decl.accesses))} on a shared parent,"
                         " which grants CreateChild only",
                         rpath,
                     )
                 lo += out.min_items
                 hi += out.max_items
-                consumers.setdefault((src_step, src_port), []).append((s.id, decl.access, rpath))
+                consumers.setdefault((src_step, src_port), []).append((s.id, decl.accesses, rpath))
             if broken or port in s.bad_ports or not s.inputs:
                 continue
             if lo < decl.min_items or hi > decl.max_items:
@@ -507,7 +507,7 @@ def _check_graph(steps: Mapping[str, _Step], report: _Report) -> None:
                     f"{where}.inputs.{port}" if refs else f"{where}.inputs",
                 )
     for (src_step, src_port), users in sorted(consumers.items()):
-        if len(users) > 1 and any(a in EXCLUSIVE_ACCESSES for _, a, _ in users):
+        if len(users) > 1 and any(a & EXCLUSIVE_ACCESSES for _, a, _ in users):
             for _, _, rpath in users[1:]:
                 report.add(
                     Code.E_ACCESS,

@@ -1,47 +1,62 @@
-"""Where ``dmn compile`` finds NetworkPlugin descriptors: a directory of NetworkPlugin
-YAML documents (``--plugins DIR``) or, by default, the builtin plugin CRs shipped in the
-chart. Loading goes through the language core's positioned YAML loader, so a broken
-plugin file is a diagnostic, never a traceback."""
+"""Where the compiler gets its plugins, always as the language core's :class:`Plugin`:
+
+* ``--plugins DIR`` (plugin directories and NetworkPlugin CR files) and the builtins
+  shipped in ``programs/`` — through the language core's loader;
+* NetworkPlugin objects read from the API server (the controller, the webhook) —
+  through :func:`plugin_from_object`, the same strict document model and merge.
+
+A broken plugin is a diagnostic, never a traceback.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dmn.interpreter.diagnostics import Code, Diagnostic, SourceSpan
-from dmn.interpreter.source import load_yaml_documents
-
-BUILTIN_DIR = (
-    Path(__file__).resolve().parents[2] / "charts" / "dra-multi-network" / "templates" / "plugins"
+from dmn.interpreter.diagnostics import Diagnostic
+from dmn.interpreter.documents import NetworkPlugin, parse_document
+from dmn.interpreter.loader import (
+    Plugin,
+    load_builtin_plugins,
+    load_plugins,
+    plugin_from_descriptor,
 )
+from dmn.interpreter.source import SourceMap, YamlDocument
 
 
-def load_plugin_dir(directory: Path) -> tuple[dict[str, dict[str, Any]], list[Diagnostic]]:
-    plugins: dict[str, dict[str, Any]] = {}
-    diagnostics: list[Diagnostic] = []
-    if not directory.is_dir():
-        diagnostics.append(
-            Diagnostic.at(Code.E_IO, f"plugin directory {directory} not found", None)
-        )
-        return plugins, diagnostics
-    for path in sorted(directory.rglob("*.yaml")):
-        try:
-            text = path.read_bytes()
-        except OSError as exc:
-            diagnostics.append(Diagnostic.at(Code.E_IO, str(exc), SourceSpan(str(path), 1, 1)))
-            continue
-        docs, problems = load_yaml_documents(text, str(path))
-        diagnostics += problems
-        for doc in docs:
-            data = doc.data
-            if isinstance(data, dict) and data.get("kind") == "NetworkPlugin":
-                name = str((data.get("metadata") or {}).get("name", ""))
-                if name:
-                    plugins[name] = data
-    return plugins, diagnostics
+def load_plugin_dir(directory: Path) -> tuple[dict[str, Plugin], list[Diagnostic]]:
+    return load_plugins(directory)
 
 
-def builtin_plugins() -> tuple[dict[str, dict[str, Any]], list[Diagnostic]]:
-    if not BUILTIN_DIR.is_dir():
-        return {}, []
-    return load_plugin_dir(BUILTIN_DIR)
+def builtin_plugins() -> tuple[dict[str, Plugin], list[Diagnostic]]:
+    return load_builtin_plugins(), []
+
+
+def plugin_from_object(
+    obj: Mapping[str, Any], file: str = "<api>"
+) -> tuple[Plugin | None, list[Diagnostic]]:
+    """A NetworkPlugin API object as a checked-shape :class:`Plugin` (status ignored)."""
+    data = {k: v for k, v in obj.items() if k != "status"}
+    doc = YamlDocument(data=data, source=SourceMap(file))
+    model, diagnostics = parse_document(doc)
+    if not isinstance(model, NetworkPlugin):
+        return None, diagnostics
+    plugin, merge = plugin_from_descriptor(model, doc.source)
+    return plugin, [*diagnostics, *merge]
+
+
+def plugins_from_objects(
+    objects: Iterable[Mapping[str, Any]],
+) -> tuple[dict[str, Plugin], dict[str, list[Diagnostic]]]:
+    """Valid plugins by name, and the diagnostics of the invalid ones by name."""
+    good: dict[str, Plugin] = {}
+    bad: dict[str, list[Diagnostic]] = {}
+    for obj in objects:
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        plugin, problems = plugin_from_object(obj, f"networkplugin/{name}")
+        if plugin is None or problems:
+            bad[name] = problems
+        else:
+            good[plugin.name] = plugin
+    return good, bad

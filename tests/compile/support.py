@@ -2,23 +2,39 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
-from dmn.controller.compile.plugin_sources import load_plugin_dir
+from dmn.controller.compile.plugin_sources import plugin_from_object
+from dmn.interpreter.loader import Plugin, load_builtin_plugins
 from dmn.interpreter.source import SourceMap, load_yaml_documents
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-PLUGIN_DIR = HERE / "plugins"
 EXAMPLES = REPO / "examples" / "topologies"
 NEGATIVE = REPO / "examples" / "negative" / "topologies"
 
 
-def fixture_plugins() -> dict[str, dict[str, Any]]:
-    found, problems = load_plugin_dir(PLUGIN_DIR)
-    assert not problems, problems
-    return found
+def fixture_plugins() -> dict[str, Plugin]:
+    """The shipped builtin plugins (programs/)."""
+    return load_builtin_plugins()
+
+
+def as_object(plugin: Plugin) -> dict[str, Any]:
+    """A plugin as a NetworkPlugin CR dict with inline hooks (to edit in tests)."""
+    content = copy.deepcopy(plugin.to_json())
+    obj: dict[str, Any] = content["descriptor"]
+    hooks = obj["spec"].setdefault("hooks", {})
+    hooks.update(content["programs"])
+    obj["spec"]["implementation"] = {"type": "EffectProgram"}
+    return obj
+
+
+def from_object(obj: dict[str, Any]) -> Plugin:
+    plugin, problems = plugin_from_object(obj)
+    assert plugin is not None and not problems, problems
+    return plugin
 
 
 def load_topology(path: Path) -> tuple[dict[str, Any], SourceMap]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import yaml
 
 from dmn.cli import main
-from tests.compile.support import EXAMPLES, NEGATIVE, PLUGIN_DIR
+from tests.compile.support import EXAMPLES, NEGATIVE, as_object, fixture_plugins
 
 
 def test_compile_prints_revision_and_classes(capsys) -> None:  # type: ignore[no-untyped-def]
-    rc = main(["compile", str(EXAMPLES / "dual-vf-bond-vlan.yaml"), "--plugins", str(PLUGIN_DIR)])
+    rc = main(["compile", str(EXAMPLES / "dual-vf-bond-vlan.yaml")])
     out = capsys.readouterr()
     assert rc == 0, out.err
     docs = list(yaml.safe_load_all(out.out))
@@ -18,12 +18,22 @@ def test_compile_prints_revision_and_classes(capsys) -> None:  # type: ignore[no
 
 def test_compile_reports_like_lint(capsys) -> None:  # type: ignore[no-untyped-def]
     path = NEGATIVE / "cycle.yaml"
-    rc = main(["compile", str(path), "--plugins", str(PLUGIN_DIR)])
+    rc = main(["compile", str(path)])
     err = capsys.readouterr().err
     assert rc == 1
     assert err.startswith(f"{path}:") and "error[E_CYCLE]" in err
 
 
 def test_missing_file_is_usage_error(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    assert main(["compile", str(tmp_path / "nope.yaml"), "--plugins", str(PLUGIN_DIR)]) == 2
+    assert main(["compile", str(tmp_path / "nope.yaml")]) == 2
     assert "E_IO" in capsys.readouterr().err
+
+
+def test_plugins_dir(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    plugins = fixture_plugins()
+    for name in ("sriov-cni", "bond-cni", "vlan-cni"):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(as_object(plugins[name])))
+    rc = main(["compile", str(EXAMPLES / "dual-vf-bond-vlan.yaml"), "--plugins", str(tmp_path)])
+    assert rc == 0, capsys.readouterr().err
+    rc = main(["compile", str(EXAMPLES / "vfio.yaml"), "--plugins", str(tmp_path / "none")])
+    assert rc == 2

@@ -45,7 +45,14 @@ def topologies(draw: Any) -> dict[str, Any]:
         ref = st.builds(lambda s, p: {"from": f"{s}.{p}"}, src, port)
         if draw(st.booleans()):
             plugin, inputs = "bond-cni", {"members": draw(st.lists(ref, min_size=1, max_size=3))}
-            config = {"ifName": f"b{i}", "mtu": 1500, "up": True, "mode": "active-backup"}
+            config = {
+                "ifName": f"b{i}",
+                "mtu": 1500,
+                "up": True,
+                "mode": "active-backup",
+                "monitorIntervalMs": 100,
+                "failOverMac": "active",
+            }
         else:
             plugin, inputs = "vlan-cni", {"parent": draw(ref)}
             vid = draw(st.integers(0, 4095))
