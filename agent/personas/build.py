@@ -182,11 +182,14 @@ def build_personas(
             chosen[(item_id, persona)] = winners[0]
 
     # 2. build each chosen persona, rejecting what cannot be represented safely
+    digests = {id(p): policy_digest(p) for p in applicable}
     fresh: dict[str, Persona] = {}
     for (item_id, _persona), policy in sorted(chosen.items(), key=lambda kv: kv[0]):
         item = inventory.items[item_id]
         assert policy.spec.exposure is not None
-        built = _build_one(item, policy, policy.spec.exposure, inventory, by_pci, findings)
+        built = _build_one(
+            item, policy, policy.spec.exposure, digests[id(policy)], inventory, by_pci, findings
+        )
         if built is not None:
             fresh[built.name] = built
 
@@ -289,6 +292,7 @@ def _build_one(
     item: InventoryItem,
     policy: DeviceExposurePolicy,
     exposure: Exposure,
+    digest: str,
     inventory: Inventory,
     by_pci: Mapping[str, InventoryItem],
     findings: list[Finding],
@@ -423,7 +427,7 @@ def _build_one(
         rdma_capable=item.rdma_capable,
         allocation_ready=True,
         policy=pname,
-        policy_digest=policy_digest(policy),
+        policy_digest=digest,
         allow_multiple_allocations=exposure.allow_multiple_allocations,
         children=children,
         consumptions=tuple(consumptions),

@@ -41,9 +41,18 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
 
 
 def build_slices(
-    personas: PersonaSet, node_name: str, generation: int, *, driver: str = DRIVER
+    personas: PersonaSet,
+    node_name: str,
+    generation: int,
+    *,
+    driver: str = DRIVER,
+    devices: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """All slices of the node's pool at ``generation`` (counter slices first)."""
+    """All slices of the node's pool at ``generation`` (counter slices first).
+
+    ``devices`` may carry the already rendered device entries by name (the publisher
+    renders them once for its digest)."""
+    rendered = devices if devices is not None else _render(personas)
     for p in personas.personas:
         if len(p.consumptions) > MAX_CONSUMPTIONS:
             raise SliceLimitError(f"device {p.name}: {len(p.consumptions)} counter consumptions")
@@ -52,8 +61,8 @@ def build_slices(
         for name, total in sorted(personas.counter_sets.items())
     ]
     ordered = sorted(personas.personas, key=lambda p: p.name)
-    consuming = [p.to_device() for p in ordered if p.consumptions]
-    plain = [p.to_device() for p in ordered if not p.consumptions]
+    consuming = [rendered[p.name] for p in ordered if p.consumptions]
+    plain = [rendered[p.name] for p in ordered if not p.consumptions]
     bodies: list[tuple[str, dict[str, Any]]] = []
     for i, chunk in enumerate(_chunks(counter_sets, MAX_COUNTER_SETS)):
         bodies.append((f"{node_name}-network-counters-{i}", {"sharedCounters": chunk}))
@@ -82,10 +91,15 @@ def build_slices(
     return out
 
 
-def content_digest(personas: PersonaSet) -> str:
+def _render(personas: PersonaSet) -> dict[str, dict[str, Any]]:
+    return {p.name: p.to_device() for p in personas.personas}
+
+
+def content_digest(personas: PersonaSet, devices: dict[str, dict[str, Any]] | None = None) -> str:
     """Digest of what the pool publishes, independent of generation."""
+    rendered = devices if devices is not None else _render(personas)
     body = {
-        "devices": [p.to_device() for p in sorted(personas.personas, key=lambda p: p.name)],
+        "devices": [rendered[name] for name in sorted(rendered)],
         "counterSets": dict(sorted(personas.counter_sets.items())),
     }
     return hashlib.sha256(canonical_json(body)).hexdigest()
@@ -105,7 +119,8 @@ class SlicePublisher:
 
     def publish(self, personas: PersonaSet) -> tuple[bool, list[dict[str, Any]]]:
         """(changed, slices) for the current persona set."""
-        digest = content_digest(personas)
+        devices = _render(personas)
+        digest = content_digest(personas, devices)
         changed = digest != self.digest
         if changed:
             self.generation += 1
@@ -116,7 +131,7 @@ class SlicePublisher:
                 self.generation,
                 len(personas.personas),
             )
-        return changed, build_slices(personas, self.node_name, self.generation)
+        return changed, build_slices(personas, self.node_name, self.generation, devices=devices)
 
 
 def personas_of(slices: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
