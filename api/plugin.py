@@ -41,6 +41,10 @@ class Implementation(ApiModel):
     model_config = ApiModel.model_config | {
         "json_schema_extra": validations(
             ("self.type != 'Builtin' || has(self.handler)", "Builtin plugins name their handler"),
+            (
+                "self.type != 'EffectProgram' || !has(self.handler)",
+                "EffectProgram plugins have no handler",
+            ),
         )
     }
 
@@ -48,14 +52,35 @@ class Implementation(ApiModel):
     handler: str | None = Field(default=None, max_length=63)
 
 
-class PortDecl(ApiModel):
+_PORT_RULES = validations(("self.minItems <= self.maxItems", "minItems exceeds maxItems"))
+
+
+class InputPortDecl(ApiModel):
+    """An input (or allocation grant) port. ``access`` is one access name or a list of
+    them — a union a structural schema cannot type, so it is a bounded payload the
+    language checker validates."""
+
+    model_config = ApiModel.model_config | {"json_schema_extra": _PORT_RULES}
+
     type: HandleTypeName
     link_type: Literal["ethernet", "infiniband"] | None = None
-    min_items: int = Field(default=1, ge=0, le=64)
-    max_items: int = Field(default=1, ge=1, le=64)
-    access: AccessName | None = None
-    ownership: Literal["Created", "Allocated", "Borrowed"] | None = None
+    min_items: int = Field(default=1, ge=0, le=256)
+    max_items: int = Field(default=1, ge=1, le=256)
+    access: Any = Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
     when: str | None = Field(default=None, max_length=1024)
+    description: str | None = Field(default=None, max_length=1024)
+
+
+class OutputPortDecl(ApiModel):
+    model_config = ApiModel.model_config | {"json_schema_extra": _PORT_RULES}
+
+    type: HandleTypeName
+    link_type: Literal["ethernet", "infiniband"] | None = None
+    min_items: int = Field(default=1, ge=0, le=256)
+    max_items: int = Field(default=1, ge=1, le=256)
+    ownership: Literal["Created", "Moved", "Granted", "Configured", "Attached"]
+    when: str | None = Field(default=None, max_length=1024)
+    description: str | None = Field(default=None, max_length=1024)
 
 
 class StateContract(ApiModel):
@@ -76,11 +101,14 @@ class NetworkPluginSpec(ApiModel):
     implementation: Implementation
     contract_version: Literal["v1"]
     step_kinds: list[Literal["Allocation", "Operation"]] = list_set(max_items=2, min_length=1)
-    config_schema: dict[str, Any] = Field(json_schema_extra=PAYLOAD_EXTRA)
-    inputs: dict[str, PortDecl] | None = Field(
+    config_schema: dict[str, Any] = Field(json_schema_extra=PAYLOAD_EXTRA | {"maxProperties": 8})
+    allocation: dict[str, InputPortDecl] | None = Field(
         default=None, json_schema_extra={"maxProperties": 16}
     )
-    outputs: dict[str, PortDecl] | None = Field(
+    inputs: dict[str, InputPortDecl] | None = Field(
+        default=None, json_schema_extra={"maxProperties": 16}
+    )
+    outputs: dict[str, OutputPortDecl] | None = Field(
         default=None, json_schema_extra={"maxProperties": 16}
     )
     allowed_effects: list[str] = list_set(max_items=64)

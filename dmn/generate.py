@@ -14,6 +14,7 @@ from pathlib import Path
 
 GENERATORS: list[str] = [
     "dmn.api.crdgen:generate",
+    "dmn.api.builtin_plugins:generate",
     "dmn.agent.protos.generate:generate",
 ]
 

@@ -37,7 +37,9 @@ def plugin_from_object(
     obj: Mapping[str, Any], file: str = "<api>"
 ) -> tuple[Plugin | None, list[Diagnostic]]:
     """A NetworkPlugin API object as a checked-shape :class:`Plugin` (status ignored)."""
-    data = {k: v for k, v in obj.items() if k != "status"}
+    # Server-managed metadata (uid, resourceVersion, ...) is not part of the contract.
+    data = {k: v for k, v in obj.items() if k not in ("status", "metadata")}
+    data["metadata"] = {"name": (obj.get("metadata") or {}).get("name")}
     doc = YamlDocument(data=data, source=SourceMap(file))
     model, diagnostics = parse_document(doc)
     if not isinstance(model, NetworkPlugin):
