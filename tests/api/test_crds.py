@@ -177,4 +177,4 @@ def test_local_invariants_enforced(custom: client.CustomObjectsApi) -> None:
     topo["spec"]["steps"][0]["shell"] = "true"
     with pytest.raises(ApiException) as err:
         create(custom, "networktopologies", topo)
-    assert err.value.status == 422
+    assert err.value.status == 400  # strict field validation: unknown field
