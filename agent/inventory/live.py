@@ -82,13 +82,21 @@ _MAIN_TABLE = 254
 
 
 class Pyroute2Links:
-    """Links and default routes of the current network namespace through rtnetlink."""
+    """Links and default routes of a network namespace through rtnetlink.
+
+    ``netns`` names a namespace under /var/run/netns (the lab and tests use it); the
+    default is the agent's own (host) namespace.
+    """
+
+    def __init__(self, netns: str | None = None) -> None:
+        self.netns = netns
 
     def _dump(self) -> tuple[list[Any], list[Any], list[Any]]:
         from pyroute2 import IPRoute
 
+        kwargs = {"netns": self.netns} if self.netns else {}
         try:
-            with IPRoute() as ipr:
+            with IPRoute(**kwargs) as ipr:
                 return list(ipr.get_links()), list(ipr.get_addr()), list(ipr.get_routes())
         except Exception as exc:  # any netlink failure makes the facts Unknown
             raise LiveQueryError(f"rtnetlink dump failed: {exc}") from exc
@@ -104,6 +112,8 @@ class Pyroute2Links:
             kind = (info.get("IFLA_INFO_KIND") if info else None) or ""
             index = int(msg["index"])
             link = msg.get("IFLA_LINK")
+            if msg.get("IFLA_LINK_NETNSID") is not None:
+                link = None  # the lower device lives in another namespace
             out.append(
                 LinkState(
                     ifindex=index,

@@ -26,13 +26,14 @@ from dmn.agent.inventory.facts import (
     ItemKind,
     LinkState,
     Netdev,
+    ProtectionReason,
     RdmaDevice,
     Representor,
     Unknown,
 )
 from dmn.agent.inventory.identity import IdentityRegistry, inventory_id
 from dmn.agent.inventory.live import DevlinkSource, LinkSource, LiveQueryError
-from dmn.agent.inventory.protection import FunctionNode, protected_functions
+from dmn.agent.inventory.protection import FunctionNode, protected_functions, protected_links
 from dmn.agent.inventory.sysfs import RawFunction, RawNetdev, RawRdma, SysfsTree
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ class ScanConfig:
     node_ips: Sequence[str] = ()
     protected_pci_addresses: Sequence[str] = ()
     registry: IdentityRegistry = field(default_factory=IdentityRegistry)
+    #: Non-PCI kernel links the lab inventory names as NICs (veth ends and the like).
+    lab_links: Sequence[str] = ()
 
 
 def scan(config: ScanConfig) -> Inventory:
@@ -95,7 +98,8 @@ def scan(config: ScanConfig) -> Inventory:
     keys: dict[str, tuple[str, str]] = {}
     for fn in sorted(selected, key=lambda f: (bool(f.physfn), f.address)):
         keys[fn.address] = _hardware_key(fn, own_netdevs, state_by_name, keys, vf_index)
-    incarnations = config.registry.assign({k: s for k, s in keys.values()})
+    link_keys = {f"link:{name}": "locator" for name in config.lab_links}
+    incarnations = config.registry.assign({**{k: s for k, s in keys.values()}, **link_keys})
 
     nodes: list[FunctionNode] = []
     for fn in selected:
@@ -185,6 +189,8 @@ def scan(config: ScanConfig) -> Inventory:
             protected=protection.get(fn.address, ()),
         )
         items[item.inventory_id] = item
+    for link_item in _lab_links(config, netdevs, link_states, default_routes, incarnations):
+        items[link_item.inventory_id] = link_item
     log.info("inventory scan items=%d notes=%d", len(items), len(notes))
     return Inventory(
         node_uid=config.node_uid,
@@ -193,6 +199,61 @@ def scan(config: ScanConfig) -> Inventory:
         notes=tuple(notes),
         identities={k: (s, incarnations[k]) for k, s in keys.values()},
     )
+
+
+def _lab_links(
+    config: ScanConfig,
+    netdevs: Sequence[RawNetdev],
+    states: list[LinkState] | Unknown,
+    routes: frozenset[int] | Unknown,
+    incarnations: dict[str, int],
+) -> list[InventoryItem]:
+    """Items for the lab's named kernel links: identity by name (a lab owns its names)."""
+    if not config.lab_links:
+        return []
+    raw = {n.ifname: n for n in netdevs}
+    protected: dict[str, set[ProtectionReason]] = {}
+    by_name: dict[str, LinkState] = {}
+    if isinstance(states, list) and not isinstance(routes, Unknown):
+        by_name = {s.ifname: s for s in states}
+        protected = protected_links(states, routes, config.node_ips)
+    out: list[InventoryItem] = []
+    for name in config.lab_links:
+        state: LinkState | Unknown
+        if isinstance(states, Unknown):
+            state = states
+        elif name in by_name:
+            state = by_name[name]
+        else:
+            continue  # not present: nothing to publish
+        rn = raw.get(name)
+        reasons = sorted(protected.get(name, ()))
+        if isinstance(state, Unknown) or isinstance(routes, Unknown):
+            reasons = [ProtectionReason.UNKNOWN_STATE]
+        key = f"link:{name}"
+        out.append(
+            InventoryItem(
+                inventory_id=inventory_id(config.node_uid, key, incarnations[key]),
+                kind=ItemKind.LINK,
+                hardware_key=key,
+                identity_strength="locator",
+                incarnation=incarnations[key],
+                pci_address="",
+                binding=Binding.KERNEL,
+                netdevs=(
+                    Netdev(
+                        ifname=name,
+                        type=rn.type if rn else 1,
+                        phys_port_name=rn.phys_port_name if rn else "",
+                        phys_switch_id=rn.phys_switch_id if rn else "",
+                        dev_port=rn.dev_port if rn else 0,
+                        state=state,
+                    ),
+                ),
+                protected=tuple(reasons),
+            )
+        )
+    return out
 
 
 def _live_links(

@@ -421,7 +421,7 @@ def _build_one(
         persona=persona,
         plugin=exposure.plugin,
         mode=exposure.mode,
-        link_type=item.link_type or "ethernet",
+        link_type=_link_type(item, by_pci),
         pci_address=item.pci_address,
         pf_pci_address=item.pf_pci_address,
         rdma_capable=item.rdma_capable,
@@ -448,6 +448,16 @@ def _build_one(
         )
         return None
     return p
+
+
+def _link_type(item: InventoryItem, by_pci: Mapping[str, InventoryItem]) -> str:
+    """The item's link type; a VF without a host netdev (VFIO, unbound) inherits its PF's."""
+    if item.link_type:
+        return item.link_type
+    parent = by_pci.get(item.pf_pci_address) if item.pf_pci_address else None
+    if parent is not None and parent.link_type:
+        return parent.link_type
+    return "ethernet"
 
 
 def _scope_identity(
