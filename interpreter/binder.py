@@ -46,7 +46,7 @@ from dmn.interpreter.expressions import (
 from dmn.interpreter.handles import Access, Handle, HandleType, LinkType, Scope, ScopeKind
 from dmn.interpreter.ifname import ifname_problem, is_ifname_field
 from dmn.interpreter.loader import Plugin
-from dmn.interpreter.parameters import model_error
+from dmn.interpreter.parameters import is_required, model_error
 from dmn.opcodes.spec import OpcodeRegistry, OpcodeSpec, PortSpec, RecoveryStrategy
 
 _MUTATING = frozenset({Access.EXCLUSIVE_CONFIGURE, Access.EXCLUSIVE_MASTER, Access.ATTACH_MEMBER})
@@ -96,6 +96,7 @@ class _Binder:
         # source id -> bound ids of its instances (empty when skipped)
         self.instances: dict[str, list[str]] = {}
         self.per_instance_max: dict[str, dict[str, int]] = {}
+        self.failed: set[str] = set()  # effects that could not bind (already reported)
 
     def error(self, code: Code, message: str, *path: str | int) -> None:
         self.diagnostics.append(
@@ -188,6 +189,8 @@ class _Binder:
             return pick(self.call.allocation.get(port), ref.index)
         if isinstance(ref, EffectRef):
             bound = self.instances.get(ref.effect)
+            if not bound and ref.effect in self.failed:
+                raise _Fail
             if not bound:
                 self.error(
                     Code.E_REF_UNRESOLVED,
@@ -320,6 +323,7 @@ class _Binder:
 
     def parameters(self, i: int, effect: Effect, spec: OpcodeSpec) -> dict[str, Any]:
         params: dict[str, Any] = dict(effect.parameters or {})
+        missing: list[tuple[str, str]] = []
         for name, ref in (effect.parameter_bindings or {}).items():
             parsed, diags = parse_reference(ref.from_)
             if not isinstance(parsed, ConfigRef) or diags:
@@ -334,7 +338,21 @@ class _Binder:
                 raise _Fail
             if parsed.field in self.config:
                 params[name] = self.config[parsed.field]
+            elif is_required(spec.parameters, name):
+                missing.append((name, parsed.field))
         failed = False
+        for name, config_field in missing:
+            self.diagnostics.append(
+                Diagnostic(
+                    code=Code.E_SCHEMA,
+                    message=f"config field {config_field!r} is required when effect "
+                    f"{effect.id!r} runs (it binds parameter {name!r} of {spec.name})",
+                    path=f"config.{config_field}",
+                )
+            )
+            failed = True
+        if failed:
+            raise _Fail
         for name, value in params.items():
             if is_ifname_field(name):
                 problem = ifname_problem(value)
@@ -342,7 +360,9 @@ class _Binder:
                     self.error(Code.E_IFNAME, problem, "effects", i)
                     failed = True
         for fname, message in model_error(spec.parameters, params):
-            code = Code.E_IFNAME if is_ifname_field(fname) else Code.E_PARAM_TYPE
+            code = (
+                Code.E_IFNAME if is_ifname_field(fname) and fname in params else Code.E_PARAM_TYPE
+            )
             label = f"parameter {fname!r}" if fname else "parameters"
             self.error(code, f"{label} of {spec.name}: {message}", "effects", i)
             failed = True
@@ -358,6 +378,7 @@ class _Binder:
                 effects += self.bind_effect(i, effect)
             except _Fail:
                 self.instances.setdefault(effect.id, [])
+                self.failed.add(effect.id)
         if len(effects) > MAX_EFFECTS:
             self.error(
                 Code.E_BUDGET,
@@ -374,7 +395,8 @@ class _Binder:
             if parsed is None:
                 continue
             if not _available(parsed, self):
-                if wanted is not None:
+                failed = isinstance(parsed, EffectRef) and parsed.effect in self.failed
+                if wanted is not None and not failed:
                     self.error(
                         Code.E_EXPORT_MISSING,
                         f"output {name!r} is on for this config but {ref.from_!r} is not",
