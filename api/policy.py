@@ -16,7 +16,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from dmn.api.identity import API_VERSION
 from dmn.api.model import (
     DNS_LABEL,
     OPCODE_NAME,
@@ -254,7 +253,8 @@ class DeviceExposurePolicy(ApiModel):
     """Cluster-scoped, administrator-owned exposure policy."""
 
     api_version: Literal["networking.dra-multi-network.schseba.github.io/v1alpha1"] = Field(
-        default=API_VERSION, description="API version."
+        default="networking.dra-multi-network.schseba.github.io/v1alpha1",
+        description="API version.",
     )
     kind: Literal["DeviceExposurePolicy"] = Field(
         default="DeviceExposurePolicy", description="Kind."

@@ -83,8 +83,8 @@ def scan(config: ScanConfig) -> Inventory:
 
     vf_index: dict[str, tuple[str, int]] = {}
     for fn in raw.values():
-        for index, vf in fn.virtfns.items():
-            vf_index[vf] = (fn.address, index)
+        for number, vf in fn.virtfns.items():
+            vf_index[vf] = (fn.address, number)
 
     selected = [
         fn
@@ -123,7 +123,10 @@ def scan(config: ScanConfig) -> Inventory:
     for fn in selected:
         key, strength = keys[fn.address]
         inc = incarnations[key]
-        parent, index = vf_index.get(fn.address, (fn.physfn, None))
+        parent: str = fn.physfn
+        index: int | None = None
+        if fn.address in vf_index:
+            parent, index = vf_index[fn.address]
         eswitch: str | Unknown = ""
         if fn.sriov_total_vfs > 0 or reps_by_switch.get(fn.address):
             eswitch = _eswitch_mode(config.devlink, fn.address)

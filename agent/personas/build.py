@@ -145,7 +145,9 @@ def build_personas(
     counters, capacity or groups unallocatable."""
     pins = pins or Pins()
     findings: list[Finding] = []
-    applicable = [p for p in policies if node_selector_matches(p.spec.node_selector, node_labels)]
+    applicable = [
+        pol for pol in policies if node_selector_matches(pol.spec.node_selector, node_labels)
+    ]
     by_pci = {item.pci_address: item for item in inventory.items.values()}
 
     # 1. winners per (item, persona), with equal-priority conflicts and exclusions
@@ -153,13 +155,13 @@ def build_personas(
     conflicted: set[tuple[str, str]] = set()
     for item_id in sorted(inventory.items):
         item = inventory.items[item_id]
-        matching = [p for p in applicable if selector_matches(p.spec.selector, item)]
-        excludes = [p.spec.priority for p in matching if p.spec.action == "Exclude"]
+        matching = [pol for pol in applicable if selector_matches(pol.spec.selector, item)]
+        excludes = [pol.spec.priority for pol in matching if pol.spec.action == "Exclude"]
         top_exclude = max(excludes, default=-1)
         by_persona: dict[str, list[DeviceExposurePolicy]] = {}
-        for p in matching:
-            if p.spec.action == "Expose" and p.spec.exposure is not None:
-                by_persona.setdefault(p.spec.exposure.persona, []).append(p)
+        for pol in matching:
+            if pol.spec.action == "Expose" and pol.spec.exposure is not None:
+                by_persona.setdefault(pol.spec.exposure.persona, []).append(pol)
         for persona, candidates in sorted(by_persona.items()):
             best = max(c.spec.priority for c in candidates)
             if best <= top_exclude:
@@ -182,7 +184,7 @@ def build_personas(
             chosen[(item_id, persona)] = winners[0]
 
     # 2. build each chosen persona, rejecting what cannot be represented safely
-    digests = {id(p): policy_digest(p) for p in applicable}
+    digests = {id(pol): policy_digest(pol) for pol in applicable}
     fresh: dict[str, Persona] = {}
     for (item_id, _persona), policy in sorted(chosen.items(), key=lambda kv: kv[0]):
         item = inventory.items[item_id]
