@@ -22,7 +22,8 @@ for resuming; older versions get 410 Expired), ``tls=(certfile, keyfile)`` for H
 ``webhooks`` (call registered admission webhooks, default on; see :mod:`.admission`).
 
 Paths: ``/version``, ``/healthz``, ``/readyz``, ``/livez``, discovery (``/api``, ``/api/v1``,
-``/apis``, ``/apis/<group>``, ``/apis/<group>/<version>``) and
+``/apis``, ``/apis/<group>``, ``/apis/<group>/<version>``), ``/openapi/v3[/<gv>]`` (see
+:mod:`.openapi`: enough for ``kubectl apply``, no model schemas) and
 ``/api/v1/...`` | ``/apis/<group>/<version>/...`` + ``[namespaces/<ns>/]<plural>[/<name>[/<sub>]]``
 with subresources ``status`` (kinds that have it), ``pods/binding`` and ``namespaces/finalize``.
 """
@@ -43,7 +44,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from . import discovery, errors, patches
+from . import discovery, errors, openapi, patches
 from .errors import ApiError
 from .identity import LAB_ADMIN, UserInfo
 from .kinds import ResourceType
@@ -200,6 +201,15 @@ class _Handler(BaseHTTPRequestHandler):
             return 200
         if method == "GET" and parts == ["version"]:
             self._send_json(200, discovery.version())
+            return 200
+        if method == "GET" and parts[:2] == ["openapi", "v3"]:
+            if len(parts) == 2:
+                self._send_json(200, openapi.root_document(lab.store.types()))
+                return 200
+            doc = openapi.group_version_document(lab.store.types(), "/".join(parts[2:]))
+            if doc is None:
+                raise errors.path_not_found()
+            self._send_json(200, doc)
             return 200
         if not parts or parts[0] not in ("api", "apis"):
             raise errors.path_not_found()
