@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compile": ("dmn.controller.compile.cli", "compile a NetworkTopology to a revision + classes"),
     "generate": ("dmn.generate", "regenerate CRDs, builtin NetworkPlugin CRs and protobuf modules"),
     "journal": ("dmn.agent.journal.cli", "inspect a node journal (read-only)"),
+    "inventory": ("dmn.agent.inventory.cli", "scan this node's hardware and preview its slices"),
     "node": ("dmn.agent.main", "run the node agent"),
     "controller": ("dmn.controller.main", "run the controller"),
     "lab": ("dmn.lab.cli", "run the embedded single-node lab cluster"),
