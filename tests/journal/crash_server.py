@@ -10,7 +10,8 @@ goes to the request's ``out`` file.
 Request: ``{"action": "run"|"cleanup"|"recover"|"recover+run", "state_dir", "world",
 "out", "op", "scope",
 "program" (BoundProgram JSON, for run), "crash_at" (boundary index or null),
-"fail" (injections), "executors": "test"|"builtin"}``.
+"fail" (injections), "executors": "test"|"builtin"|"kernel", "env" (kernel: host and
+sandbox netns paths)}``.
 Reply: ``{"exit": code}`` or ``{"signal": n}``.
 """
 
@@ -35,7 +36,24 @@ def _executors(kind: str, world: World) -> dict[str, Any]:
         from tests.journal.generic import builtin_executors
 
         return builtin_executors(world)
+    if kind == "kernel":
+        from dmn.opcodes.linux.executors import EXECUTORS as LINUX
+        from dmn.opcodes.share.executors import EXECUTORS as SHARE
+
+        return {**LINUX, **SHARE}
     return world_executors(world)
+
+
+def _env(spec: dict[str, str] | None) -> Any:
+    """The real executors' environment: host and sandbox namespaces by path (kernel only)."""
+    if not spec:
+        return None
+    from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+
+    sandbox = NamespaceRef.at(spec["sandbox"])
+    return LinkEnvironment(
+        host=NamespaceRef.at(spec["host"]), sandbox=sandbox, pins=lambda: (sandbox,)
+    )
 
 
 def _child(req: dict[str, Any]) -> int:
@@ -50,7 +68,8 @@ def _child(req: dict[str, Any]) -> int:
     world = World.load(Path(req["world"]))
     world.fail = dict(req.get("fail") or {})
     store = JournalStore.open(req["state_dir"])
-    runner = Runner(store, _executors(req.get("executors", "test"), world), boundary=hook)
+    env = _env(req.get("env"))
+    runner = Runner(store, _executors(req.get("executors", "test"), world), env=env, boundary=hook)
     report: dict[str, Any] = {}
     base = store.commits
     try:
@@ -74,6 +93,8 @@ def _child(req: dict[str, Any]) -> int:
     report["commits"] = store.commits - base
     report["dump"] = store.dump()
     store.close()
+    if env is not None:
+        env.close()
     Path(req["out"]).write_text(json.dumps(report))
     return 0
 

@@ -18,15 +18,8 @@ injected apply failure; injected observe and undo failures are checked too.
 from __future__ import annotations
 
 import copy
-import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
-import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,118 +27,10 @@ import pytest
 
 from dmn.interpreter.bound import BoundProgram
 from tests.journal.builtin_calls import FOREIGN_WORLD, SCENARIOS, bind_scenario, covered_effects
+from tests.journal.crashkit import Case, Server, op_of
 from tests.journal.programs import child_program, foreign_world, reset_program
 
 pytestmark = pytest.mark.crash
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class Server:
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.journal.crash_server"],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def call(self, req: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        assert line, "crash server died"
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    s = Server()
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def crash_dir(tmp_path: Path) -> Iterator[Path]:
-    """Where the matrix keeps its journals and worlds: tmpfs when available.
-
-    SIGKILL leaves the page cache intact, so the crash semantics under test do not depend
-    on the disk; fdatasync durability is proven separately (test_store's strace test).
-    tmpfs keeps the hundreds of journal opens of the matrix fast.
-    """
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        path = Path(tempfile.mkdtemp(prefix="dmn-crash-", dir=shm))
-        try:
-            yield path
-        finally:
-            shutil.rmtree(path, ignore_errors=True)
-    else:
-        yield tmp_path
-
-
-@dataclass
-class Case:
-    server: Server
-    dir: Path
-    program: BoundProgram
-    initial: dict[str, Any]
-    executors: str = "test"
-    fresh: bool = True
-    op: str = "op-1"
-    scope: str = "att/node/boot/pod/sbx"
-
-    def __post_init__(self) -> None:
-        if self.fresh:
-            self.dir.mkdir(parents=True)
-            self.world_path.write_text(json.dumps(self.initial))
-
-    @property
-    def world_path(self) -> Path:
-        return self.dir / "world.json"
-
-    def world(self) -> dict[str, Any]:
-        """The reversible part of the world (irreversible traces, e.g. reset counters, are
-        checked by the tests that expect them)."""
-        data = json.loads(self.world_path.read_text())
-        return {k: data[k] for k in ("objects", "attrs")}
-
-    def resets(self) -> dict[str, int]:
-        return dict(json.loads(self.world_path.read_text())["resets"])
-
-    def step(
-        self, action: str, crash_at: int | None = None, fail: dict[str, str] | None = None
-    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        out = self.dir / "out.json"
-        out.unlink(missing_ok=True)
-        reply = self.server.call(
-            {
-                "action": action,
-                "state_dir": str(self.dir / "state"),
-                "world": str(self.world_path),
-                "out": str(out),
-                "op": self.op,
-                "scope": self.scope,
-                "program": self.program.to_json(),
-                "crash_at": crash_at,
-                "fail": fail or {},
-                "executors": self.executors,
-            }
-        )
-        report = json.loads(out.read_text()) if out.exists() else None
-        return reply, report
-
-
-def _op(dump: dict[str, Any], op_id: str) -> dict[str, Any] | None:
-    return next((o for o in dump["operations"] if o["operationID"] == op_id), None)
 
 
 class Matrix:
@@ -207,7 +92,7 @@ class Matrix:
         assert reply == {"exit": 0} and report is not None, reply
         dump = report["dump"]
         assert dump["unfinished"] == []
-        op = _op(dump, case.op)
+        op = op_of(dump, case.op)
         state = op["state"] if op is not None else "Absent"
         if state == "Completed":
             assert allow_completed
@@ -340,7 +225,7 @@ def test_injected_failures_in_subprocess(server: Server, crash_dir: Path) -> Non
     case = m.case()
     _, report = case.step("run", fail={"observe": "mtu=postcondition"})
     assert report is not None and report["state"] == "Undone"
-    assert _op(report["dump"], case.op)["failure"]["code"] == "E_POSTCONDITION"
+    assert op_of(report["dump"], case.op)["failure"]["code"] == "E_POSTCONDITION"
     assert case.world() == m.initial_world()
     # undo fails during cleanup → quarantined, explicit record, recovery leaves it alone
     case = m.case()
@@ -366,7 +251,7 @@ def test_irreversible_uncertain_after_sigkill_is_quarantined(
     assert reply == {"signal": signal.SIGKILL}
     _, report = case.step("recover")
     assert report is not None
-    op = _op(report["dump"], case.op)
+    op = op_of(report["dump"], case.op)
     assert op["state"] == "Quarantined"
     assert op["effects"][0]["state"] == "Quarantined" and "uncertain" in op["effects"][0]["note"]
     assert case.resets() == {"obj:pf0": 1}  # never re-applied
