@@ -139,6 +139,10 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         if not raw:
             return None
+        content_type = (self.headers.get("Content-Type") or _JSON).split(";")[0].strip()
+        if content_type != _JSON and not content_type.endswith("+json"):
+            # protobuf, CBOR or YAML bodies: the lab speaks JSON only
+            raise errors.unsupported_media_type([_JSON])
         try:
             return json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
