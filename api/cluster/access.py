@@ -25,7 +25,14 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from .errors import ApiFailure, Unavailable, from_api_exception, from_status
+from .errors import (
+    AlreadyExists,
+    ApiFailure,
+    NotFound,
+    Unavailable,
+    from_api_exception,
+    from_status,
+)
 from .resources import Resource
 
 log = logging.getLogger(__name__)
@@ -74,6 +81,7 @@ class Cluster:
         self.resource_v1 = client.ResourceV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
         self.custom_objects = client.CustomObjectsApi(api_client)
+        self._discovered: dict[str, dict[str, Resource]] = {}
 
     def close(self) -> None:
         self.api_client.close()  # type: ignore[no-untyped-call]
@@ -258,6 +266,58 @@ class Cluster:
         query = [("dryRun", "All")] if dry_run else []
         result: Obj = self.request("DELETE", res.path(namespace, name), query, options)
         return result
+
+    # --- manifests ---------------------------------------------------------------------------
+
+    def resource_for(self, api_version: str, kind: str) -> Resource:
+        """The :class:`Resource` serving ``kind`` in ``api_version``, from API discovery.
+
+        Raises :class:`NotFound` when the server does not serve that kind (e.g. a CRD that is
+        not installed yet). Discovery documents are cached per group-version until a miss.
+        """
+        cached = self._discovered.get(api_version)
+        if cached is None or kind not in cached:
+            group, _, version = api_version.rpartition("/")
+            path = f"/apis/{api_version}" if group else f"/api/{version}"
+            body = self.request("GET", path)
+            cached = {
+                entry["kind"]: Resource(
+                    group, version, entry["name"], entry["kind"], entry["namespaced"]
+                )
+                for entry in body.get("resources") or []
+                if "/" not in entry.get("name", "")
+            }
+            self._discovered[api_version] = cached
+        if kind not in cached:
+            raise NotFound(
+                404, "NotFound", f"the server doesn't serve kind {kind!r} in {api_version!r}"
+            )
+        return cached[kind]
+
+    def apply(self, manifest: Mapping[str, Any], namespace: str | None = None) -> Obj:
+        """Create the object, or merge-patch it to the manifest if it exists (client-side apply).
+
+        Not server-side apply: fields removed from the manifest are not removed from the
+        object, and there is no field ownership. The namespace defaults to the manifest's,
+        then ``namespace``, then ``default`` for namespaced kinds.
+        """
+        res = self.resource_for(str(manifest.get("apiVersion", "")), str(manifest.get("kind", "")))
+        meta = dict(manifest.get("metadata") or {})
+        ns = None
+        if res.namespaced:
+            ns = meta.get("namespace") or namespace or "default"
+            meta["namespace"] = ns
+        body = {**manifest, "metadata": meta}
+        try:
+            return self.create(res, body, ns)
+        except AlreadyExists:
+            patch = {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "status")}
+            patch["metadata"] = {
+                k: v
+                for k, v in meta.items()
+                if k in ("labels", "annotations", "finalizers", "ownerReferences")
+            }
+            return self.patch(res, meta["name"], patch, ns)
 
     # --- watch -------------------------------------------------------------------------------
 

@@ -192,3 +192,49 @@ def test_unreachable_server_is_unavailable() -> None:
         cluster.api_client.configuration.retries = 0
         with pytest.raises(Unavailable):
             cluster.get(r.NAMESPACES, "default")
+
+
+def test_apply_manifests_by_discovery(cluster: Cluster) -> None:
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "notes.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "notes", "kind": "Note"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    note = {
+        "apiVersion": "example.com/v1",
+        "kind": "Note",
+        "metadata": {"name": "n", "labels": {"v": "1"}},
+        "spec": {"text": "a"},
+    }
+    with pytest.raises(NotFound):
+        cluster.resource_for("example.com/v1", "Note")
+    cluster.apply(crd)
+    assert cluster.resource_for("example.com/v1", "Note") == r.Resource(
+        "example.com", "v1", "notes", "Note", True
+    )
+    created = cluster.apply(note)
+    assert created["metadata"]["namespace"] == "default"
+    updated = cluster.apply(
+        {**note, "metadata": {"name": "n", "labels": {"v": "2"}}, "spec": {"text": "b"}}
+    )
+    assert updated["spec"] == {"text": "b"} and updated["metadata"]["labels"] == {"v": "2"}
+    assert updated["metadata"]["uid"] == created["metadata"]["uid"]
+    assert cluster.resource_for("v1", "ConfigMap") == r.CONFIG_MAPS
