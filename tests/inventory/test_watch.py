@@ -1,0 +1,48 @@
+"""The change monitor wakes a rescan on real rtnetlink events in a private namespace."""
+
+from __future__ import annotations
+
+import queue
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from pyroute2 import IPRoute, netns
+
+from dmn.agent.inventory.watch import ChangeMonitor
+
+pytestmark = pytest.mark.netns
+
+
+@pytest.fixture
+def ns() -> Iterator[str]:
+    name = f"h5watch-{uuid.uuid4().hex[:8]}"
+    netns.create(name)
+    try:
+        yield name
+    finally:
+        netns.remove(name)
+
+
+def test_link_event_triggers_one_debounced_rescan(ns: str) -> None:
+    seen: queue.Queue[str] = queue.Queue()
+    with ChangeMonitor(seen.put, netns=ns, udev=False, debounce=0.3, resync=60):
+        with IPRoute(netns=ns) as ip:
+            ip.link("add", ifname="w0", kind="veth", peer="w1")
+            ip.link("set", index=ip.link_lookup(ifname="w0")[0], state="up")
+        reason = seen.get(timeout=10)
+    assert "rtnl:RTM_NEWLINK" in reason
+    assert seen.empty() or "rtnl" in seen.get_nowait()
+
+
+def test_periodic_resync_and_failing_callback(ns: str) -> None:
+    calls: queue.Queue[str] = queue.Queue()
+
+    def flaky(reason: str) -> None:
+        calls.put(reason)
+        raise RuntimeError("rescan failed")
+
+    with ChangeMonitor(flaky, netns=ns, udev=False, resync=0.2):
+        first = calls.get(timeout=5)
+        second = calls.get(timeout=5)  # still alive after the callback raised
+    assert first == second == "resync"
