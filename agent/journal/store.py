@@ -163,6 +163,10 @@ class JournalBatch:
     def put_fence(self, fence: Fence) -> None:
         self._put(keys.key("fence", fence.scope), fence.to_json())
 
+    def delete_fence(self, scope: str) -> None:
+        """Only when the scope can never run again (e.g. its Pod sandbox is gone)."""
+        self._delete(keys.key("fence", scope))
+
 
 class JournalStore:
     """One node journal. Use :meth:`open` (writer) or :meth:`open_read_only` (inspection)."""
@@ -415,6 +419,22 @@ class JournalStore:
     def operations(self, scope: str | None = None) -> list[OperationRecord]:
         ops = (self.load_operation(i) for i in self.operation_ids(scope))
         return [op for op in ops if op is not None]
+
+    def forget_operation(self, operation_id: str) -> bool:
+        """Garbage-collect an Undone operation (one commit). Completed, unfinished and
+        Quarantined operations are the authority for cleanup or inspection and are never
+        forgotten: returns False and changes nothing for them (or for an unknown id)."""
+        op = self.load_operation(operation_id)
+        if op is None or op.state is not OperationState.UNDONE:
+            return False
+        deletes = {
+            keys.operation_key(operation_id),
+            keys.key("opscope", op.scope, operation_id),
+            keys.key("open", operation_id),
+        }
+        deletes |= {keys.effect_key(operation_id, e.index) for e in op.effects}
+        self._write({}, deletes)
+        return True
 
     def quarantined_effects(self) -> list[tuple[str, EffectRecord]]:
         """Every Quarantined effect as (operation id, record)."""

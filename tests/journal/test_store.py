@@ -274,3 +274,23 @@ def test_corrupt_journal_is_a_clear_error_and_never_recreated(
     with pytest.raises(JournalError):
         JournalStore.open(tmp_path)
     assert not (db_dir / "CURRENT").exists()
+
+
+def test_only_undone_operations_can_be_forgotten(tmp_path: Path) -> None:
+    world = World()
+    with JournalStore.open(tmp_path) as store:
+        runner = Runner(store, world_executors(world))
+        runner.run("done", "att/a", child_program("c1"))
+        world.fail = {"apply": "up"}
+        runner.run("failed", "att/b", child_program("c2"))
+        world.fail = {"apply": "up", "undo": "mtu"}
+        runner.run("stuck", "att/c", child_program("c3"))
+        assert store.load_operation("stuck").state is OperationState.QUARANTINED
+        assert not store.forget_operation("done")  # completed: cleanup authority
+        assert not store.forget_operation("stuck")  # quarantined: kept for inspection
+        assert not store.forget_operation("ghost")
+        assert store.forget_operation("failed")
+        assert store.load_operation("failed") is None
+        assert store.operation_ids() == ["done", "stuck"]
+        assert store.operations("att/b") == []
+        assert [op_id for op_id, _ in store.quarantined_effects()] == ["stuck"]
