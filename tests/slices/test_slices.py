@@ -127,6 +127,14 @@ def test_compatibility_groups_match_the_upstream_field_schema(reference: Persona
     described = defs[name]["properties"]
     assert "compatibilityGroups" in described
     assert "maximum number of groups is 2" in described["compatibilityGroups"]["description"]
+    # the published OpenAPI schema does not carry that bound (API validation does), so the
+    # bound is checked here on every consumption we generate
+    three = {
+        "counterSet": "s",
+        "counters": {"m": {"value": "1"}},
+        "compatibilityGroups": list("abc"),
+    }
+    assert validator.is_valid(three)
     slices = build_slices(reference, "worker-a", 1)
     seen = 0
     for s in slices:
