@@ -1,1 +1,22 @@
-"""dmn.interpreter — see DESIGN §2."""
+"""dmn.interpreter — the effect language (DESIGN §2, §3): load, parse, check, bind, run.
+
+Public surface of the language core (import the modules; nothing is re-exported here so
+that importing one part never pays for the others):
+
+* ``source.load_yaml_documents(text, file) -> (list[YamlDocument], diagnostics)`` —
+  positioned YAML (``SourceMap``), duplicate keys as ``E_DUPLICATE_KEY``;
+* ``documents`` — strict pydantic models ``HookProgram``, ``NetworkPlugin`` (and parts),
+  ``parse_document(doc)``;
+* ``config_schema`` — the ``configSchema`` subset and ``validate_config``;
+* ``expressions.parse_reference/parse_guard/evaluate`` — the ``grammar/effects.lark`` AST;
+* ``loader`` — ``Plugin``, ``ProgramSource``, ``load_plugin_dir``, ``load_plugins``,
+  ``load_builtin_plugins``, ``plugin_from_descriptor``, ``Plugin.contract_digest``;
+* ``checker.check_plugin(plugin, registry, config=None)``,
+  ``checker.check_program(plugin, hook, registry, config=None)``,
+  ``checker.resolve_outputs(plugin, config)``;
+* ``binder.Call``, ``binder.bind_program(plugin, hook, call, registry=None)``;
+* ``lint.lint_paths``, ``lint.register_kind`` (or the ``dmn.lint_kinds`` entry points),
+  ``lint_cli.run`` (``dmn lint``).
+
+Every entry point returns diagnostics for bad input and never raises.
+"""

@@ -67,6 +67,7 @@ from dmn.interpreter.expressions import (
     PreparedRef,
     Reference,
     SandboxRef,
+    SpanFn,
     VarRef,
     evaluate,
     parse_guard,
@@ -204,7 +205,7 @@ def _literal_type(value: Any) -> str:
 class _GuardTyper:
     """Static typing of a guard over the config schema (``E_GUARD_TYPE``)."""
 
-    def __init__(self, ctx: _PluginContext, span_of: Any, path: Path) -> None:
+    def __init__(self, ctx: _PluginContext, path: Path) -> None:
         self.ctx = ctx
         self.path = path
 
@@ -283,7 +284,7 @@ class _GuardTyper:
             self.error(f"{what} needs a boolean, not {'/'.join(sorted(kinds))}", expr)
 
 
-def _check_guard(ctx: _PluginContext, text: str, span_of: Any, path: Path) -> Expr | None:
+def _check_guard(ctx: _PluginContext, text: str, span_of: SpanFn, path: Path) -> Expr | None:
     expr, diags = parse_guard(text, span_of, path_text(path))
     ctx.diagnostics.extend(diags)
     if expr is None:
@@ -308,7 +309,7 @@ def _check_guard(ctx: _PluginContext, text: str, span_of: Any, path: Path) -> Ex
             ok = False
     if not ok:
         return None
-    typer = _GuardTyper(ctx, span_of, path)
+    typer = _GuardTyper(ctx, path)
     typer.boolean(expr, "a guard")
     return expr
 
@@ -390,7 +391,7 @@ class _ProgramChecker:
         span = self.prog.key_span(*parts) if key else self.prog.span(*parts)
         self.ctx.error(code, message, span, self.path(*parts))
 
-    def span_of(self, *parts: str | int) -> Any:
+    def span_of(self, *parts: str | int) -> SpanFn:
         rel: Path = tuple(parts)
 
         def at(line: int, column: int) -> SourceSpan | None:
