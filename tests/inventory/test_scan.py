@@ -286,3 +286,17 @@ def test_inventory_serialises(node: FixtureNode) -> None:
     doc = run(node).to_json()
     assert doc["nodeUID"] == NODE_UID
     assert {i["pciAddress"] for i in doc["items"]} >= {MLX_PF0, IB_HCA}
+
+
+def test_external_controller_representors_are_not_local_vfs(tmp_path: Path) -> None:
+    """A DPU-style representor c1pf0vf0 belongs to another host's VF 0, not ours."""
+    b = SysfsBuilder(tmp_path / "sys")
+    add_connectx5_switchdev(b, vfs_per_pf=1)
+    b.netdev("pf0hpf-like", MLX_PF0, mac="02:00:00:00:c1:00", phys_port_name="c1pf0vf0")
+    node = b.finish()
+    node.devlink = RecordedDevlink(fail="no devlink")
+    inv = run(node)
+    reps = item(inv, MLX_PF0).representors
+    assert {(r.controller, r.vfnum) for r in reps} == {(0, 0), (1, 0)}
+    local = item(inv, mlx_vf_address(0, 0)).representor
+    assert local is not None and local.controller == 0 and local.ifname == "enp59s0f0npf0vf0"

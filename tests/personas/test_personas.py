@@ -424,3 +424,14 @@ def test_rebound_function_keeps_its_allocated_declaration(tmp_path: Path) -> Non
 def test_degraded_publication_makes_counter_personas_unready(inv: Inventory) -> None:
     ps = build_personas(inv, standard_policies(), {}, degraded=True)
     assert ps.personas and not any(p.allocation_ready for p in ps.personas)
+
+
+def test_representor_persona_only_where_a_representor_exists(inv: Inventory) -> None:
+    rep = policy("rep", persona="representor", plugin="accelerated-bridge-cni", mode="switchdev",
+                 selector={"kind": "VF"})  # fmt: skip
+    ps = build_personas(inv, [rep], {})
+    exposed = {p.pci_address for p in ps.personas}
+    assert mlx_vf_address(0, 0) in exposed  # switchdev VF with a representor
+    assert "0000:5e:02.0" not in exposed  # legacy X710 VF: no representor
+    p = find(ps, mlx_vf_address(0, 0), "representor")
+    assert p is not None and p.grants[0].type is HandleType.HOST_REPRESENTOR
