@@ -35,13 +35,13 @@ LIVE_PHASES: frozenset[str] = frozenset(
 
 
 class NetworkAttachmentStatusSpec(ApiModel):
-    pod_uid: str = Field(min_length=1, max_length=64)
+    pod_uid: str = Field(min_length=1, max_length=64, alias="podUID")
     pod_name: str = Field(min_length=1, max_length=253)
-    sandbox_id: str = Field(min_length=1, max_length=128)
+    sandbox_id: str = Field(min_length=1, max_length=128, alias="sandboxID")
     node_name: str = Field(min_length=1, max_length=253)
-    node_uid: str = Field(default="", max_length=64)
-    boot_id: str = Field(min_length=1, max_length=64)
-    claim_uid: str = Field(min_length=1, max_length=64)
+    node_uid: str = Field(default="", max_length=64, alias="nodeUID")
+    boot_id: str = Field(min_length=1, max_length=64, alias="bootID")
+    claim_uid: str = Field(min_length=1, max_length=64, alias="claimUID")
     claim_fingerprint: str = Field(min_length=1, max_length=80)
     revision_ref: RevisionRef
 
@@ -50,7 +50,7 @@ class AttachmentOutput(ApiModel):
     step: str = Field(max_length=40)
     port: str = Field(max_length=63)
     type: str = Field(max_length=63)
-    share_id: str | None = Field(default=None, max_length=64)
+    share_id: str | None = Field(default=None, max_length=64, alias="shareID")
     ready: bool = False
     description: dict[str, Any] | None = Field(
         default=None,

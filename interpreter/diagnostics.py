@@ -52,6 +52,8 @@ class Code(StrEnum):
     E_GUARD_TYPE = "E_GUARD_TYPE"
     E_EXPORT_UNDECLARED = "E_EXPORT_UNDECLARED"
     E_IO = "E_IO"
+    #: A pre-existing object conflicts with what would be generated (never overwritten).
+    E_CONFLICT = "E_CONFLICT"
     E_USAGE = "E_USAGE"
 
 

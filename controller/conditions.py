@@ -1,0 +1,71 @@
+"""Standard status conditions (metav1.Condition) and reason-coded diagnostics in status."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from dmn.interpreter.diagnostics import Diagnostic
+
+MAX_DIAGNOSTICS = 64
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(
+    conditions: Sequence[dict[str, Any]] | None,
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+    generation: int | None,
+) -> list[dict[str, Any]]:
+    """Conditions with ``type_`` set; lastTransitionTime moves only when status changes."""
+    value = "True" if status else "False"
+    out = [dict(c) for c in conditions or [] if c.get("type") != type_]
+    old = next((c for c in conditions or [] if c.get("type") == type_), None)
+    changed = old is None or old.get("status") != value
+    cond: dict[str, Any] = {
+        "type": type_,
+        "status": value,
+        "reason": reason,
+        "message": message[:32768],
+        "lastTransitionTime": now_rfc3339() if changed else old["lastTransitionTime"],  # type: ignore[index]
+    }
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    out.append(cond)
+    return sorted(out, key=lambda c: c["type"])
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return None
+
+
+def diagnostic_entries(diagnostics: Iterable[Diagnostic]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for d in list(diagnostics)[:MAX_DIAGNOSTICS]:
+        entry: dict[str, Any] = {
+            "code": d.code.value,
+            "path": d.path[:512],
+            "message": d.message[:2048],
+        }
+        if d.file:
+            entry["line"] = d.line
+            entry["column"] = d.column
+        out.append(entry)
+    return out
+
+
+def summary(diagnostics: Sequence[Diagnostic]) -> str:
+    if not diagnostics:
+        return ""
+    first = diagnostics[0]
+    more = f" (and {len(diagnostics) - 1} more)" if len(diagnostics) > 1 else ""
+    return f"{first.code.value} at {first.path}: {first.message}{more}"

@@ -1,0 +1,173 @@
+"""The controller process core: watches → one rate-limited work queue → reconcilers.
+
+Every watch only *names* work (a key); every reconciler reads current state and
+converges (level-triggered). A periodic resync re-enqueues every known object, so a
+missed event is repaired within one resync period. Failed reconciles are retried with
+per-key exponential backoff; a key is never processed by two workers at once.
+
+Keys are ``(kind, name)`` with kind in topology | revision | plugin | policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dmn.api.cluster import ApiFailure, Cluster, ListWatch, WatchEvent
+from dmn.api.cluster import resources as r
+from dmn.api.cluster.listwatch import SYNCED
+from dmn.api.identity import LABEL_MANAGED_BY, LABEL_TOPOLOGY, MANAGED_BY
+from dmn.controller.plugin_status import PluginStatusReconciler, PolicyStatusReconciler
+from dmn.controller.revision_gc import RevisionCollector
+from dmn.controller.topology import TopologyReconciler
+from dmn.controller.workqueue import RateLimitedQueue
+from dmn.opcodes.spec import OpcodeRegistry
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+
+
+@dataclass
+class Controller:
+    cluster: Cluster
+    registry: OpcodeRegistry
+    workers: int = 2
+    resync: float = 30.0
+    queue: RateLimitedQueue = field(default_factory=RateLimitedQueue)
+
+    def __post_init__(self) -> None:
+        self.topologies = TopologyReconciler(self.cluster, self.registry)
+        self.revisions = RevisionCollector(self.cluster)
+        self.plugins = PluginStatusReconciler(self.cluster, self.registry)
+        self.policies = PolicyStatusReconciler(self.cluster)
+        self._watches: list[ListWatch] = []
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self.processed = 0
+
+    # --- keys --------------------------------------------------------------------------
+
+    def _names(self, res: Any) -> list[str]:
+        for lw in self._watches:
+            if lw.resource is res:
+                return sorted(name for _, name in lw.known)
+        return []
+
+    def enqueue_all(self, kind: str, res: Any) -> None:
+        for name in self._names(res):
+            self.queue.add((kind, name))
+
+    def _on_event(self, kind: str, event: WatchEvent) -> None:
+        if event.type == SYNCED:
+            return
+        obj = event.object
+        name = (obj.get("metadata") or {}).get("name")
+        if not name:
+            return
+        if kind == "topology":
+            self.queue.add(("topology", name))
+            if event.type == "DELETED":
+                self.enqueue_all("revision", r.NETWORK_TOPOLOGY_REVISIONS)
+        elif kind == "revision":
+            self.queue.add(("revision", name))
+            topo = ((obj.get("spec") or {}).get("topologyRef") or {}).get("name")
+            if topo and event.type == "DELETED":
+                self.queue.add(("topology", topo))
+        elif kind == "plugin":
+            self.queue.add(("plugin", name))
+            self.enqueue_all("topology", r.NETWORK_TOPOLOGIES)
+        elif kind == "policy":
+            self.queue.add(("policy", name))
+        elif kind == "class":
+            topo = (obj.get("metadata", {}).get("labels") or {}).get(LABEL_TOPOLOGY)
+            if topo:
+                self.queue.add(("topology", topo))
+        else:  # claims, attachments, nodes: anything that can release a revision
+            self.enqueue_all("revision", r.NETWORK_TOPOLOGY_REVISIONS)
+
+    # --- processing --------------------------------------------------------------------
+
+    def handlers(self) -> dict[str, Callable[[str], Any]]:
+        return {
+            "topology": self.topologies.reconcile,
+            "revision": self.revisions.reconcile,
+            "plugin": self.plugins.reconcile,
+            "policy": self.policies.reconcile,
+        }
+
+    def process_one(self, timeout: float | None = None) -> bool:
+        key = self.queue.get(timeout)
+        if key is None:
+            return False
+        kind, name = key  # type: ignore[misc]
+        try:
+            result = self.handlers()[kind](name)
+            self.queue.forget(key)
+            if kind == "revision" and result is False:
+                self.queue.add_after(key, self.resync)
+        except ApiFailure as exc:
+            delay = self.queue.retry(key)
+            log.info("reconcile retry kind=%s name=%s error=%s delay=%.2f", kind, name, exc, delay)
+        except Exception:
+            delay = self.queue.retry(key)
+            log.exception("reconcile failed kind=%s name=%s delay=%.2f", kind, name, delay)
+        finally:
+            self.processed += 1
+            self.queue.done(key)
+        return True
+
+    def _worker(self) -> None:
+        while not self._stop.is_set():
+            self.process_one(timeout=0.5)
+
+    def _watch(self, kind: str, res: Any, label_selector: str | None = None) -> None:
+        lw = ListWatch(self.cluster, res, label_selector=label_selector, timeout_seconds=60)
+        self._watches.append(lw)
+
+        def loop() -> None:
+            for event in lw.events():
+                self._on_event(kind, event)
+
+        self._spawn(loop, f"watch-{res.plural}")
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _resync_loop(self) -> None:
+        while not self._stop.wait(self.resync):
+            self.enqueue_all("topology", r.NETWORK_TOPOLOGIES)
+            self.enqueue_all("revision", r.NETWORK_TOPOLOGY_REVISIONS)
+            self.enqueue_all("plugin", r.NETWORK_PLUGINS)
+            self.enqueue_all("policy", r.DEVICE_EXPOSURE_POLICIES)
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._watch("topology", r.NETWORK_TOPOLOGIES)
+        self._watch("revision", r.NETWORK_TOPOLOGY_REVISIONS)
+        self._watch("plugin", r.NETWORK_PLUGINS)
+        self._watch("policy", r.DEVICE_EXPOSURE_POLICIES)
+        self._watch("class", r.DEVICE_CLASSES, f"{LABEL_MANAGED_BY}={MANAGED_BY}")
+        self._watch("claim", r.RESOURCE_CLAIMS)
+        self._watch("attachment", r.NETWORK_ATTACHMENT_STATUSES)
+        self._watch("node", r.NODES)
+        for i in range(self.workers):
+            self._spawn(self._worker, f"worker-{i}")
+        self._spawn(self._resync_loop, "resync")
+        log.info("controller started workers=%d resync=%.1f", self.workers, self.resync)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for lw in self._watches:
+            lw.stop()
+        self.queue.shutdown()
+        for t in self._threads:
+            t.join(timeout=5)
+        self._watches.clear()
+        self._threads.clear()
+        log.info("controller stopped")

@@ -1,0 +1,94 @@
+"""Validation status for NetworkPlugin and DeviceExposurePolicy objects.
+
+A NetworkPlugin is checked whole by the language core (descriptor, every hook program,
+contracts) and gets ``status.contractDigest``, a Ready condition and reason-coded
+diagnostics. A DeviceExposurePolicy is validated against its strict model; the
+controller owns only the ``Validated`` condition of its status (the node agents own the
+rest), so it merges that one condition under optimistic concurrency.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from dmn.api.cluster import Cluster, NotFound
+from dmn.api.cluster import resources as r
+from dmn.api.policy import DeviceExposurePolicy
+from dmn.controller.compile.plugin_sources import plugin_from_object
+from dmn.controller.conditions import diagnostic_entries, set_condition, summary
+from dmn.interpreter.checker import check_plugin
+from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
+from dmn.opcodes.spec import OpcodeRegistry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PluginStatusReconciler:
+    cluster: Cluster
+    registry: OpcodeRegistry
+
+    def reconcile(self, name: str) -> None:
+        try:
+            obj = self.cluster.get(r.NETWORK_PLUGINS, name)
+        except NotFound:
+            return
+        plugin, diagnostics = plugin_from_object(obj, f"networkplugin/{name}")
+        if plugin is not None and not diagnostics:
+            diagnostics = check_plugin(plugin, self.registry)
+        ok = plugin is not None and not has_errors(diagnostics)
+        generation = obj["metadata"].get("generation")
+        status = obj.get("status") or {}
+        conds = set_condition(
+            status.get("conditions"),
+            "Ready",
+            ok,
+            "Valid" if ok else "Invalid",
+            "contract checked" if ok else summary(diagnostics),
+            generation,
+        )
+        new = {
+            "observedGeneration": generation,
+            "conditions": conds,
+            "contractDigest": plugin.contract_digest if ok and plugin is not None else None,
+            "diagnostics": diagnostic_entries(diagnostics) or None,
+        }
+        if all(status.get(k) == v for k, v in new.items()):
+            return
+        self.cluster.patch(r.NETWORK_PLUGINS, name, {"status": new}, status=True)
+
+
+@dataclass
+class PolicyStatusReconciler:
+    cluster: Cluster
+
+    def reconcile(self, name: str) -> None:
+        try:
+            obj = self.cluster.get(r.DEVICE_EXPOSURE_POLICIES, name)
+        except NotFound:
+            return
+        diagnostics: list[Diagnostic] = []
+        try:
+            DeviceExposurePolicy.model_validate({k: v for k, v in obj.items() if k != "status"})
+        except ValidationError as exc:
+            for err in exc.errors():
+                path = ".".join(str(p) for p in err["loc"])
+                code = Code.E_UNKNOWN_FIELD if err["type"] == "extra_forbidden" else Code.E_SCHEMA
+                diagnostics.append(Diagnostic(code, err["msg"], path=path))
+        status = dict(obj.get("status") or {})
+        conds = set_condition(
+            status.get("conditions"),
+            "Validated",
+            not diagnostics,
+            "Valid" if not diagnostics else "Invalid",
+            "policy is well-formed" if not diagnostics else summary(diagnostics),
+            obj["metadata"].get("generation"),
+        )
+        if conds == status.get("conditions"):
+            return
+        status["conditions"] = conds
+        obj["status"] = status
+        self.cluster.replace(r.DEVICE_EXPOSURE_POLICIES, obj, status=True)

@@ -1,0 +1,220 @@
+"""NetworkTopology reconciler: topology → immutable revision + DeviceClasses + status.
+
+Level-triggered: :meth:`TopologyReconciler.reconcile` reads the current topology, the
+plugins and what already exists, and converges (seed 000 §5.4):
+
+1. compile the topology (with its UID) against the NetworkPlugins in the cluster;
+2. on diagnostics: report them in status (Ready=False, reason codes, observedGeneration)
+   and touch nothing else — a Ready revision and its classes are never rewritten;
+3. create the revision named by the digest, or adopt an identical existing one; a
+   same-name revision with different content is an ``E_CONFLICT`` (never overwritten);
+4. create or adopt one DeviceClass per root, bound to the revision's UID (conflicting
+   pre-existing classes are ``E_CONFLICT``);
+5. mark the revision Ready, then the topology Ready with revision ref and root classes.
+
+A later semantic change yields a new digest and thus a new revision; the old one stays
+until the revision GC proves it released.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dmn.api.cluster import AlreadyExists, Cluster, NotFound
+from dmn.api.cluster import resources as r
+from dmn.api.identity import LABEL_MANAGED_BY, MANAGED_BY, REVISION_FINALIZER
+from dmn.controller.compile.compiler import CompiledTopology, compile_topology
+from dmn.controller.compile.plugin_sources import plugins_from_objects
+from dmn.controller.conditions import diagnostic_entries, set_condition, summary
+from dmn.interpreter.diagnostics import Code, Diagnostic
+from dmn.opcodes.spec import OpcodeRegistry
+
+log = logging.getLogger(__name__)
+
+
+class ReconcileConflict(Exception):
+    """A pre-existing object conflicts with the generated one."""
+
+    def __init__(self, diagnostic: Diagnostic) -> None:
+        super().__init__(diagnostic.message)
+        self.diagnostic = diagnostic
+
+
+@dataclass
+class TopologyReconciler:
+    cluster: Cluster
+    registry: OpcodeRegistry
+    on_revision: Callable[[str], None] = lambda name: None
+
+    def reconcile(self, name: str) -> None:
+        try:
+            topo = self.cluster.get(r.NETWORK_TOPOLOGIES, name)
+        except NotFound:
+            return
+        meta = topo["metadata"]
+        if meta.get("deletionTimestamp"):
+            return  # deletion stops publication; saved revisions stay until released
+        plugin_objs = self.cluster.list(r.NETWORK_PLUGINS).items
+        plugins, _invalid = plugins_from_objects(plugin_objs)
+        result = compile_topology(topo, plugins, self.registry, uid=meta["uid"])
+        if result.compiled is None:
+            self._report_failure(topo, list(result.diagnostics), "CompileFailed")
+            return
+        compiled = result.compiled
+        try:
+            revision = self._ensure_revision(compiled)
+            classes = self._ensure_classes(compiled, revision)
+        except ReconcileConflict as exc:
+            self._report_failure(topo, [exc.diagnostic], "Conflict")
+            return
+        self._mark_revision_ready(revision, classes)
+        self._report_ready(topo, compiled, revision)
+        self.on_revision(compiled.revision_name)
+
+    # --- revision ----------------------------------------------------------------------
+
+    def _ensure_revision(self, compiled: CompiledTopology) -> dict[str, Any]:
+        body = dict(compiled.revision)
+        body["metadata"] = dict(body["metadata"], finalizers=[REVISION_FINALIZER])
+        try:
+            created = self.cluster.create(r.NETWORK_TOPOLOGY_REVISIONS, body)
+            log.info("revision created name=%s digest=%s", compiled.revision_name, compiled.digest)
+            return created
+        except AlreadyExists:
+            pass
+        existing = self.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, compiled.revision_name)
+        spec = existing.get("spec") or {}
+        if spec.get("digest") != compiled.digest or spec != compiled.revision["spec"]:
+            raise ReconcileConflict(
+                Diagnostic(
+                    Code.E_CONFLICT,
+                    f"revision {compiled.revision_name} exists with different content "
+                    f"(digest {spec.get('digest')}, expected {compiled.digest})",
+                    path="metadata.name",
+                )
+            )
+        if existing["metadata"].get("deletionTimestamp"):
+            raise ReconcileConflict(
+                Diagnostic(
+                    Code.E_CONFLICT,
+                    f"revision {compiled.revision_name} is being deleted; retrying",
+                    path="metadata.name",
+                )
+            )
+        if REVISION_FINALIZER not in (existing["metadata"].get("finalizers") or []):
+            existing["metadata"]["finalizers"] = [
+                *(existing["metadata"].get("finalizers") or []),
+                REVISION_FINALIZER,
+            ]
+            existing = self.cluster.replace(r.NETWORK_TOPOLOGY_REVISIONS, existing)
+        return existing
+
+    # --- classes -----------------------------------------------------------------------
+
+    def _ensure_classes(self, compiled: CompiledTopology, revision: dict[str, Any]) -> list[str]:
+        names: list[str] = []
+        for wanted in compiled.device_classes(revision["metadata"]["uid"]):
+            name = wanted["metadata"]["name"]
+            names.append(name)
+            try:
+                self.cluster.create(r.DEVICE_CLASSES, wanted)
+                continue
+            except AlreadyExists:
+                pass
+            existing = self.cluster.get(r.DEVICE_CLASSES, name)
+            labels = existing["metadata"].get("labels") or {}
+            if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or existing.get("spec") != wanted["spec"]:
+                raise ReconcileConflict(
+                    Diagnostic(
+                        Code.E_CONFLICT,
+                        f"DeviceClass {name} exists and differs from the generated class; "
+                        "it is not overwritten",
+                        path="spec.steps",
+                    )
+                )
+        return names
+
+    def _mark_revision_ready(self, revision: dict[str, Any], classes: list[str]) -> None:
+        status = revision.get("status") or {}
+        generation = revision["metadata"].get("generation")
+        conds = set_condition(
+            status.get("conditions"),
+            "Ready",
+            True,
+            "ClassesPublished",
+            f"{len(classes)} DeviceClass(es) verified",
+            generation,
+        )
+        if status.get("phase") == "Ready" and status.get("conditions") == conds:
+            return
+        self.cluster.patch(
+            r.NETWORK_TOPOLOGY_REVISIONS,
+            revision["metadata"]["name"],
+            {"status": {"phase": "Ready", "observedGeneration": generation, "conditions": conds}},
+            status=True,
+        )
+
+    # --- topology status ---------------------------------------------------------------
+
+    def _report_ready(
+        self, topo: dict[str, Any], compiled: CompiledTopology, revision: dict[str, Any]
+    ) -> None:
+        generation = topo["metadata"].get("generation")
+        status = topo.get("status") or {}
+        ref = compiled.revision_ref(revision["metadata"]["uid"]).to_api()
+        roots = [
+            {"rootStep": root["rootStep"], "deviceClassName": root["deviceClassName"]}
+            for root in compiled.revision["spec"]["roots"]
+        ]
+        conds = set_condition(
+            status.get("conditions"),
+            "Ready",
+            True,
+            "RevisionReady",
+            f"revision {compiled.revision_name} is Ready",
+            generation,
+        )
+        new = {
+            "observedGeneration": generation,
+            "conditions": conds,
+            "revision": ref,
+            "roots": roots,
+            "diagnostics": None,
+        }
+        if all(status.get(k) == v for k, v in new.items() if v is not None) and not status.get(
+            "diagnostics"
+        ):
+            return
+        self.cluster.patch(
+            r.NETWORK_TOPOLOGIES, topo["metadata"]["name"], {"status": new}, status=True
+        )
+
+    def _report_failure(
+        self, topo: dict[str, Any], diagnostics: list[Diagnostic], reason: str
+    ) -> None:
+        """Failure status for the current generation; revision/roots of the last Ready
+        revision are kept, so workloads already pinned to it remain described."""
+        generation = topo["metadata"].get("generation")
+        status = topo.get("status") or {}
+        conds = set_condition(
+            status.get("conditions"), "Ready", False, reason, summary(diagnostics), generation
+        )
+        new = {
+            "observedGeneration": generation,
+            "conditions": conds,
+            "diagnostics": diagnostic_entries(diagnostics),
+        }
+        if all(status.get(k) == v for k, v in new.items()):
+            return
+        log.info(
+            "topology rejected name=%s generation=%s codes=%s",
+            topo["metadata"]["name"],
+            generation,
+            ",".join(d.code.value for d in diagnostics),
+        )
+        self.cluster.patch(
+            r.NETWORK_TOPOLOGIES, topo["metadata"]["name"], {"status": new}, status=True
+        )
