@@ -44,7 +44,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from . import discovery, errors, openapi, patches
+from . import discovery, errors, kinds, openapi, patches, table
 from .errors import ApiError
 from .identity import LAB_ADMIN, UserInfo
 from .kinds import ResourceType
@@ -293,7 +293,13 @@ class _Handler(BaseHTTPRequestHandler):
                     }
                 return self._watch(rt, namespace, params)
             if route.name:
-                self._send_json(200, store.get(rt, namespace, route.name))
+                obj = store.get(rt, namespace, route.name)
+                printer = self._printer(rt, params)
+                if printer is not None:
+                    rv = (obj.get("metadata") or {}).get("resourceVersion", "")
+                    self._send_json(200, printer([obj], rv, True))
+                    return 200
+                self._send_json(200, obj)
                 return 200
             return self._list(rt, namespace, params)
         if method == "POST":
@@ -444,8 +450,36 @@ class _Handler(BaseHTTPRequestHandler):
             next_token = base64.urlsafe_b64encode(
                 json.dumps({"rv": rv, "ns": next_key[0], "name": next_key[1]}).encode()
             ).decode()
+        printer = self._printer(rt, params)
+        if printer is not None:
+            body = printer(items, str(rv), True)
+            if next_token:
+                body["metadata"]["continue"] = next_token
+            self._send_json(200, body)
+            return 200
         self._send_json(200, _list_body(rt, items, rv, next_token, remaining))
         return 200
+
+    def _printer(self, rt: ResourceType, params: dict[str, str]) -> Any:
+        """A row printer when the client asked for ``meta.k8s.io`` Tables, else None."""
+        version = table.wants_table(self.headers.get("Accept") or "")
+        if version is None:
+            return None
+        crd = None
+        if rt.custom:
+            try:
+                crd = self.server.lab.store.get(kinds.CRD, "", f"{rt.plural}.{rt.group}")
+            except ApiError:
+                crd = None
+        columns = table.columns_for(rt, crd)
+        include = params.get("includeObject") or "Metadata"
+
+        def render(objs: list[dict[str, Any]], rv: str, definitions: bool) -> dict[str, Any]:
+            return table.table(
+                version, columns, objs, rv, include=include, with_definitions=definitions
+            )
+
+        return render
 
     def _watch(self, rt: ResourceType, namespace: str, params: dict[str, str]) -> int:
         lab = self.server.lab
@@ -457,6 +491,17 @@ class _Handler(BaseHTTPRequestHandler):
         bookmarks = params.get("allowWatchBookmarks") in _TRUE
         send_initial = params.get("sendInitialEvents") in _TRUE
         rv_param = params.get("resourceVersion") or ""
+
+        printer = self._printer(rt, params)
+        first_row = [True]
+
+        def emit(event: Mapping[str, Any]) -> None:
+            if printer is not None and event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                obj = event["object"]
+                rv = (obj.get("metadata") or {}).get("resourceVersion", "")
+                event = {"type": event["type"], "object": printer([obj], rv, first_row[0])}
+                first_row[0] = False
+            self._chunk(event)
 
         def matches(obj: Mapping[str, Any] | None) -> bool:
             return (
@@ -486,7 +531,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._chunk(_error_event(expired))
                 return 200
             for event in initial:
-                self._chunk(event)
+                emit(event)
             if send_initial and bookmarks:
                 self._chunk(_bookmark(rt, position, initial_end=True))
             deadline = time.monotonic() + timeout
@@ -504,7 +549,7 @@ class _Handler(BaseHTTPRequestHandler):
                     position = change.rv
                     out = _translate(rt, namespace, change, matches)
                     if out is not None:
-                        self._chunk(out)
+                        emit(out)
                 if bookmarks and time.monotonic() - last_bookmark >= lab.bookmark_interval:
                     self._chunk(_bookmark(rt, position))
                     last_bookmark = time.monotonic()

@@ -89,6 +89,13 @@ def test_apply_project_crds_and_a_topology(kubectl) -> None:
     kubectl("apply", "-f", str(example))
     names = kubectl("get", "networktopologies", "-o", "name").stdout.split()
     assert names == ["networktopology.networking.dra-multi-network.schseba.github.io/host-device"]
+    # server-side printing from the CRD's printer columns
+    header = kubectl("get", "networktopologies").stdout.splitlines()[0].split()
+    crd = yaml.safe_load(next(crds.glob("networktopologies.*.yaml")).read_text())
+    declared = [
+        c["name"].upper() for c in crd["spec"]["versions"][0].get("additionalPrinterColumns", [])
+    ]
+    assert header == ["NAME", *declared] or not declared
     rejected = kubectl(
         "apply",
         "-f",
