@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .kinds import ResourceType
@@ -172,7 +172,7 @@ def _row_object(obj: Mapping[str, Any], include: str) -> dict[str, Any] | None:
 def table(
     version: str,
     columns: list[dict[str, Any]],
-    objects: list[Mapping[str, Any]],
+    objects: Sequence[Mapping[str, Any]],
     resource_version: str,
     *,
     include: str = "Metadata",
