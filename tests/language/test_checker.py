@@ -441,3 +441,21 @@ def test_reason_codes_are_distinct() -> None:
     values = [c.value for c in Code]
     assert len(values) == len(set(values))
     assert all(v == name for name, v in Code.__members__.items() for _ in [0] if v == name)
+
+
+def test_diagnostics_point_inside_expressions() -> None:
+    text = variant(
+        OPERATION,
+        "          kind: t/tune/v1\n",
+        "          kind: t/tune/v1\n          when: 'call.config.up and call.config.nope'\n",
+    )
+    (diag,) = check_plugin(plugin(text), registry())
+    line = text.splitlines()[diag.line - 1]
+    assert diag.code.value == "E_REF_UNRESOLVED"
+    assert line[diag.column - 1 :].startswith("call.config.nope")
+    assert diag.path == "spec.hooks.connect.effects[1].when"
+    text = variant(OPERATION, "{from: call.inputs.parent}", "{from: 'call.inputs.parent[7]'}")
+    (diag,) = check_plugin(plugin(text), registry())
+    line = text.splitlines()[diag.line - 1]
+    assert diag.code.value == "E_CARDINALITY"
+    assert line[diag.column - 1 :].startswith("call.inputs.parent[7]")
