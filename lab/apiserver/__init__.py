@@ -1,8 +1,48 @@
 """The lab's Kubernetes API server (DESIGN §6): real client code runs against it unchanged.
 
-Start API: ``LabApiServer(port=0).start() -> url``, ``.stop()``, context manager, and the
-blocking ``serve(host, port)``. See :mod:`.server` for options and :mod:`.store` for the
-semantics implemented.
+Start API (stable)::
+
+    server = LabApiServer(port=0)      # options: store, history_limit, tls, tokens,
+    url = server.start()               #   bookmark_interval, webhooks (see .server)
+    server.stop()                      # or: with LabApiServer() as server: ...
+    serve("127.0.0.1", 6443)           # blocking; also python -m dmn.lab.apiserver
+
+Modules: :mod:`.server` (HTTP edge, watch streaming), :mod:`.store` (storage semantics),
+:mod:`.strategy` (per-kind rules), :mod:`.controllers` (GC, namespace and CRD lifecycle),
+:mod:`.schema` + :mod:`.cel_rules` (CRD validation), :mod:`.patches`, :mod:`.selectors`,
+:mod:`.admission` (webhooks), :mod:`.discovery`, :mod:`.openapi`, :mod:`.table`.
+
+Served kinds: core/v1 Namespace, Pod (+status, binding), Node (+status), Event, ConfigMap,
+Secret, ServiceAccount; coordination.k8s.io/v1 Lease; events.k8s.io/v1 Event;
+resource.k8s.io/v1 ResourceSlice, DeviceClass, ResourceClaim (+status),
+ResourceClaimTemplate; apiextensions.k8s.io/v1 CustomResourceDefinition (+status);
+admissionregistration.k8s.io/v1 Validating/MutatingWebhookConfiguration; and every custom
+resource a CRD defines (+status when the CRD declares it). Verbs: get, list, watch, create,
+update, patch, delete, deletecollection.
+
+Knowingly different from a real API server:
+
+* Built-in kinds are stored as sent: no typed validation or defaulting beyond metadata
+  (names, labels, ownerReferences) and a few lifecycle fields; unknown fields are kept.
+* Request and response bodies are JSON only (protobuf/CBOR/YAML bodies get 415); no
+  server-side apply (``apply-patch+yaml`` gets 415); strategic merge knows the merge keys
+  of the fields we touch (``patches.MERGE_KEYS``), other lists replace.
+* Lists always serve the latest state (``resourceVersion`` only checks it is not too old);
+  ``continue`` pages are not a snapshot.
+* Controllers (GC, namespace, CRD cleanup) run synchronously inside the write that
+  triggers them, and bypass admission; a real cluster does this asynchronously.
+* Status updates replace only ``status`` for every kind (a real Pod status update also
+  takes metadata changes). CRD ``status.acceptedNames`` is set at creation only.
+* CRD validation: structural keywords and CEL rules (standard CEL environment, no
+  Kubernetes CEL libraries or cost limits; rules the environment cannot evaluate are
+  skipped), no validation ratcheting, no conversion webhooks (versions share storage, only
+  ``apiVersion`` changes), the CRD's own schema is not checked for structural-ness.
+* No authorization; optional bearer-token authentication; impersonation headers honoured.
+* OpenAPI: ``/openapi/v3`` names patch parameters only (enough for ``kubectl apply``), no
+  model schemas, no ``/openapi/v2``. Table printing for built-ins shows Name/Age (+Pod
+  status/node), not kubectl's full built-in columns.
+* No aggregated discovery, no managedFields, no watch-list streaming beyond
+  ``sendInitialEvents``, no API priority and fairness, no audit.
 """
 
 from .identity import LAB_ADMIN, UserInfo

@@ -18,11 +18,9 @@ Semantics implemented here (the HTTP layer only translates):
 * delete: preconditions, finalizers → ``deletionTimestamp`` (+ generation bump), graceful
   deletion of Pods bound to a node (the kubelet finishes it with ``gracePeriodSeconds=0``),
   propagation ``Background`` (default), ``Foreground`` and ``Orphan``.
-* in-process controllers, run synchronously after every change under the store lock:
-  ownerReference garbage collection (dependents whose owners are all gone are deleted,
-  dangling references next to live owners are removed), foreground deletion, the namespace
-  lifecycle (Terminating, contents deleted, then the namespace), and CRDs (registration of the
-  served types on create, removal of all custom resources before the CRD goes).
+* in-process controllers (:mod:`.controllers`), run synchronously after every change under
+  the store lock: ownerReference garbage collection, foreground deletion, the namespace
+  lifecycle and CRD registration/cleanup. Per-kind rules live in :mod:`.strategy`.
 * custom resources: pruning of unknown fields (warning, or 400 with
   ``fieldValidation=Strict``), defaults, structural schema validation → 422 Invalid.
 
