@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from dmn.agent.inventory import Inventory, ScanConfig, scan
-from dmn.agent.personas import PersonaSet, Pins, build_personas
-from dmn.agent.slices import SlicePublisher, stripped_prerequisites
+from dmn.agent.personas import PersonaSet
+from dmn.agent.slices.publication import NodePublication
 from dmn.api.policy import DeviceExposurePolicy
 from dmn.lab.allocator import Allocator
 from tests.fixtures.policies import STANDARD_CLASSES
@@ -30,13 +30,16 @@ class Harness:
     inventory: Inventory
     policies: list[DeviceExposurePolicy]
     allocator: Allocator
-    publisher: SlicePublisher
+    publication: NodePublication
     cleanup_pending: set[str] = field(default_factory=set)
     extra_slices: list[dict[str, Any]] = field(default_factory=list)
     strip: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
     personas: PersonaSet | None = None
     slices: list[dict[str, Any]] = field(default_factory=list)
-    degraded: bool = False
+
+    @property
+    def degraded(self) -> bool:
+        return self.publication.degraded
 
     def allocated_devices(self) -> frozenset[str]:
         return frozenset(
@@ -44,22 +47,17 @@ class Harness:
         )
 
     def publish(self) -> PersonaSet:
-        previous = self.personas.by_name() if self.personas else {}
-        pins = Pins(
-            allocated=self.allocated_devices(),
-            cleanup_pending=frozenset(self.cleanup_pending),
-            previous=previous,
+        plan = self.publication.plan(
+            self.inventory, self.policies, {}, self.allocated_devices(), self.cleanup_pending
         )
-        personas = build_personas(self.inventory, self.policies, {}, pins, degraded=self.degraded)
-        _, slices = self.publisher.publish(personas)
-        stored = self.strip(slices) if self.strip else slices
-        if stripped_prerequisites(slices, stored) and not self.degraded:
-            # the agent notices the API server dropped fields and republishes degraded
-            self.degraded = True
+        stored = self.strip(plan.slices) if self.strip else plan.slices
+        was_degraded = self.publication.degraded
+        if self.publication.verify(plan.slices, stored) and not was_degraded:
+            # the agent noticed the API server dropped fields: republish degraded
             return self.publish()
-        self.personas, self.slices = personas, slices
+        self.personas, self.slices = plan.personas, plan.slices
         self.allocator.set_slices([*stored, *self.extra_slices])
-        return personas
+        return plan.personas
 
     def device(self, pci: str, persona: str) -> str:
         assert self.personas is not None
@@ -115,7 +113,7 @@ def make_harness(
         inventory=inventory,
         policies=list(policies),
         allocator=Allocator(NODE, classes=[*STANDARD_CLASSES, *classes]),
-        publisher=SlicePublisher(NODE),
+        publication=NodePublication(NODE),
     )
     h.publish()
     return h

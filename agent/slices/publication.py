@@ -1,0 +1,74 @@
+"""The node's publication loop state: personas → slices with pins, generations and read-back.
+
+:class:`NodePublication` is what the node agent holds per node. On every trigger (inventory
+change, policy event, allocation or cleanup change in the journal) it calls :meth:`plan`
+with the current inventory, policies, node labels and the journal's pins; after writing the
+slices it calls :meth:`verify` with what the API server stored. A stripped prerequisite
+field (feature gate off) switches the publication to degraded until the agent restarts
+with a server that keeps the fields — never silently back.
+
+Persist ``publisher.generation`` and ``last`` (the declarations) with the journal: a
+restarted agent must publish above its last generation and keep pinned declarations.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dmn.agent.inventory.facts import Inventory
+from dmn.agent.personas.build import Pins, build_personas
+from dmn.agent.personas.model import Finding, PersonaSet
+from dmn.agent.slices.build import SlicePublisher
+from dmn.agent.slices.readback import stripped_prerequisites
+from dmn.api.policy import DeviceExposurePolicy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Plan:
+    personas: PersonaSet
+    slices: list[dict[str, Any]]
+    changed: bool  # the content (and so the generation) changed
+
+
+@dataclass
+class NodePublication:
+    node_name: str
+    publisher: SlicePublisher = field(init=False)
+    degraded: bool = False
+    last: PersonaSet | None = None
+
+    def __post_init__(self) -> None:
+        self.publisher = SlicePublisher(self.node_name)
+
+    def plan(
+        self,
+        inventory: Inventory,
+        policies: Sequence[DeviceExposurePolicy],
+        labels: Mapping[str, str],
+        allocated: Iterable[str] = (),
+        cleanup_pending: Iterable[str] = (),
+    ) -> Plan:
+        pins = Pins(
+            allocated=frozenset(allocated),
+            cleanup_pending=frozenset(cleanup_pending),
+            previous=self.last.by_name() if self.last else {},
+        )
+        personas = build_personas(inventory, policies, labels, pins, degraded=self.degraded)
+        changed, slices = self.publisher.publish(personas)
+        self.last = personas
+        return Plan(personas, slices, changed)
+
+    def verify(self, written: list[dict[str, Any]], stored: list[dict[str, Any]]) -> list[Finding]:
+        """Compare with the stored slices; on loss, become degraded (re-plan afterwards)."""
+        findings = stripped_prerequisites(written, stored)
+        if findings and not self.degraded:
+            log.warning(
+                "slice publication degraded node=%s findings=%d", self.node_name, len(findings)
+            )
+            self.degraded = True
+        return findings
