@@ -435,3 +435,23 @@ def test_representor_persona_only_where_a_representor_exists(inv: Inventory) -> 
     assert "0000:5e:02.0" not in exposed  # legacy X710 VF: no representor
     p = find(ps, mlx_vf_address(0, 0), "representor")
     assert p is not None and p.grants[0].type is HandleType.HOST_REPRESENTOR
+
+
+def test_policy_status_conditions(inv: Inventory) -> None:
+    from dmn.agent.personas.status import policy_status
+
+    a = policy("a", persona="kernel", plugin="sriov-cni", mode="kernel",
+               selector={"pciAddresses": [X710_PF]})  # fmt: skip
+    b = policy("b", persona="kernel", plugin="host-cni", mode="kernel",
+               selector={"kind": "PF", "vendors": ["0x8086"]})  # fmt: skip
+    ok = policy("ok", persona="kernel", plugin="host-cni", mode="kernel",
+                selector={"pciAddresses": [MLX_PF0]})  # fmt: skip
+    ps = build_personas(inv, [a, b, ok], {})
+    now = "2026-11-29T08:00:00Z"
+    bad = {c.type: c for c in policy_status("a", ps, 3, now).conditions or []}
+    assert bad["Ready"].status == "False" and bad["Conflict"].status == "True"
+    assert bad["Ready"].reason == "E_POLICY_CONFLICT"
+    good = policy_status("ok", ps, 1, now)
+    conds = {c.type: c for c in good.conditions or []}
+    assert conds["Ready"].status == "True" and good.exposed_devices == 1
+    assert good.diagnostics is None
