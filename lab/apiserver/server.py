@@ -97,6 +97,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _HttpServer
     timeout = 300  # idle keep-alive connections end eventually
+    _raw_body = b""
 
     # --- plumbing ----------------------------------------------------------------------
 
@@ -135,8 +136,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _read_body(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        raw = self._raw_body
         if not raw:
             return None
         content_type = (self.headers.get("Content-Type") or _JSON).split(";")[0].strip()
@@ -169,6 +169,16 @@ class _Handler(BaseHTTPRequestHandler):
         started = time.monotonic()
         code = 200
         try:
+            # Consume the whole body first: an early error must not leave bytes on a
+            # keep-alive connection for the next request to trip over.
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if length < 0 or self.headers.get("Transfer-Encoding"):
+                self.close_connection = True
+                raise errors.bad_request("a request body needs a valid Content-Length")
+            self._raw_body = self.rfile.read(length) if length else b""
             code = self._handle(method)
         except ApiError as exc:
             code = exc.code
@@ -194,7 +204,6 @@ class _Handler(BaseHTTPRequestHandler):
         params = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         parts = [p for p in url.path.split("/") if p]
         lab = self.server.lab
-        user = self._user()
         if method == "GET" and len(parts) == 1 and parts[0] in ("healthz", "readyz", "livez"):
             data = b"ok"
             self.send_response(200)
@@ -206,6 +215,7 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET" and parts == ["version"]:
             self._send_json(200, discovery.version())
             return 200
+        user = self._user()
         if method == "GET" and parts[:2] == ["openapi", "v3"]:
             if len(parts) == 2:
                 self._send_json(200, openapi.root_document(lab.store.types()))

@@ -222,3 +222,23 @@ def test_resource_types_we_touch_are_served(api: client.ApiClient, ns: str) -> N
         },
     )
     assert event.reason == "Test"
+
+
+def test_rejected_request_leaves_keep_alive_connection_usable(lab) -> None:
+    """An error answered before the body is parsed must not desynchronise the connection."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    url = urlsplit(lab.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port)
+    body = json.dumps({"data": {"a": "1"}})
+    conn.request(
+        "PATCH", "/api/v1/namespaces/default/configmaps/x", body, {"Content-Type": "text/plain"}
+    )
+    first = conn.getresponse()
+    first.read()
+    assert first.status == 415
+    conn.request("GET", "/api/v1/namespaces/default")
+    second = conn.getresponse()
+    assert second.status == 200 and json.loads(second.read())["metadata"]["name"] == "default"
+    conn.close()
