@@ -176,8 +176,12 @@ def test_arbitrary_yaml_documents(value: Any) -> None:
             "kind": kind,
             **(value if isinstance(value, dict) else {"spec": value}),
         }
-        _, diags = load_text(dump(doc), "fuzz.yaml")
+        docs, diags = load_text(dump(doc), "fuzz.yaml")
         assert_diagnostics(diags)
+        for model, yaml_doc in docs:
+            if isinstance(model, NetworkPlugin):
+                plugin, merge = plugin_from_descriptor(model, yaml_doc.source)
+                assert_diagnostics(merge + check_plugin(plugin, REGISTRY))
 
 
 @examples(500)
