@@ -409,3 +409,11 @@ def test_policy_change_while_allocated_waits_for_drain(h: Harness) -> None:
 
 def test_no_policy_for_x710_means_no_devices(h: Harness) -> None:
     assert all(p.pci_address != X710_PF for p in h.personas.personas)  # type: ignore[union-attr]
+
+
+def test_allocation_results_validate_against_upstream_claim_schema(h: Harness) -> None:
+    import kubernetes_validate
+
+    c = claim("mac", on_pf0("pf-macvlan"), request("v", "vf-kernel"))
+    (allocation,) = h.allocate(c)
+    kubernetes_validate.validate({**c, "status": {"allocation": allocation}}, "1.37.0", strict=True)
