@@ -34,6 +34,12 @@ class Plan:
     slices: list[dict[str, Any]]
     changed: bool  # the content (and so the generation) changed
 
+    def obsolete(self, existing: Iterable[str]) -> list[str]:
+        """Names of this node's existing slices to delete after writing the plan: a pool
+        that shrank must not leave slices of an older generation behind."""
+        keep = {s["metadata"]["name"] for s in self.slices}
+        return sorted(set(existing) - keep)
+
 
 @dataclass
 class NodePublication:

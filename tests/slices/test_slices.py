@@ -214,3 +214,23 @@ def test_node_check_refuses_cleanup_pending_and_unknown(reference: PersonaSet) -
     assert pending.code is FindingCode.E_CLEANUP_PENDING
     (unknown,) = node_allocation_check(reference, ["inv-ffffffffffff-kernel"], [])
     assert unknown.code is FindingCode.E_UNKNOWN_DEVICE
+
+
+def test_node_publication_plans_generations_and_obsolete_slices(
+    tmp_path: Path, synthetic: PersonaSet
+) -> None:
+    from dmn.agent.slices import NodePublication
+
+    inv = inventory(build_reference_node(tmp_path))
+    pub = NodePublication("worker-a")
+    first = pub.plan(inv, standard_policies(), {})
+    again = pub.plan(inv, standard_policies(), {})
+    assert first.changed and not again.changed
+    assert {s["spec"]["pool"]["generation"] for s in again.slices} == {1}
+    fewer = pub.plan(inv, standard_policies()[:1], {})
+    assert fewer.changed and {s["spec"]["pool"]["generation"] for s in fewer.slices} == {2}
+    old_names = [s["metadata"]["name"] for s in first.slices]
+    assert fewer.obsolete(old_names) == sorted(
+        set(old_names) - {s["metadata"]["name"] for s in fewer.slices}
+    )
+    assert fewer.obsolete(old_names)  # the pool shrank
