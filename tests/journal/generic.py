@@ -109,6 +109,8 @@ class GenericExecutor:
         self.world.reload()
         self.world.check_fail("observe", ctx.effect_id)
         ok = ctx.alias in self.world.data["objects"]
+        if self.world.fail.get("observe") == f"{ctx.effect_id}=postcondition":
+            ok = False
         return Observed(ok, self._outputs(ctx) if ok else {})
 
     def undo(

@@ -165,6 +165,28 @@ class Matrix:
             assert self.recover_and_check(case, allow_completed=False) == "Undone"
             self.recover_again_then_retry(case, "Undone")
 
+    def injected_failures(self, observe_effect: str, undo_effect: str) -> None:
+        # observe: postconditions false → the effect is undone with the rest
+        case = self.case()
+        _, report = case.step("run", fail={"observe": f"{observe_effect}=postcondition"})
+        assert report is not None and report["state"] == "Undone"
+        failure = op_of(report["dump"], case.op)["failure"]
+        assert (failure["code"], failure["effect"]) == ("E_POSTCONDITION", observe_effect)
+        assert case.world() == self.initial_world()
+        # undo fails during cleanup → that effect Quarantined with a record, the rest undone,
+        # recovery leaves it alone
+        case = self.case(completed=True)
+        _, report = case.step("cleanup", fail={"undo": undo_effect})
+        assert report is not None and report["state"] == "Quarantined"
+        op = op_of(report["dump"], case.op)
+        assert [q["id"] for q in report["dump"]["quarantined"]] == [undo_effect]
+        assert all(e["state"] == "Undone" for e in op["effects"] if e["id"] != undo_effect)
+        assert self.without(case.world(), op) == self.without(self.initial_world(), op)
+        snap = case.world()
+        _, report = case.step("recover")
+        assert report is not None and report["recovered"] == [] and report["commits"] == 0
+        assert case.world() == snap
+
 
 def _programs() -> list[tuple[str, BoundProgram, dict[str, Any]]]:
     return [
@@ -202,6 +224,7 @@ def test_crash_matrix_builtin(server: Server, crash_dir: Path, label: str) -> No
     failing = [e.id for e in program.effects if e.id not in m.quarantinable()]
     if failing:
         m.compensation_crashes(failing[-1])
+        m.injected_failures(failing[-1], program.effects[0].id)
 
 
 def test_crash_matrix_covers_every_builtin_effect_line() -> None:
