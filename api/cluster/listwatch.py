@@ -5,8 +5,9 @@ object, then a ``SYNCED`` marker (object = ``{"metadata": {"resourceVersion": rv
 live changes. Each watch request resumes from the last version seen (bookmarks included);
 when the server answers 410 Gone it relists and emits the *difference* against what it had
 reported — ``ADDED``/``MODIFIED`` for new or changed objects, ``DELETED`` for vanished ones —
-followed by another ``SYNCED``. Connection failures back off and retry. ``stop()`` ends the
-iteration from any thread.
+followed by another ``SYNCED``. Other failures (server unreachable, the resource not served
+yet because its CRD is not installed, ...) are logged and retried with exponential backoff,
+as client-go informers do. ``stop()`` ends the iteration from any thread.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .access import Cluster, WatchEvent, WatchStream
-from .errors import Gone, Unavailable
+from .errors import ApiFailure, Gone
 from .resources import Resource
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ class ListWatch:
             except Gone:
                 log.info("watch expired, relisting resource=%s", self.resource.plural)
                 rv = None
-            except Unavailable as exc:
+            except ApiFailure as exc:  # Unavailable, NotFound (CRD not installed yet), ...
                 if self._stopped.is_set():
                     return
                 log.warning(

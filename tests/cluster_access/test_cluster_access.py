@@ -238,3 +238,42 @@ def test_apply_manifests_by_discovery(cluster: Cluster) -> None:
     assert updated["spec"] == {"text": "b"} and updated["metadata"]["labels"] == {"v": "2"}
     assert updated["metadata"]["uid"] == created["metadata"]["uid"]
     assert cluster.resource_for("v1", "ConfigMap") == r.CONFIG_MAPS
+
+
+def test_list_watch_waits_for_a_crd_to_appear(cluster: Cluster) -> None:
+    import threading
+
+    res = r.Resource("late.example.com", "v1", "lates", "Late", False)
+    lw = ListWatch(cluster, res, timeout_seconds=1, max_backoff=0.2)
+    seen: list[str] = []
+
+    def consume() -> None:
+        for event in lw.events():
+            seen.append(event.type)
+            if event.type == "ADDED":
+                lw.stop()
+
+    thread = threading.Thread(target=consume)
+    thread.start()
+    cluster.create(
+        r.CUSTOM_RESOURCE_DEFINITIONS,
+        {
+            "metadata": {"name": "lates.late.example.com"},
+            "spec": {
+                "group": "late.example.com",
+                "scope": "Cluster",
+                "names": {"plural": "lates", "kind": "Late"},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {"openAPIV3Schema": {"type": "object"}},
+                    }
+                ],
+            },
+        },
+    )
+    cluster.create(res, {"metadata": {"name": "one"}})
+    thread.join(10)
+    assert not thread.is_alive() and seen[-1] == "ADDED"
