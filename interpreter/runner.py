@@ -261,9 +261,13 @@ class Runner:
             return RunResult.of(op)
 
     def fence(self, scope: str, reason: str, operation_id: str = "") -> None:
-        """Record a terminal fence on ``scope`` without undoing anything (one commit)."""
-        with self.lock.hold(f"fence {scope}"):
-            self.journal.commit(None, fences=[Fence(scope, reason, operation_id)])
+        """Record a terminal fence on ``scope`` without undoing anything (one commit).
+
+        Deliberately does not wait for the node mutation lock: removal fences first, then
+        waits for work in flight. A run of that scope in progress sees the fence at its next
+        effect's recheck and compensates instead of finishing (seed 002 §5.4).
+        """
+        self.journal.commit(None, fences=[Fence(scope, reason, operation_id)])
 
     def recover(self) -> list[RunResult]:
         """Reconcile every unfinished operation (start-up). Running it twice changes nothing."""

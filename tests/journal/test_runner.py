@@ -436,3 +436,33 @@ def test_concurrent_runs_are_serialised_by_the_node_lock() -> None:
         t.join()
     assert overlap == [False] * 4
     assert all(journal.load_operation(f"op{i}").state is OperationState.COMPLETED for i in range(4))
+
+
+def test_fence_during_a_run_in_flight_stops_it_at_the_next_effect() -> None:
+    import threading
+
+    world = World(data=copy.deepcopy(foreign_world()))
+    executors = world_executors(world)
+    create = executors["test/create/v1"]
+    original_apply = create.apply
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_apply(ctx, before) -> None:
+        original_apply(ctx, before)
+        entered.set()
+        assert release.wait(5)
+
+    create.apply = slow_apply
+    journal = MemoryJournal()
+    runner = Runner(journal, executors, lock=NodeMutationLock(timeout=5))
+    results = []
+    t = threading.Thread(target=lambda: results.append(runner.run("op1", "att/a", child_program())))
+    t.start()
+    assert entered.wait(5)
+    runner.fence("att/a", "sandbox removed")  # does not wait for the run's lock
+    release.set()
+    t.join()
+    [result] = results
+    assert result.state is OperationState.UNDONE
+    assert result.failure.code == RunCode.E_FENCED.value and result.failure.effect == "mtu"
+    assert state(world) == INITIAL
