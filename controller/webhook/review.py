@@ -1,0 +1,240 @@
+"""Admission decisions for AdmissionReview v1 requests (pure except for plugin lookup).
+
+What is validated (seed 000 §4.1, §12.2), always failing closed:
+
+* NetworkTopology create/update — the same compiler the controller runs, against the
+  NetworkPlugins in the cluster; every diagnostic becomes a status cause
+  (``reason`` = reason code, ``field`` = field path);
+* NetworkPlugin create/update — the language checker on the whole plugin; a ``Builtin``
+  plugin must carry exactly the shipped contract of its handler (a manifest cannot grant
+  a builtin effects it does not implement);
+* DeviceExposurePolicy create/update — the strict policy model;
+* NetworkTopologyRevision — written only by the controller's identities; spec immutable;
+  on create, ``spec.digest`` must equal the semantic digest recomputed from the spec and
+  every locked plugin's ``contractDigest`` must match its captured descriptor;
+* DeviceClass — a generated class (managed-by label, or carrying our
+  TopologyRootConfiguration) is written or deleted only by the controller's identities.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from dmn.api.identity import DRIVER, LABEL_MANAGED_BY, MANAGED_BY
+from dmn.api.policy import DeviceExposurePolicy
+from dmn.controller.compile.compiler import compile_topology
+from dmn.controller.compile.digest import semantic_digest
+from dmn.controller.compile.plugin_sources import plugin_from_object
+from dmn.interpreter.bound import sha256_digest
+from dmn.interpreter.checker import check_plugin
+from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
+from dmn.interpreter.loader import Plugin, load_builtin_plugins
+from dmn.opcodes.spec import OpcodeRegistry
+
+log = logging.getLogger(__name__)
+
+MAX_CAUSES = 32
+
+
+@dataclass
+class ReviewContext:
+    registry: OpcodeRegistry
+    #: NetworkPlugins as the cluster has them now (raises if the cluster is unreachable).
+    plugins: Callable[[], Mapping[str, Plugin]]
+    controller_users: frozenset[str] = frozenset()
+
+
+def _deny(uid: str, diagnostics: list[Diagnostic], summary: str) -> dict[str, Any]:
+    causes = [
+        {"reason": d.code.value, "field": d.path, "message": d.message}
+        for d in diagnostics[:MAX_CAUSES]
+    ]
+    first = diagnostics[0] if diagnostics else None
+    message = summary
+    if first is not None:
+        message += f": {first.code.value} at {first.path or '<object>'}: {first.message}"
+        if len(diagnostics) > 1:
+            message += f" (and {len(diagnostics) - 1} more)"
+    return {
+        "uid": uid,
+        "allowed": False,
+        "status": {
+            "status": "Failure",
+            "code": 422,
+            "reason": "Invalid",
+            "message": message,
+            "details": {"causes": causes},
+        },
+    }
+
+
+def _allow(uid: str) -> dict[str, Any]:
+    return {"uid": uid, "allowed": True}
+
+
+def _forbid(uid: str, message: str) -> dict[str, Any]:
+    return {
+        "uid": uid,
+        "allowed": False,
+        "status": {"status": "Failure", "code": 403, "reason": "Forbidden", "message": message},
+    }
+
+
+def _is_generated_class(obj: Mapping[str, Any] | None) -> bool:
+    if not obj:
+        return False
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    if labels.get(LABEL_MANAGED_BY) == MANAGED_BY:
+        return True
+    for cfg in (obj.get("spec") or {}).get("config") or []:
+        opaque = cfg.get("opaque") or {}
+        params = opaque.get("parameters") or {}
+        if opaque.get("driver") == DRIVER and params.get("kind") == "TopologyRootConfiguration":
+            return True
+    return False
+
+
+def review(request: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
+    """The AdmissionReview ``response`` for one ``request``."""
+    uid = str(request.get("uid", ""))
+    kind = (request.get("kind") or {}).get("kind")
+    operation = request.get("operation")
+    obj = request.get("object")
+    old = request.get("oldObject")
+    user = str((request.get("userInfo") or {}).get("username", ""))
+    try:
+        if kind == "NetworkTopology" and operation in ("CREATE", "UPDATE"):
+            return _topology(uid, obj or {}, ctx)
+        if kind == "NetworkPlugin" and operation in ("CREATE", "UPDATE"):
+            return _plugin(uid, obj or {}, ctx)
+        if kind == "DeviceExposurePolicy" and operation in ("CREATE", "UPDATE"):
+            return _policy(uid, obj or {})
+        if kind == "NetworkTopologyRevision":
+            return _revision(uid, operation, obj, old, user, ctx)
+        if kind == "DeviceClass":
+            if (_is_generated_class(obj) or _is_generated_class(old)) and (
+                user not in ctx.controller_users
+            ):
+                return _forbid(
+                    uid, f"generated DeviceClasses are written only by the controller, not {user!r}"
+                )
+            return _allow(uid)
+    except Exception as exc:  # fail closed, with a reason, never a traceback to the client
+        log.exception("admission review failed kind=%s operation=%s", kind, operation)
+        return _forbid(uid, f"admission could not validate {kind}: {type(exc).__name__}: {exc}")
+    return _allow(uid)
+
+
+def _topology(uid: str, obj: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    result = compile_topology(obj, ctx.plugins(), ctx.registry, uid=str(meta.get("uid", "")))
+    if result.diagnostics:
+        return _deny(uid, list(result.diagnostics), "NetworkTopology rejected")
+    return _allow(uid)
+
+
+def _plugin(uid: str, obj: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
+    name = str((obj.get("metadata") or {}).get("name", ""))
+    plugin, diagnostics = plugin_from_object(obj, f"networkplugin/{name}")
+    if plugin is not None and not diagnostics:
+        diagnostics = check_plugin(plugin, ctx.registry)
+    if plugin is None or has_errors(diagnostics):
+        return _deny(uid, diagnostics, "NetworkPlugin rejected")
+    impl = plugin.descriptor.spec.implementation
+    if impl.type == "Builtin":
+        shipped = load_builtin_plugins().get(impl.handler or "")
+        if shipped is None or shipped.contract_digest != plugin.contract_digest:
+            return _deny(
+                uid,
+                [
+                    Diagnostic(
+                        Code.E_CONFLICT,
+                        f"Builtin handler {impl.handler!r}: the descriptor differs from the "
+                        "contract this build implements",
+                        path="spec.implementation.handler",
+                    )
+                ],
+                "NetworkPlugin rejected",
+            )
+    return _allow(uid)
+
+
+def _policy(uid: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        DeviceExposurePolicy.model_validate({k: v for k, v in obj.items() if k != "status"})
+    except ValidationError as exc:
+        diagnostics = [
+            Diagnostic(
+                Code.E_UNKNOWN_FIELD if e["type"] == "extra_forbidden" else Code.E_SCHEMA,
+                e["msg"],
+                path=".".join(str(p) for p in e["loc"]),
+            )
+            for e in exc.errors()
+        ]
+        return _deny(uid, diagnostics, "DeviceExposurePolicy rejected")
+    return _allow(uid)
+
+
+def _revision(
+    uid: str,
+    operation: Any,
+    obj: Mapping[str, Any] | None,
+    old: Mapping[str, Any] | None,
+    user: str,
+    ctx: ReviewContext,
+) -> dict[str, Any]:
+    if (
+        operation == "UPDATE"
+        and obj is not None
+        and old is not None
+        and obj.get("spec") != old.get("spec")
+    ):
+        return _deny(
+            uid,
+            [Diagnostic(Code.E_CONFLICT, "revision spec is immutable", path="spec")],
+            "NetworkTopologyRevision rejected",
+        )
+    if user not in ctx.controller_users:
+        return _forbid(uid, f"revisions are written only by the controller, not {user!r}")
+    if operation == "CREATE" and obj is not None:
+        problems = verify_revision_digest(obj.get("spec") or {})
+        if problems:
+            return _deny(uid, problems, "NetworkTopologyRevision rejected")
+    return _allow(uid)
+
+
+def verify_revision_digest(spec: Mapping[str, Any]) -> list[Diagnostic]:
+    """The digest matches the canonical spec content and each locked contract its bytes."""
+    problems: list[Diagnostic] = []
+    contracts: dict[str, str] = {}
+    for i, locked in enumerate(spec.get("plugins") or []):
+        digest = sha256_digest(locked.get("descriptor"))
+        if digest != locked.get("contractDigest"):
+            problems.append(
+                Diagnostic(
+                    Code.E_CONFLICT,
+                    f"plugin {locked.get('name')}: contractDigest does not match the descriptor",
+                    path=f"spec.plugins[{i}].contractDigest",
+                )
+            )
+        contracts[str(locked.get("name"))] = str(locked.get("contractDigest"))
+    expected = semantic_digest(
+        str((spec.get("topologyRef") or {}).get("uid", "")),
+        spec.get("normalizedSpec") or {},
+        contracts,
+        str(spec.get("opcodeContractsDigest", "")),
+    )
+    if expected != spec.get("digest"):
+        problems.append(
+            Diagnostic(
+                Code.E_CONFLICT,
+                f"digest does not match the canonical spec content (expected {expected})",
+                path="spec.digest",
+            )
+        )
+    return problems

@@ -1,0 +1,148 @@
+"""The admission webhook: HTTPS server for AdmissionReview v1 (``POST /validate``).
+
+Certificates come from files (see :mod:`.tls` for rotation). The server is threaded,
+answers ``GET /healthz`` for readiness, and never returns a traceback: malformed
+requests get 400, and validation problems are denials with reason-coded causes.
+Plugins are read from the API server for every topology review (fail closed if it is
+unreachable).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from dmn.api.cluster import Cluster
+from dmn.api.cluster import resources as r
+from dmn.controller.compile.plugin_sources import plugins_from_objects
+from dmn.controller.webhook.review import ReviewContext, review
+from dmn.controller.webhook.tls import ReloadingTLS
+from dmn.interpreter.loader import Plugin
+from dmn.opcodes.spec import OpcodeRegistry
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 3 * 1024 * 1024
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("webhook %s", format % args)
+
+    def _send(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path == "/healthz":
+            self._send(200, {"status": "ok"})
+        else:
+            self._send(404, {"message": "not found"})
+
+    def do_POST(self) -> None:
+        if self.path.split("?")[0] != "/validate":
+            self._send(404, {"message": "not found"})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if length <= 0 or length > MAX_BODY:
+            self._send(400, {"message": "body missing or too large"})
+            return
+        try:
+            body = json.loads(self.rfile.read(length))
+            request = body["request"]
+            if body.get("apiVersion") != "admission.k8s.io/v1" or not isinstance(request, dict):
+                raise ValueError("not an admission.k8s.io/v1 AdmissionReview")
+        except (ValueError, KeyError, TypeError) as exc:
+            self._send(400, {"message": f"bad AdmissionReview: {exc}"})
+            return
+        response = review(request, self.server.context)
+        self._send(
+            200,
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response},
+        )
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    context: ReviewContext
+    tls: ReloadingTLS
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, addr = super().get_request()
+        # Handshake happens on first read, in the handler thread, with the current pair.
+        wrapped = self.tls.context().wrap_socket(
+            sock, server_side=True, do_handshake_on_connect=False
+        )
+        return wrapped, addr
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.info("webhook connection error client=%s", client_address)
+
+
+class WebhookServer:
+    def __init__(
+        self,
+        cluster: Cluster | None,
+        registry: OpcodeRegistry,
+        *,
+        cert_file: str,
+        key_file: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        controller_users: frozenset[str] = frozenset(),
+    ) -> None:
+        self.cluster = cluster
+        self.tls = ReloadingTLS(cert_file, key_file)
+        self.context = ReviewContext(
+            registry=registry, plugins=self._plugins, controller_users=controller_users
+        )
+        self.host, self.port = host, port
+        self._httpd: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def _plugins(self) -> dict[str, Plugin]:
+        if self.cluster is None:
+            from dmn.interpreter.loader import load_builtin_plugins
+
+            return load_builtin_plugins()
+        plugins, _ = plugins_from_objects(self.cluster.list(r.NETWORK_PLUGINS).items)
+        return plugins
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None
+        host, port = self._httpd.server_address[:2]
+        return f"https://{host!s}:{port}"
+
+    def start(self) -> str:
+        httpd = _Server((self.host, self.port), _Handler)
+        httpd.context = self.context
+        httpd.tls = self.tls
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="webhook", daemon=True
+        )
+        self._thread.start()
+        log.info("webhook serving url=%s", self.url)
+        return self.url
+
+    def stop(self) -> None:
+        if self._httpd is None:
+            return
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._httpd = None

@@ -1,0 +1,308 @@
+"""AdmissionReview v1 JSON over HTTPS to the real webhook server (throwaway CA), and
+end to end: the lab API server calling the webhook while the real controller runs."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import http.client
+import json
+import re
+import ssl
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dmn.api.cluster import ApiFailure, Cluster, connect
+from dmn.api.cluster import resources as r
+from dmn.controller.compile.compiler import compile_topology
+from dmn.controller.manager import Controller
+from dmn.controller.webhook.server import WebhookServer
+from dmn.interpreter.loader import load_builtin_plugins
+from dmn.lab.apiserver import LabApiServer
+from dmn.lab.apiserver.identity import UserInfo
+from dmn.opcodes.registry import default_registry
+from tests.controller.support import PLUGIN_DIR, example, install, topology_settled, wait_for
+from tests.webhook.certs import ThrowawayCA
+
+CONTROLLER = "system:serviceaccount:dra-multi-network:dra-multi-network-controller"
+
+
+@pytest.fixture(scope="module")
+def ca() -> ThrowawayCA:
+    return ThrowawayCA()
+
+
+@pytest.fixture(scope="module")
+def pki(ca: ThrowawayCA, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    d = tmp_path_factory.mktemp("pki")
+    (d / "ca.crt").write_bytes(ca.pem())
+    ca.issue(d / "tls.crt", d / "tls.key")
+    return d / "ca.crt", d / "tls.crt", d / "tls.key"
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[LabApiServer]:
+    tokens = {
+        "ctl": UserInfo(CONTROLLER, ("system:authenticated",)),
+        "alice": UserInfo("alice", ("system:authenticated",)),
+    }
+    with LabApiServer(tokens=tokens, bookmark_interval=0.5) as server:
+        with Cluster(connect(url=server.url, token="ctl")) as c:
+            install(c)
+        yield server
+
+
+@pytest.fixture(scope="module")
+def webhook(lab: LabApiServer, pki: tuple[Path, Path, Path]) -> Iterator[WebhookServer]:
+    _, cert, key = pki
+    with Cluster(connect(url=lab.url, token="ctl")) as c:
+        server = WebhookServer(
+            c,
+            default_registry(),
+            cert_file=str(cert),
+            key_file=str(key),
+            controller_users=frozenset({CONTROLLER}),
+        )
+        server.start()
+        yield server
+        server.stop()
+
+
+def post(
+    webhook: WebhookServer, ca_file: Path, request: dict[str, Any]
+) -> tuple[dict[str, Any], int]:
+    ctx = ssl.create_default_context(cafile=str(ca_file))
+    host, port = webhook.url.removeprefix("https://").split(":")
+    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=10)
+    try:
+        body = json.dumps(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+        )
+        conn.request("POST", "/validate", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = json.loads(resp.read())
+        serial = conn.sock.getpeercert()["serialNumber"]  # type: ignore[union-attr]
+        assert data["response"]["uid"] == request["uid"]
+        return data["response"], int(serial, 16)
+    finally:
+        conn.close()
+
+
+def req(
+    kind: str, group: str, op: str, obj: Any, old: Any = None, user: str = "alice"
+) -> dict[str, Any]:
+    plural = {
+        "NetworkTopology": "networktopologies",
+        "NetworkPlugin": "networkplugins",
+        "NetworkTopologyRevision": "networktopologyrevisions",
+        "DeviceClass": "deviceclasses",
+        "DeviceExposurePolicy": "deviceexposurepolicies",
+    }[kind]
+    version = "v1" if group == "resource.k8s.io" else "v1alpha1"
+    return {
+        "uid": str(uuid.uuid4()),
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": plural},
+        "name": ((obj or old) or {}).get("metadata", {}).get("name", ""),
+        "operation": op,
+        "userInfo": {"username": user, "groups": ["system:authenticated"]},
+        "object": obj,
+        "oldObject": old,
+        "dryRun": False,
+    }
+
+
+G = "networking.dra-multi-network.schseba.github.io"
+
+
+def test_topology_validation(webhook: WebhookServer, pki: tuple[Path, Path, Path]) -> None:
+    ca_file = pki[0]
+    good = example("dual-vf-bond-vlan")
+    resp, _ = post(webhook, ca_file, req("NetworkTopology", G, "CREATE", good))
+    assert resp["allowed"] is True
+    bad = copy.deepcopy(good)
+    bad["spec"]["steps"][2]["inputs"]["members"][0]["from"] = "tenant.interface"
+    resp, _ = post(webhook, ca_file, req("NetworkTopology", G, "UPDATE", bad, good))
+    assert resp["allowed"] is False
+    causes = resp["status"]["details"]["causes"]
+    assert causes[0]["reason"] == "E_CYCLE" and causes[0]["field"].startswith("spec.steps[")
+    assert "E_CYCLE" in resp["status"]["message"]
+
+
+def test_plugin_validation(webhook: WebhookServer, pki: tuple[Path, Path, Path]) -> None:
+    builtin = yaml.safe_load((PLUGIN_DIR / "vlan-cni.yaml").read_text())
+    resp, _ = post(webhook, pki[0], req("NetworkPlugin", G, "CREATE", builtin))
+    assert resp["allowed"] is True
+    widened = copy.deepcopy(builtin)
+    widened["spec"]["allowedEffects"].append("linux/link-move/v1")
+    resp, _ = post(webhook, pki[0], req("NetworkPlugin", G, "UPDATE", widened, builtin))
+    assert resp["allowed"] is False
+    assert resp["status"]["details"]["causes"][0]["reason"] == "E_CONFLICT"
+    custom = copy.deepcopy(builtin)
+    custom["metadata"]["name"] = "my-vlan"
+    custom["spec"]["implementation"] = {"type": "EffectProgram"}
+    resp, _ = post(webhook, pki[0], req("NetworkPlugin", G, "CREATE", custom))
+    assert resp["allowed"] is True
+    custom["spec"]["allowedEffects"] = ["linux/create-vlan/v1"]
+    resp, _ = post(webhook, pki[0], req("NetworkPlugin", G, "CREATE", custom))
+    assert resp["allowed"] is False
+    assert "E_EFFECT_DENIED" in {c["reason"] for c in resp["status"]["details"]["causes"]}
+
+
+def test_policy_validation(webhook: WebhookServer, pki: tuple[Path, Path, Path]) -> None:
+    bad = {
+        "apiVersion": f"{G}/v1alpha1",
+        "kind": "DeviceExposurePolicy",
+        "metadata": {"name": "p"},
+        "spec": {"priority": "high"},
+    }
+    resp, _ = post(webhook, pki[0], req("DeviceExposurePolicy", G, "CREATE", bad))
+    assert resp["allowed"] is False and resp["status"]["details"]["causes"]
+
+
+def _revision() -> dict[str, Any]:
+    topo = example("vfio")
+    topo["metadata"]["uid"] = "uid-1"
+    compiled = compile_topology(topo, load_builtin_plugins()).compiled
+    assert compiled is not None
+    return compiled.revision
+
+
+def test_revision_protection(webhook: WebhookServer, pki: tuple[Path, Path, Path]) -> None:
+    rev = _revision()
+    resp, _ = post(webhook, pki[0], req("NetworkTopologyRevision", G, "CREATE", rev, user="alice"))
+    assert resp["allowed"] is False and resp["status"]["code"] == 403
+    resp, _ = post(
+        webhook, pki[0], req("NetworkTopologyRevision", G, "CREATE", rev, user=CONTROLLER)
+    )
+    assert resp["allowed"] is True
+    forged = copy.deepcopy(rev)
+    forged["spec"]["normalizedSpec"]["steps"][0]["config"]["accessBackend"] = "cdev"
+    resp, _ = post(
+        webhook, pki[0], req("NetworkTopologyRevision", G, "CREATE", forged, user=CONTROLLER)
+    )
+    assert resp["allowed"] is False
+    assert resp["status"]["details"]["causes"][0]["field"] == "spec.digest"
+    resp, _ = post(
+        webhook, pki[0], req("NetworkTopologyRevision", G, "UPDATE", forged, rev, user=CONTROLLER)
+    )
+    assert resp["allowed"] is False and "immutable" in resp["status"]["message"]
+    status_only = copy.deepcopy(rev)
+    status_only["status"] = {"phase": "Ready"}
+    resp, _ = post(
+        webhook,
+        pki[0],
+        req("NetworkTopologyRevision", G, "UPDATE", status_only, rev, user=CONTROLLER),
+    )
+    assert resp["allowed"] is True
+
+
+def test_generated_class_protection(webhook: WebhookServer, pki: tuple[Path, Path, Path]) -> None:
+    topo = example("vfio")
+    compiled = compile_topology(topo, load_builtin_plugins()).compiled
+    assert compiled is not None
+    cls = compiled.device_classes("rev-uid")[0]
+    edited = copy.deepcopy(cls)
+    edited["spec"]["selectors"] = [{"cel": {"expression": "true"}}]
+    edited["metadata"]["labels"] = {}
+    for op, obj, old in (("UPDATE", edited, cls), ("DELETE", None, cls), ("CREATE", cls, None)):
+        resp, _ = post(webhook, pki[0], req("DeviceClass", "resource.k8s.io", op, obj, old))
+        assert resp["allowed"] is False and resp["status"]["code"] == 403, op
+        resp, _ = post(
+            webhook, pki[0], req("DeviceClass", "resource.k8s.io", op, obj, old, user=CONTROLLER)
+        )
+        assert resp["allowed"] is True, op
+    other = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu"},
+        "spec": {},
+    }
+    resp, _ = post(webhook, pki[0], req("DeviceClass", "resource.k8s.io", "CREATE", other))
+    assert resp["allowed"] is True
+
+
+def test_malformed_review_is_400(webhook: WebhookServer, pki: tuple[Path, Path, Path]) -> None:
+    ctx = ssl.create_default_context(cafile=str(pki[0]))
+    host, port = webhook.url.removeprefix("https://").split(":")
+    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=10)
+    conn.request("POST", "/validate", b"{not json", {"Content-Type": "application/json"})
+    assert conn.getresponse().status == 400
+    conn.close()
+
+
+def test_certificate_rotation(
+    webhook: WebhookServer, ca: ThrowawayCA, pki: tuple[Path, Path, Path]
+) -> None:
+    ca_file, cert, key = pki
+    _, before = post(webhook, ca_file, req("NetworkTopology", G, "CREATE", example("vfio")))
+    time.sleep(0.01)
+    serial = ca.issue(cert, key)
+    _, after = post(webhook, ca_file, req("NetworkTopology", G, "CREATE", example("vfio")))
+    assert after == serial != before
+    # a half-written rotation keeps the previous pair in service
+    key.write_text("garbage")
+    resp, still = post(webhook, ca_file, req("NetworkTopology", G, "CREATE", example("vfio")))
+    assert resp["allowed"] is True and still == serial
+    ca.issue(cert, key)
+
+
+def _register(cluster: Cluster, webhook: WebhookServer, ca_file: Path) -> None:
+    chart = (
+        Path(__file__).resolve().parents[2]
+        / "charts"
+        / "dra-multi-network"
+        / "templates"
+        / "webhook.yaml"
+    ).read_text()
+    docs = [
+        d
+        for d in yaml.safe_load_all(re.sub(r"\{\{[^}]*\}\}", "placeholder", chart))
+        if d and d.get("kind") == "ValidatingWebhookConfiguration"
+    ]
+    config = docs[0]
+    bundle = base64.b64encode(ca_file.read_bytes()).decode()
+    for hook in config["webhooks"]:
+        hook["clientConfig"] = {"url": webhook.url + "/validate", "caBundle": bundle}
+    config["metadata"] = {"name": "dra-multi-network"}
+    cluster.create(r.VALIDATING_WEBHOOK_CONFIGURATIONS, config)
+
+
+def test_end_to_end_through_the_api_server(
+    lab: LabApiServer, webhook: WebhookServer, pki: tuple[Path, Path, Path]
+) -> None:
+    with (
+        Cluster(connect(url=lab.url, token="ctl")) as ctl,
+        Cluster(connect(url=lab.url, token="alice")) as alice,
+    ):
+        _register(ctl, webhook, pki[0])
+        controller = Controller(ctl, default_registry(), resync=1.0)
+        controller.start()
+        try:
+            bad = example("dual-vf-bond-vlan")
+            bad["metadata"]["name"] = "e2e-bad"
+            bad["spec"]["steps"][3]["config"]["ifName"] = "vfleft"
+            with pytest.raises(ApiFailure) as err:
+                alice.create(r.NETWORK_TOPOLOGIES, bad)
+            assert "E_IFNAME" in str(err.value)
+            good = example("dual-vf-bond-vlan")
+            good["metadata"]["name"] = "e2e"
+            alice.create(r.NETWORK_TOPOLOGIES, good)
+            topo = wait_for(topology_settled(alice, "e2e"), what="e2e Ready")
+            assert topo["status"]["conditions"][0]["status"] == "True", topo["status"]
+            cls_name = topo["status"]["roots"][0]["deviceClassName"]
+            cls = alice.get(r.DEVICE_CLASSES, cls_name)
+            cls["spec"]["selectors"] = [{"cel": {"expression": "true"}}]
+            with pytest.raises(ApiFailure) as err:
+                alice.replace(r.DEVICE_CLASSES, cls)
+            assert "only by the controller" in str(err.value)
+            with pytest.raises(ApiFailure):
+                alice.delete(r.NETWORK_TOPOLOGY_REVISIONS, topo["status"]["revision"]["name"])
+        finally:
+            controller.stop()
