@@ -173,7 +173,10 @@ class OperationRecord:
 
     ``scope`` names what the operation belongs to (a preparation or an attachment; the
     coordinator chooses, e.g. ``prep/<claimUID>/<fingerprint>``); terminal fences are
-    per scope. ``digest`` is the semantic digest replays are compared against.
+    per scope. ``digest`` is the semantic digest replays are compared against; the
+    program's own contract digest and canonical digest are stored with it, and
+    ``digests`` holds any further pinned digests the caller authorised against (plugin
+    artifact, topology revision, descriptor contract).
     """
 
     operation_id: str
@@ -182,6 +185,7 @@ class OperationRecord:
     digest: str
     state: OperationState = OperationState.RUNNING
     authorisations: tuple[JSONValue, ...] = ()
+    digests: dict[str, str] = field(default_factory=dict)  # artifact, revision, descriptor…
     policy: RecoveryPolicy = RecoveryPolicy.ROLL_BACK
     attempt: int = 1
     result: dict[str, tuple[Handle, ...]] = field(default_factory=dict)
@@ -218,6 +222,7 @@ class OperationRecord:
             "digest": self.digest,
             "state": self.state.value,
             "authorisations": list(self.authorisations),
+            "digests": dict(sorted(self.digests.items())),
             "policy": self.policy.value,
             "attempt": self.attempt,
             "result": handles_to_json(self.result),
@@ -245,6 +250,7 @@ class OperationRecord:
             digest=str(header["digest"]),
             state=OperationState(header["state"]),
             authorisations=tuple(header.get("authorisations", ())),
+            digests={str(k): str(v) for k, v in header.get("digests", {}).items()},
             policy=RecoveryPolicy(header.get("policy", RecoveryPolicy.ROLL_BACK.value)),
             attempt=int(header.get("attempt", 1)),
             result=handles_from_json(header.get("result", {})),

@@ -157,12 +157,15 @@ class Runner:
         *,
         digest: str | None = None,
         authorisations: Sequence[JSONValue] = (),
+        digests: Mapping[str, str] | None = None,
         policy: RecoveryPolicy = RecoveryPolicy.ROLL_BACK,
         env: Any = None,
     ) -> RunResult:
         """Run ``program`` as operation ``operation_id`` of ``scope``.
 
-        ``digest`` is the semantic digest (default: the bound program's digest). A
+        ``digest`` is the semantic digest (default: the bound program's digest);
+        ``authorisations`` and ``digests`` (artifact, revision, …) are journaled with the
+        intent as the record of what was authorised. A
         completed operation with the same digest returns its saved result; a different
         digest under the same id raises :class:`RunRefused` (E_OPERATION_CONFLICT); a
         fenced scope raises E_FENCED; an operation holding quarantined effects raises
@@ -212,6 +215,7 @@ class Runner:
                 program=program,
                 digest=semantic,
                 authorisations=tuple(authorisations),
+                digests=dict(digests or {}),
                 policy=policy,
                 attempt=attempt,
                 effects=[EffectRecord(i, e.id, e.kind) for i, e in enumerate(program.effects)],

@@ -292,13 +292,23 @@ def test_runner_on_rocksdb_store_keeps_commit_budget(tmp_path: Path) -> None:
     with JournalStore.open(tmp_path) as store:
         base = store.commits
         runner, _, _world = make(journal=store)
-        assert runner.run("op1", "att/a", child_program()).ok
+        result = runner.run(
+            "op1",
+            "att/a",
+            child_program(),
+            authorisations=[{"claimUID": "c1", "effects": ["test/create/v1"]}],
+            digests={"artifact": "sha256:a", "revision": "sha256:r"},
+        )
+        assert result.ok
         assert store.commits - base == 2 + 2 * 3
         assert [op.operation_id for op in store.operations("att/a")] == ["op1"]
         assert store.unfinished_operations() == []
     with JournalStore.open(tmp_path) as store:
         op = store.load_operation("op1")
         assert op.state is OperationState.COMPLETED and op.program == child_program()
+        assert op.digests == {"artifact": "sha256:a", "revision": "sha256:r"}
+        assert op.authorisations == ({"claimUID": "c1", "effects": ["test/create/v1"]},)
+        assert op.digest == child_program().digest and op.contract_digest == "sha256:contract"
         assert op.result["interface"][0].inventory_id == "obj:vlan10"
 
 
