@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from dmn.api.identity import API_VERSION
 from dmn.api.model import ApiModel, Condition, DiagnosticEntry, RevisionRef, list_map, validations
 
 AttachmentPhase = Literal[
@@ -76,7 +75,9 @@ class NetworkAttachmentStatusStatus(ApiModel):
 
 
 class NetworkAttachmentStatus(ApiModel):
-    api_version: Literal["networking.dra-multi-network.schseba.github.io/v1alpha1"] = API_VERSION
+    api_version: Literal["networking.dra-multi-network.schseba.github.io/v1alpha1"] = (
+        "networking.dra-multi-network.schseba.github.io/v1alpha1"
+    )
     kind: Literal["NetworkAttachmentStatus"] = "NetworkAttachmentStatus"
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: NetworkAttachmentStatusSpec = Field(

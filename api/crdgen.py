@@ -101,7 +101,7 @@ def _structural(node: Any) -> Any:
 def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.pop("$defs", {})
-    schema = _structural(_resolve(raw, defs))
+    schema: dict[str, Any] = _structural(_resolve(raw, defs))
     props = schema["properties"]
     # apiVersion/kind/metadata are the API server's: plain strings and an object.
     props["apiVersion"] = {"type": "string"}

@@ -12,7 +12,6 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from dmn.api.identity import API_VERSION
 from dmn.api.model import (
     DIGEST,
     PAYLOAD_EXTRA,
@@ -133,7 +132,9 @@ class NetworkPluginStatus(ApiModel):
 
 
 class NetworkPlugin(ApiModel):
-    api_version: Literal["networking.dra-multi-network.schseba.github.io/v1alpha1"] = API_VERSION
+    api_version: Literal["networking.dra-multi-network.schseba.github.io/v1alpha1"] = (
+        "networking.dra-multi-network.schseba.github.io/v1alpha1"
+    )
     kind: Literal["NetworkPlugin"] = "NetworkPlugin"
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: NetworkPluginSpec

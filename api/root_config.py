@@ -11,12 +11,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from dmn.api.identity import API_VERSION
 from dmn.api.model import DIGEST, STEP_ID, ApiModel, RevisionRef
 
 
 class TopologyRootConfiguration(ApiModel):
-    api_version: Literal["networking.dra-multi-network.schseba.github.io/v1alpha1"] = API_VERSION
+    api_version: Literal["networking.dra-multi-network.schseba.github.io/v1alpha1"] = (
+        "networking.dra-multi-network.schseba.github.io/v1alpha1"
+    )
     kind: Literal["TopologyRootConfiguration"] = "TopologyRootConfiguration"
     revision_ref: RevisionRef
     root_step: str = Field(min_length=1, max_length=40, pattern=STEP_ID)

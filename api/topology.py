@@ -12,7 +12,6 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from dmn.api.identity import API_VERSION
 from dmn.api.model import (
     OPCODE_NAME,
     PAYLOAD_EXTRA,
@@ -104,7 +103,9 @@ class NetworkTopologyStatus(ApiModel):
 
 
 class NetworkTopology(ApiModel):
-    api_version: Literal["networking.dra-multi-network.schseba.github.io/v1alpha1"] = API_VERSION
+    api_version: Literal["networking.dra-multi-network.schseba.github.io/v1alpha1"] = (
+        "networking.dra-multi-network.schseba.github.io/v1alpha1"
+    )
     kind: Literal["NetworkTopology"] = "NetworkTopology"
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: NetworkTopologySpec

@@ -103,7 +103,7 @@ class Controller:
         key = self.queue.get(timeout)
         if key is None:
             return False
-        kind, name = key  # type: ignore[misc]
+        kind, name = str(key[0]), str(key[1])  # type: ignore[index]
         try:
             result = self.handlers()[kind](name)
             self.queue.forget(key)

@@ -72,7 +72,7 @@ class RateLimitedQueue:
         with self._cond:
             n = self._failures.get(key, 0)
             self._failures[key] = n + 1
-        delay = min(self.cap, self.base * (2**n))
+        delay = float(min(self.cap, self.base * (2.0**n)))
         self.add_after(key, delay)
         return delay
 

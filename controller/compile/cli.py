@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -20,6 +21,7 @@ from dmn.controller.compile.compiler import compile_topology
 from dmn.controller.compile.plugin_sources import builtin_plugins, load_plugin_dir
 from dmn.interpreter.diagnostics import Code, Diagnostic, SourceSpan, has_errors
 from dmn.interpreter.source import load_yaml_documents
+from dmn.opcodes.spec import OpcodeRegistry
 
 PREVIEW_UID = "<assigned-on-create>"
 
@@ -30,11 +32,9 @@ def _emit(diagnostics: list[Diagnostic], as_json: bool) -> None:
         sys.stderr.write(line + "\n")
 
 
-def _registry():  # type: ignore[no-untyped-def]
-    try:
-        from dmn.opcodes.registry import default_registry
-    except ImportError:
-        return None
+def _registry() -> OpcodeRegistry:
+    from dmn.opcodes.registry import default_registry
+
     return default_registry()
 
 
@@ -68,7 +68,7 @@ def run(argv: list[str]) -> int:
                 SourceSpan(str(args.topology), 1, 1),
             )
         )
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     registry = _registry()
     for doc in topologies:
         result = compile_topology(doc.data, plugins, registry, source=doc.source)
