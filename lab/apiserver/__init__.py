@@ -9,7 +9,8 @@ Start API (stable)::
 
 Modules: :mod:`.server` (HTTP edge, watch streaming), :mod:`.store` (storage semantics),
 :mod:`.strategy` (per-kind rules), :mod:`.controllers` (GC, namespace and CRD lifecycle),
-:mod:`.schema` + :mod:`.cel_rules` (CRD validation), :mod:`.patches`, :mod:`.selectors`,
+:mod:`.schema` + :mod:`.cel_rules` (CRD validation), :mod:`.builtin_schema`, :mod:`.patches`,
+:mod:`.selectors`,
 :mod:`.admission` (webhooks), :mod:`.discovery`, :mod:`.openapi`, :mod:`.table`.
 
 Served kinds: core/v1 Namespace, Pod (+status, binding), Node (+status), Event, ConfigMap,
@@ -22,8 +23,10 @@ update, patch, delete, deletecollection.
 
 Knowingly different from a real API server:
 
-* Built-in kinds are stored as sent: no typed validation or defaulting beyond metadata
-  (names, labels, ownerReferences) and a few lifecycle fields; unknown fields are kept.
+* Built-in kinds are checked against the upstream OpenAPI schemas when the optional
+  ``kubernetes-validate`` package is installed (:mod:`.builtin_schema`), not by the Go
+  validation (formats inside specs, CEL compilation, immutability); no built-in defaulting;
+  unknown fields are kept rather than dropped.
 * Request and response bodies are JSON only (protobuf/CBOR/YAML bodies get 415); no
   server-side apply (``apply-patch+yaml`` gets 415); strategic merge knows the merge keys
   of the fields we touch (``patches.MERGE_KEYS``), other lists replace.

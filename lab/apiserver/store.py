@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import errors, kinds, patches, schema
+from .builtin_schema import validate_builtin
 from .controllers import InProcessControllers
 from .errors import ApiError
 from .identity import LAB_ADMIN, UserInfo
@@ -454,6 +455,8 @@ class Store(InProcessControllers):
             causes += schema.validate(root, body, old=old_body, rules=self.custom_rules)
         if (rt.group, rt.plural) == kinds.CRD.storage_key:
             causes += validate_crd(obj, old)
+        elif not rt.custom and not causes:
+            causes += validate_builtin(obj)
         if causes:
             raise errors.invalid_object(rt.kind, rt.group, meta_of(obj).get("name", ""), causes)
         return warnings

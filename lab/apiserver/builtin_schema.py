@@ -1,0 +1,91 @@
+"""Built-in kinds validated against the upstream Kubernetes OpenAPI schemas.
+
+The schemas are the ones ``kubernetes-validate`` ships (converted from the upstream
+OpenAPI, non-strict flavour, newest bundled version). A violation becomes a field cause of a
+422 Invalid, so an object a real server would refuse for its shape — a ResourceSlice without
+``spec.driver``, a ConfigMap value that is not a string — is refused in the lab too. This is
+the upstream *schema* only: Go-side validation (name formats inside specs, CEL selector
+compilation, cross-field rules, immutability) is not reproduced. Unknown fields are allowed,
+as the real server drops them rather than failing.
+
+Optional: without ``kubernetes-validate`` installed, built-in kinds are not validated.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from functools import lru_cache
+from typing import Any
+
+from . import errors
+from .errors import Cause
+
+log = logging.getLogger(__name__)
+
+try:  # optional dependency: the schemas are large data, the lab works without them
+    import jsonschema
+    from kubernetes_validate import utils as _kv
+    from referencing import Registry, Resource
+except ImportError:  # pragma: no cover - exercised only where the package is absent
+    _kv = None
+
+
+def available() -> bool:
+    return _kv is not None
+
+
+@lru_cache(maxsize=64)
+def _validator(api_version: str, kind: str) -> Any:
+    if _kv is None:
+        return None
+    version = _kv.latest_version()
+    directory = f"kubernetes-json-schema/v{version}-local"
+    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    try:
+        schema = _kv.schema_contents(f"{directory}/{kind.lower()}-{group_version}.json", version)
+        definitions = _kv.schema_contents(f"{directory}/_definitions.json", version)
+    except (FileNotFoundError, _kv.InvalidSchemaError):
+        log.debug("no upstream schema api_version=%s kind=%s", api_version, kind)
+        return None
+    registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
+    return jsonschema.validators.Draft202012Validator(schema, registry=registry)
+
+
+def _path(parts: Any) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def validate_builtin(obj: dict[str, Any]) -> list[Cause]:
+    """Field causes for ``obj`` against its kind's upstream schema (empty when valid/unknown)."""
+    validator = _validator(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+    if validator is None:
+        return []
+    causes: list[Cause] = []
+    for error in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path))):
+        path = _path(error.absolute_path)
+        if error.validator == "required":
+            instance = error.instance if isinstance(error.instance, dict) else {}
+            for name in error.validator_value:
+                if name not in instance:
+                    causes.append(errors.required(f"{path}.{name}" if path else name))
+        elif error.validator == "type":
+            expected = error.validator_value
+            expected = (
+                expected
+                if isinstance(expected, str)
+                else " or ".join(t for t in expected if t != "null")
+            )
+            causes.append(
+                errors.type_invalid(
+                    path, error.instance, f"{path} in body must be of type {expected}"
+                )
+            )
+        elif error.validator == "enum":
+            causes.append(errors.not_supported(path, error.instance, list(error.validator_value)))
+        else:
+            causes.append(errors.invalid(path, error.instance, error.message))
+    return causes
