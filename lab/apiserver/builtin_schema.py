@@ -24,7 +24,7 @@ from .errors import Cause
 log = logging.getLogger(__name__)
 
 try:  # optional dependency: the schemas are large data, the lab works without them
-    import jsonschema
+    import jsonschema  # type: ignore[import-untyped]
     from kubernetes_validate import utils as _kv
     from referencing import Registry, Resource
 except ImportError:  # pragma: no cover - exercised only where the package is absent
