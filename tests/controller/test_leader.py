@@ -1,0 +1,61 @@
+"""Lease leader election between two candidates on the lab API server."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+from dmn.api.cluster import Cluster
+from dmn.api.cluster import resources as r
+from dmn.controller.leader import LeaderElector
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def test_one_leader_takeover_after_expiry_and_release(cluster: Cluster) -> None:
+    clock = Clock()
+    a = LeaderElector(
+        cluster, name="le-test", namespace="default", identity="a", lease_duration=10, clock=clock
+    )
+    b = LeaderElector(
+        cluster, name="le-test", namespace="default", identity="b", lease_duration=10, clock=clock
+    )
+    assert a.try_acquire_or_renew() is True
+    assert b.try_acquire_or_renew() is False
+    clock.now += timedelta(seconds=5)
+    assert a.try_acquire_or_renew() is True  # renewal
+    clock.now += timedelta(seconds=9)
+    assert b.try_acquire_or_renew() is False  # renewed 9 s ago: still valid
+    clock.now += timedelta(seconds=2)
+    assert b.try_acquire_or_renew() is True  # a stopped renewing: expired, b takes over
+    lease = cluster.get(r.LEASES, "le-test", "default")
+    assert lease["spec"]["holderIdentity"] == "b"
+    assert lease["spec"]["leaseTransitions"] == 1
+    assert a.try_acquire_or_renew() is False
+    b.release()
+    assert a.try_acquire_or_renew() is True
+
+
+def test_racing_candidates_one_wins(cluster: Cluster) -> None:
+    results: dict[str, bool] = {}
+    barrier = threading.Barrier(4)
+
+    def run(identity: str) -> None:
+        elector = LeaderElector(cluster, name="le-race", namespace="default", identity=identity)
+        barrier.wait()
+        results[identity] = elector.try_acquire_or_renew()
+
+    threads = [threading.Thread(target=run, args=(f"c{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sum(results.values()) == 1
+    winner = next(k for k, v in results.items() if v)
+    assert cluster.get(r.LEASES, "le-race", "default")["spec"]["holderIdentity"] == winner
