@@ -695,10 +695,6 @@ class LabApiServer:
             from .admission import WebhookAdmission
 
             self.store.admission = WebhookAdmission(self.store)
-        from .cel_rules import rule_evaluator
-
-        if self.store.custom_rules is None:
-            self.store.custom_rules = rule_evaluator()
 
     @property
     def url(self) -> str:

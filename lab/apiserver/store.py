@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from . import errors, kinds, patches, schema
 from .builtin_schema import validate_builtin
+from .cel_rules import rule_evaluator
 from .controllers import InProcessControllers
 from .errors import ApiError
 from .identity import LAB_ADMIN, UserInfo
@@ -132,6 +133,8 @@ class Store(InProcessControllers):
         self._queue: list[tuple[str, Obj]] = []
         self._closed = False
         self.admission = admission
+        #: Evaluates ``x-kubernetes-validations`` (None: CEL rules are not checked).
+        self.custom_rules: schema.CustomRule | None = rule_evaluator()
         for rt in kinds.BUILTINS:
             self._register(rt)
         for ns in DEFAULT_NAMESPACES:
@@ -460,9 +463,6 @@ class Store(InProcessControllers):
         if causes:
             raise errors.invalid_object(rt.kind, rt.group, meta_of(obj).get("name", ""), causes)
         return warnings
-
-    #: Evaluates ``x-kubernetes-validations``; set by the server when CEL is available.
-    custom_rules: schema.CustomRule | None = None
 
     # --- update and patch ----------------------------------------------------------------
 
