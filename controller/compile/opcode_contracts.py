@@ -22,7 +22,20 @@ def _port(port: PortSpec) -> dict[str, Any]:
     }
 
 
+_CACHE: dict[int, tuple[OpcodeSpec, dict[str, Any]]] = {}
+
+
 def opcode_contract(spec: OpcodeSpec) -> dict[str, Any]:
+    """The contract JSON of ``spec`` (memoised per spec object: specs are immutable)."""
+    hit = _CACHE.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    contract = _contract(spec)
+    _CACHE[id(spec)] = (spec, contract)
+    return contract
+
+
+def _contract(spec: OpcodeSpec) -> dict[str, Any]:
     return {
         "name": spec.name,
         "parameters": spec.parameters.model_json_schema(),

@@ -7,13 +7,14 @@ are collected for the topology's effect budget.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.diagnostics import Diagnostic
-from dmn.interpreter.expressions import GuardError, evaluate, parse_guard
+from dmn.interpreter.expressions import Expr, GuardError, evaluate, parse_guard
 from dmn.interpreter.loader import Plugin
 from dmn.opcodes.spec import OpcodeRegistry
 
@@ -24,10 +25,16 @@ class StepPrograms:
     opcodes: set[str] = field(default_factory=set)
 
 
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> Expr | None:
+    expr, problems = parse_guard(text)
+    return None if problems else expr
+
+
 def guard_holds(text: str, config: Mapping[str, Any]) -> bool | None:
     """Decide a ``when:`` guard over validated config; None if it cannot be decided."""
-    expr, problems = parse_guard(text)
-    if expr is None or problems:
+    expr = _parsed(text)
+    if expr is None:
         return None
     try:
         return evaluate(expr, config) is True
