@@ -25,8 +25,15 @@ def connect(
     token: str | None = None,
     ca_cert: str | None = None,
     verify_tls: bool = True,
+    impersonate_user: str | None = None,
+    impersonate_group: str | None = None,
 ) -> client.ApiClient:
-    """Return a configured ``ApiClient`` (caller closes it, or uses it as a context manager)."""
+    """Return a configured ``ApiClient`` (caller closes it, or uses it as a context manager).
+
+    ``impersonate_user``/``impersonate_group`` send the ``Impersonate-*`` headers on every
+    request (tests act as the controller's service account this way; one group only, as
+    the client's header map holds one value per name).
+    """
     if url is not None:
         configuration = client.Configuration()
         configuration.host = url.rstrip("/")
@@ -46,4 +53,8 @@ def connect(
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         api_client = client.ApiClient(configuration)
     api_client.user_agent = USER_AGENT
+    if impersonate_user:
+        api_client.set_default_header("Impersonate-User", impersonate_user)
+        if impersonate_group:
+            api_client.set_default_header("Impersonate-Group", impersonate_group)
     return api_client

@@ -277,3 +277,50 @@ def test_list_watch_waits_for_a_crd_to_appear(cluster: Cluster) -> None:
     cluster.create(res, {"metadata": {"name": "one"}})
     thread.join(10)
     assert not thread.is_alive() and seen[-1] == "ADDED"
+
+
+def test_impersonation_reaches_admission(lab: LabApiServer) -> None:
+    seen = []
+
+    class Recorder:
+        def mutate(self, attrs):
+            return None
+
+        def validate(self, attrs):
+            seen.append((attrs.user.username, attrs.user.groups))
+
+    previous = lab.store.admission
+    lab.store.admission = Recorder()
+    try:
+        api = connect(
+            url=lab.url,
+            impersonate_user="system:serviceaccount:dmn:controller",
+            impersonate_group="system:serviceaccounts",
+        )
+        with Cluster(api) as cluster:
+            cluster.create(r.CONFIG_MAPS, cm("who"))
+    finally:
+        lab.store.admission = previous
+    assert seen == [("system:serviceaccount:dmn:controller", ("system:serviceaccounts",))]
+
+
+def test_stop_ends_open_watches() -> None:
+    import threading
+    import time
+
+    server = LabApiServer()
+    server.start()
+    cluster = Cluster(connect(url=server.url))
+    done = threading.Event()
+
+    def consume() -> None:
+        with contextlib.suppress(Exception):
+            list(cluster.watch(r.CONFIG_MAPS, "default", timeout_seconds=60))
+        done.set()
+
+    threading.Thread(target=consume, daemon=True).start()
+    time.sleep(0.3)
+    began = time.monotonic()
+    server.stop()
+    assert done.wait(5) and time.monotonic() - began < 5
+    cluster.close()
