@@ -54,7 +54,7 @@ def connect(
         api_client = client.ApiClient(configuration)
     api_client.user_agent = USER_AGENT
     if impersonate_user:
-        api_client.set_default_header("Impersonate-User", impersonate_user)
+        api_client.set_default_header("Impersonate-User", impersonate_user)  # type: ignore[no-untyped-call]
         if impersonate_group:
-            api_client.set_default_header("Impersonate-Group", impersonate_group)
+            api_client.set_default_header("Impersonate-Group", impersonate_group)  # type: ignore[no-untyped-call]
     return api_client
