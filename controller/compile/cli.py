@@ -1,10 +1,13 @@
-"""``dmn compile TOPOLOGY.yaml [--plugins DIR]`` (= ``network-topology-compile``).
+"""``dmn compile TOPOLOGY.yaml [--plugins DIR]... [--format human|json]``
+(= ``network-topology-compile``).
 
 Offline preview of what the controller would publish: the normalized revision and one
-DeviceClass per root, as YAML on stdout; or diagnostics on stderr in the same
-``file:line:col: error[E_CODE]: message`` form as ``dmn lint`` (``--json`` for the JSON
-lines form). Exit 0 compiled, 1 diagnostics, 2 usage/I-O. Not a publisher: it writes
-nothing to a cluster. The revision UID is unknown offline, so classes show a placeholder.
+DeviceClass per root as YAML on stdout (exit 0); or the diagnostics exactly as ``dmn
+lint`` prints them — same renderer, same ``--format json`` array — with exit 1 for
+errors and 2 for usage errors or unreadable input. Plugins are the shipped builtins plus
+any ``--plugins`` directories (plugin folders or NetworkPlugin CR files). Not a
+publisher: nothing is written to a cluster. The revision UID does not exist offline, so
+the classes carry the placeholder ``<assigned-on-create>``.
 """
 
 from __future__ import annotations
@@ -13,63 +16,82 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
 from dmn.controller.compile.compiler import compile_topology
-from dmn.controller.compile.plugin_sources import builtin_plugins, load_plugin_dir
 from dmn.interpreter.diagnostics import Code, Diagnostic, SourceSpan, has_errors
+from dmn.interpreter.lint import LintResult, render_human
+from dmn.interpreter.loader import Plugin, load_builtin_plugins, load_plugins, read_file
 from dmn.interpreter.source import load_yaml_documents
-from dmn.opcodes.spec import OpcodeRegistry
+from dmn.opcodes.registry import default_registry
 
 PREVIEW_UID = "<assigned-on-create>"
 
 
-def _emit(diagnostics: list[Diagnostic], as_json: bool) -> None:
-    for d in diagnostics:
-        line = json.dumps(d.to_json(), sort_keys=True) if as_json else d.render()
-        sys.stderr.write(line + "\n")
+class _UsageError(Exception):
+    pass
 
 
-def _registry() -> OpcodeRegistry:
-    from dmn.opcodes.registry import default_registry
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(message)
 
-    return default_registry()
+
+def _parser() -> _Parser:
+    p = _Parser(prog="dmn compile", description="Compile a NetworkTopology (offline preview).")
+    p.add_argument("topology", metavar="TOPOLOGY.yaml")
+    p.add_argument("--plugins", action="append", default=[], metavar="DIR")
+    p.add_argument("--format", choices=("human", "json"), default="human")
+    return p
+
+
+def _emit(result: LintResult, fmt: str) -> None:
+    if fmt == "json":
+        sys.stdout.write(json.dumps([d.to_json() for d in result.diagnostics], indent=2) + "\n")
+    else:
+        sys.stdout.write(render_human(result) + "\n")
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="dmn compile", description=__doc__.split("\n")[0])
-    parser.add_argument("topology", type=Path, help="NetworkTopology YAML file")
-    parser.add_argument("--plugins", type=Path, help="directory of NetworkPlugin YAML files")
-    parser.add_argument("--json", action="store_true", help="diagnostics as JSON lines")
+    fmt = "json" if "json" in argv else "human"
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return 2 if exc.code else 0
-    try:
-        text = args.topology.read_bytes()
-    except OSError as exc:
-        _emit([Diagnostic.at(Code.E_IO, str(exc), SourceSpan(str(args.topology), 1, 1))], args.json)
+        args = _parser().parse_args(argv)
+    except _UsageError as exc:
+        usage = Diagnostic(Code.E_USAGE, f"{exc} ({_parser().format_usage().strip()})")
+        _emit(LintResult([usage], [], {}), fmt)
         return 2
-    plugins, problems = load_plugin_dir(args.plugins) if args.plugins else builtin_plugins()
-    if problems:
-        _emit(problems, args.json)
-        return 2 if any(d.code is Code.E_IO for d in problems) else 1
-    docs, diagnostics = load_yaml_documents(text, str(args.topology))
+    file = Path(args.topology)
+    data, io = read_file(file)
+    if data is None:
+        _emit(LintResult(io, [str(file)], {}), args.format)
+        return 2
+    sources = {str(file): data.decode("utf-8", errors="replace")}
+    plugins: dict[str, Plugin] = load_builtin_plugins()
+    diagnostics: list[Diagnostic] = []
+    for d in args.plugins:
+        found, problems = load_plugins(d)
+        if any(p.code is Code.E_IO for p in problems):
+            _emit(LintResult(problems, [str(file)], sources), args.format)
+            return 2
+        diagnostics += problems
+        plugins.update(found)
+    docs, problems = load_yaml_documents(data, str(file))
+    diagnostics += problems
     topologies = [
-        d for d in docs if isinstance(d.data, dict) and d.data.get("kind") == "NetworkTopology"
+        doc
+        for doc in docs
+        if isinstance(doc.data, dict) and doc.data.get("kind") == "NetworkTopology"
     ]
-    if not diagnostics and not topologies:
+    if not problems and not topologies:
         diagnostics.append(
             Diagnostic.at(
-                Code.E_SCHEMA,
-                "no NetworkTopology document found",
-                SourceSpan(str(args.topology), 1, 1),
+                Code.E_SCHEMA, "no NetworkTopology document found", SourceSpan(str(file), 1, 1)
             )
         )
     out: list[dict[str, Any]] = []
-    registry = _registry()
+    registry = default_registry()
     for doc in topologies:
         result = compile_topology(doc.data, plugins, registry, source=doc.source)
         diagnostics += result.diagnostics
@@ -77,8 +99,7 @@ def run(argv: list[str]) -> int:
             out.append(result.compiled.revision)
             out += result.compiled.device_classes(PREVIEW_UID)
     if has_errors(diagnostics):
-        _emit(diagnostics, args.json)
+        _emit(LintResult(diagnostics, [str(file)], sources), args.format)
         return 1
-    _emit(diagnostics, args.json)
     sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False, width=100))
     return 0

@@ -1,9 +1,8 @@
-"""Where the compiler gets its plugins, always as the language core's :class:`Plugin`:
+"""NetworkPlugin API objects as the language core's :class:`Plugin` (files and builtins
+are loaded by the language core's own loader; ``dmn compile`` uses that directly).
 
-* ``--plugins DIR`` (plugin directories and NetworkPlugin CR files) and the builtins
-  shipped in ``programs/`` — through the language core's loader;
-* NetworkPlugin objects read from the API server (the controller, the webhook) —
-  through :func:`plugin_from_object`, the same strict document model and merge.
+The controller and the webhook read NetworkPlugins from the API server and convert them
+here, through the same strict document model and program merge as files.
 
 A broken plugin is a diagnostic, never a traceback.
 """
@@ -11,26 +10,12 @@ A broken plugin is a diagnostic, never a traceback.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from dmn.interpreter.diagnostics import Diagnostic
 from dmn.interpreter.documents import NetworkPlugin, parse_document
-from dmn.interpreter.loader import (
-    Plugin,
-    load_builtin_plugins,
-    load_plugins,
-    plugin_from_descriptor,
-)
+from dmn.interpreter.loader import Plugin, plugin_from_descriptor
 from dmn.interpreter.source import SourceMap, YamlDocument
-
-
-def load_plugin_dir(directory: Path) -> tuple[dict[str, Plugin], list[Diagnostic]]:
-    return load_plugins(directory)
-
-
-def builtin_plugins() -> tuple[dict[str, Plugin], list[Diagnostic]]:
-    return load_builtin_plugins(), []
 
 
 def plugin_from_object(

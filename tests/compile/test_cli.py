@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import yaml
 
 from dmn.cli import main
@@ -19,14 +21,21 @@ def test_compile_prints_revision_and_classes(capsys) -> None:  # type: ignore[no
 def test_compile_reports_like_lint(capsys) -> None:  # type: ignore[no-untyped-def]
     path = NEGATIVE / "cycle.yaml"
     rc = main(["compile", str(path)])
-    err = capsys.readouterr().err
+    out = capsys.readouterr().out
     assert rc == 1
-    assert err.startswith(f"{path}:") and "error[E_CYCLE]" in err
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{path}:16:15: error[E_CYCLE]")
+    assert lines[2].strip() == "^" and lines[-1] == "1 file(s) checked, 1 error(s)"
+    assert main(["compile", str(path), "--format", "json"]) == 1
+    (diag,) = json.loads(capsys.readouterr().out)
+    assert diag["code"] == "E_CYCLE" and diag["line"] == 16
 
 
 def test_missing_file_is_usage_error(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert main(["compile", str(tmp_path / "nope.yaml")]) == 2
-    assert "E_IO" in capsys.readouterr().err
+    assert "E_IO" in capsys.readouterr().out
+    assert main(["compile"]) == 2
+    assert "E_USAGE" in capsys.readouterr().out
 
 
 def test_plugins_dir(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
