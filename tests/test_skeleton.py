@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import dmn
 from dmn.cli import dispatch, main
 
 
