@@ -85,6 +85,15 @@ class EffectBudget(ApiModel):
 
 
 class NetworkTopologySpec(ApiModel):
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": validations(
+            (
+                f"self.steps.filter(s, s.kind == 'Allocation').size() <= {MAX_ROOTS}",
+                f"at most {MAX_ROOTS} Allocation roots",
+            ),
+        )
+    }
+
     effect_budget: EffectBudget = Field(default_factory=EffectBudget)
     steps: list[Step] = list_map("id", max_items=MAX_STEPS, min_length=1)
 

@@ -178,3 +178,10 @@ def test_local_invariants_enforced(custom: client.CustomObjectsApi) -> None:
     with pytest.raises(ApiException) as err:
         create(custom, "networktopologies", topo)
     assert err.value.status == 400  # strict field validation: unknown field
+
+
+def test_root_limit_rule(custom: client.CustomObjectsApi) -> None:
+    path = REPO / "examples" / "negative" / "topologies" / "budget-roots.yaml"
+    with pytest.raises(ApiException) as err:
+        create(custom, "networktopologies", yaml.safe_load(path.read_text()))
+    assert err.value.status == 422 and "at most 8 Allocation roots" in err.value.body

@@ -389,3 +389,40 @@ def test_plugin_status(cluster: Cluster, controller: Controller) -> None:
 
     bad = wait_for(invalid, what="broken plugin rejected")
     assert "E_EFFECT_DENIED" in {d["code"] for d in bad["status"]["diagnostics"]}
+
+
+def test_policy_validation_status(cluster: Cluster, controller: Controller) -> None:
+    from dmn.api.identity import GROUP
+
+    policy = {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "DeviceExposurePolicy",
+        "metadata": {"name": "pf-macvlan"},
+        "spec": {
+            "priority": 200,
+            "selector": {"kind": "PF", "pciAddresses": ["0000:18:00.0"]},
+            "action": "Expose",
+            "exposure": {
+                "persona": "macvlan",
+                "plugin": "macvlan-cni",
+                "mode": "bridge",
+                "allowMultipleAllocations": True,
+                "capacity": {"children": {"value": "64", "default": "1", "validValues": ["1"]}},
+                "compatibility": [
+                    {"scope": "Interface", "domain": "interface-mode", "groups": ["macvlan"]}
+                ],
+                "effectPermissions": ["linux/create-macvlan/v1"],
+            },
+        },
+    }
+    cluster.create(r.DEVICE_EXPOSURE_POLICIES, policy)
+
+    def validated() -> dict[str, Any] | None:
+        p = cluster.get(r.DEVICE_EXPOSURE_POLICIES, "pf-macvlan")
+        for c in (p.get("status") or {}).get("conditions") or []:
+            if c["type"] == "Validated":
+                return c  # type: ignore[no-any-return]
+        return None
+
+    cond = wait_for(validated, what="policy validated")
+    assert cond["status"] == "True", cond
