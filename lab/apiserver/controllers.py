@@ -104,7 +104,7 @@ class InProcessControllers:
             owner_rt = self._by_kind.get((group_of(ref.get("apiVersion", "")), ref.get("kind", "")))
             if owner_rt is None:
                 continue
-            owner = self._objects[owner_rt.storage_key].get(
+            owner = self._objects.get(owner_rt.storage_key, {}).get(
                 (meta.get("namespace", "") if owner_rt.namespaced else "", ref.get("name", ""))
             )
             if owner is not None and FOREGROUND in (meta_of(owner).get("finalizers") or []):
@@ -135,7 +135,9 @@ class InProcessControllers:
 
     def _gc_check(self, rt: ResourceType, dep: Obj) -> None:
         meta = meta_of(dep)
-        current = self._objects[rt.storage_key].get((meta.get("namespace", ""), meta["name"]))
+        current = self._objects.get(rt.storage_key, {}).get(
+            (meta.get("namespace", ""), meta["name"])
+        )
         if current is None or meta_of(current).get("uid") != meta.get("uid"):
             return
         dep, meta = current, meta_of(current)
@@ -145,7 +147,7 @@ class InProcessControllers:
             if owner_rt is None or (owner_rt.namespaced and not rt.namespaced):
                 solid.append(ref)  # unresolvable or invalid: the real GC leaves these alone
                 continue
-            owner = self._objects[owner_rt.storage_key].get(
+            owner = self._objects.get(owner_rt.storage_key, {}).get(
                 (meta.get("namespace", "") if owner_rt.namespaced else "", ref.get("name", ""))
             )
             if owner is None or meta_of(owner).get("uid") != ref.get("uid"):
@@ -182,7 +184,9 @@ class InProcessControllers:
 
     def _foreground_check(self, rt: ResourceType, owner: Obj) -> None:
         meta = meta_of(owner)
-        current = self._objects[rt.storage_key].get((meta.get("namespace", ""), meta["name"]))
+        current = self._objects.get(rt.storage_key, {}).get(
+            (meta.get("namespace", ""), meta["name"])
+        )
         if current is None or FOREGROUND not in (meta_of(current).get("finalizers") or []):
             return
         uid = meta_of(current).get("uid", "")
@@ -234,13 +238,13 @@ class InProcessControllers:
         rt = self._custom_types_of(crd)
         if rt is None or not rt.custom:
             return
-        for obj in list(self._objects[rt.storage_key].values()):
+        for obj in list(self._objects.get(rt.storage_key, {}).values()):
             if not meta_of(obj).get("deletionTimestamp"):
                 self._delete_locked(rt, obj, {})
 
     def _crd_check(self, crd: Obj) -> None:
         rt = self._custom_types_of(crd)
-        if rt is not None and rt.custom and self._objects[rt.storage_key]:
+        if rt is not None and rt.custom and self._objects.get(rt.storage_key):
             return
         current = self._objects[kinds.CRD.storage_key].get(("", meta_of(crd)["name"]))
         if current is not None and CRD_CLEANUP_FINALIZER in (

@@ -173,8 +173,15 @@ class Store(InProcessControllers):
         result["kind"] = rt.kind
         return result
 
+    def _bucket(self, rt: ResourceType) -> dict[ObjKey, Obj]:
+        """The objects of a type; 404 when the type is no longer served (CRD deleted)."""
+        bucket = self._objects.get(rt.storage_key)
+        if bucket is None:
+            raise errors.path_not_found()
+        return bucket
+
     def _stored(self, rt: ResourceType, namespace: str, name: str) -> Obj | None:
-        return self._objects[rt.storage_key].get((namespace if rt.namespaced else "", name))
+        return self._bucket(rt).get((namespace if rt.namespaced else "", name))
 
     def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
         with self._cond:
@@ -196,7 +203,8 @@ class Store(InProcessControllers):
         """Matching objects sorted by (namespace, name): (items, rv, next key, remaining)."""
         readers = rt.readers()
         with self._cond:
-            keys = sorted(self._objects[rt.storage_key])
+            bucket = self._bucket(rt)
+            keys = sorted(bucket)
             items: list[Obj] = []
             next_key: ObjKey | None = None
             remaining = 0
@@ -205,7 +213,7 @@ class Store(InProcessControllers):
                     continue
                 if after is not None and key <= after:
                     continue
-                obj = self._objects[rt.storage_key][key]
+                obj = bucket[key]
                 if not labels_match(labels, obj) or not fields_match(fields, readers, obj):
                     continue
                 if limit and len(items) >= limit:
@@ -222,7 +230,7 @@ class Store(InProcessControllers):
         with self._cond:
             objs = [
                 obj
-                for key, obj in sorted(self._objects[rt.storage_key].items())
+                for key, obj in sorted(self._bucket(rt).items())
                 if not (rt.namespaced and namespace and key[0] != namespace)
             ]
             return objs, self._rv
@@ -274,7 +282,7 @@ class Store(InProcessControllers):
         meta = meta_of(obj)
         meta["resourceVersion"] = str(self._rv)
         ns = meta.get("namespace", "") if rt.namespaced else ""
-        self._objects[rt.storage_key][(ns, meta["name"])] = obj
+        self._bucket(rt)[(ns, meta["name"])] = obj
         self._append(WatchEvent(self._rv, event_type, rt.storage_key, ns, obj, old))
         self._queue.append(("changed", obj))
         return obj
@@ -285,7 +293,7 @@ class Store(InProcessControllers):
         meta = meta_of(final)
         meta["resourceVersion"] = str(self._rv)
         ns = meta.get("namespace", "") if rt.namespaced else ""
-        self._objects[rt.storage_key].pop((ns, meta["name"]), None)
+        self._objects.get(rt.storage_key, {}).pop((ns, meta["name"]), None)
         self._append(WatchEvent(self._rv, "DELETED", rt.storage_key, ns, final, obj))
         self._queue.append(("removed", final))
         return final
