@@ -1,0 +1,75 @@
+"""Inside the SR-IOV inventory VM: create VFs, configure the NIC, scan the real /sys.
+
+Runs as ``python -m tests.inventory.sriov_vm.guest <run-dir>`` in a throwaway VM (never on
+the host): it enables two VFs on the emulated NVMe controller (the only SR-IOV capable
+device QEMU 7.2 emulates), gives the emulated e1000e NIC an address and a default route,
+then writes ``inventory.json`` (the scan) and ``sysfs.json`` (raw facts to compare with)
+into the shared run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from pyroute2 import IPRoute
+
+from dmn.agent.inventory import Pyroute2Devlink, Pyroute2Links, ScanConfig, scan
+
+NODE_IP = "192.0.2.15"
+
+
+def main(run_dir: Path) -> int:
+    pci = Path("/sys/bus/pci/devices")
+    sriov = [d for d in sorted(pci.iterdir()) if (d / "sriov_totalvfs").exists()]
+    for dev in sriov:
+        (dev / "sriov_numvfs").write_text("2\n")
+    deadline = time.time() + 20
+    while time.time() < deadline and not any(n != "lo" for n in os.listdir("/sys/class/net")):
+        time.sleep(0.2)
+    nic = next(n for n in sorted(os.listdir("/sys/class/net")) if n != "lo")
+    with IPRoute() as ipr:
+        index = ipr.link_lookup(ifname=nic)[0]
+        ipr.link("set", index=index, state="up")
+        ipr.addr("add", index=index, address=NODE_IP, prefixlen=24)
+        ipr.route("add", dst="0.0.0.0/0", gateway="192.0.2.1", oif=index)
+    raw = {
+        d.name: {
+            "virtfn": sorted(
+                (e.name, os.path.basename(os.readlink(d / e.name)))
+                for e in d.iterdir()
+                if e.name.startswith("virtfn")
+            ),
+            "physfn": os.path.basename(os.readlink(d / "physfn"))
+            if (d / "physfn").exists()
+            else "",
+            "iommu_group": os.path.basename(os.readlink(d / "iommu_group"))
+            if (d / "iommu_group").exists()
+            else "",
+            "real": os.path.realpath(d),
+        }
+        for d in sorted(pci.iterdir())
+    }
+    inventory = scan(
+        ScanConfig(
+            sysfs_root=Path("/sys"),
+            node_uid="sriov-vm",
+            links=Pyroute2Links(),
+            devlink=Pyroute2Devlink(),
+            node_ips=[NODE_IP],
+        )
+    )
+    (run_dir / "sysfs.json").write_text(json.dumps({"nic": nic, "pci": raw}, indent=1))
+    (run_dir / "inventory.json").write_text(json.dumps(inventory.to_json(), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(Path(sys.argv[1])))
+    except Exception as exc:  # report, then let stage2 power off with a failing status
+        print(f"SRIOV-VM-ERROR {type(exc).__name__}: {exc}", flush=True)
+        sys.exit(1)
