@@ -453,7 +453,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if params.get("resourceVersionMatch") == "Exact":
                     raise errors.gone(str(exc)) from exc
         items, rv, next_key, remaining = store.list_objects(
-            rt, namespace, labels, fields, limit=limit, after=after
+            rt, namespace, labels, fields, limit=limit, after=after, copy_items=False
         )
         next_token = None
         if next_key is not None:

@@ -167,8 +167,10 @@ class Store(InProcessControllers):
 
     # --- reads ---------------------------------------------------------------------------
 
-    def _out(self, rt: ResourceType, obj: Obj) -> Obj:
-        result = copy.deepcopy(obj)
+    def _out(self, rt: ResourceType, obj: Obj, *, deep: bool = True) -> Obj:
+        """The object as a client of ``rt`` sees it; ``deep=False`` shares nested values
+        with the store (only for callers that serialize without modifying)."""
+        result = copy.deepcopy(obj) if deep else dict(obj)
         result["apiVersion"] = rt.api_version
         result["kind"] = rt.kind
         return result
@@ -199,8 +201,13 @@ class Store(InProcessControllers):
         *,
         limit: int = 0,
         after: ObjKey | None = None,
+        copy_items: bool = True,
     ) -> tuple[list[Obj], int, ObjKey | None, int]:
-        """Matching objects sorted by (namespace, name): (items, rv, next key, remaining)."""
+        """Matching objects sorted by (namespace, name): (items, rv, next key, remaining).
+
+        ``copy_items=False`` returns read-only views sharing nested values with the store
+        (the HTTP layer serializes them at once).
+        """
         readers = rt.readers()
         with self._cond:
             bucket = self._bucket(rt)
@@ -219,7 +226,7 @@ class Store(InProcessControllers):
                 if limit and len(items) >= limit:
                     remaining += 1
                     continue
-                items.append(self._out(rt, obj))
+                items.append(self._out(rt, obj, deep=copy_items))
                 next_key = key
             return items, self._rv, (next_key if remaining else None), remaining
 
