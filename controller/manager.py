@@ -41,7 +41,7 @@ class Controller:
 
     def __post_init__(self) -> None:
         self.topologies = TopologyReconciler(self.cluster, self.registry)
-        self.revisions = RevisionCollector(self.cluster)
+        self.revisions = RevisionCollector(self.cluster, publishing=self.topologies.latest)
         self.plugins = PluginStatusReconciler(self.cluster, self.registry)
         self.policies = PolicyStatusReconciler(self.cluster)
         self._watches: list[ListWatch] = []

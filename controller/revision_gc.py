@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dmn.api.attachment import LIVE_PHASES
@@ -67,6 +67,8 @@ def _node_ready(node: dict[str, Any]) -> bool:
 @dataclass
 class RevisionCollector:
     cluster: Cluster
+    #: topology UID -> revision being published (shared with the topology reconciler).
+    publishing: dict[str, str] = field(default_factory=dict)
 
     def retention(self, revision: dict[str, Any]) -> Retention:
         meta = revision["metadata"]
@@ -81,6 +83,8 @@ class RevisionCollector:
             and topo["metadata"].get("uid") == ref.get("uid")
             and not topo["metadata"].get("deletionTimestamp")
         )
+        if live and self.publishing.get(str(ref.get("uid"))) == name:
+            return Retention(True, "Current", "being published for its topology")
         if live and topo is not None:
             current = ((topo.get("status") or {}).get("revision") or {}).get("name")
             if current == name:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dmn.api.cluster import AlreadyExists, Cluster, NotFound
@@ -48,6 +48,10 @@ class TopologyReconciler:
     cluster: Cluster
     registry: OpcodeRegistry
     on_revision: Callable[[str], None] = lambda name: None
+    #: topology UID -> the revision its latest successful compile produced. Shared with
+    #: the revision collector so a revision being published is never collected between
+    #: its creation and the topology status naming it.
+    latest: dict[str, str] = field(default_factory=dict)
 
     def reconcile(self, name: str) -> None:
         try:
@@ -64,6 +68,7 @@ class TopologyReconciler:
             self._report_failure(topo, list(result.diagnostics), "CompileFailed")
             return
         compiled = result.compiled
+        self.latest[meta["uid"]] = compiled.revision_name
         try:
             revision = self._ensure_revision(compiled)
             classes = self._ensure_classes(compiled, revision)
