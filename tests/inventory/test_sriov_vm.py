@@ -3,10 +3,11 @@
 This machine has no SR-IOV hardware, so the test boots the kernel lab's stock Debian kernel
 (tests/kernel_lab/image.py, reused read-only) in its own qemu VM with a q35 machine, a VT-d
 IOMMU, an NVMe controller with SR-IOV (the SR-IOV device QEMU 7.2 emulates) and an e1000e
-NIC. Inside, ``sriov_vm/guest.py`` enables two VFs, configures the NIC with a node IP and a
-default route, and scans the real ``/sys`` with real rtnetlink. What this proves: PF/VF
-parentage and VF index, IOMMU groups, the pcieRoot form and netdev↔PCI joining as a real
-kernel lays them out, and the protection of the default-route NIC. What it does not:
+NIC. Inside, ``sriov_vm/guest.py`` enables two VFs (one left unbound, one bound to vfio-pci),
+configures the NIC with a node IP and a default route, and scans the real ``/sys`` with real
+rtnetlink. What this proves: PF/VF parentage and VF index, unbound and vfio-pci bindings
+with their /dev/vfio group, IOMMU groups, the pcieRoot form and netdev↔PCI joining as a
+real kernel lays them out, and the protection of the default-route NIC. What it does not:
 NIC-specific layouts (representors, RDMA, eswitch modes) — those stay fixture-tested.
 """
 
@@ -94,6 +95,10 @@ def test_real_vfs_have_parent_and_index(vm: tuple[dict, dict]) -> None:  # type:
         assert item["vfIndex"] == expected[bdf]
         assert item["iommuGroup"] is not None
         assert item["pcieRoot"] == "pci0000:00"
+    first, second = sorted(vfs)
+    assert vfs[first]["binding"] == "unbound" and vfs[first]["driver"] == ""
+    assert vfs[second]["binding"] == "vfio" and vfs[second]["driver"] == "vfio-pci"
+    assert f"/dev/vfio/{vfs[second]['iommuGroup']}" in vfs[second]["vfioDevices"]
 
 
 def test_real_nic_is_joined_and_protected(vm: tuple[dict, dict]) -> None:  # type: ignore[type-arg]

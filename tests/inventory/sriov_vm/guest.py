@@ -22,11 +22,24 @@ from dmn.agent.inventory import Pyroute2Devlink, Pyroute2Links, ScanConfig, scan
 NODE_IP = "192.0.2.15"
 
 
+def _unbind(address: str) -> None:
+    driver = Path("/sys/bus/pci/devices") / address / "driver"
+    if driver.exists():
+        (driver / "unbind").write_text(address + "\n")
+
+
 def main(run_dir: Path) -> int:
     pci = Path("/sys/bus/pci/devices")
     sriov = [d for d in sorted(pci.iterdir()) if (d / "sriov_totalvfs").exists()]
     for dev in sriov:
         (dev / "sriov_numvfs").write_text("2\n")
+    vfs = sorted(os.path.basename(os.readlink(v)) for d in sriov for v in d.glob("virtfn*"))
+    if len(vfs) == 2:
+        unbound, vfio = vfs
+        _unbind(unbound)
+        _unbind(vfio)
+        (pci / vfio / "driver_override").write_text("vfio-pci\n")
+        Path("/sys/bus/pci/drivers_probe").write_text(vfio + "\n")
     deadline = time.time() + 20
     while time.time() < deadline and not any(n != "lo" for n in os.listdir("/sys/class/net")):
         time.sleep(0.2)
