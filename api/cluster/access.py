@@ -211,13 +211,18 @@ class Cluster:
         self,
         res: Resource,
         body: Mapping[str, Any],
+        namespace: str | None = None,
         *,
         status: bool = False,
         dry_run: bool = False,
     ) -> Obj:
-        """PUT the object (or its ``status`` subresource); 409 :class:`Conflict` if stale."""
+        """PUT the object (or its ``status`` subresource); 409 :class:`Conflict` if stale.
+
+        The namespace is the body's ``metadata.namespace``, else ``namespace``.
+        """
         meta = body.get("metadata") or {}
-        path = res.path(meta.get("namespace"), meta["name"], "status" if status else "")
+        ns = meta.get("namespace") or namespace
+        path = res.path(ns, meta["name"], "status" if status else "")
         obj = {"apiVersion": res.api_version, "kind": res.kind, **body}
         result: Obj = self.request("PUT", path, self._write_query(dry_run), obj)
         return result
