@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import cel
 from pydantic import ValidationError
 
 from dmn.api.identity import (
@@ -101,6 +102,15 @@ class CompileResult:
     @property
     def ok(self) -> bool:
         return self.compiled is not None
+
+
+def cel_problem(expression: str) -> str | None:
+    """Why ``expression`` does not compile as CEL (the real implementation), or None."""
+    try:
+        cel.compile(expression)
+    except (ValueError, RuntimeError, TypeError) as exc:
+        return str(exc).splitlines()[0][:300]
+    return None
 
 
 def _split_path(text: str) -> tuple[str | int, ...]:
@@ -249,6 +259,14 @@ def compile_topology(
                 f" (stepKinds: {', '.join(kinds)})",
                 f"{where}.kind",
             )
+        for j, selector in enumerate(raw.get("hardwareSelectors") or []):
+            problem = cel_problem(selector["cel"]["expression"])
+            if problem is not None:
+                report.add(
+                    Code.E_SYNTAX,
+                    f"hardware selector is not valid CEL: {problem}",
+                    f"{where}.hardwareSelectors[{j}].cel.expression",
+                )
         config = dict(raw.get("config") or {})
         config, problems = validate_config(descriptor.config_schema, config, path=f"{where}.config")
         for diag in problems:
