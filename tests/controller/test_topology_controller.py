@@ -426,3 +426,41 @@ def test_policy_validation_status(cluster: Cluster, controller: Controller) -> N
 
     cond = wait_for(validated, what="policy validated")
     assert cond["status"] == "True", cond
+
+
+def test_descriptor_update_creates_new_revision(cluster: Cluster, controller: Controller) -> None:
+    import yaml
+
+    from tests.controller.support import PLUGIN_DIR
+
+    plugin = yaml.safe_load((PLUGIN_DIR / "vlan-cni.yaml").read_text())
+    plugin["metadata"] = {"name": "site-vlan"}
+    plugin["spec"]["implementation"] = {"type": "EffectProgram"}
+    cluster.create(r.NETWORK_PLUGINS, plugin)
+    topo = example("dual-vf-bond-vlan")
+    topo["metadata"]["name"] = "site"
+    topo["spec"]["steps"][3]["pluginRef"]["name"] = "site-vlan"
+    cluster.create(r.NETWORK_TOPOLOGIES, topo)
+    first = wait_for(topology_settled(cluster, "site"), what="Ready")
+    old = first["status"]["revision"]
+    locked = cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, old["name"])["spec"]["plugins"]
+    assert "site-vlan" in {p["name"] for p in locked}
+
+    live = cluster.get(r.NETWORK_PLUGINS, "site-vlan")
+    live["spec"]["configSchema"]["properties"]["mtu"]["maximum"] = 9216
+    cluster.replace(r.NETWORK_PLUGINS, live)
+
+    def moved() -> dict[str, Any] | None:
+        t = cluster.get(r.NETWORK_TOPOLOGIES, "site")
+        ref = (t.get("status") or {}).get("revision") or {}
+        return t if ref.get("name") not in (None, old["name"]) else None
+
+    second = wait_for(moved, what="new revision after descriptor update")
+    new = cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, second["status"]["revision"]["name"])
+    site = next(p for p in new["spec"]["plugins"] if p["name"] == "site-vlan")
+    assert (
+        site["descriptor"]["descriptor"]["spec"]["configSchema"]["properties"]["mtu"]["maximum"]
+        == 9216
+    )
+    # nothing references the old revision: it is collected
+    wait_for(lambda: gone(cluster, r.NETWORK_TOPOLOGY_REVISIONS, old["name"]), what="old collected")
