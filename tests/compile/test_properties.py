@@ -123,3 +123,38 @@ json_values = st.recursive(
 def test_garbage_is_a_diagnostic(topology: dict[str, Any]) -> None:
     result = compile_topology(topology, PLUGINS)
     assert result.compiled is None and result.diagnostics
+
+
+ATTRS = {
+    "plugin": st.sampled_from(["sriov-cni", "host-cni", "macvlan-cni"]),
+    "mode": st.sampled_from(["kernel", "vfio", "bridge"]),
+    "linkType": st.sampled_from(["ethernet", "infiniband"]),
+    "allocationReady": st.booleans(),
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.fixed_dictionaries({}, optional=ATTRS),
+    st.sampled_from(["dra-multi-network.schseba.github.io", "other.example.com"]),
+)
+def test_selector_matches_exactly_the_pinned_devices(attrs: dict[str, Any], driver: str) -> None:
+    """Real CEL: a device matches iff driver and every pinned attribute match; a missing
+    attribute never raises (allocation would abort on a CEL runtime error)."""
+    import cel
+
+    from dmn.controller.compile.classes import RootSelector, selector_expression
+
+    sel = RootSelector("left", "sriov-cni", "kernel", "ethernet")
+    device = {
+        "device": {"driver": driver, "attributes": {"dra-multi-network.schseba.github.io": attrs}}
+    }
+    got = cel.compile(selector_expression(sel)).execute(device)
+    want = (
+        driver == "dra-multi-network.schseba.github.io"
+        and attrs.get("plugin") == "sriov-cni"
+        and attrs.get("mode") == "kernel"
+        and attrs.get("linkType") == "ethernet"
+        and attrs.get("allocationReady") is True
+    )
+    assert got is want
