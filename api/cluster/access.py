@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -399,14 +401,33 @@ class WatchStream:
         }
         self._watch = watch.Watch(return_type="object")  # type: ignore[no-untyped-call]
         self._watch._api_client = cluster.api_client
+        # Watch.stream() resets its own stop flag when it starts and only knows the
+        # response once the request returned; keep our own flag and response so that a
+        # stop() at any moment ends the stream instead of waiting for the server timeout.
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._response: Any = None
 
     def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            response = self._response
         self._watch.stop()  # type: ignore[no-untyped-call]
+        if response is not None:
+            _shutdown(response)
 
     def __iter__(self) -> Iterator[WatchEvent]:
         def call(**kwargs: Any) -> Any:
-            return self._cluster._watch_call(self._res, self._namespace, **kwargs)
+            response = self._cluster._watch_call(self._res, self._namespace, **kwargs)
+            with self._lock:
+                self._response = response
+                stopped = self._stopped
+            if stopped:
+                _shutdown(response)
+            return response
 
+        if self._stopped:
+            return
         try:
             for event in self._watch.stream(call, **self._kwargs):  # type: ignore[no-untyped-call]
                 raw = event.get("raw_object")
@@ -419,6 +440,17 @@ class WatchStream:
         except ApiFailure:
             raise
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-            if self._watch._stop:
+            if self._stopped:
                 return
             raise Unavailable(0, "Unavailable", f"watch {self._res.plural}: {exc}") from exc
+
+
+def _shutdown(response: Any) -> None:
+    """Abort a streaming urllib3 response from another thread (its socket, then itself)."""
+    connection = getattr(response, "connection", None)
+    sock = getattr(connection, "sock", None)
+    try:
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass

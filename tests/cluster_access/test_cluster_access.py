@@ -324,3 +324,28 @@ def test_stop_ends_open_watches() -> None:
     server.stop()
     assert done.wait(5) and time.monotonic() - began < 5
     cluster.close()
+
+
+def test_stop_ends_a_quiet_watch_promptly(cluster: Cluster) -> None:
+    import threading
+    import time
+
+    stream = cluster.watch(r.SECRETS, "kube-public", timeout_seconds=60, allow_bookmarks=False)
+    stream.stop()
+    assert list(stream) == []  # stopped before it started
+    lw = ListWatch(cluster, r.SECRETS, "kube-public", timeout_seconds=60)
+    synced = threading.Event()
+    finished = threading.Event()
+
+    def consume() -> None:
+        for event in lw.events():
+            if event.type == "SYNCED":
+                synced.set()
+        finished.set()
+
+    threading.Thread(target=consume, daemon=True).start()
+    assert synced.wait(5)
+    time.sleep(0.3)  # the watch request is open and idle
+    began = time.monotonic()
+    lw.stop()
+    assert finished.wait(5) and time.monotonic() - began < 3
