@@ -306,3 +306,15 @@ def test_end_to_end_through_the_api_server(
                 alice.delete(r.NETWORK_TOPOLOGY_REVISIONS, topo["status"]["revision"]["name"])
         finally:
             controller.stop()
+
+
+def test_unreachable_api_server_fails_closed(pki: tuple[Path, Path, Path]) -> None:
+    ca_file, cert, key = pki
+    with Cluster(connect(url="http://127.0.0.1:9")) as dead:
+        server = WebhookServer(dead, default_registry(), cert_file=str(cert), key_file=str(key))
+        server.start()
+        try:
+            resp, _ = post(server, ca_file, req("NetworkTopology", G, "CREATE", example("vfio")))
+        finally:
+            server.stop()
+    assert resp["allowed"] is False and "could not validate" in resp["status"]["message"]
