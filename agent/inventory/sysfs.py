@@ -220,6 +220,8 @@ class SysfsTree:
         out: list[RawNetdev] = []
         for name in names:
             entry = base / name
+            if not entry.is_dir():  # e.g. bonding_masters, a control file beside the links
+                continue
             out.append(
                 RawNetdev(
                     ifname=name,

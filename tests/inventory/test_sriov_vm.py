@@ -4,11 +4,12 @@ This machine has no SR-IOV hardware, so the test boots the kernel lab's stock De
 (tests/kernel_lab/image.py, reused read-only) in its own qemu VM with a q35 machine, a VT-d
 IOMMU, an NVMe controller with SR-IOV (the SR-IOV device QEMU 7.2 emulates) and an e1000e
 NIC. Inside, ``sriov_vm/guest.py`` enables two VFs (one left unbound, one bound to vfio-pci),
-configures the NIC with a node IP and a default route, and scans the real ``/sys`` with real
-rtnetlink. What this proves: PF/VF parentage and VF index, unbound and vfio-pci bindings
-with their /dev/vfio group, IOMMU groups, the pcieRoot form and netdev↔PCI joining as a
-real kernel lays them out, and the protection of the default-route NIC. What it does not:
-NIC-specific layouts (representors, RDMA, eswitch modes) — those stay fixture-tested.
+enslaves the NIC to bond0 carrying the node IP and default route, and scans the real
+``/sys`` with real rtnetlink. What this proves: PF/VF parentage and VF index, unbound and
+vfio-pci bindings with their /dev/vfio group, IOMMU groups, the pcieRoot form and
+netdev↔PCI joining as a real kernel lays them out, and the protection of a bond member.
+What it does not: NIC-specific layouts (representors, RDMA, eswitch modes) — those stay
+fixture-tested.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ def test_real_nic_is_joined_and_protected(vm: tuple[dict, dict]) -> None:  # typ
     (item,) = [i for i in inventory["items"] if any(n["ifname"] == nic for n in i["netdevs"])]
     assert item["driver"] == "e1000e" and item["binding"] == "kernel"
     assert item["linkType"] == "ethernet"
-    assert {"default-route", "node-ip"} <= set(item["protected"])
-    assert inventory["defaultRouteInterfaces"] == [nic]
+    # the NIC is a member of bond0, which carries the node IP and the default route
+    assert item["protected"] == ["member-of-protected"]
+    assert inventory["defaultRouteInterfaces"] == ["bond0"]
     assert item["iommuGroup"] is not None  # VT-d puts every function in a group

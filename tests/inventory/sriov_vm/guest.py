@@ -2,7 +2,8 @@
 
 Runs as ``python -m tests.inventory.sriov_vm.guest <run-dir>`` in a throwaway VM (never on
 the host): it enables two VFs on the emulated NVMe controller (the only SR-IOV capable
-device QEMU 7.2 emulates), gives the emulated e1000e NIC an address and a default route,
+device QEMU 7.2 emulates), enslaves the emulated e1000e NIC to bond0 which carries the
+node IP and the default route,
 then writes ``inventory.json`` (the scan) and ``sysfs.json`` (raw facts to compare with)
 into the shared run folder.
 """
@@ -13,6 +14,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from pyroute2 import IPRoute
@@ -40,15 +42,20 @@ def main(run_dir: Path) -> int:
         _unbind(vfio)
         (pci / vfio / "driver_override").write_text("vfio-pci\n")
         Path("/sys/bus/pci/drivers_probe").write_text(vfio + "\n")
+    net = Path("/sys/class/net")
     deadline = time.time() + 20
-    while time.time() < deadline and not any(n != "lo" for n in os.listdir("/sys/class/net")):
+    while time.time() < deadline and not any((n / "device").exists() for n in net.iterdir()):
         time.sleep(0.2)
-    nic = next(n for n in sorted(os.listdir("/sys/class/net")) if n != "lo")
-    with IPRoute() as ipr:
-        index = ipr.link_lookup(ifname=nic)[0]
-        ipr.link("set", index=index, state="up")
-        ipr.addr("add", index=index, address=NODE_IP, prefixlen=24)
-        ipr.route("add", dst="0.0.0.0/0", gateway="192.0.2.1", oif=index)
+    nic = next(n.name for n in sorted(net.iterdir()) if (n / "device").exists())
+    with IPRoute() as ipr:  # the node's management bond: bond0 over the NIC
+        ipr.link("add", ifname="bond0", kind="bond", bond_mode=1, bond_miimon=100)
+        names = {link.get("IFLA_IFNAME"): link["index"] for link in ipr.get_links()}
+        bond, member = names["bond0"], names[nic]
+        ipr.link("set", index=member, state="down")
+        ipr.link("set", index=member, master=bond)
+        ipr.link("set", index=bond, state="up")
+        ipr.addr("add", index=bond, address=NODE_IP, prefixlen=24)
+        ipr.route("add", dst="0.0.0.0/0", gateway="192.0.2.1", oif=bond)
     raw = {
         d.name: {
             "virtfn": sorted(
@@ -83,6 +90,6 @@ def main(run_dir: Path) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main(Path(sys.argv[1])))
-    except Exception as exc:  # report, then let stage2 power off with a failing status
-        print(f"SRIOV-VM-ERROR {type(exc).__name__}: {exc}", flush=True)
+    except Exception:  # report, then let stage2 power off with a failing status
+        print("SRIOV-VM-ERROR " + traceback.format_exc(), flush=True)
         sys.exit(1)

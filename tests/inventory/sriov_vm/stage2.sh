@@ -16,6 +16,7 @@ done
 modprobe nvme 2>&1
 modprobe e1000e 2>&1
 modprobe vfio-pci 2>&1
+modprobe bonding 2>&1
 echo "SRIOV-VM-STAGE2"
 cd "$REPO" && "$PYTHON" -m tests.inventory.sriov_vm.guest "$RUN"
 rc=$?
