@@ -43,6 +43,17 @@ class ReconcileConflict(Exception):
         self.diagnostic = diagnostic
 
 
+def _same_content(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Equal revision specs, ignoring the topology generation that first produced it (a
+    later non-semantic edit of the topology has the same digest and adopts the revision)."""
+
+    def strip(spec: dict[str, Any]) -> dict[str, Any]:
+        ref = {k: v for k, v in (spec.get("topologyRef") or {}).items() if k != "generation"}
+        return {**spec, "topologyRef": ref}
+
+    return strip(existing) == strip(wanted)
+
+
 @dataclass
 class TopologyReconciler:
     cluster: Cluster
@@ -92,7 +103,9 @@ class TopologyReconciler:
             pass
         existing = self.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, compiled.revision_name)
         spec = existing.get("spec") or {}
-        if spec.get("digest") != compiled.digest or spec != compiled.revision["spec"]:
+        if spec.get("digest") != compiled.digest or not _same_content(
+            spec, compiled.revision["spec"]
+        ):
             raise ReconcileConflict(
                 Diagnostic(
                     Code.E_CONFLICT,

@@ -372,7 +372,7 @@ def compile_topology(
     root_entries: list[dict[str, Any]] = []
     from dmn.controller.compile.classes import class_name
 
-    for s in sorted(roots, key=lambda r: r.index):
+    for s in sorted(roots, key=lambda r: r.id):
         raw = raw_steps[s.index]
         mode = s.config.get("mode")
         link = s.config.get("linkType")

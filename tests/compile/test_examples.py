@@ -44,7 +44,9 @@ def test_example_compiles(path: Path, plugins: dict[str, Any]) -> None:
     assert rev.spec.digest == compiled.digest
     assert compiled.revision_name.startswith(data["metadata"]["name"] + "-")
     assert compiled.revision_name.endswith(compiled.digest[7:17])
-    roots = [s for s in data["spec"]["steps"] if s["kind"] == "Allocation"]
+    roots = sorted(
+        (s for s in data["spec"]["steps"] if s["kind"] == "Allocation"), key=lambda s: s["id"]
+    )
     classes = compiled.device_classes("rev-uid-1")
     assert [c["metadata"]["name"] for c in classes] == [r.device_class_name for r in rev.spec.roots]
     assert len(classes) == len(roots)

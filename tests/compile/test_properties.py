@@ -94,6 +94,8 @@ def test_compile_total_and_order_invariant(topology: dict[str, Any], rnd: Any) -
         rnd.shuffle(shuffled["spec"]["steps"])
         again = compile_topology(shuffled, PLUGINS, uid="u").compiled
         assert again is not None and again.digest == result.compiled.digest
+        assert again.revision["spec"] == result.compiled.revision["spec"]
+        assert again.device_classes("u") == result.compiled.device_classes("u")
         order = result.compiled.revision["spec"]["order"]
         position = {sid: i for i, sid in enumerate(order)}
         for step in topology["spec"]["steps"]:

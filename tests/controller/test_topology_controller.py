@@ -464,3 +464,22 @@ def test_descriptor_update_creates_new_revision(cluster: Cluster, controller: Co
     )
     # nothing references the old revision: it is collected
     wait_for(lambda: gone(cluster, r.NETWORK_TOPOLOGY_REVISIONS, old["name"]), what="old collected")
+
+
+def test_non_semantic_edit_keeps_the_revision(cluster: Cluster, controller: Controller) -> None:
+    topo = example("dual-vf-bond-vlan")
+    topo["metadata"]["name"] = "reorder"
+    cluster.create(r.NETWORK_TOPOLOGIES, topo)
+    first = wait_for(topology_settled(cluster, "reorder"), what="Ready")
+
+    def reorder(spec: dict[str, Any]) -> None:
+        spec["steps"].reverse()
+        spec["effectBudget"]["allow"].reverse()
+
+    updated = _update_spec(cluster, "reorder", reorder)
+    assert updated["metadata"]["generation"] > first["metadata"]["generation"]
+    second = wait_for(
+        topology_settled(cluster, "reorder", updated["metadata"]["generation"]), what="settled"
+    )
+    assert ready(second)["status"] == "True", second["status"]  # type: ignore[index]
+    assert second["status"]["revision"] == first["status"]["revision"]
