@@ -29,12 +29,14 @@ class ChangeMonitor:
         *,
         netns: str | None = None,
         udev: bool = True,
+        uevent_source: str = "udev",
         debounce: float = 0.2,
         resync: float = 300.0,
     ) -> None:
         self.on_change = on_change
         self.netns = netns
         self.udev = udev
+        self.uevent_source = uevent_source  # "udev" (processed by udevd) or "kernel" (raw)
         self.debounce = debounce
         self.resync = resync
         self._wake = threading.Event()
@@ -144,7 +146,7 @@ class ChangeMonitor:
         try:
             import pyudev
 
-            monitor = pyudev.Monitor.from_netlink(pyudev.Context())
+            monitor = pyudev.Monitor.from_netlink(pyudev.Context(), source=self.uevent_source)
             for subsystem in _SUBSYSTEMS:
                 monitor.filter_by(subsystem)
             monitor.start()

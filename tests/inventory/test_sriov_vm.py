@@ -112,3 +112,10 @@ def test_real_nic_is_joined_and_protected(vm: tuple[dict, dict]) -> None:  # typ
     assert item["protected"] == ["member-of-protected"]
     assert inventory["defaultRouteInterfaces"] == ["bond0"]
     assert item["iommuGroup"] is not None  # VT-d puts every function in a group
+
+
+def test_change_monitor_saw_the_vfs_and_the_bond(vm: tuple[dict, dict]) -> None:  # type: ignore[type-arg]
+    _, raw = vm
+    seen = ",".join(raw["watch"])
+    assert "udev:pci:add" in seen  # kernel uevents for the new VF functions
+    assert "rtnl:RTM_NEWLINK" in seen  # rtnetlink for bond0 and the enslaved NIC

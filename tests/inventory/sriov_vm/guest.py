@@ -20,6 +20,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from dmn.agent.inventory import Pyroute2Devlink, Pyroute2Links, ScanConfig, scan
+from dmn.agent.inventory.watch import ChangeMonitor
 
 NODE_IP = "192.0.2.15"
 
@@ -31,6 +32,10 @@ def _unbind(address: str) -> None:
 
 
 def main(run_dir: Path) -> int:
+    # no udevd in this VM: listen to raw kernel uevents while the VFs appear
+    reasons: list[str] = []
+    monitor = ChangeMonitor(reasons.append, uevent_source="kernel", debounce=0.5, resync=3600)
+    monitor.start()
     pci = Path("/sys/bus/pci/devices")
     sriov = [d for d in sorted(pci.iterdir()) if (d / "sriov_totalvfs").exists()]
     for dev in sriov:
@@ -56,6 +61,11 @@ def main(run_dir: Path) -> int:
         ipr.link("set", index=bond, state="up")
         ipr.addr("add", index=bond, address=NODE_IP, prefixlen=24)
         ipr.route("add", dst="0.0.0.0/0", gateway="192.0.2.1", oif=bond)
+    deadline = time.time() + 10
+    wanted = ("udev:pci:add", "rtnl:RTM_NEWLINK")
+    while time.time() < deadline and not all(any(w in r for r in reasons) for w in wanted):
+        time.sleep(0.2)
+    monitor.stop()
     raw = {
         d.name: {
             "virtfn": sorted(
@@ -82,7 +92,9 @@ def main(run_dir: Path) -> int:
             node_ips=[NODE_IP],
         )
     )
-    (run_dir / "sysfs.json").write_text(json.dumps({"nic": nic, "pci": raw}, indent=1))
+    (run_dir / "sysfs.json").write_text(
+        json.dumps({"nic": nic, "pci": raw, "watch": reasons}, indent=1)
+    )
     (run_dir / "inventory.json").write_text(json.dumps(inventory.to_json(), indent=1))
     return 0
 
