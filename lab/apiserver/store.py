@@ -61,6 +61,7 @@ from .strategy import (
     set_condition,
     validate_crd,
     validate_metadata,
+    validate_resource_claim_update,
 )
 
 log = logging.getLogger(__name__)
@@ -475,6 +476,8 @@ class Store(InProcessControllers):
             causes += validate_crd(obj, old)
         elif not rt.custom and not causes:
             causes += validate_builtin(obj)
+        if (rt.group, rt.plural) == ("resource.k8s.io", "resourceclaims") and old is not None:
+            causes += validate_resource_claim_update(obj, old)
         if causes:
             raise errors.invalid_object(rt.kind, rt.group, meta_of(obj).get("name", ""), causes)
         return warnings

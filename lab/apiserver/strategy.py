@@ -268,3 +268,86 @@ def crd_status(crd: Obj) -> Obj:
         "conditions": conditions,
         "storedVersions": storage,
     }
+
+
+RESERVED_FOR_MAX = 256
+
+
+def _request_names(claim: Obj) -> set[str]:
+    names: set[str] = set()
+    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+        if not isinstance(request, dict):
+            continue
+        name = str(request.get("name", ""))
+        names.add(name)
+        for sub in request.get("firstAvailable") or []:
+            if isinstance(sub, dict):
+                names.add(f"{name}/{sub.get('name', '')}")
+    return names
+
+
+def validate_resource_claim_update(claim: Obj, old: Obj) -> list[Cause]:
+    """The Go-side update rules of ``resource.k8s.io`` ResourceClaims the lab reproduces.
+
+    Spec is immutable; ``status.allocation`` cannot change once set; ``reservedFor`` needs an
+    allocation, unique consumer uids (each entry with resource, name and uid), at most 256
+    entries, and no new entries once the claim is being deleted; allocation results name a
+    request of the claim.
+    """
+    causes: list[Cause] = []
+    if claim.get("spec") != old.get("spec"):
+        causes.append(errors.invalid("spec", claim.get("spec"), "field is immutable"))
+    status = claim.get("status") or {}
+    old_status = old.get("status") or {}
+    allocation, old_allocation = status.get("allocation"), old_status.get("allocation")
+    reserved = status.get("reservedFor") or []
+    if len(reserved) > RESERVED_FOR_MAX:
+        causes.append(errors.too_many("status.reservedFor", len(reserved), RESERVED_FOR_MAX))
+    seen: set[str] = set()
+    for i, consumer in enumerate(reserved):
+        consumer = consumer if isinstance(consumer, dict) else {}
+        for field in ("resource", "name", "uid"):
+            if not consumer.get(field):
+                causes.append(errors.required(f"status.reservedFor[{i}].{field}"))
+        uid = str(consumer.get("uid", ""))
+        if uid and uid in seen:
+            causes.append(errors.duplicate(f"status.reservedFor[{i}]", consumer))
+        seen.add(uid)
+    if reserved and not allocation:
+        causes.append(
+            errors.forbidden(
+                "status.reservedFor", "may not be specified when `allocated` is not set"
+            )
+        )
+    elif reserved and meta_of(claim).get("deletionTimestamp"):
+        old_uids = {
+            str(c.get("uid")) for c in old_status.get("reservedFor") or [] if isinstance(c, dict)
+        }
+        if any(str(c.get("uid")) not in old_uids for c in reserved if isinstance(c, dict)):
+            causes.append(
+                errors.forbidden(
+                    "status.reservedFor",
+                    "new entries may not be added while `deallocationRequested` or "
+                    "`deletionTimestamp` are set",
+                )
+            )
+    if old_allocation and allocation and allocation != old_allocation:
+        causes.append(errors.invalid("status.allocation", allocation, "field is immutable"))
+    elif allocation and not old_allocation:
+        names = _request_names(claim)
+        results = (
+            ((allocation.get("devices") or {}).get("results") or [])
+            if isinstance(allocation, dict)
+            else []
+        )
+        for i, result in enumerate(results):
+            request = result.get("request") if isinstance(result, dict) else None
+            if request not in names:
+                causes.append(
+                    errors.invalid(
+                        f"status.allocation.devices.results[{i}].request",
+                        request,
+                        "must be the name of a request in the claim",
+                    )
+                )
+    return causes
