@@ -25,7 +25,8 @@ Knowingly different from a real API server:
 
 * Built-in kinds are checked against the upstream OpenAPI schemas when the optional
   ``kubernetes-validate`` package is installed (:mod:`.builtin_schema`), not by the Go
-  validation (formats inside specs, CEL compilation, immutability); no built-in defaulting;
+  validation (formats inside specs, CEL compilation, immutability) — except the
+  ResourceClaim update rules the DRA flow relies on (``strategy``); no built-in defaulting;
   unknown fields are kept rather than dropped.
 * Request and response bodies are JSON only (protobuf/CBOR/YAML bodies get 415); no
   server-side apply (``apply-patch+yaml`` gets 415); strategic merge knows the merge keys
