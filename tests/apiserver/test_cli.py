@@ -1,0 +1,30 @@
+"""``python -m dmn.lab.apiserver`` serves until stopped."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import urllib.request
+
+
+def test_module_entry_point_serves() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dmn.lab.apiserver", "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = None
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            match = re.search(r"url=(http://\S+)", line)
+            if match:
+                url = match.group(1)
+                break
+        assert url is not None
+        with urllib.request.urlopen(url + "/version", timeout=10) as response:
+            assert b"gitVersion" in response.read()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
