@@ -34,7 +34,7 @@ class LockedPlugin(ApiModel):
 
     name: str = Field(min_length=1, max_length=63)
     contract_digest: str = Field(pattern=DIGEST)
-    descriptor: dict[str, Any] = Field(json_schema_extra=PAYLOAD_EXTRA)
+    descriptor: dict[str, Any] = Field(json_schema_extra=PAYLOAD_EXTRA | {"maxProperties": 4})
 
 
 class RevisionRoot(ApiModel):
@@ -62,7 +62,7 @@ class NetworkTopologyRevisionSpec(ApiModel):
     digest: str = Field(pattern=DIGEST)
     compiler_version: str = Field(max_length=64)
     opcode_contracts_digest: str = Field(pattern=DIGEST)
-    normalized_spec: dict[str, Any] = Field(json_schema_extra=PAYLOAD_EXTRA)
+    normalized_spec: dict[str, Any] = Field(json_schema_extra=PAYLOAD_EXTRA | {"maxProperties": 4})
     plugins: list[LockedPlugin] = list_map("name", max_items=MAX_STEPS)
     roots: list[RevisionRoot] = list_map("rootStep", max_items=MAX_ROOTS, min_length=1)
     outputs: list[ResolvedPort] = list_map("step", "port", max_items=MAX_STEPS * 8)
