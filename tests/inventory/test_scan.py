@@ -300,3 +300,17 @@ def test_external_controller_representors_are_not_local_vfs(tmp_path: Path) -> N
     assert {(r.controller, r.vfnum) for r in reps} == {(0, 0), (1, 0)}
     local = item(inv, mlx_vf_address(0, 0)).representor
     assert local is not None and local.controller == 0 and local.ifname == "enp59s0f0npf0vf0"
+
+
+def test_a_card_moved_to_another_slot_keeps_its_identity(tmp_path: Path) -> None:
+    def node_with_card_at(bdf: str, root: Path) -> Inventory:
+        b = SysfsBuilder(root / "sys")
+        b.function(bdf, root_bus="pci0000:00", vendor="0x8086", device="0x159b",
+                   driver="vfio-pci", iommu_group=5, serial="b4-96-91-ff-ff-aa-bb-01")  # fmt: skip
+        return run(b.finish())
+
+    before = node_with_card_at("0000:af:00.0", tmp_path / "a")
+    after = node_with_card_at("0000:3d:00.0", tmp_path / "b")
+    assert set(before.items) == set(after.items)
+    (item,) = after.items.values()
+    assert item.pci_address == "0000:3d:00.0"  # the locator follows, the identity stays
