@@ -1,0 +1,84 @@
+"""Fork server for real-executor crash tests: one interpreter, one forked child per crash.
+
+Forking the pytest process itself is unsafe: pyroute2 and RocksDB run helper threads, and a
+child forked while one of them holds a lock deadlocks. This server is a fresh interpreter that
+imports everything up front but opens no socket and no journal, so each forked child starts
+clean: it opens the journal and its own netlink sockets, runs (or cleans up) one operation and
+SIGKILLs itself at the requested journal boundary.
+
+Request (one JSON line on stdin): ``state_dir``, ``host`` (host netns path), ``sandbox``
+(NamespaceRef JSON or null), ``action`` (``run``/``cleanup``), ``op``, ``scope``, ``program``
+(BoundProgram JSON, for run), ``crash_at`` (boundary index), ``out`` (file that receives the
+boundary names passed). Reply: ``{"signal": n}`` or ``{"exit": code}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from dmn.agent.journal.store import JournalStore
+from dmn.agent.netns.pins import NamespacePins
+from dmn.interpreter.bound import BoundProgram
+from dmn.interpreter.runner import Runner
+from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+from tests.kernel.world import EXECUTORS
+
+
+def _child(req: dict[str, Any]) -> int:
+    out = open(req["out"], "w")  # noqa: SIM115 - lives until SIGKILL or exit
+    seen = [0]
+
+    def hook(name: str) -> None:
+        out.write(name + "\n")
+        out.flush()
+        if seen[0] == req["crash_at"]:
+            os.kill(os.getpid(), signal.SIGKILL)
+        seen[0] += 1
+
+    pins = NamespacePins(Path(req["state_dir"]), host_netns=req["host"])
+
+    def env(sandbox: NamespaceRef | None) -> LinkEnvironment:
+        return LinkEnvironment(host=NamespaceRef.at(req["host"]), sandbox=sandbox, pins=pins.list)
+
+    sandbox = NamespaceRef.from_json(req["sandbox"]) if req.get("sandbox") else None
+    journal = JournalStore.open(req["state_dir"])
+    runner = Runner(journal, EXECUTORS, boundary=hook, env_factory=lambda op: env(None))
+    if req["action"] == "run":
+        program = BoundProgram.from_json(req["program"])
+        runner.run(req["op"], req["scope"], program, env=env(sandbox))
+    else:
+        runner.cleanup(req["op"])
+    journal.close()
+    return 0
+
+
+def main() -> None:
+    for line in sys.stdin:
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = _child(req)
+            except BaseException:
+                traceback.print_exc(file=sys.stderr)
+            finally:
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status):
+            reply = {"signal": os.WTERMSIG(status)}
+        else:
+            reply = {"exit": os.WEXITSTATUS(status)}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

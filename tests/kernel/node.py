@@ -1,0 +1,189 @@
+"""A real node's effect path for program-level tests: binder → runner → RocksDB journal → kernel.
+
+:class:`Node` owns a state dir (journal + namespace pins) and a stand-in host namespace. It
+binds builtin programs with the real binder, runs them through the real :class:`Runner` over
+the real :class:`JournalStore` and the real ``linux/*``/``share/*`` executors, and pins each
+sandbox under the state dir before anything moves into it (seed 000 §11.4). Recovery rebuilds
+the executor environment from the pins alone, as a restarted agent would.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dmn.agent.journal.store import JournalStore
+from dmn.agent.netns.pins import NamespacePins
+from dmn.interpreter.binder import Call, bind_program
+from dmn.interpreter.bound import BoundProgram
+from dmn.interpreter.handles import Handle, Scope, ScopeKind
+from dmn.interpreter.loader import load_builtin_plugins
+from dmn.interpreter.runner import Runner, RunResult
+from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+from tests.kernel.scratch import netns_path
+from tests.kernel.world import EXECUTORS
+
+_PLUGINS: dict[str, Any] = {}
+
+
+def bind(plugin: str, hook: str, call: Call) -> BoundProgram:
+    if not _PLUGINS:
+        _PLUGINS.update(load_builtin_plugins())
+    bound = bind_program(_PLUGINS[plugin], hook, call)
+    assert isinstance(bound, BoundProgram), [str(d) for d in bound]
+    return bound
+
+
+@dataclass
+class Node:
+    state_dir: Path
+    host: str  # name of the scratch namespace standing in for the host
+
+    @property
+    def pins(self) -> NamespacePins:
+        return NamespacePins(self.state_dir, host_netns=netns_path(self.host))
+
+    def pin(self, attachment: str, sandbox_ns: str) -> NamespaceRef:
+        return self.pins.pin(attachment, netns_path(sandbox_ns))
+
+    def env(self, sandbox: NamespaceRef | None = None) -> LinkEnvironment:
+        pins = self.pins
+        return LinkEnvironment(
+            host=NamespaceRef.at(netns_path(self.host)),
+            sandbox=sandbox,
+            pins=pins.list,
+            state_dir=self.state_dir,
+        )
+
+    @contextmanager
+    def runner(self, boundary: Callable[[str], None] | None = None) -> Iterator[Runner]:
+        journal = JournalStore.open(self.state_dir)
+        try:
+            yield Runner(
+                journal,
+                EXECUTORS,
+                boundary=boundary,
+                env_factory=lambda op: self.env(),
+            )
+        finally:
+            journal.close()
+
+    def run(self, op: str, program: BoundProgram, sandbox: NamespaceRef | None = None) -> RunResult:
+        env = self.env(sandbox)
+        try:
+            with self.runner() as r:
+                result = r.run(op, f"scope/{op}", program, env=env)
+        finally:
+            env.close()
+        assert result.ok, (result.state, result.failure)
+        return result
+
+    def cleanup(self, op: str) -> RunResult:
+        with self.runner() as r:
+            result = r.cleanup(op)
+        assert result.state.value == "Undone", (result.state, result.failure)
+        return result
+
+    def recover(self) -> list[RunResult]:
+        with self.runner() as r:
+            return r.recover()
+
+    def release_pins(self) -> None:
+        pins = self.pins
+        for ref in pins.list():
+            pins.release(Path(ref.path).name, cleanup_verified=True)
+        pins.close()
+
+    def killed_at(
+        self,
+        server: CrashServer,
+        index: int,
+        action: str,
+        op: str,
+        program: BoundProgram | None = None,
+        sandbox: NamespaceRef | None = None,
+    ) -> list[str]:
+        """Run or clean up ``op`` in a forked child that SIGKILLs itself at boundary ``index``.
+
+        Returns the boundary names the child passed, the last being where it died; an empty
+        list means the child finished before reaching that boundary.
+        """
+        out = self.state_dir.parent / "crash-boundaries.txt"
+        reply = server.request(
+            {
+                "state_dir": str(self.state_dir),
+                "host": netns_path(self.host),
+                "sandbox": sandbox.to_json() if sandbox else None,
+                "action": action,
+                "op": op,
+                "scope": f"scope/{op}",
+                "program": program.to_json() if program else None,
+                "crash_at": index,
+                "out": str(out),
+            }
+        )
+        names = out.read_text().split() if out.exists() else []
+        if "signal" not in reply:
+            assert reply["exit"] == 0, f"crash child failed: {reply}"
+            return []
+        return names
+
+
+class CrashServer:
+    """The fork server (``tests.kernel.crash_server``) as a long-lived child process."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.kernel.crash_server"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+
+    def request(self, req: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, "crash server died"
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def sandbox_scope(ref: NamespaceRef) -> Scope:
+    return Scope(ScopeKind.SANDBOX, ref.identity)
+
+
+def call(
+    config: Mapping[str, Any],
+    op: str,
+    *,
+    allocation: Mapping[str, tuple[Handle, ...]] | None = None,
+    prepared: Mapping[str, tuple[Handle, ...]] | None = None,
+    inputs: Mapping[str, tuple[Handle, ...]] | None = None,
+    sandbox: NamespaceRef | None = None,
+) -> Call:
+    return Call(
+        config=dict(config),
+        operation_id=op,
+        allocation=dict(allocation or {}),
+        prepared=dict(prepared or {}),
+        inputs=dict(inputs or {}),
+        sandbox=sandbox_scope(sandbox) if sandbox else None,
+    )

@@ -1,0 +1,154 @@
+"""SIGKILL at every journal boundary of macvlan-cni and host-cni, with the real executors.
+
+For each boundary index the run (or the cleanup) happens in a forked child that kills itself
+exactly there; the parent then recovers from the journal alone (environment rebuilt from the
+pins), cleans up, and proves: the stand-in host is as before, the sandbox holds nothing of
+ours, and the foreign links placed beside ours — one with the very name the workload asked
+for — are untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dmn.interpreter.handles import Access
+from dmn.opcodes.linux.links import all_links
+from tests.kernel.node import CrashServer, Node, bind, call
+from tests.kernel.world import World, host_handle, world
+
+pytestmark = [pytest.mark.netns, pytest.mark.crash]
+
+MACVLAN_CONFIG = {"mode": "bridge", "ifName": "net1", "mtu": 1500, "up": True}
+HOST_CONFIG = {"mode": "kernel", "ifName": "net1", "mtu": 1400, "up": True}
+MAX_BOUNDARIES = 40
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[CrashServer]:
+    s = CrashServer()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def node_world(tmp_path: Path) -> Iterator[tuple[Node, World]]:
+    with world() as w:
+        node = Node(tmp_path / "state", w.host)
+        try:
+            yield node, w
+        finally:
+            node.release_pins()
+
+
+def _sandbox_names(w: World, ns: str) -> set[str]:
+    return {x.name for x in all_links(w.ipr(ns))}
+
+
+def _crash_matrix(
+    server: CrashServer,
+    node: Node,
+    w: World,
+    sandbox: str,
+    prepare: Callable[[str], Any],
+    connect: Callable[[str], Any],
+) -> tuple[int, int]:
+    """Kill the connect run, then the connect cleanup, at every boundary; check each time."""
+    baseline = w.snapshot(w.host)
+    sandbox_before = _sandbox_names(w, sandbox)
+    run_points = cleanup_points = 0
+    for phase in ("run", "cleanup"):
+        for index in range(MAX_BOUNDARIES):
+            op = f"{phase}{index}"
+            prepared = node.run(f"{op}-prep", prepare(op))
+            ref = node.pin(op, sandbox)
+            program = connect(op)(prepared, ref)
+            if phase == "run":
+                passed = node.killed_at(server, index, "run", f"{op}-conn", program, ref)
+            else:
+                node.run(f"{op}-conn", program, sandbox=ref)
+                passed = node.killed_at(server, index, "cleanup", f"{op}-conn")
+            for result in node.recover():
+                assert result.state.value in ("Undone", "Completed"), result
+            with node.runner() as r:
+                r.cleanup(f"{op}-conn")
+                r.cleanup(f"{op}-prep")
+            assert _sandbox_names(w, sandbox) == sandbox_before, (phase, index, passed)
+            assert w.snapshot(w.host) == baseline, (phase, index, passed)
+            node.pins.release(op, cleanup_verified=True)
+            if not passed:
+                break
+            if phase == "run":
+                run_points += 1
+            else:
+                cleanup_points += 1
+    return run_points, cleanup_points
+
+
+def test_macvlan_cni_crash_at_every_boundary(
+    server: CrashServer, node_world: tuple[Node, World]
+) -> None:
+    node, w = node_world
+    sandbox = w.sandbox()
+    host = w.ipr(w.host)
+    parent, _ = w.veth(w.host)
+    # foreign neighbours: a macvlan on the same parent named like the workload's interface,
+    # and an unrelated link in the sandbox
+    host.link(
+        "add",
+        ifname="net1",
+        kind="macvlan",
+        link=host.link_lookup(ifname=parent)[0],
+        macvlan_mode="bridge",
+    )
+    sb = w.ipr(sandbox)
+    sb.link("add", ifname="keepme0", kind="veth", peer="keepme1")
+    handle = host_handle(host, parent, Access.CREATE_CHILD, hid="parent-1")
+
+    def prepare(op: str) -> Any:
+        c = call(MACVLAN_CONFIG, f"{op}-prep", allocation={"parent": (handle,)})
+        return bind("macvlan-cni", "prepare", c)
+
+    def connect(op: str) -> Any:
+        def make(prepared: Any, ref: Any) -> Any:
+            c = call(MACVLAN_CONFIG, f"{op}-conn", prepared=dict(prepared.exports), sandbox=ref)
+            return bind("macvlan-cni", "connect", c)
+
+        return make
+
+    run_points, cleanup_points = _crash_matrix(server, node, w, sandbox, prepare, connect)
+    # intent, 3 effects x (before-image, apply, outcome), completion; undo 3 x 2
+    assert run_points >= 11 and cleanup_points >= 6
+
+
+def test_host_cni_crash_at_every_boundary(
+    server: CrashServer, node_world: tuple[Node, World]
+) -> None:
+    node, w = node_world
+    sandbox, peer_ns = w.sandbox(), w.sandbox()
+    host = w.ipr(w.host)
+    root, peer = w.veth(w.host, mtu=1450)
+    host.link("set", index=host.link_lookup(ifname=peer)[0], net_ns_fd=peer_ns)
+    host.link("set", index=host.link_lookup(ifname=root)[0], ifalias="uplink-a")
+    host.addr("add", index=host.link_lookup(ifname=root)[0], address="192.0.2.1", prefixlen=30)
+    w.ipr(sandbox).link("add", ifname="keepme0", kind="veth", peer="keepme1")
+    handle = host_handle(host, root, Access.EXCLUSIVE_CONFIGURE)
+
+    def prepare(op: str) -> Any:
+        c = call(HOST_CONFIG, f"{op}-prep", allocation={"interface": (handle,)})
+        return bind("host-cni", "prepare", c)
+
+    def connect(op: str) -> Any:
+        def make(prepared: Any, ref: Any) -> Any:
+            c = call(HOST_CONFIG, f"{op}-conn", prepared=dict(prepared.exports), sandbox=ref)
+            return bind("host-cni", "connect", c)
+
+        return make
+
+    run_points, cleanup_points = _crash_matrix(server, node, w, sandbox, prepare, connect)
+    assert run_points >= 8 and cleanup_points >= 4
