@@ -112,6 +112,17 @@ def test_pod_and_claim_status(api: client.ApiClient, core: client.CoreV1Api, ns:
     claim = resource.patch_namespaced_resource_claim_status(
         "c",
         ns,
-        {"status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": pod.metadata.uid}]}},
+        {
+            "status": {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {"request": "r", "driver": "d.example.com", "pool": "p", "device": "d0"}
+                        ]
+                    }
+                },
+                "reservedFor": [{"resource": "pods", "name": "p", "uid": pod.metadata.uid}],
+            }
+        },
     )
     assert claim.status.reserved_for[0].name == "p"
