@@ -3,7 +3,8 @@
 Opens the store read-only (no writer lock), so it works while an agent holds the journal.
 Shows preparations, attachments, operations with per-effect progress, quarantined effects,
 fences, share references, reservations and namespace pins. Exit codes: 0 shown, 1 the
-journal could not be opened (missing, newer schema), 2 usage.
+journal could not be opened or read (reason codes E_JOURNAL_MISSING, E_JOURNAL_SCHEMA,
+E_JOURNAL_CORRUPT, E_JOURNAL), 2 usage.
 """
 
 from __future__ import annotations
@@ -89,6 +90,9 @@ def run(argv: list[str]) -> int:
         return 1
     try:
         dump = store.dump()
+    except JournalError as exc:  # a record that cannot be decoded: name it, no traceback
+        sys.stderr.write(f"dmn journal: error[{exc.code}]: {exc}\n")
+        return 1
     finally:
         store.close()
     if args.format == "json":

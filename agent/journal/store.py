@@ -34,9 +34,9 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
 
@@ -62,6 +62,8 @@ from dmn.interpreter.journal import (
 
 _log = logging.getLogger(__name__)
 
+_R = TypeVar("_R")
+
 DB_DIR = "journal.db"
 LOCK_FILE = "journal.lock"
 
@@ -84,6 +86,12 @@ class JournalMissingError(JournalError):
     code = "E_JOURNAL_MISSING"
 
 
+class JournalCorruptError(JournalError):
+    """A stored record (or the schema marker) cannot be decoded; names the key."""
+
+    code = "E_JOURNAL_CORRUPT"
+
+
 class ReservationConflict(JournalError):
     code = "E_RESERVED"
 
@@ -100,8 +108,39 @@ def _dumps(value: Any) -> bytes:
     return canonical_json(value)
 
 
-def _loads(raw: bytes) -> Any:
-    return json.loads(raw)
+def _loads(raw: bytes, key: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise JournalCorruptError(f"record {key!r} is not JSON: {exc}") from None
+
+
+def _decode(from_json: Callable[[Any], _R], key: bytes, data: Any) -> _R:
+    """Build a typed record; a malformed one is a reason-coded error naming its key."""
+    try:
+        return from_json(data)
+    except Exception as exc:  # stored data is untrusted: any decoding failure is corruption
+        raise JournalCorruptError(
+            f"record {key!r} is malformed ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _version(raw: bytes | None) -> int:
+    """The schema version in ``meta/schema`` (0 when absent)."""
+    if raw is None:
+        return 0
+    data = _loads(raw, keys.SCHEMA)
+    version = data.get("version") if isinstance(data, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise JournalCorruptError(f"record {keys.SCHEMA!r} holds no integer version: {data!r}")
+    return version
+
+
+def _split(raw: bytes) -> list[str]:
+    try:
+        return keys.split(raw)
+    except UnicodeDecodeError:
+        raise JournalCorruptError(f"key {raw!r} is not UTF-8") from None
 
 
 def _chmod_private(db_dir: Path) -> None:
@@ -261,26 +300,40 @@ class JournalStore:
                 shutil.rmtree(secondary, ignore_errors=True)
                 raise JournalError(f"cannot open journal {db_dir} read-only: {exc}") from exc
             store = cls(db, root, read_only=True, secondary_dir=secondary)
-        raw = db.get(keys.SCHEMA)
-        version = int(_loads(raw)["version"]) if raw is not None else 0
         try:
-            cls._check_version(version, db_dir)
-        except JournalSchemaError:
+            cls._check_version(cls._stored_version(db, db_dir), db_dir)
+        except JournalError:
             store.close()
             raise
         return store
 
     @staticmethod
     def _probe_schema(db_dir: Path) -> int:
+        """The stored schema version, read without writing. A database with keys but no
+        schema marker is not a journal of ours: refused, never adopted."""
         try:
             db = Rdict(str(db_dir), Options(raw_mode=True), access_type=AccessType.read_only())
         except Exception as exc:
             raise JournalError(f"cannot open journal {db_dir}: {exc}") from exc
         try:
-            raw = db.get(keys.SCHEMA)
+            return JournalStore._stored_version(db, db_dir)
         finally:
             db.close()
-        return int(_loads(raw)["version"]) if raw is not None else 0
+
+    @staticmethod
+    def _stored_version(db: Rdict, db_dir: Path) -> int:
+        raw = db.get(keys.SCHEMA)
+        if raw is None:
+            it = db.iter()
+            it.seek_to_first()
+            foreign = it.valid()
+            del it
+            if foreign:
+                raise JournalError(
+                    f"{db_dir} is a RocksDB database without a journal schema marker; "
+                    "refusing to adopt it (nothing was changed)"
+                )
+        return _version(raw)
 
     @staticmethod
     def _check_version(version: int, db_dir: Path) -> None:
@@ -292,8 +345,7 @@ class JournalStore:
 
     @property
     def schema_version(self) -> int:
-        raw = self._db.get(keys.SCHEMA)
-        return int(_loads(raw)["version"]) if raw is not None else 0
+        return _version(self._db.get(keys.SCHEMA))
 
     def close(self) -> None:
         if self._closed:
@@ -329,7 +381,7 @@ class JournalStore:
 
     def _get(self, key: bytes) -> Any:
         raw = self._db.get(key)
-        return _loads(raw) if raw is not None else None
+        return _loads(raw, key) if raw is not None else None
 
     def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, Any]]:
         it = self._db.iter()
@@ -338,8 +390,15 @@ class JournalStore:
             k = it.key()
             if not k.startswith(prefix):
                 break
-            yield k, _loads(it.value())
+            yield k, _loads(it.value(), k)
             it.next()
+
+    def _get_record(self, key: bytes, from_json: Callable[[Any], _R]) -> _R | None:
+        data = self._get(key)
+        return _decode(from_json, key, data) if data is not None else None
+
+    def _records(self, prefix: bytes, from_json: Callable[[Any], _R]) -> list[_R]:
+        return [_decode(from_json, k, v) for k, v in self._scan(prefix)]
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[JournalBatch]:
@@ -355,11 +414,12 @@ class JournalStore:
     # ------------------------------------------------------------------ Journal protocol
 
     def load_operation(self, operation_id: str) -> OperationRecord | None:
-        header = self._get(keys.operation_key(operation_id))
+        key = keys.operation_key(operation_id)
+        header = self._get(key)
         if header is None:
             return None
         effects = [v for _, v in self._scan(keys.effect_prefix(operation_id))]
-        return OperationRecord.from_json(header, effects)
+        return _decode(lambda h: OperationRecord.from_json(h, effects), key, header)
 
     def commit(
         self,
@@ -390,13 +450,12 @@ class JournalStore:
         self._write(puts, deletes)
 
     def fence(self, scope: str) -> Fence | None:
-        data = self._get(keys.key("fence", scope))
-        return Fence.from_json(data) if data is not None else None
+        return self._get_record(keys.key("fence", scope), Fence.from_json)
 
     def unfinished_operations(self) -> list[OperationRecord]:
         found = []
         for k, v in self._scan(b"open/"):
-            found.append((int(v["seq"]), keys.split(k)[1]))
+            found.append((_decode(lambda d: int(d["seq"]), k, v), _split(k)[1]))
         out = []
         for _, op_id in sorted(found):
             op = self.load_operation(op_id)
@@ -408,10 +467,10 @@ class JournalStore:
 
     def operation_ids(self, scope: str | None = None) -> list[str]:
         if scope is not None:
-            return [keys.split(k)[2] for k, _ in self._scan(keys.prefix("opscope", scope))]
+            return [_split(k)[2] for k, _ in self._scan(keys.prefix("opscope", scope))]
         out = []
         for k, _ in self._scan(b"op/"):
-            parts = keys.split(k)
+            parts = _split(k)
             if len(parts) == 2:
                 out.append(parts[1])
         return out
@@ -444,24 +503,24 @@ class JournalStore:
         return out
 
     def fences(self) -> list[Fence]:
-        return [Fence.from_json(v) for _, v in self._scan(b"fence/")]
+        return self._records(b"fence/", Fence.from_json)
 
     # ------------------------------------------------------------------ coordinator records
 
     def get_preparation(self, claim_uid: str, fingerprint: str) -> PreparationRecord | None:
-        data = self._get(keys.key("prep", claim_uid, fingerprint))
-        return PreparationRecord.from_json(data) if data is not None else None
+        return self._get_record(
+            keys.key("prep", claim_uid, fingerprint), PreparationRecord.from_json
+        )
 
     def preparations(self, claim_uid: str | None = None) -> list[PreparationRecord]:
         pfx = keys.prefix("prep", claim_uid) if claim_uid is not None else b"prep/"
-        return [PreparationRecord.from_json(v) for _, v in self._scan(pfx)]
+        return self._records(pfx, PreparationRecord.from_json)
 
     def get_attachment(self, identity: AttachmentIdentity) -> AttachmentRecord | None:
-        data = self._get(keys.attachment_key(identity))
-        return AttachmentRecord.from_json(data) if data is not None else None
+        return self._get_record(keys.attachment_key(identity), AttachmentRecord.from_json)
 
     def attachments(self, pod_uid: str | None = None) -> list[AttachmentRecord]:
-        recs = [AttachmentRecord.from_json(v) for _, v in self._scan(b"att/")]
+        recs = self._records(b"att/", AttachmentRecord.from_json)
         return [r for r in recs if pod_uid is None or r.identity.pod_uid == pod_uid]
 
     def shares(self, parent_inventory_id: str | None = None) -> list[ShareRef]:
@@ -470,14 +529,13 @@ class JournalStore:
             if parent_inventory_id is not None
             else b"share/"
         )
-        return [ShareRef.from_json(v) for _, v in self._scan(pfx)]
+        return self._records(pfx, ShareRef.from_json)
 
     def reservation(self, resource: str) -> Reservation | None:
-        data = self._get(keys.key("resv", resource))
-        return Reservation.from_json(data) if data is not None else None
+        return self._get_record(keys.key("resv", resource), Reservation.from_json)
 
     def reservations(self) -> list[Reservation]:
-        return [Reservation.from_json(v) for _, v in self._scan(b"resv/")]
+        return self._records(b"resv/", Reservation.from_json)
 
     def reserve(self, reservations: Sequence[Reservation]) -> None:
         """Take all exclusive reservations or none (one commit); re-reserving by the same
@@ -494,11 +552,10 @@ class JournalStore:
         self.write(batch)
 
     def pins(self) -> list[NamespacePin]:
-        return [NamespacePin.from_json(v) for _, v in self._scan(b"pin/")]
+        return self._records(b"pin/", NamespacePin.from_json)
 
     def get_pin(self, attachment: str) -> NamespacePin | None:
-        data = self._get(b"pin/" + attachment.encode("utf-8"))
-        return NamespacePin.from_json(data) if data is not None else None
+        return self._get_record(b"pin/" + attachment.encode("utf-8"), NamespacePin.from_json)
 
     def dump(self) -> dict[str, Any]:
         """Everything, as JSON, for ``dmn journal show``."""
@@ -523,6 +580,7 @@ __all__ = [
     "DB_DIR",
     "LOCK_FILE",
     "JournalBatch",
+    "JournalCorruptError",
     "JournalError",
     "JournalHeldError",
     "JournalMissingError",

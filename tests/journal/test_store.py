@@ -28,6 +28,7 @@ from dmn.agent.journal.records import (
 )
 from dmn.agent.journal.store import (
     DB_DIR,
+    JournalCorruptError,
     JournalError,
     JournalHeldError,
     JournalMissingError,
@@ -294,3 +295,73 @@ def test_only_undone_operations_can_be_forgotten(tmp_path: Path) -> None:
         assert store.operation_ids() == ["done", "stuck"]
         assert store.operations("att/b") == []
         assert [op_id for op_id, _ in store.quarantined_effects()] == ["stuck"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "needle"),
+    [
+        (b"meta/schema", b"garbage", "meta/schema"),
+        (b"meta/schema", b'{"v":1}', "no integer version"),
+        (b"op/x", b'{"a":1}', "op/x"),
+        (b"prep/a/b", b"not json", "prep/a/b"),
+        (b"open/x", b'{"seq":"zz"}', "open/x"),
+        (b"op/\xff\xfe", b"{}", "not UTF-8"),
+    ],
+)
+def test_corrupt_records_are_reason_coded_never_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: bytes, value: bytes, needle: str
+) -> None:
+    with JournalStore.open(tmp_path) as store:
+        Runner(store, world_executors(World())).run("op1", "att/a", child_program())
+    db = Rdict(str(tmp_path / DB_DIR), Options(raw_mode=True))
+    db[key] = value
+    db.close()
+    before = _files(tmp_path / DB_DIR)  # inspection and refusals leave the files as they were
+    assert journal_cli(["show", "--state-dir", str(tmp_path), "--format", "json"]) == 1
+    err = capsys.readouterr().err
+    assert "error[E_JOURNAL_CORRUPT]" in err and needle in err and "Traceback" not in err
+    if key == keys.SCHEMA:  # the writer refuses too, before writing anything
+        with pytest.raises(JournalCorruptError):
+            JournalStore.open(tmp_path)
+        assert _files(tmp_path / DB_DIR) == before
+    else:  # the writer opens; the bad record is named when it is read
+        with JournalStore.open(tmp_path) as store, pytest.raises(JournalCorruptError) as exc:
+            store.dump()
+        assert needle in str(exc.value)
+
+
+def test_foreign_rocksdb_is_not_adopted(tmp_path: Path) -> None:
+    db = Rdict(str(tmp_path / DB_DIR), Options(raw_mode=True))
+    db[b"hello"] = b"world"
+    db.close()
+    before = _files(tmp_path / DB_DIR)
+    with pytest.raises(JournalError, match="without a journal schema marker"):
+        JournalStore.open(tmp_path)
+    with pytest.raises(JournalError, match="without a journal schema marker"):
+        JournalStore.open_read_only(tmp_path)
+    assert _files(tmp_path / DB_DIR) == before
+
+
+def test_cli_bad_inputs_exit_cleanly(tmp_path: Path) -> None:
+    """Through the real entry point: every bad input is one reason-coded line, exit 1 or 2."""
+    (tmp_path / "garbage" / DB_DIR).mkdir(parents=True)
+    (tmp_path / "garbage" / DB_DIR / "CURRENT").write_text("nonsense\n")
+    (tmp_path / "afile").write_text("x")
+    cases = [
+        (["show", "--state-dir", str(tmp_path / "none")], 1, "E_JOURNAL_MISSING"),
+        (["show", "--state-dir", str(tmp_path / "afile")], 1, "E_JOURNAL_MISSING"),
+        (["show", "--state-dir", str(tmp_path / "garbage")], 1, "error[E_JOURNAL]"),
+        (["show", "--state-dir", str(tmp_path), "--format", "yaml"], 2, "invalid choice"),
+        (["show"], 2, "--state-dir"),
+        ([], 2, "required"),
+    ]
+    for argv, code, needle in cases:
+        proc = subprocess.run(
+            [sys.executable, "-m", "dmn", "journal", *argv],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == code, (argv, proc.stderr)
+        assert needle in proc.stderr and "Traceback" not in proc.stderr, (argv, proc.stderr)
