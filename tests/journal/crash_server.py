@@ -17,6 +17,7 @@ Reply: ``{"exit": code}`` or ``{"signal": n}``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -99,7 +100,22 @@ def _child(req: dict[str, Any]) -> int:
     return 0
 
 
+def _preload() -> None:
+    """Import every executor family once, before the first fork.
+
+    Importing pyroute2 and the opcode registry costs ~0.4 s; paid in every forked child it
+    dominated the kernel matrix. Imports start no threads and open no sockets, so forking
+    afterwards is safe, and each child still opens the journal and namespaces itself.
+    """
+    from tests.journal.generic import builtin_executors
+
+    builtin_executors(World())
+    with contextlib.suppress(ImportError):  # no pyroute2: the kernel matrix is skipped
+        _executors("kernel", World())
+
+
 def main() -> None:
+    _preload()
     for line in sys.stdin:
         req = json.loads(line)
         pid = os.fork()

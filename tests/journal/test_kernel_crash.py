@@ -88,13 +88,13 @@ class KernelMatrix:
         assert report["dump"]["unfinished"] == []
         op = op_of(report["dump"], case.op)
         state = op["state"] if op is not None else "Absent"
+        snap = self.snapshot()
         if state == "Completed":
             assert allow_completed
-            assert self.snapshot() == self.done
+            assert snap == self.done
         else:
             assert state in ("Undone", "Absent"), op
-            assert self.snapshot() == self.baseline
-        snap = self.snapshot()
+            assert snap == self.baseline
         reply, report = case.step("recover")
         assert report is not None and report["recovered"] == [] and report["recover_commits"] == 0
         assert self.snapshot() == snap
