@@ -41,6 +41,8 @@ Knowingly different from a real API server:
   Kubernetes CEL libraries or cost limits; rules the environment cannot evaluate are
   skipped), no validation ratcheting, no conversion webhooks (versions share storage, only
   ``apiVersion`` changes), the CRD's own schema is not checked for structural-ness.
+* On update, server-owned metadata (uid, creationTimestamp, deletionTimestamp, generation)
+  is silently kept from the stored object instead of a 422 for an attempted change.
 * No authorization; optional bearer-token authentication; impersonation headers honoured.
 * OpenAPI: ``/openapi/v3`` names patch parameters only (enough for ``kubectl apply``), no
   model schemas, no ``/openapi/v2``. Table printing for built-ins shows Name/Age (+Pod
