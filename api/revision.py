@@ -44,6 +44,8 @@ class RevisionRoot(ApiModel):
     link_type: str | None = Field(default=None, max_length=32)
     device_class_name: str = Field(max_length=253)
     plugin_contract_digest: str = Field(pattern=DIGEST)
+    #: The root is a share of a parent and consumes one unit of its ``children`` capacity.
+    shared: bool = False
 
 
 class ResolvedPort(ApiModel):

@@ -37,6 +37,7 @@ class RootSelector:
     mode: str
     link_type: str | None
     hardware: tuple[str, ...] = ()
+    shared: bool = False
 
 
 def digest_prefix(digest: str) -> str:
@@ -64,7 +65,11 @@ def _attr(name: str) -> str:
 
 def selector_expression(sel: RootSelector) -> str:
     """The mandatory CEL selector for one root."""
-    clauses = [f"device.driver == {json.dumps(DRIVER)}"]
+    # The domain test keeps a device without any of our attributes a clean non-match.
+    clauses = [
+        f"device.driver == {json.dumps(DRIVER)}",
+        f"{json.dumps(DRIVER)} in device.attributes",
+    ]
     pins: list[tuple[str, str]] = [
         ("plugin", json.dumps(sel.plugin)),
         ("mode", json.dumps(sel.mode)),
@@ -74,6 +79,10 @@ def selector_expression(sel: RootSelector) -> str:
     for attr, literal in pins:
         clauses.append(f"has({_attr(attr)}) && {_attr(attr)} == {literal}")
     clauses.append(f"has({_attr('allocationReady')}) && {_attr('allocationReady')} == true")
+    if sel.shared:
+        # a shared root takes one unit of the parent's consumable children capacity
+        domain = json.dumps(DRIVER)
+        clauses.append(f"{domain} in device.capacity && has(device.capacity[{domain}].children)")
     return " &&\n".join(clauses)
 
 

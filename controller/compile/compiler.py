@@ -53,6 +53,9 @@ from dmn.opcodes.registry import default_registry
 from dmn.opcodes.spec import OpcodeRegistry
 
 MAX_BYTES = 256 * 1024
+#: A root whose allocation grants only these accesses is a share of a parent (macvlan,
+#: ipvlan): its class requires the consumable ``children`` capacity (seed 000 §7.4).
+SHARED_ACCESSES = frozenset({"CreateChild", "Read"})
 EXCLUSIVE_ACCESSES = frozenset({"ExclusiveConfigure", "ExclusiveMaster", "AttachMember"})
 _REF = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.([A-Za-z][A-Za-z0-9_]*)$")
 _PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
@@ -199,6 +202,7 @@ class _Step:
     outputs: dict[str, Port]
     in_ports: dict[str, Port]
     bad_ports: set[str]
+    alloc_ports: dict[str, Port]
 
 
 def compile_topology(
@@ -311,6 +315,7 @@ def compile_topology(
             outputs=_ports(descriptor.outputs, config, f"{where}.pluginRef.name", report),
             in_ports=_ports(descriptor.inputs, config, f"{where}.pluginRef.name", report),
             bad_ports=bad_ports,
+            alloc_ports=_ports(descriptor.allocation, config, f"{where}.pluginRef.name", report),
         )
 
     roots = [s for s in steps.values() if s.kind == "Allocation"]
@@ -386,7 +391,12 @@ def compile_topology(
             )
             continue
         hardware = tuple(h["cel"]["expression"] for h in raw.get("hardwareSelectors") or [])
-        sel = RootSelector(s.id, s.plugin, mode, link if isinstance(link, str) else None, hardware)
+        shared = bool(s.alloc_ports) and all(
+            p.accesses <= SHARED_ACCESSES for p in s.alloc_ports.values()
+        )
+        sel = RootSelector(
+            s.id, s.plugin, mode, link if isinstance(link, str) else None, hardware, shared
+        )
         selectors.append(sel)
         entry = {
             "rootStep": s.id,
@@ -394,6 +404,7 @@ def compile_topology(
             "mode": mode,
             "deviceClassName": class_name(name, s.id, digest),
             "pluginContractDigest": contracts[s.plugin],
+            "shared": shared,
         }
         if sel.link_type is not None:
             entry["linkType"] = sel.link_type

@@ -87,6 +87,8 @@ def test_dual_vf_selectors_evaluate(plugins: dict[str, Any]) -> None:
     assert not _matches(left, _device(good | {"allocationReady": False}))
     assert not _matches(left, _device(good | {"mode": "vfio"}))
     assert not _matches(left, _device(good | {"plugin": "host-cni"}))
+    no_domain = {"device": {"driver": DRIVER, "attributes": {}, "capacity": {}}}
+    assert not _matches(left, no_domain)  # no attribute of ours at all: a clean non-match
     for missing in good:
         attrs = {k: v for k, v in good.items() if k != missing}
         assert not _matches(left, _device(attrs)), f"device without {missing} must not match"
@@ -132,3 +134,30 @@ def test_negative_example(path: Path, plugins: dict[str, Any]) -> None:
     assert codes and codes[0] == m.group(1), codes
     first = diagnostics[0]
     assert first.file == str(path) and first.line > 1 and first.path is not None
+
+
+@pytest.mark.parametrize("name", ["shared-macvlan", "shared-ipvlan"])
+def test_shared_roots_require_children_capacity(plugins: dict[str, Any], name: str) -> None:
+    data, source = load_topology(EXAMPLES / f"{name}.yaml")
+    compiled = compile_topology(data, plugins, source=source).compiled
+    assert compiled is not None
+    assert compiled.revision["spec"]["roots"][0]["shared"] is True
+    (cls,) = compiled.device_classes("u")
+    step = data["spec"]["steps"][0]
+    attrs = {
+        "plugin": step["pluginRef"]["name"],
+        "mode": "bridge" if name == "shared-macvlan" else "l2",
+        "linkType": "ethernet",
+        "allocationReady": True,
+    }
+    shareable = _device(attrs)
+    shareable["device"]["capacity"] = {DRIVER: {"children": "64"}}
+    assert _matches(cls, shareable)
+    assert not _matches(cls, _device(attrs))  # an exclusive persona is never a shared root
+
+
+def test_exclusive_roots_are_not_shared(plugins: dict[str, Any]) -> None:
+    data, _ = load_topology(EXAMPLES / "dual-vf-bond-vlan.yaml")
+    compiled = compile_topology(data, plugins).compiled
+    assert compiled is not None
+    assert {r["shared"] for r in compiled.revision["spec"]["roots"]} == {False}
