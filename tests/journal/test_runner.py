@@ -460,15 +460,15 @@ def test_fence_during_a_run_in_flight_stops_it_at_the_next_effect() -> None:
     def slow_apply(ctx, before) -> None:
         original_apply(ctx, before)
         entered.set()
-        assert release.wait(5)
+        assert release.wait(60)
 
     create.apply = slow_apply
     journal = MemoryJournal()
-    runner = Runner(journal, executors, lock=NodeMutationLock(timeout=5))
+    runner = Runner(journal, executors, lock=NodeMutationLock(timeout=60))
     results = []
     t = threading.Thread(target=lambda: results.append(runner.run("op1", "att/a", child_program())))
     t.start()
-    assert entered.wait(5)
+    assert entered.wait(60)
     runner.fence("att/a", "sandbox removed")  # does not wait for the run's lock
     release.set()
     t.join()
@@ -476,3 +476,39 @@ def test_fence_during_a_run_in_flight_stops_it_at_the_next_effect() -> None:
     assert result.state is OperationState.UNDONE
     assert result.failure.code == RunCode.E_FENCED.value and result.failure.effect == "mtu"
     assert state(world) == INITIAL
+
+
+def test_node_lock_is_held_only_inside_runner_calls() -> None:
+    """The lock is free again after every outcome (completed, refused, compensated, crash),
+    so nothing outside the runner's own journal commits and effects ever waits on it."""
+    import threading
+
+    def free(lock: NodeMutationLock) -> bool:
+        got: list[bool] = []
+
+        def take() -> None:  # another thread: the RLock is re-entrant for this one
+            with lock.hold("probe", timeout=60):
+                got.append(True)
+
+        t = threading.Thread(target=take)
+        t.start()
+        t.join(60)
+        return got == [True] and lock.holder == ""
+
+    runner, _, world = make()
+    assert runner.run("op1", "att/a", child_program()).ok and free(runner.lock)
+    with pytest.raises(RunRefused):
+        runner.run("op1", "att/a", child_program(mtu=1500))
+    assert free(runner.lock)
+    world.fail = {"apply": "up"}
+    assert runner.run("op2", "att/b", child_program("c2")).state is OperationState.UNDONE
+    assert free(runner.lock)
+
+    def crash(name: str) -> None:
+        if name == "after-apply:mtu":
+            raise Crash(name)
+
+    crashing, _, _ = make(boundary=crash)
+    with pytest.raises(Crash):
+        crashing.run("op3", "att/c", child_program())
+    assert free(crashing.lock)
