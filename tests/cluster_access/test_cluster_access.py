@@ -179,6 +179,13 @@ def test_kubeconfig_https_and_token(tmp_path: Path) -> None:
             assert cluster.get(r.NAMESPACES, "default")["status"]["phase"] == "Active"
             # typed generated APIs share the same ApiClient
             assert cluster.core.read_namespace("default").metadata.name == "default"
+            # watches stream over TLS too
+            start = cluster.list(r.CONFIG_MAPS, "default").resource_version
+            cluster.create(r.CONFIG_MAPS, cm("tls"))
+            events = list(
+                cluster.watch(r.CONFIG_MAPS, "default", resource_version=start, timeout_seconds=1)
+            )
+            assert [e.object["metadata"]["name"] for e in events if e.type == "ADDED"] == ["tls"]
         with Cluster(connect(url=server.url, ca_cert=str(cert))) as anonymous:
             with pytest.raises(ApiFailure) as err:
                 anonymous.get(r.NAMESPACES, "default")
