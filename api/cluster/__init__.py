@@ -22,6 +22,7 @@ from .errors import (
     NotFound,
     Unavailable,
 )
+from .events import EventRecorder
 from .listwatch import ListWatch
 from .resources import Resource
 
@@ -30,6 +31,7 @@ __all__ = [
     "ApiFailure",
     "Cluster",
     "Conflict",
+    "EventRecorder",
     "FieldCause",
     "Forbidden",
     "Gone",

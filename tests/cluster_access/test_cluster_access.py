@@ -356,3 +356,18 @@ def test_stop_ends_a_quiet_watch_promptly(cluster: Cluster) -> None:
     began = time.monotonic()
     lw.stop()
     assert finished.wait(5) and time.monotonic() - began < 3
+
+
+def test_event_recorder_correlates_repeats(cluster: Cluster) -> None:
+    from dmn.api.cluster import EventRecorder
+
+    topo_like = cluster.create(r.CONFIG_MAPS, cm("subject"))
+    recorder = EventRecorder(cluster, "dra-multi-network-controller", host="node-a")
+    first = recorder.record(topo_like, "Warning", "CompileFailed", "step vf: bad config")
+    again = recorder.record(topo_like, "Warning", "CompileFailed", "step vf: bad config")
+    other = recorder.record(topo_like, "Normal", "Ready", "revision ready")
+    assert first and again and other
+    assert again["metadata"]["name"] == first["metadata"]["name"] and again["count"] == 2
+    listed = cluster.list(r.EVENTS, "default", field_selector="involvedObject.name=subject").items
+    assert sorted((e["reason"], e["count"]) for e in listed) == [("CompileFailed", 2), ("Ready", 1)]
+    assert listed[0]["source"] == {"component": "dra-multi-network-controller", "host": "node-a"}
