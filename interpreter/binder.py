@@ -271,7 +271,16 @@ class _Binder:
                 f"{port_spec.max_items} handles; {len(bound)} bound",
                 *where,
             )
+        need = port_spec.access
+        mutating = (need is not None and need in _MUTATING) or spec.mutates_parent
         for handle in concrete:
+            if mutating and _shared(handle):
+                self.error(
+                    Code.E_SHARED_PARENT_MUTATION,
+                    f"{spec.name} would mutate shared parent {handle.id}",
+                    *where,
+                )
+                continue
             if handle.type is not port_spec.type:
                 self.error(
                     Code.E_PORT_TYPE,
@@ -304,17 +313,7 @@ class _Binder:
                     f"handle {handle.id} lives in another sandbox than this call's",
                     *where,
                 )
-            need = port_spec.access
-            shared = handle.type is HandleType.SHARED_PARENT or (
-                Access.CREATE_CHILD in handle.accesses and not (handle.accesses & _MUTATING)
-            )
-            if shared and ((need is not None and need in _MUTATING) or spec.mutates_parent):
-                self.error(
-                    Code.E_SHARED_PARENT_MUTATION,
-                    f"{spec.name} would mutate shared parent {handle.id}",
-                    *where,
-                )
-            elif need is not None and not handle.grants(need):
+            if need is not None and not handle.grants(need):
                 self.error(
                     Code.E_ACCESS,
                     f"handle {handle.id} does not grant {need.value} for {spec.name}",
@@ -436,6 +435,13 @@ def _available(ref: Reference, binder: _Binder) -> bool:
             return bool(binder.call.allocation)
         return ref.port in binder.call.allocation
     return True
+
+
+def _shared(handle: Handle) -> bool:
+    """A shared-parent grant: SharedParent/v1, or an interface granting CreateChild only."""
+    return handle.type is HandleType.SHARED_PARENT or (
+        Access.CREATE_CHILD in handle.accesses and not (handle.accesses & _MUTATING)
+    )
 
 
 def _recovery(effect: Effect, spec: OpcodeSpec) -> str:

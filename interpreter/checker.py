@@ -731,6 +731,19 @@ class _ProgramChecker:
         parts: tuple[str | int, ...],
     ) -> None:
         where = ("effects", i, *parts)
+        need = port_spec.access
+        mutating = (need is not None and need in _MUTATING_ACCESSES) or spec.mutates_parent
+        if vt.shared and mutating:
+            # Before the type check: handing a shared-parent grant (SharedParent/v1, or a
+            # CreateChild-only interface) to a configuring port is a mutation attempt,
+            # whatever handle type the port takes.
+            self.error(
+                Code.E_SHARED_PARENT_MUTATION,
+                f"{spec.name} would {'configure' if need else 'mutate'} a shared-parent grant, "
+                "which permits CreateChild only",
+                *where,
+            )
+            return
         if vt.type is not port_spec.type:
             self.error(
                 Code.E_PORT_TYPE,
@@ -757,16 +770,6 @@ class _ProgramChecker:
                 f"this one lives in the {vt.scope.value}",
                 *where,
             )
-        need = port_spec.access
-        mutating = (need is not None and need in _MUTATING_ACCESSES) or spec.mutates_parent
-        if vt.shared and mutating:
-            self.error(
-                Code.E_SHARED_PARENT_MUTATION,
-                f"{spec.name} would {'configure' if need else 'mutate'} a shared-parent grant, "
-                "which permits CreateChild only",
-                *where,
-            )
-            return
         if need is not None and need not in vt.accesses:
             have = ", ".join(sorted(a.value for a in vt.accesses)) or "nothing"
             self.error(

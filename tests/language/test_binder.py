@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dmn.interpreter.binder import Call, bind_program
 from dmn.interpreter.bound import BoundProgram, EffectOutputRef
+from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.handles import (
     Access,
     Handle,
@@ -183,3 +184,33 @@ def test_bond_members_expand_with_for_each() -> None:
             bond, "connect", Call(config=config, inputs={"members": members[:1]}, sandbox=SANDBOX)
         )
     )  # type: ignore[arg-type]
+
+
+def test_binder_never_hands_a_create_child_grant_to_a_configuring_opcode() -> None:
+    # The descriptor promises ExclusiveConfigure on `other`, so the program checks; the
+    # call's handle only grants CreateChild (a shared parent). The binder refuses both at
+    # the port and at the effect, with the shared-parent code for the effect.
+    text = variant(
+        OPERATION,
+        "  outputs:\n",
+        "    other: {type: KernelInterface/v1, access: ExclusiveConfigure}\n  outputs:\n",
+    )
+    text = variant(
+        text,
+        "      exports:\n",
+        "        - id: tune-other\n          kind: t/tune/v1\n"
+        "          inputs: {interface: {from: call.inputs.other}}\n"
+        "          parameters: {mtu: 1500}\n      exports:\n",
+    )
+    assert codes(check_plugin(plugin(text), registry())) == set()
+    good = iface("other", Access.EXCLUSIVE_CONFIGURE)
+    call = Call(config=CONFIG, inputs={"parent": (PARENT,), "other": (good,)}, sandbox=SANDBOX)
+    assert isinstance(bind(text, call), BoundProgram)
+    shared = iface("other", Access.CREATE_CHILD, Access.READ)
+    call = Call(config=CONFIG, inputs={"parent": (PARENT,), "other": (shared,)}, sandbox=SANDBOX)
+    result = bind(text, call)
+    assert isinstance(result, list)
+    assert codes(result) == {"E_ACCESS", "E_SHARED_PARENT_MUTATION"}
+    mutation = next(d for d in result if d.code.value == "E_SHARED_PARENT_MUTATION")
+    assert mutation.path == "spec.hooks.connect.effects[2].inputs.interface"
+    assert mutation.line > 1 and mutation.file == "plugin.yaml"

@@ -238,7 +238,7 @@ def _mutated(tmp_path: Path, name: str, file: str, old: str, new: str) -> list[C
             "connect.yaml",
             "interface: {from: effects.move.interface}\n    parameterBindings",
             "interface: {from: call.prepared.parent}\n    parameterBindings",
-            Code.E_PORT_TYPE,
+            Code.E_SHARED_PARENT_MUTATION,
         ),
         (
             "macvlan-cni",
@@ -274,3 +274,25 @@ def test_dmn_lint_programs_is_clean(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert run(["--format", "json", str(PROGRAMS_DIR)]) == 0
     assert capsys.readouterr().out.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", ["macvlan-cni", "ipvlan-cni"])
+@pytest.mark.parametrize("port", ["call.prepared.parent", "effects.create.interface"])
+def test_configuring_the_shared_parent_is_a_shared_parent_mutation(
+    tmp_path: Path, name: str, port: str
+) -> None:
+    """A program that reconfigures the held shared parent (the SharedParent/v1 grant) is
+    rejected with exactly E_SHARED_PARENT_MUTATION, not a generic type error; the owned
+    child (effects.create.interface) is not a shared parent, so the same effect on it is
+    only rejected because the child has not been moved into the sandbox yet."""
+    extra = (
+        "  - id: tune-parent\n    kind: linux/link-configure/v1\n"
+        f"    inputs:\n      interface: {{from: {port}}}\n"
+        "    parameters: {mtu: 9000}\n"
+        "    recovery: {strategy: RestoreBeforeImage}\nexports:"
+    )
+    got = _mutated(tmp_path, name, "connect.yaml", "exports:", extra)
+    if port == "call.prepared.parent":
+        assert got == [Code.E_SHARED_PARENT_MUTATION]
+    else:
+        assert got == [Code.E_PORT_TYPE]  # a host-scoped child, not a sandbox link
