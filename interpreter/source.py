@@ -212,7 +212,13 @@ def _composer() -> YAML:
     fast = YAML(typ="safe", pure=False)
     if getattr(fast, "Parser", None) is not None and fast.Parser.__name__ == "CParser":
         return fast
-    return YAML(typ="rt", pure=True)
+    return _pure_composer()
+
+
+def _pure_composer() -> YAML:
+    """The pure-Python composer. Not the round-trip one: its scanner leaves fold markers
+    (``\\x07``) inside folded scalars."""
+    return YAML(typ="safe", pure=True)
 
 
 def _yaml_error_span(file: str, exc: Exception) -> SourceSpan:
