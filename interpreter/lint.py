@@ -125,13 +125,22 @@ def _expand(paths: Sequence[str]) -> tuple[list[FsPath], list[Diagnostic]]:
     for raw in paths:
         p = FsPath(raw)
         if p.is_dir():
-            files += sorted(f for f in p.rglob("*") if f.suffix in YAML_SUFFIXES and f.is_file())
+            found = sorted(f for f in p.rglob("*") if f.suffix in YAML_SUFFIXES and f.is_file())
+            if not found:
+                # Linting nothing is almost always a wrong path; say so instead of passing.
+                diagnostics.append(
+                    Diagnostic.at(
+                        Code.E_USAGE,
+                        "directory holds no .yaml or .yml file to lint",
+                        SourceSpan(raw, 1, 1),
+                    )
+                )
+            files += found
         elif p.is_file():
             files.append(p)
         else:
-            diagnostics.append(
-                Diagnostic.at(Code.E_IO, "no such file or directory", SourceSpan(raw, 1, 1))
-            )
+            why = "not a regular file or directory" if p.exists() else "no such file or directory"
+            diagnostics.append(Diagnostic.at(Code.E_IO, why, SourceSpan(raw, 1, 1)))
     unique: list[FsPath] = []
     seen: set[FsPath] = set()
     for f in files:
@@ -268,10 +277,11 @@ def _lint_program(
         names = " or ".join(repr(n) for n in _owner_names(file))
         return [
             Diagnostic.at(
-                Code.E_SCHEMA,
+                Code.E_REF_UNRESOLVED,
                 f"cannot resolve the plugin of this program: no plugin named {names} "
                 "(place it beside a plugin.yaml, under <plugin>/<version>/, or pass --plugins)",
                 doc.source.span(()),
+                "hook",
             )
         ]
     programs = dict(owner.programs)

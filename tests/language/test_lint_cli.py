@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -77,7 +78,9 @@ def test_standalone_program_resolves_its_plugin_by_folder(
     orphan = write(tmp_path, "nobody/v1/connect.yaml", text)
     assert run([str(orphan), "--format", "json"]) == 1
     out = json.loads(capsys.readouterr().out)
-    assert [d["code"] for d in out] == ["E_SCHEMA"] and "cannot resolve" in out[0]["message"]
+    # The same code the topology compiler uses for a pluginRef that names no plugin.
+    assert [d["code"] for d in out] == ["E_REF_UNRESOLVED"]
+    assert "cannot resolve" in out[0]["message"] and out[0]["line"] >= 1
 
 
 def test_plugins_dir_resolves_programs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -119,6 +122,20 @@ def test_exit_code_2_for_usage_and_unreadable_input(
     assert run([str(tmp_path / "missing.yaml"), "--format", "json"]) == 2
     data = json.loads(capsys.readouterr().out)
     assert [d["code"] for d in data] == ["E_IO"]
+    # A directory with nothing to lint is a usage error, not a silent pass.
+    (tmp_path / "empty").mkdir()
+    write(tmp_path, "empty/notes.txt", "not yaml\n")
+    assert run([str(tmp_path / "empty"), "--format", "json"]) == 2
+    assert [d["code"] for d in json.loads(capsys.readouterr().out)] == ["E_USAGE"]
+    # Something that exists but is not a file (a FIFO must not block lint).
+    os.mkfifo(tmp_path / "pipe.yaml")
+    assert run([str(tmp_path / "pipe.yaml"), "--format", "json"]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert [d["code"] for d in data] == ["E_IO"] and "not a regular file" in data[0]["message"]
+    # A file the kernel refuses to read, even to root.
+    assert run(["/proc/self/mem", "--format", "json"]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert [d["code"] for d in data] == ["E_IO"] and data[0]["file"] == "/proc/self/mem"
     unreadable = write(tmp_path, "locked.yaml", "a: 1\n")
     unreadable.chmod(0)
     try:
