@@ -160,3 +160,49 @@ def test_spans_combine_yaml_position_and_expression_column() -> None:
     assert (expr.right.span.line, expr.right.span.column) == (3, 23)
     _, diags = parse_guard("call.config.x and and", at(("a", "when")))
     assert (diags[0].line, diags[0].column) == (2, 28)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "len(call.config.members) > 1",  # function call
+        "call.config.name.upper()",  # method call
+        "call.config.a + 1 > 2",  # arithmetic
+        "[x for x in call.inputs.members]",  # comprehension
+        "for m in call.inputs.members",  # loop
+        "lambda: true",
+        "call.config.a if call.config.b else call.config.c",  # conditional expression
+        "`call.config.a`",
+        "${call.config.ifName}",  # interpolation syntax outside a string
+        "call.config.a = 1",  # assignment
+        "call.inputs.members[call.config.i]",  # computed index
+        "call.inputs.members[-1]",
+    ],
+)
+def test_the_grammar_has_no_calls_loops_arithmetic_or_interpolation(text: str) -> None:
+    for parse in (parse_guard, parse_reference):
+        expr, diags = parse(text)
+        assert expr is None and [d.code for d in diags] in (
+            [Code.E_SYNTAX],
+            [Code.E_REF_UNRESOLVED],
+        )
+
+
+def test_strings_are_never_interpolated() -> None:
+    # "${...}" inside a string literal is just those characters: nothing is substituted.
+    expr, diags = parse_guard('call.config.s == "${call.config.t}"')
+    assert not diags and expr is not None
+    assert evaluate(expr, {"s": "${call.config.t}", "t": "x"}) is True
+    assert evaluate(expr, {"s": "x", "t": "x"}) is False
+    assert [r.text() for r in references(expr)] == ["call.config.s"]
+
+
+def test_the_parser_is_built_once_and_parse_trees_are_cached() -> None:
+    from dmn.interpreter import expressions
+
+    assert expressions._parser() is expressions._parser()
+    assert expressions._parser().options.parser == "lalr"
+    before = expressions._parse_tree.cache_info().hits
+    parse_guard("call.config.cached == 1")
+    parse_guard("call.config.cached == 1")
+    assert expressions._parse_tree.cache_info().hits > before
