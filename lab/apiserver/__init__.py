@@ -3,8 +3,9 @@
 Start API (stable)::
 
     server = LabApiServer(port=0)      # options: store, history_limit, tls, tokens,
-    url = server.start()               #   bookmark_interval, webhooks (see .server)
+    url = server.start()               #   bookmark_interval, webhooks, state (see .server)
     server.stop()                      # or: with LabApiServer() as server: ...
+    LabApiServer(state="lab.json")     # objects restored from / saved to a JSON file
     serve("127.0.0.1", 6443)           # blocking; also python -m dmn.lab.apiserver
 
 Modules: :mod:`.server` (HTTP edge, watch streaming), :mod:`.store` (storage semantics),

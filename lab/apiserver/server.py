@@ -19,7 +19,9 @@ Start API (stable; the controller tests and ``dmn lab up`` use it)::
 Options: ``store`` (share or pre-seed a :class:`Store`), ``history_limit`` (watch events kept
 for resuming; older versions get 410 Expired), ``tls=(certfile, keyfile)`` for HTTPS,
 ``tokens={"token": UserInfo(...)}`` to require bearer tokens, ``bookmark_interval`` seconds,
-``webhooks`` (call registered admission webhooks, default on; see :mod:`.admission`).
+``webhooks`` (call registered admission webhooks, default on; see :mod:`.admission`),
+``state`` (a JSON file: objects are restored from it when the server is built and written
+back by ``stop()``/``save_state()``; watches from before a restore get 410 and relist).
 
 Paths: ``/version``, ``/healthz``, ``/readyz``, ``/livez``, discovery (``/api``, ``/api/v1``,
 ``/apis``, ``/apis/<group>``, ``/apis/<group>/<version>``), ``/openapi/v3[/<gv>]`` (see
@@ -34,6 +36,7 @@ import base64
 import binascii
 import json
 import logging
+import os
 import select
 import socket
 import ssl
@@ -41,6 +44,7 @@ import threading
 import time
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -682,9 +686,14 @@ class LabApiServer:
         tokens: Mapping[str, UserInfo] | None = None,
         bookmark_interval: float = 5.0,
         webhooks: bool = True,
+        state: str | os.PathLike[str] | None = None,
     ) -> None:
         self.host, self.port = host, port
         self.store = store if store is not None else Store(history_limit=history_limit)
+        self.state = Path(state) if state is not None else None
+        if self.state is not None and self.state.exists():
+            self.store.restore(json.loads(self.state.read_text()))
+            log.info("lab apiserver state restored path=%s", self.state)
         self.tls = tls
         self.tokens = dict(tokens) if tokens is not None else None
         self.bookmark_interval = bookmark_interval
@@ -739,7 +748,19 @@ class LabApiServer:
             self._thread.join(timeout=5)
         self._httpd = None
         self._thread = None
+        if self.state is not None:
+            self.save_state()
         log.info("lab apiserver stopped")
+
+    def save_state(self) -> None:
+        """Write every object to the ``state`` file (atomically: temp file, then rename)."""
+        if self.state is None:
+            return
+        self.state.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.state.with_name(self.state.name + ".tmp")
+        temporary.write_text(json.dumps(self.store.dump(), separators=(",", ":")))
+        os.replace(temporary, self.state)
+        log.info("lab apiserver state saved path=%s", self.state)
 
     def __enter__(self) -> LabApiServer:
         self.start()

@@ -371,3 +371,63 @@ def test_event_recorder_correlates_repeats(cluster: Cluster) -> None:
     listed = cluster.list(r.EVENTS, "default", field_selector="involvedObject.name=subject").items
     assert sorted((e["reason"], e["count"]) for e in listed) == [("CompileFailed", 2), ("Ready", 1)]
     assert listed[0]["source"] == {"component": "dra-multi-network-controller", "host": "node-a"}
+
+
+def test_state_file_survives_a_restart(tmp_path: Path) -> None:
+    state = tmp_path / "lab-state.json"
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "keeps.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Cluster",
+            "names": {"plural": "keeps", "kind": "Keep"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    with LabApiServer(state=state) as server, Cluster(connect(url=server.url)) as cluster:
+        cluster.apply(crd)
+        kept = cluster.apply(
+            {
+                "apiVersion": "example.com/v1",
+                "kind": "Keep",
+                "metadata": {"name": "k"},
+                "spec": {"x": 1},
+            }
+        )
+        cm_obj = cluster.create(r.CONFIG_MAPS, cm("persisted", a="1"))
+        before = cluster.list(r.CONFIG_MAPS, "default").resource_version
+    assert state.exists()
+    with LabApiServer(state=state) as server, Cluster(connect(url=server.url)) as cluster:
+        keep = cluster.get(r.Resource("example.com", "v1", "keeps", "Keep", False), "k")
+        assert keep["metadata"]["uid"] == kept["metadata"]["uid"] and keep["spec"] == {"x": 1}
+        again = cluster.get(r.CONFIG_MAPS, "persisted", "default")
+        assert again["metadata"]["uid"] == cm_obj["metadata"]["uid"]
+        # versions continue upwards; a watch from before the restart must relist
+        assert int(
+            cluster.patch(r.CONFIG_MAPS, "persisted", {"data": {"a": "2"}}, "default")["metadata"][
+                "resourceVersion"
+            ]
+        ) > int(before)
+        with pytest.raises(Gone):
+            list(
+                cluster.watch(
+                    r.CONFIG_MAPS,
+                    "default",
+                    resource_version=str(int(before) - 1),
+                    timeout_seconds=1,
+                )
+            )
