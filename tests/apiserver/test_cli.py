@@ -8,9 +8,10 @@ import sys
 import urllib.request
 
 
-def test_module_entry_point_serves() -> None:
+def test_module_entry_point_serves_and_saves_state_on_sigterm(tmp_path) -> None:
+    state = tmp_path / "state.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dmn.lab.apiserver", "--port", "0"],
+        [sys.executable, "-m", "dmn.lab.apiserver", "--port", "0", "--state", str(state)],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -28,3 +29,4 @@ def test_module_entry_point_serves() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+    assert '"name":"kube-system"' in state.read_text()
