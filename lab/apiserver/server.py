@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import discovery, errors, kinds, openapi, patches, table
 from .errors import ApiError
@@ -102,6 +102,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _HttpServer
     timeout = 300  # idle keep-alive connections end eventually
     _raw_body = b""
+    _streaming = False  # a chunked watch response has started
 
     # --- plumbing ----------------------------------------------------------------------
 
@@ -192,7 +193,12 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # a server bug must still answer as a Status
             log.exception("internal error method=%s path=%s", method, self.path)
             code = 500
-            self._send_json(500, errors.internal(f"internal error: {exc}").status())
+            if self._streaming:
+                self.close_connection = True  # mid-stream: no second response possible
+            else:
+                self._send_json(500, errors.internal(f"internal error: {exc}").status())
+        finally:
+            self._streaming = False
         log.debug(
             "request method=%s path=%s code=%s ms=%.1f",
             method,
@@ -206,7 +212,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> int:
         url = urlsplit(self.path)
         params = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
-        parts = [p for p in url.path.split("/") if p]
+        parts = [unquote(p) for p in url.path.split("/") if p]
         lab = self.server.lab
         if method == "GET" and len(parts) == 1 and parts[0] in ("healthz", "readyz", "livez"):
             data = b"ok"
@@ -540,6 +546,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", _JSON)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        self._streaming = True
         try:
             if expired is not None:
                 self._chunk(_error_event(expired))
