@@ -9,8 +9,12 @@ Semantics implemented (resource.k8s.io/v1):
 
 * pools: per (driver, pool name) only the slices of the highest generation count; slices
   for other nodes are ignored;
-* DeviceClass selectors, then request selectors, CEL (see :mod:`.selectors`); a CEL
-  runtime error aborts the attempt with that error, as upstream does;
+* DeviceClass selectors, then request selectors, CEL (see :mod:`.selectors`), evaluated
+  lazily in search order exactly where upstream's ``allocateOne`` evaluates them: a device
+  already in use is skipped before any selector runs, results are cached per (request,
+  device), and the search stops at the first full solution. A CEL compile or runtime
+  error on a device the search reaches aborts the whole attempt with that error (upstream
+  returns it from ``Allocate``); an erroring device the search never reaches does not;
 * ``exactly`` requests with ``allocationMode: ExactCount`` (default count 1);
 * ``matchAttribute`` / ``distinctAttribute`` constraints over the listed requests (all
   when empty); a device without the attribute fails the constraint;
@@ -217,17 +221,25 @@ class Allocator:
                     raise AllocationError("UnsupportedConstraint", f"claim {uid}: {c!r}")
             constraints.append(cons)
 
-        eligible = [self._eligible(r) for r in requests]
         slots = [(ri, n) for ri, r in enumerate(requests) for n in range(r.count)]
         state = self._committed()
         picks: list[tuple[int, Candidate, dict[str, Fraction]]] = []
+        selectable: dict[tuple[int, DeviceKey], bool] = {}
 
         def search(pos: int) -> bool:
             if pos == len(slots):
                 return True
             ri, _ = slots[pos]
             request = requests[ri]
-            for cand in eligible[ri]:
+            for cand in self._candidates:
+                if not cand.shared and cand.key in state.exclusive:
+                    continue  # "in use" is checked before selectors, as upstream
+                matches = selectable.get((ri, cand.key))
+                if matches is None:
+                    matches = self._selectable(request, cand)
+                    selectable[(ri, cand.key)] = matches
+                if not matches:
+                    continue
                 consumed = self._try_take(cand, request, state, picks, constraints, requests)
                 if consumed is None:
                     continue
@@ -307,19 +319,30 @@ class Allocator:
             capacity=dict((exactly.get("capacity") or {}).get("requests") or {}),
         )
 
-    def _eligible(self, request: _Request) -> list[Candidate]:
+    def _selectable(self, request: _Request, cand: Candidate) -> bool:
+        """Class selectors, then request selectors, for one device; the first false stops.
+
+        A compile or runtime error raises :class:`AllocationError` with the selector's
+        reason: the whole attempt fails, as upstream's ``selectorsMatch`` error does."""
         cls = self._classes[request.class_name]
         class_selectors = [s["cel"]["expression"] for s in cls["spec"].get("selectors") or ()]
         try:
-            compiled = [self._cel.get(e) for e in (*class_selectors, *request.selectors)]
-            out = []
-            for cand in self._candidates:
-                variables = device_variables(cand.driver, cand.device)
-                if all(c.matches(variables) for c in compiled):
-                    out.append(cand)
+            variables = device_variables(cand.driver, cand.device)
         except SelectorError as exc:
-            raise AllocationError(exc.reason, f"request {request.name}: {exc}") from exc
-        return out
+            raise AllocationError(exc.reason, f"device {cand.key[2]}: {exc}") from exc
+        for origin, expressions in (
+            (f"class {request.class_name}", class_selectors),
+            (f"request {request.name}", request.selectors),
+        ):
+            for i, expression in enumerate(expressions):
+                try:
+                    if not self._cel.get(expression).matches(variables):
+                        return False
+                except SelectorError as exc:
+                    raise AllocationError(
+                        exc.reason, f"{origin}: selector #{i}: device {cand.key[2]}: {exc}"
+                    ) from exc
+        return True
 
     def _config(
         self, claim: Mapping[str, Any], requests: list[_Request], ci: int

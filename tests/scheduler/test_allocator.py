@@ -74,14 +74,46 @@ def alloc(slices: list[dict[str, Any]], *classes: dict[str, Any]) -> Allocator:
     return Allocator(NODE, slices=slices, classes=[ANY, *classes])
 
 
-def test_missing_attribute_is_a_cel_runtime_error_like_upstream() -> None:
-    a = alloc(
-        [slice_("s", {"devices": [dev("d0", color="red"), dev("d1")]})],
-        klass("red", f'device.attributes["{DRV}"].color == "red"'),
-    )
-    with pytest.raises(AllocationError) as err:
-        a.allocate_one(claim("c", request("r", "red")))
+def test_missing_attribute_is_a_cel_runtime_error_where_the_search_reaches_it() -> None:
+    """Upstream evaluates selectors lazily in search order (allocateOne → isSelectable):
+    a runtime error fails the attempt only on a device the search actually reaches."""
+    red = klass("red", f'device.attributes["{DRV}"].color == "red"')
+    first_ok = alloc([slice_("s", {"devices": [dev("d0", color="red"), dev("d1")]})], red)
+    (r,) = first_ok.allocate([claim("c", request("r", "red"))])  # d1 never evaluated
+    assert r["devices"]["results"][0]["device"] == "d0"
+    with pytest.raises(AllocationError) as err:  # d0 in use: skipped before CEL; d1 errors
+        first_ok.allocate_one(claim("c2", request("r", "red")))
     assert err.value.reason == "CELRuntimeError"
+    assert "class red: selector #0: device d1" in str(err.value)
+    assert set(first_ok.allocations) == {"c"}
+
+    first_bad = alloc([slice_("s", {"devices": [dev("d1"), dev("d0", color="red")]})], red)
+    with pytest.raises(AllocationError) as err:  # d1 comes first: the attempt fails
+        first_bad.allocate_one(claim("c", request("r", "red")))
+    assert err.value.reason == "CELRuntimeError"
+    assert first_bad.allocations == {}
+
+
+def test_request_selector_error_after_a_class_mismatch_is_never_reached() -> None:
+    """Class selectors run first; a false class result stops before the request's."""
+    only_red = klass("only-red", f'"color" in device.attributes["{DRV}"]')
+    a = alloc([slice_("s", {"devices": [dev("d1"), dev("d0", color="red")]})], only_red)
+    picky = request("r", "only-red", selectors=[f'device.attributes["{DRV}"].color == "red"'])
+    (r,) = a.allocate([claim("c", picky)])
+    assert r["devices"]["results"][0]["device"] == "d0"
+
+
+def test_compile_error_surfaces_only_when_a_device_is_evaluated() -> None:
+    broken = klass("broken", "device.driver ==")
+    a = alloc([slice_("s", {"devices": [dev("d0")]})], broken)
+    a.allocate_one(claim("taken", request("r", "any")))
+    with pytest.raises(AllocationError) as err:  # no free device: nothing is evaluated
+        a.allocate_one(claim("c", request("r", "broken")))
+    assert err.value.reason == "Unschedulable"
+    a.release("taken")
+    with pytest.raises(AllocationError) as err:
+        a.allocate_one(claim("c", request("r", "broken")))
+    assert err.value.reason == "CELCompileError"
 
 
 def test_missing_domain_is_an_empty_map_like_upstream() -> None:
