@@ -116,22 +116,33 @@ class DraCore:
             return self._in_flight
 
 
+def _prepare_entry(pb: Any, res: PrepareResult, share_ids: bool) -> Any:
+    entry = pb.NodePrepareResourceResponse()
+    if res.error:
+        entry.error = res.error
+        return entry
+    for dev in res.devices:
+        d = entry.devices.add(
+            request_names=list(dev.request_names),
+            pool_name=dev.pool_name,
+            device_name=dev.device_name,
+            cdi_device_ids=list(dev.cdi_device_ids),
+        )
+        if share_ids and dev.share_id is not None:
+            d.share_id = dev.share_id
+    return entry
+
+
 def _prepare_response(pb: Any, results: dict[str, PrepareResult], share_ids: bool) -> Any:
+    """One entry per claim; a result that cannot be encoded fails only its own claim."""
     resp = pb.NodePrepareResourcesResponse()
     for uid, res in results.items():
-        entry = resp.claims[uid]
-        if res.error:
-            entry.error = res.error
-            continue
-        for dev in res.devices:
-            d = entry.devices.add(
-                request_names=list(dev.request_names),
-                pool_name=dev.pool_name,
-                device_name=dev.device_name,
-                cdi_device_ids=list(dev.cdi_device_ids),
-            )
-            if share_ids and dev.share_id is not None:
-                d.share_id = dev.share_id
+        try:
+            entry = _prepare_entry(pb, res, share_ids)
+        except Exception as exc:
+            log.exception("dra prepare result not encodable claim_uid=%s", uid)
+            entry = pb.NodePrepareResourceResponse(error=f"prepare: invalid result: {exc}")
+        resp.claims[uid].CopyFrom(entry)
     return resp
 
 
