@@ -384,8 +384,16 @@ class LabNriRuntime:
     # -- lifecycle -----------------------------------------------------------------------
 
     def _hook(
-        self, event: int, method: str, payload: bytes, state_change: api.StateChangeEvent | None
+        self,
+        event: int,
+        method: str,
+        payload: bytes,
+        state_change: api.StateChangeEvent | None,
+        timeout: float | None = None,
     ) -> list[bytes]:
+        """Call every subscribed ready plugin in index order under ``timeout`` (default: the
+        request timeout)."""
+        limit = self.request_timeout if timeout is None else timeout
         replies: list[bytes] = []
         with self._lock:
             for link in list(self._ready):
@@ -393,21 +401,17 @@ class LabNriRuntime:
                     continue
                 try:
                     if link.state_change and state_change is not None:
-                        link.call(
-                            "StateChange", state_change.SerializeToString(), self.request_timeout
-                        )
+                        link.call("StateChange", state_change.SerializeToString(), limit)
                         replies.append(b"")
                         continue
                     try:
-                        replies.append(link.call(method, payload, self.request_timeout))
+                        replies.append(link.call(method, payload, limit))
                     except CallError as exc:
                         if exc.code != UNIMPLEMENTED or state_change is None:
                             raise
                         link.state_change = True
                         self._record("fallback", link, method)
-                        link.call(
-                            "StateChange", state_change.SerializeToString(), self.request_timeout
-                        )
+                        link.call("StateChange", state_change.SerializeToString(), limit)
                         replies.append(b"")
                 except (CallTimeout, ConnectionLost) as exc:
                     self._drop(link, f"{method}: {exc}")
@@ -416,7 +420,8 @@ class LabNriRuntime:
                     raise HookFailed(f"{link.full_name} {method}: {exc.message}") from exc
         return replies
 
-    def run_pod_sandbox(self, pod: LabPod) -> None:
+    def run_pod_sandbox(self, pod: LabPod, timeout: float | None = None) -> None:
+        """``timeout`` overrides the request timeout for this hook only (tests of drops)."""
         with self._lock:
             self.pods[pod.id] = pod
             proto = pod.to_proto()
@@ -426,6 +431,7 @@ class LabNriRuntime:
                     "RunPodSandbox",
                     api.RunPodSandboxRequest(pod=proto).SerializeToString(),
                     api.StateChangeEvent(event=api.RUN_POD_SANDBOX, pod=proto),
+                    timeout,
                 )
             except HookFailed:
                 del self.pods[pod.id]

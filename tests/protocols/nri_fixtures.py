@@ -16,6 +16,14 @@ from dmn.agent.nri.handler import (
     PodSandbox,
 )
 
+# How long tests wait for something that should happen promptly. Generous on purpose: the
+# CI machine is shared, and a wait that succeeds returns as soon as its condition holds.
+WAIT = 60.0
+# Runtime request timeout and plugin hook-deadline cap for tests that are not about
+# timeouts: far above any scheduling delay, so a loaded machine never drops the plugin.
+RELAXED = {"request_timeout": 20.0, "registration_timeout": 20.0}
+RELAXED_DEADLINE = 15.0
+
 
 @dataclass
 class RecordingHandler:
@@ -25,6 +33,8 @@ class RecordingHandler:
     synced: list[tuple[list[str], list[str]]] = field(default_factory=list)
     timeouts: list[HookTimeout] = field(default_factory=list)
     stall: dict[str, float] = field(default_factory=dict)
+    # event -> gate: the hook blocks until the test sets it (deterministic, unlike a sleep)
+    block: dict[str, threading.Event] = field(default_factory=dict)
     refuse: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -33,6 +43,8 @@ class RecordingHandler:
             self.calls.append((event, pod.uid if pod else "", extra))
         if event in self.stall:
             time.sleep(self.stall[event])
+        if event in self.block:
+            self.block[event].wait(WAIT)
         if event in self.refuse:
             raise HookRefused(f"{event} refused by test")
 
@@ -70,7 +82,13 @@ class RecordingHandler:
             return [c[0] for c in self.calls]
 
 
-def wait_until(pred, timeout: float = 5.0, step: float = 0.01) -> bool:  # type: ignore[no-untyped-def]
+def release(handler: RecordingHandler) -> None:
+    """Open every gate so no hook thread outlives the test."""
+    for gate in handler.block.values():
+        gate.set()
+
+
+def wait_until(pred, timeout: float = WAIT, step: float = 0.01) -> bool:  # type: ignore[no-untyped-def]
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if pred():

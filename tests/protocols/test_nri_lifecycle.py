@@ -10,25 +10,25 @@ import pytest
 from dmn.agent.nri.plugin import NriPlugin, PluginConfig, PluginThread
 from dmn.agent.protos import nri_api_pb2 as api
 from dmn.lab.runtime.nri_runtime import LabContainer, LabNriRuntime, LabPod
-from tests.protocols.nri_fixtures import RecordingHandler
+from tests.protocols.nri_fixtures import RELAXED, RELAXED_DEADLINE, WAIT, RecordingHandler
 
 
 def _start(
     tmp_path: Path, **runtime_kw: object
 ) -> tuple[LabNriRuntime, PluginThread, RecordingHandler]:
     sock = str(tmp_path / "nri.sock")
-    runtime = LabNriRuntime(sock, request_timeout=1.0, registration_timeout=1.0, **runtime_kw)  # type: ignore[arg-type]
+    runtime = LabNriRuntime(sock, **RELAXED, **runtime_kw)  # type: ignore[arg-type]
     runtime.pods["pre"] = LabPod("pre", "uid-pre", "pre", "default", "/run/netns/pre")
     runtime.containers["c-pre"] = LabContainer("c-pre", "pre", "app", api.CONTAINER_RUNNING)
     runtime.pods["pre2"] = LabPod("pre2", "uid-pre2", "pre2", "default", "/run/netns/pre2")
     runtime.start()
     handler = RecordingHandler()
-    plugin = NriPlugin(
-        handler, PluginConfig(socket_path=sock, backoff_initial=0.02, backoff_max=0.2)
+    cfg = PluginConfig(
+        socket_path=sock, backoff_initial=0.02, backoff_max=0.2, hook_deadline=RELAXED_DEADLINE
     )
-    thread = PluginThread(plugin).start()
-    assert runtime.wait_ready(1, 5.0)
-    assert thread.wait_ready(5.0)
+    thread = PluginThread(NriPlugin(handler, cfg)).start()
+    assert runtime.wait_ready(1, WAIT)
+    assert thread.wait_ready(WAIT)
     return runtime, thread, handler
 
 
@@ -74,16 +74,17 @@ def test_full_sandbox_lifecycle(tmp_path: Path, state_change_only: bool) -> None
 
 def test_large_synchronize_crosses_many_mux_frames(tmp_path: Path) -> None:
     sock = str(tmp_path / "nri.sock")
-    runtime = LabNriRuntime(sock, request_timeout=2.0)
+    runtime = LabNriRuntime(sock, **RELAXED)
     for i in range(300):
         pod = LabPod(f"p{i}", f"uid-{i}", f"pod-{i}", "bulk", f"/run/netns/p{i}")
         pod.annotations["note"] = "x" * 200
         runtime.pods[pod.id] = pod
     runtime.start()
     handler = RecordingHandler()
-    thread = PluginThread(NriPlugin(handler, PluginConfig(socket_path=sock))).start()
+    cfg = PluginConfig(socket_path=sock, hook_deadline=RELAXED_DEADLINE)
+    thread = PluginThread(NriPlugin(handler, cfg)).start()
     try:
-        assert runtime.wait_ready(1, 5.0)
+        assert runtime.wait_ready(1, WAIT)
         ((pods, _),) = handler.synced
         assert pods == [f"uid-{i}" for i in range(300)]  # one ~100 KB request, unsplit
         assert thread.plugin.stats.sync_chunks == 1
@@ -95,15 +96,19 @@ def test_large_synchronize_crosses_many_mux_frames(tmp_path: Path) -> None:
 def test_preconnected_socket_from_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runtime = LabNriRuntime(str(tmp_path / "nri.sock"), request_timeout=1.0).start()
+    runtime = LabNriRuntime(str(tmp_path / "nri.sock"), **RELAXED).start()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     monkeypatch.setenv("NRI_PLUGIN_SOCKET", str(theirs.detach()))
     runtime.adopt(ours)
     handler = RecordingHandler()
-    cfg = PluginConfig(socket_path=str(tmp_path / "nri.sock"), backoff_initial=0.02)
+    cfg = PluginConfig(
+        socket_path=str(tmp_path / "nri.sock"),
+        backoff_initial=0.02,
+        hook_deadline=RELAXED_DEADLINE,
+    )
     thread = PluginThread(NriPlugin(handler, cfg)).start()
     try:
-        assert runtime.wait_ready(1, 5.0)
+        assert runtime.wait_ready(1, WAIT)
         assert thread.plugin.stats.connects == 1
         runtime.run_pod_sandbox(LabPod("a", "uid-a", "a", "ns", "/run/netns/a"))
         assert handler.events() == ["RunPodSandbox"]

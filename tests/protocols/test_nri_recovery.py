@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,17 @@ from dmn.agent.nri.plugin import RUNTIME_SERVICE, NriPlugin, PluginConfig, Plugi
 from dmn.agent.nri.ttrpc_frame import TYPE_REQUEST, encode_frame, encode_request
 from dmn.agent.protos import nri_api_pb2 as api
 from dmn.lab.runtime.nri_runtime import HookFailed, LabNriRuntime, LabPod
-from tests.protocols.nri_fixtures import RecordingHandler, wait_until
+from tests.protocols.nri_fixtures import (
+    RELAXED,
+    RELAXED_DEADLINE,
+    WAIT,
+    RecordingHandler,
+    release,
+    wait_until,
+)
 
-FAST = {"backoff_initial": 0.02, "backoff_max": 0.2}
+# Fast reconnects; a hook deadline that only the deadline tests lower.
+FAST = {"backoff_initial": 0.02, "backoff_max": 0.2, "hook_deadline": RELAXED_DEADLINE}
 
 
 def _plugin(sock: str, handler: RecordingHandler, **kw: object) -> PluginThread:
@@ -24,20 +33,20 @@ def _plugin(sock: str, handler: RecordingHandler, **kw: object) -> PluginThread:
 
 def test_runtime_restart_reconnects_reregisters_resynchronizes(tmp_path: Path) -> None:
     sock = str(tmp_path / "nri.sock")
-    runtime = LabNriRuntime(sock, request_timeout=1.0).start()
+    runtime = LabNriRuntime(sock, **RELAXED).start()
     handler = RecordingHandler()
     thread = _plugin(sock, handler)
     try:
-        assert runtime.wait_ready(1, 5.0)
+        assert runtime.wait_ready(1, WAIT)
         runtime.run_pod_sandbox(LabPod("a", "uid-a", "a", "ns", "/run/netns/a"))
         runtime.stop()  # runtime goes away, socket removed
         assert wait_until(lambda: not thread.ready.is_set())
 
-        runtime = LabNriRuntime(sock, request_timeout=1.0)
+        runtime = LabNriRuntime(sock, **RELAXED)
         runtime.pods["a"] = LabPod("a", "uid-a", "a", "ns", "/run/netns/a")
         runtime.pods["b"] = LabPod("b", "uid-b", "b", "ns", "/run/netns/b")
         runtime.start()
-        assert runtime.wait_ready(1, 5.0)
+        assert runtime.wait_ready(1, WAIT)
         assert wait_until(lambda: len(handler.synced) == 2)
         assert handler.synced[-1] == (["uid-a", "uid-b"], [])
         assert thread.plugin.stats.registrations == 2
@@ -50,17 +59,17 @@ def test_runtime_restart_reconnects_reregisters_resynchronizes(tmp_path: Path) -
 
 def test_plugin_restart_is_accepted_and_resynchronized(tmp_path: Path) -> None:
     sock = str(tmp_path / "nri.sock")
-    runtime = LabNriRuntime(sock, request_timeout=1.0).start()
+    runtime = LabNriRuntime(sock, **RELAXED).start()
     runtime.pods["a"] = LabPod("a", "uid-a", "a", "ns", "/run/netns/a")
     first = _plugin(sock, RecordingHandler())
     try:
-        assert runtime.wait_ready(1, 5.0)
+        assert runtime.wait_ready(1, WAIT)
         first.stop()
         assert wait_until(lambda: runtime.ready_plugins == [])
         handler = RecordingHandler()
         second = _plugin(sock, handler)
         try:
-            assert runtime.wait_ready(1, 5.0)
+            assert runtime.wait_ready(1, WAIT)
             assert handler.synced == [(["uid-a"], [])]
             runtime.stop_pod_sandbox("a")
             assert handler.events() == ["StopPodSandbox"]
@@ -70,16 +79,42 @@ def test_plugin_restart_is_accepted_and_resynchronized(tmp_path: Path) -> None:
         runtime.stop()
 
 
-def test_hook_exceeding_deadline_is_reported_not_hung(tmp_path: Path) -> None:
+def test_hook_deadline_stays_below_the_runtime_timeout() -> None:
+    """Pure: the deadline is a fraction of the runtime's timeout (or the caller's), capped."""
+    plugin = NriPlugin(RecordingHandler(), PluginConfig(hook_deadline=1.5))
+    plugin.stats.request_timeout = 0.8  # what ConfigureRequest.request_timeout told us
+    assert plugin.hook_deadline() == pytest.approx(0.6)  # 0.75 x 0.8 s
+    assert plugin.hook_deadline(timeout_nano=400_000_000) == pytest.approx(0.3)
+    plugin.stats.request_timeout = 10.0
+    assert plugin.hook_deadline() == pytest.approx(1.5)  # the cap
+
+
+def test_configure_tells_the_plugin_the_runtime_timeout(tmp_path: Path) -> None:
     sock = str(tmp_path / "nri.sock")
-    runtime = LabNriRuntime(sock, request_timeout=0.8).start()
-    handler = RecordingHandler(stall={"RunPodSandbox": 1.5})
-    thread = _plugin(sock, handler)
+    runtime = LabNriRuntime(sock, request_timeout=12.0, registration_timeout=20.0).start()
+    thread = _plugin(sock, RecordingHandler(), hook_deadline=1.5)
     try:
-        assert runtime.wait_ready(1, 5.0)
-        deadline = thread.plugin.hook_deadline()
-        assert deadline == pytest.approx(0.6)  # 0.75 x the runtime's 0.8 s request timeout
-        with pytest.raises(HookFailed, match="exceeded its"):
+        assert runtime.wait_ready(1, WAIT)
+        assert thread.plugin.stats.request_timeout == pytest.approx(12.0)
+        assert thread.plugin.hook_deadline() == pytest.approx(1.5)
+        thread.plugin.stats.request_timeout = 0.8
+        assert thread.plugin.hook_deadline() == pytest.approx(0.6)
+    finally:
+        thread.stop()
+        runtime.stop()
+
+
+def test_hook_exceeding_deadline_is_reported_not_hung(tmp_path: Path) -> None:
+    """The hook never returns until released; the plugin answers DEADLINE_EXCEEDED at its
+    own (short) deadline, long before the runtime's generous timeout: deterministic."""
+    sock = str(tmp_path / "nri.sock")
+    runtime = LabNriRuntime(sock, **RELAXED).start()
+    handler = RecordingHandler(block={"RunPodSandbox": threading.Event()})
+    thread = _plugin(sock, handler, hook_deadline=0.3)
+    try:
+        assert runtime.wait_ready(1, WAIT)
+        assert thread.plugin.hook_deadline() == pytest.approx(0.3)
+        with pytest.raises(HookFailed, match=r"exceeded its 0\.300s deadline"):
             runtime.run_pod_sandbox(LabPod("slow", "uid-slow", "slow", "ns", "/run/netns/s"))
         assert wait_until(lambda: len(handler.timeouts) == 1)
         report = handler.timeouts[0]
@@ -89,17 +124,18 @@ def test_hook_exceeding_deadline_is_reported_not_hung(tmp_path: Path) -> None:
         assert runtime.ready_plugins == ["10-dra-multi-network"]
         assert "dropped" not in [e.kind for e in runtime.events]
     finally:
+        release(handler)
         thread.stop()
         runtime.stop()
 
 
 def test_refused_hook_fails_the_operation(tmp_path: Path) -> None:
     sock = str(tmp_path / "nri.sock")
-    runtime = LabNriRuntime(sock, request_timeout=1.0).start()
+    runtime = LabNriRuntime(sock, **RELAXED).start()
     handler = RecordingHandler(refuse={"CreateContainer"})
     thread = _plugin(sock, handler)
     try:
-        assert runtime.wait_ready(1, 5.0)
+        assert runtime.wait_ready(1, WAIT)
         runtime.run_pod_sandbox(LabPod("p", "uid-p", "p", "ns", "/run/netns/p"))
         from dmn.lab.runtime.nri_runtime import LabContainer
 
@@ -121,15 +157,23 @@ def _raw_register(sock_path: str, name: str, idx: str) -> socket.socket:
 
 
 def test_runtime_drops_plugin_that_never_answers(tmp_path: Path) -> None:
+    """Each peer here never answers, so every drop is certain; the short timeouts apply only
+    to what must time out (a slow machine cannot turn one reason into another)."""
     sock = str(tmp_path / "nri.sock")
-    runtime = LabNriRuntime(sock, request_timeout=0.3, registration_timeout=0.3).start()
+    runtime = LabNriRuntime(sock, request_timeout=0.3, registration_timeout=WAIT).start()
+
+    def dropped() -> list[str]:
+        return sorted(e.detail for e in runtime.events if e.kind == "dropped")
+
     try:
         mute = _raw_register(sock, "mute", "05")  # registers, never answers Configure
+        bad = _raw_register(sock, "bad name!", "5")
+        assert wait_until(lambda: len(dropped()) == 2)
+        runtime.registration_timeout = 0.3  # read when the next connection is accepted
         silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         silent.connect(sock)  # never registers
-        bad = _raw_register(sock, "bad name!", "5")
-        assert wait_until(lambda: len([e for e in runtime.events if e.kind == "dropped"]) == 3)
-        reasons = sorted(e.detail for e in runtime.events if e.kind == "dropped")
+        assert wait_until(lambda: len(dropped()) == 3)
+        reasons = dropped()
         assert any("registration timed out" in r for r in reasons)
         assert any("invalid plugin name" in r for r in reasons)
         assert any("Configure" in r and "exceeded" in r for r in reasons)
@@ -151,37 +195,40 @@ def test_runtime_drops_slow_plugin_pod_proceeds_plugin_recovers(tmp_path: Path) 
     """A plugin that misses the runtime's timeout is dropped (containerd's behaviour), the
     pod proceeds, and the plugin reconnects and re-synchronizes on its own."""
     sock = str(tmp_path / "nri.sock")
-    runtime = LabNriRuntime(sock, request_timeout=0.3).start()
-    handler = RecordingHandler(stall={"RunPodSandbox": 0.6})
+    runtime = LabNriRuntime(sock, **RELAXED).start()
+    handler = RecordingHandler(block={"RunPodSandbox": threading.Event()})
     thread = _plugin(sock, handler)
     try:
-        assert runtime.wait_ready(1, 5.0)
+        assert runtime.wait_ready(1, WAIT)
         # misconfigure our own deadline above the runtime's timeout to provoke the drop
-        thread.plugin.hook_deadline = lambda timeout_nano=0: 5.0  # type: ignore[method-assign]
-        runtime.run_pod_sandbox(LabPod("p", "uid-p", "p", "ns", "/run/netns/p"))  # no raise
+        thread.plugin.hook_deadline = lambda timeout_nano=0: WAIT  # type: ignore[method-assign]
+        # this one hook gets a short runtime timeout; it blocks until released: exceeded
+        pod = LabPod("p", "uid-p", "p", "ns", "/run/netns/p")
+        runtime.run_pod_sandbox(pod, timeout=0.3)  # no raise: the pod proceeds
         assert "p" in runtime.pods
-        dropped = runtime.wait_event("dropped", 2.0)
+        dropped = runtime.wait_event("dropped", WAIT)
         assert dropped is not None and "RunPodSandbox" in dropped.detail
-        assert wait_until(lambda: thread.plugin.stats.synchronizes == 2, 5.0)
+        assert wait_until(lambda: thread.plugin.stats.synchronizes >= 2)
         assert handler.synced[-1] == (["uid-p"], [])
-        assert runtime.wait_ready(1, 5.0)
+        assert runtime.wait_ready(1, WAIT)
     finally:
+        release(handler)
         thread.stop()
         runtime.stop()
 
 
 def test_runtime_shutdown_reaches_handler_and_plugin_waits_for_return(tmp_path: Path) -> None:
     sock = str(tmp_path / "nri.sock")
-    runtime = LabNriRuntime(sock, request_timeout=1.0).start()
+    runtime = LabNriRuntime(sock, **RELAXED).start()
     handler = RecordingHandler()
     thread = _plugin(sock, handler)
     try:
-        assert runtime.wait_ready(1, 5.0)
+        assert runtime.wait_ready(1, WAIT)
         runtime.shutdown()
         assert handler.events() == ["Shutdown"]
         assert wait_until(lambda: not thread.ready.is_set())
-        runtime = LabNriRuntime(sock, request_timeout=1.0).start()
-        assert runtime.wait_ready(1, 5.0)
+        runtime = LabNriRuntime(sock, **RELAXED).start()
+        assert runtime.wait_ready(1, WAIT)
         assert thread.plugin.stats.registrations == 2
     finally:
         thread.stop()
