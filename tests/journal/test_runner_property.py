@@ -16,7 +16,7 @@ import copy
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dmn.interpreter.bound import BoundEffect, BoundProgram, EffectOutputRef
@@ -68,7 +68,7 @@ def _world() -> World:
     return World(data=copy.deepcopy(foreign_world()))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     program=programs(),
     failure=st.sampled_from([None, "apply", "observe", "postcondition"]),

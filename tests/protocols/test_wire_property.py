@@ -4,7 +4,7 @@ reassembles exactly, in both the agent's and the lab's implementation."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dmn.agent.nri import mux
@@ -37,7 +37,7 @@ def trunk(draw: st.DrawFn) -> tuple[bytes, dict[int, list[bytes]]]:
     return b"".join(out), messages
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trunk(), st.lists(st.integers(0, 100_000), max_size=12))
 def test_random_splits_and_interleavings_reassemble(
     data: tuple[bytes, dict[int, list[bytes]]], cuts: list[int]
