@@ -4,8 +4,8 @@ Each rule runs with ``self`` bound to the value at its schema node (``oldSelf`` 
 value on updates). As in Kubernetes, a *transition rule* (one that reads ``oldSelf``) is only
 evaluated on updates where an old value exists, unless ``optionalOldSelf`` is set. A false
 result is one field cause: ``reason`` (default ``FieldValueInvalid``), field = node path plus
-``fieldPath``, message = ``message`` or ``failed rule: <rule>``. ``messageExpression`` is not
-evaluated (``message`` is used).
+``fieldPath``, message = ``messageExpression`` (when it yields a non-empty string), else
+``message``, else ``failed rule: <rule>``.
 
 Knowingly different from Kubernetes: the rule runs on the ``cel`` package's standard
 environment, without the Kubernetes CEL libraries (quantity, url, ip/cidr, format, list
@@ -44,7 +44,23 @@ def _compile(rule: str) -> tuple[Any, bool] | None:
     return program, uses_old
 
 
-def _cause(rule: dict[str, Any], value: Any, path: str) -> Cause:
+def _message(rule: dict[str, Any], context: dict[str, Any]) -> str:
+    """``messageExpression`` when it evaluates to a non-empty string, else ``message``."""
+    expression = rule.get("messageExpression")
+    if isinstance(expression, str):
+        compiled = _compile(expression)
+        if compiled is not None:
+            try:
+                result = compiled[0].execute(context)
+            except Exception as exc:
+                log.debug("cel messageExpression failed expression=%r error=%s", expression, exc)
+            else:
+                if isinstance(result, str) and result.strip():
+                    return result
+    return str(rule.get("message") or f"failed rule: {rule.get('rule', '')}")
+
+
+def _cause(rule: dict[str, Any], value: Any, path: str, message: str) -> Cause:
     field_path = str(rule.get("fieldPath") or "")
     if field_path:
         field = (
@@ -55,7 +71,6 @@ def _cause(rule: dict[str, Any], value: Any, path: str) -> Cause:
         field = field.lstrip(".")
     else:
         field = path
-    message = rule.get("message") or f"failed rule: {rule.get('rule', '')}"
     reason = rule.get("reason") or "FieldValueInvalid"
     if reason not in _REASONS:
         reason = "FieldValueInvalid"
@@ -89,7 +104,7 @@ def evaluate_rules(node: schema.Schema, value: Any, old: Any, path: str) -> list
             log.debug("cel rule skipped (eval) rule=%r path=%s error=%s", text, path, exc)
             continue
         if result is not True:
-            causes.append(_cause(rule, value, path))
+            causes.append(_cause(rule, value, path, _message(rule, context)))
     return causes
 
 

@@ -255,7 +255,10 @@ def test_cel_validation_rules(api: client.ApiClient, ns: str) -> None:
                 "message": "min must not exceed max",
                 "fieldPath": ".min",
             },
-            {"rule": "self.id == oldSelf.id", "message": "id is immutable"},
+            {
+                "rule": "self.id == oldSelf.id",
+                "messageExpression": "'id is immutable, was ' + oldSelf.id",
+            },
         ],
         "properties": {
             "min": {"type": "integer"},
@@ -305,7 +308,7 @@ def test_cel_validation_rules(api: client.ApiClient, ns: str) -> None:
         custom.patch_namespaced_custom_object(
             "example.com", "v1", ns, "ranges", "r", {"spec": {"id": "b"}}
         )
-    assert "id is immutable" in err.value.body
+    assert "id is immutable, was a" in err.value.body
     custom.patch_namespaced_custom_object(
         "example.com", "v1", ns, "ranges", "r", {"spec": {"max": 9}}
     )
