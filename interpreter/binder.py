@@ -6,7 +6,8 @@ to the same bound program and digest. Binding
 1. validates the config against ``configSchema`` and re-runs the checker for that config
    (a program that does not check never binds);
 2. verifies the call's handles against the descriptor ports that are on for this config
-   (count, type, linkType, granted accesses);
+   (count, type, linkType, granted accesses); ``connect`` needs the verified sandbox
+   (``call.sandbox``), ``prepare`` runs before there is one and must not carry it;
 3. evaluates ``when`` guards, expands ``forEach`` (bounded by the list port's
    ``maxItems``; instance ``k`` of effect ``attach`` becomes ``attach[k]``);
 4. substitutes references by concrete :class:`Handle` values (call grants) or
@@ -369,7 +370,26 @@ class _Binder:
             raise _Fail
         return params
 
+    def check_sandbox(self) -> None:
+        """connect runs against one verified Pod sandbox; prepare runs before there is one."""
+        if self.hook == "connect" and self.call.sandbox is None:
+            message = "connect binds only against the verified Pod sandbox; none was given"
+        elif (
+            self.hook == "connect"
+            and self.call.sandbox is not None
+            and (self.call.sandbox.kind is not ScopeKind.SANDBOX or self.call.sandbox.netns is None)
+        ):
+            message = "call.sandbox must be a sandbox scope with its namespace identity"
+        elif self.hook != "connect" and self.call.sandbox is not None:
+            message = f"{self.hook} runs before the Pod sandbox exists; call.sandbox must be unset"
+        else:
+            return
+        self.diagnostics.append(
+            Diagnostic(code=Code.E_SCHEMA, message=message, path="call.sandbox")
+        )
+
     def bind(self) -> BoundProgram | None:
+        self.check_sandbox()
         self.check_call_ports()
         effects: list[BoundEffect] = []
         for i, effect in enumerate(self.prog.body.effects):

@@ -86,26 +86,30 @@ def test_digest_is_deterministic_and_round_trips() -> None:
 
 
 def test_bad_config_and_bad_handles_are_diagnostics() -> None:
-    call = Call(config={**CONFIG, "vlanId": 0}, inputs={"parent": (PARENT,)})
+    call = Call(config={**CONFIG, "vlanId": 0}, inputs={"parent": (PARENT,)}, sandbox=SANDBOX)
     assert codes(bind(OPERATION, call)) == {"E_SCHEMA"}  # type: ignore[arg-type]
-    call = Call(config={**CONFIG, "ifName": "a:b"}, inputs={"parent": (PARENT,)})
+    call = Call(config={**CONFIG, "ifName": "a:b"}, inputs={"parent": (PARENT,)}, sandbox=SANDBOX)
     assert "E_IFNAME" in codes(bind(OPERATION, call))  # type: ignore[arg-type]
     reader = iface("parent", Access.READ)
-    assert codes(bind(OPERATION, Call(config=CONFIG, inputs={"parent": (reader,)}))) == {"E_ACCESS"}  # type: ignore[arg-type]
+    assert codes(
+        bind(OPERATION, Call(config=CONFIG, inputs={"parent": (reader,)}, sandbox=SANDBOX))
+    ) == {"E_ACCESS"}  # type: ignore[arg-type]
     ib = iface("parent", Access.CREATE_CHILD, link=LinkType.INFINIBAND)
-    assert codes(bind(OPERATION, Call(config=CONFIG, inputs={"parent": (ib,)}))) == {"E_PORT_TYPE"}  # type: ignore[arg-type]
-    assert codes(bind(OPERATION, Call(config=CONFIG, inputs={}))) >= {
+    assert codes(
+        bind(OPERATION, Call(config=CONFIG, inputs={"parent": (ib,)}, sandbox=SANDBOX))
+    ) == {"E_PORT_TYPE"}  # type: ignore[arg-type]
+    assert codes(bind(OPERATION, Call(config=CONFIG, inputs={}, sandbox=SANDBOX))) >= {
         "E_CARDINALITY",
         "E_REF_UNRESOLVED",
     }  # type: ignore[arg-type]
-    assert codes(bind(OPERATION, Call(config=CONFIG, inputs={"parent": (PARENT, PARENT)}))) >= {
-        "E_CARDINALITY"
-    }  # type: ignore[arg-type]
+    assert codes(
+        bind(OPERATION, Call(config=CONFIG, inputs={"parent": (PARENT, PARENT)}, sandbox=SANDBOX))
+    ) >= {"E_CARDINALITY"}  # type: ignore[arg-type]
 
 
 def test_a_program_that_does_not_check_does_not_bind() -> None:
     text = variant(OPERATION, "kind: t/tune/v1", "kind: t/nope/v1")
-    result = bind(text, Call(config=CONFIG, inputs={"parent": (PARENT,)}))
+    result = bind(text, Call(config=CONFIG, inputs={"parent": (PARENT,)}, sandbox=SANDBOX))
     assert isinstance(result, list) and codes(result) == {"E_UNKNOWN_OPCODE"}
     assert codes(bind(OPERATION, Call(config=CONFIG), hook="prepare")) == {"E_SCHEMA"}  # type: ignore[arg-type]
 
@@ -214,3 +218,22 @@ def test_binder_never_hands_a_create_child_grant_to_a_configuring_opcode() -> No
     mutation = next(d for d in result if d.code.value == "E_SHARED_PARENT_MUTATION")
     assert mutation.path == "spec.hooks.connect.effects[2].inputs.interface"
     assert mutation.line > 1 and mutation.file == "plugin.yaml"
+
+
+def test_connect_needs_the_verified_sandbox_and_prepare_has_none() -> None:
+    call = Call(config=CONFIG, inputs={"parent": (PARENT,)})
+    result = bind(OPERATION, call)
+    assert isinstance(result, list)
+    assert [(d.code.value, d.path) for d in result] == [("E_SCHEMA", "call.sandbox")]
+    host = Call(config=CONFIG, inputs={"parent": (PARENT,)}, sandbox=Scope(ScopeKind.HOST))
+    assert codes(bind(OPERATION, host)) == {"E_SCHEMA"}  # type: ignore[arg-type]
+    fn = Handle(
+        id="vf",
+        type=HandleType.PCI_FUNCTION,
+        inventory_id="pci-1",
+        accesses=frozenset({Access.EXCLUSIVE_CONFIGURE}),
+    )
+    early = Call(config={"mode": "vfio"}, allocation={"function": (fn,)}, sandbox=SANDBOX)
+    result = bind(ALLOCATION, early, hook="prepare")
+    assert isinstance(result, list)
+    assert [(d.code.value, d.path) for d in result] == [("E_SCHEMA", "call.sandbox")]

@@ -314,7 +314,9 @@ def test_bridge_operations(name: str, plugins: dict[str, Plugin]) -> None:
         config["uplink"] = "uplink-a"
     program = bound(
         bind_program(
-            plugins[name], "connect", Call(config=config, inputs={"representor": (REPRESENTOR,)})
+            plugins[name],
+            "connect",
+            Call(config=config, inputs={"representor": (REPRESENTOR,)}, sandbox=SANDBOX),
         )
     )
     expected = ["bridge/port-attach/v1", "bridge/port-vlan/v1", "representor/configure/v1"]
@@ -335,7 +337,7 @@ def test_bridge_refuses_a_trunk_that_repeats_the_access_vlan(plugins: dict[str, 
     result = bind_program(
         plugins["accelerated-bridge-cni"],
         "connect",
-        Call(config=config, inputs={"representor": (REPRESENTOR,)}),
+        Call(config=config, inputs={"representor": (REPRESENTOR,)}, sandbox=SANDBOX),
     )
     assert Code.E_PARAM_TYPE in codes(result)
 
@@ -348,6 +350,7 @@ def test_ovs_operation(plugins: dict[str, Plugin]) -> None:
             Call(
                 config={"bridge": "br-int", "vlan": 7, "mtu": 1500},
                 inputs={"representor": (REPRESENTOR,)},
+                sandbox=SANDBOX,
             ),
         )
     )
@@ -362,6 +365,7 @@ def test_bridge_alias_must_be_a_dns_label(plugins: dict[str, Plugin]) -> None:
         Call(
             config={"bridge": "Br_Int", "vlan": 7, "mtu": 1500},
             inputs={"representor": (REPRESENTOR,)},
+            sandbox=SANDBOX,
         ),
     )
     assert Code.E_SCHEMA in codes(result)
