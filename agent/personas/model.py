@@ -161,6 +161,81 @@ class Persona:
             out[f"{d}/{key}"] = {"string": value}
         return out
 
+    def to_json(self) -> dict[str, Any]:
+        """Everything needed to re-declare this persona after an agent restart."""
+        return {
+            "name": self.name,
+            "inventoryID": self.inventory_id,
+            "persona": self.persona,
+            "plugin": self.plugin,
+            "mode": self.mode,
+            "linkType": self.link_type,
+            "pciAddress": self.pci_address,
+            "pfPciAddress": self.pf_pci_address,
+            "rdmaCapable": self.rdma_capable,
+            "allocationReady": self.allocation_ready,
+            "policy": self.policy,
+            "policyDigest": self.policy_digest,
+            "allowMultipleAllocations": self.allow_multiple_allocations,
+            "children": None
+            if self.children is None
+            else {
+                "value": self.children.value,
+                "default": self.children.default,
+                "validValues": list(self.children.valid_values),
+            },
+            "consumptions": [
+                {"counterSet": c.counter_set, "groups": list(c.groups)} for c in self.consumptions
+            ],
+            "grants": [
+                {"type": g.type.value, "accesses": sorted(a.value for a in g.accesses)}
+                for g in self.grants
+            ],
+            "effectPermissions": list(self.effect_permissions),
+            "pcieRoot": self.pcie_root,
+            "numaNode": self.numa_node,
+            "extraAttributes": dict(self.extra_attributes),
+            "retained": self.retained,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Persona:
+        children = d["children"]
+        return cls(
+            name=d["name"],
+            inventory_id=d["inventoryID"],
+            persona=d["persona"],
+            plugin=d["plugin"],
+            mode=d["mode"],
+            link_type=d["linkType"],
+            pci_address=d["pciAddress"],
+            pf_pci_address=d["pfPciAddress"],
+            rdma_capable=bool(d["rdmaCapable"]),
+            allocation_ready=bool(d["allocationReady"]),
+            policy=d["policy"],
+            policy_digest=d["policyDigest"],
+            allow_multiple_allocations=bool(d["allowMultipleAllocations"]),
+            children=None
+            if children is None
+            else Children(
+                int(children["value"]),
+                int(children["default"]),
+                tuple(int(v) for v in children["validValues"]),
+            ),
+            consumptions=tuple(
+                Consumption(c["counterSet"], tuple(c["groups"])) for c in d["consumptions"]
+            ),
+            grants=tuple(
+                Grant(HandleType(g["type"]), frozenset(Access(a) for a in g["accesses"]))
+                for g in d["grants"]
+            ),
+            effect_permissions=tuple(d["effectPermissions"]),
+            pcie_root=d.get("pcieRoot", ""),
+            numa_node=d.get("numaNode"),
+            extra_attributes=dict(d.get("extraAttributes") or {}),
+            retained=bool(d.get("retained", False)),
+        )
+
     def to_device(self) -> dict[str, Any]:
         """The ResourceSlice ``devices[]`` entry (resource.k8s.io/v1 shape)."""
         device: dict[str, Any] = {"name": self.name, "attributes": self.attributes()}

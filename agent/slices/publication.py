@@ -20,7 +20,7 @@ from typing import Any
 
 from dmn.agent.inventory.facts import Inventory
 from dmn.agent.personas.build import Pins, build_personas
-from dmn.agent.personas.model import Finding, PersonaSet
+from dmn.agent.personas.model import Finding, Persona, PersonaSet
 from dmn.agent.slices.build import SlicePublisher
 from dmn.agent.slices.readback import stripped_prerequisites
 from dmn.api.policy import DeviceExposurePolicy
@@ -68,6 +68,33 @@ class NodePublication:
         changed, slices = self.publisher.publish(personas)
         self.last = personas
         return Plan(personas, slices, changed)
+
+    def to_json(self) -> dict[str, Any]:
+        """The state a restarted agent needs: last generation and digest, degradation and
+        the last published declarations (persist it with the journal after every write)."""
+        return {
+            "nodeName": self.node_name,
+            "generation": self.publisher.generation,
+            "digest": self.publisher.digest,
+            "degraded": self.degraded,
+            "declarations": [p.to_json() for p in self.last.personas] if self.last else None,
+            "counterSets": dict(self.last.counter_sets) if self.last else None,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> NodePublication:
+        """Restore after a restart: the next content change publishes above the persisted
+        generation, and pinned devices keep their persisted declarations."""
+        pub = cls(d["nodeName"], degraded=bool(d["degraded"]))
+        pub.publisher.generation = int(d["generation"])
+        pub.publisher.digest = str(d["digest"])
+        if d.get("declarations") is not None:
+            pub.last = PersonaSet(
+                personas=tuple(Persona.from_json(p) for p in d["declarations"]),
+                counter_sets=dict(d.get("counterSets") or {}),
+                findings=(),
+            )
+        return pub
 
     def verify(self, written: list[dict[str, Any]], stored: list[dict[str, Any]]) -> list[Finding]:
         """Compare with the stored slices; on loss, become degraded (re-plan afterwards)."""

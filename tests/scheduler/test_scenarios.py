@@ -9,6 +9,7 @@ the lab allocator (structured-parameters semantics, see lab/allocator/README.md)
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 
 from dmn.agent.inventory import ScanConfig, scan
 from dmn.agent.personas import FindingCode
-from dmn.agent.slices import node_allocation_check
+from dmn.agent.slices import NodePublication, node_allocation_check
 from dmn.lab.allocator import AllocationError, Allocator
 from tests.fixtures.policies import (
     STANDARD_CLASSES,
@@ -37,6 +38,7 @@ from tests.fixtures.sysfs_layouts import (
     X710_PF,
     SysfsBuilder,
     add_shared_group,
+    build_reference_node,
     mlx_vf_address,
 )
 from tests.scheduler.harness import NODE, Harness, make_harness
@@ -158,21 +160,64 @@ def test_05_release_first_share_still_blocks_last_and_cleanup_unblocks(h: Harnes
 # 6 ---------------------------------------------------------------------------------------
 
 
+def _restart(h: Harness, tmp: Path, persisted: str, claims: str, fresh: bool = False) -> Harness:
+    """Both processes start again from what they persisted: the agent from its saved
+    publication state (JSON), the scheduler from the claims' status (JSON), and the
+    inventory from a new scan of a freshly built sysfs tree of the same node."""
+    node = build_reference_node(tmp)
+    inventory = scan(ScanConfig(node.sysfs, "uid-worker-a", node.links, node.devlink,
+                                node_ips=node.node_ips))  # fmt: skip
+    allocator = Allocator(NODE, classes=STANDARD_CLASSES)
+    for uid, allocation in json.loads(claims).items():
+        allocator.restore(uid, allocation)
+    publication = (
+        NodePublication(NODE) if fresh else NodePublication.from_json(json.loads(persisted))
+    )
+    restarted = Harness(inventory, list(h.policies), allocator, publication)
+    restarted.publish()
+    return restarted
+
+
 def test_06_scheduler_and_driver_restart_preserve_constraints_and_accounting(
-    h: Harness,
+    h: Harness, tmp_path: Path
 ) -> None:
     allocated = {uid: h.allocate(claim(uid, on_pf0("pf-macvlan")))[0] for uid in ("m1", "m2")}
-    # scheduler restart: a fresh allocator learns allocations from the claims' status
-    fresh = Allocator(NODE, classes=STANDARD_CLASSES)
-    for uid, allocation in allocated.items():
-        fresh.restore(uid, copy.deepcopy(allocation))
-    h.allocator = fresh
-    # driver restart: a fresh publish from the journal's pins and previous declarations
+    mac = devices_of(allocated["m1"])[0]
+    h.policies = standard_policies(children=64)  # changed while allocated: pinned at 4
     h.publish()
-    assert blocked(h, claim("ipv", on_pf0("pf-ipvlan")))
-    h.allocate(claim("m3", on_pf0("pf-macvlan")))
-    h.allocate(claim("m4", on_pf0("pf-macvlan")))
-    assert blocked(h, claim("m5", on_pf0("pf-macvlan")))  # 4 children in total
+    assert h.personas.by_name()[mac].children.value == 4  # type: ignore[union-attr]
+    generation = h.slices[0]["spec"]["pool"]["generation"]
+    persisted = json.dumps(h.publication.to_json())
+    claims = json.dumps(allocated)
+
+    r = _restart(h, tmp_path / "after", persisted, claims)
+    assert r.personas.by_name()[mac].children.value == 4  # type: ignore[union-attr]
+    assert {s["spec"]["pool"]["generation"] for s in r.slices} == {generation}
+    assert r.slices == h.slices  # the same pool, not a republication from scratch
+    assert blocked(r, claim("ipv", on_pf0("pf-ipvlan")))  # constraints survive
+    assert blocked(r, claim("k", on_pf0("pf-kernel")))
+    r.allocate(claim("m3", on_pf0("pf-macvlan")))
+    r.allocate(claim("m4", on_pf0("pf-macvlan")))
+    assert blocked(r, claim("m5", on_pf0("pf-macvlan")))  # 4 children in total
+    for uid in ("m1", "m2", "m3", "m4"):
+        r.release(uid)
+    assert r.personas.by_name()[mac].children.value == 64  # type: ignore[union-attr]
+    assert {s["spec"]["pool"]["generation"] for s in r.slices} == {generation + 1}
+    r.allocate(claim("ipv", on_pf0("pf-ipvlan")))
+
+
+def test_06_counterfactual_restart_without_persisted_declarations(
+    h: Harness, tmp_path: Path
+) -> None:
+    """Why the agent persists its publication: from scratch it would redeclare the pinned
+    device with the new capacity and restart the generation at 1."""
+    allocated = {uid: h.allocate(claim(uid, on_pf0("pf-macvlan")))[0] for uid in ("m1", "m2")}
+    mac = devices_of(allocated["m1"])[0]
+    h.policies = standard_policies(children=64)
+    h.publish()
+    r = _restart(h, tmp_path / "after", "", json.dumps(allocated), fresh=True)
+    assert r.personas.by_name()[mac].children.value == 64  # type: ignore[union-attr]
+    assert {s["spec"]["pool"]["generation"] for s in r.slices} == {1}
 
 
 # 7 ---------------------------------------------------------------------------------------

@@ -234,3 +234,21 @@ def test_node_publication_plans_generations_and_obsolete_slices(
         set(old_names) - {s["metadata"]["name"] for s in fewer.slices}
     )
     assert fewer.obsolete(old_names)  # the pool shrank
+
+
+def test_publication_state_round_trips_through_json(tmp_path: Path) -> None:
+    """What the agent persists: generation, digest, degradation and every declaration."""
+    import json
+
+    from dmn.agent.slices import NodePublication
+
+    inv = inventory(build_reference_node(tmp_path))
+    pub = NodePublication("worker-a")
+    plan = pub.plan(inv, standard_policies(), {})
+    pub.degraded = True
+    restored = NodePublication.from_json(json.loads(json.dumps(pub.to_json())))
+    assert restored.degraded and restored.publisher.generation == 1
+    assert restored.publisher.digest == pub.publisher.digest
+    assert restored.last is not None and restored.last.personas == plan.personas.personas
+    assert restored.last.counter_sets == plan.personas.counter_sets
+    assert NodePublication.from_json(NodePublication("n").to_json()).last is None
