@@ -5,6 +5,7 @@ then ``.verify(written, stored)``; underneath, ``build_slices`` and ``SlicePubli
 """
 
 from dmn.agent.slices.build import SliceLimitError, SlicePublisher, build_slices, content_digest
+from dmn.agent.slices.pins import allocated_devices
 from dmn.agent.slices.publication import NodePublication, Plan
 from dmn.agent.slices.readback import node_allocation_check, stripped_prerequisites
 
@@ -13,6 +14,7 @@ __all__ = [
     "Plan",
     "SliceLimitError",
     "SlicePublisher",
+    "allocated_devices",
     "build_slices",
     "content_digest",
     "node_allocation_check",

@@ -16,10 +16,11 @@ from typing import Any
 
 from dmn.agent.inventory import Inventory, ScanConfig, scan
 from dmn.agent.personas import PersonaSet
+from dmn.agent.slices.pins import allocated_devices
 from dmn.agent.slices.publication import NodePublication
 from dmn.api.policy import DeviceExposurePolicy
 from dmn.lab.allocator import Allocator
-from tests.fixtures.policies import STANDARD_CLASSES
+from tests.fixtures.policies import DRIVER, STANDARD_CLASSES
 from tests.fixtures.sysfs_layouts import build_reference_node
 
 NODE = "worker-a"
@@ -41,10 +42,16 @@ class Harness:
     def degraded(self) -> bool:
         return self.publication.degraded
 
+    def claims(self) -> list[dict[str, Any]]:
+        """The claims as the API server holds them: allocations in ``status``."""
+        return [
+            {"metadata": {"uid": uid}, "status": {"allocation": allocation}}
+            for uid, allocation in self.allocator.allocations.items()
+        ]
+
     def allocated_devices(self) -> frozenset[str]:
-        return frozenset(
-            d for (drv, _, d) in self.allocator.allocated_devices() if drv.startswith("dra-")
-        )
+        """The agent's allocated pins: read from claim status, as the agent does."""
+        return allocated_devices(self.claims(), DRIVER, NODE)
 
     def publish(self) -> PersonaSet:
         plan = self.publication.plan(

@@ -223,12 +223,31 @@ def test_06_counterfactual_restart_without_persisted_declarations(
 # 7 ---------------------------------------------------------------------------------------
 
 
-def test_07_allocated_but_not_prepared_claims_participate(h: Harness) -> None:
+def test_07_allocated_but_not_prepared_claims_participate(h: Harness, tmp_path: Path) -> None:
     (allocation,) = h.allocate(claim("vfio", on_pf0("pf-vfio")))
-    # nothing was prepared on the node: no NodePrepareResources happened at all
-    assert node_allocation_check(h.personas, devices_of(allocation), []) == []  # type: ignore[arg-type]
+    vfio = devices_of(allocation)[0]
+    # nothing was prepared on the node: no NodePrepareResources happened at all, and the
+    # node would accept the allocation if it came
+    assert node_allocation_check(h.personas, [vfio], []) == []  # type: ignore[arg-type]
     assert blocked(h, claim("kernel", on_pf0("pf-kernel")))
+    assert blocked(h, claim("mac", on_pf0("pf-macvlan")))
     assert blocked(h, claim("vf", vf_of(MLX_PF0)))
+    # the agent pins it from the claim's status alone: a withdrawn policy keeps it declared
+    h.policies = [p for p in h.policies if p.metadata["name"] != "pf-vfio"]
+    h.publish()
+    kept = h.personas.by_name()[vfio]  # type: ignore[union-attr]
+    assert kept.retained and not kept.allocation_ready
+    assert blocked(h, claim("kernel", on_pf0("pf-kernel")))
+    # and across a restart of both sides it still counts (still never prepared)
+    r = _restart(
+        h, tmp_path / "after", json.dumps(h.publication.to_json()), json.dumps({"vfio": allocation})
+    )
+    assert vfio in r.personas.by_name()  # type: ignore[union-attr]
+    assert blocked(r, claim("kernel", on_pf0("pf-kernel")))
+    assert blocked(r, claim("vf", vf_of(MLX_PF0)))
+    r.release("vfio")
+    assert vfio not in r.personas.by_name()  # type: ignore[union-attr]
+    r.allocate(claim("kernel", on_pf0("pf-kernel")))
 
 
 # 8 ---------------------------------------------------------------------------------------

@@ -252,3 +252,19 @@ def test_publication_state_round_trips_through_json(tmp_path: Path) -> None:
     assert restored.last is not None and restored.last.personas == plan.personas.personas
     assert restored.last.counter_sets == plan.personas.counter_sets
     assert NodePublication.from_json(NodePublication("n").to_json()).last is None
+
+
+def test_allocated_pins_come_from_claim_status_of_this_pool_only() -> None:
+    from dmn.agent.slices import allocated_devices
+
+    def result(driver: str, pool: str, device: str) -> dict[str, str]:
+        return {"request": "r", "driver": driver, "pool": pool, "device": device}
+
+    claims = [
+        {"status": {"allocation": {"devices": {"results": [result("d", "n1", "a")]}}}},
+        {"status": {"allocation": {"devices": {"results": [result("d", "n2", "b")]}}}},
+        {"status": {"allocation": {"devices": {"results": [result("gpu", "n1", "c")]}}}},
+        {"status": {}},
+        {"metadata": {"name": "pending"}},
+    ]
+    assert allocated_devices(claims, "d", "n1") == {"a"}
