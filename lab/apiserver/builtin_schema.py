@@ -37,17 +37,12 @@ def available() -> bool:
 
 @lru_cache(maxsize=64)
 def _validator(api_version: str, kind: str) -> Any:
-    if _kv is None:
-        return None
-    version = _kv.latest_version()
-    directory = f"kubernetes-json-schema/v{version}-local"
-    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
-    try:
-        schema = _kv.schema_contents(f"{directory}/{kind.lower()}-{group_version}.json", version)
-        definitions = _kv.schema_contents(f"{directory}/_definitions.json", version)
-    except (FileNotFoundError, _kv.InvalidSchemaError):
+    loaded = _schemas(api_version, kind)
+    if loaded is None:
         log.debug("no upstream schema api_version=%s kind=%s", api_version, kind)
         return None
+    schema, _defs = loaded
+    definitions = _definitions_document()
     registry = Resource.from_contents(definitions) @ (Resource.from_contents(schema) @ Registry())
     return jsonschema.validators.Draft202012Validator(schema, registry=registry)
 
@@ -89,3 +84,73 @@ def validate_builtin(obj: dict[str, Any]) -> list[Cause]:
         else:
             causes.append(errors.invalid(path, error.instance, error.message))
     return causes
+
+
+MergeKeys = dict[tuple[str, ...], "str | None"]
+
+
+def _directory() -> tuple[str, str]:
+    version = _kv.latest_version()
+    return f"kubernetes-json-schema/v{version}-local", version
+
+
+@lru_cache(maxsize=1)
+def _definitions_document() -> Any:
+    directory, version = _directory()
+    return _kv.schema_contents(f"{directory}/_definitions.json", version)
+
+
+@lru_cache(maxsize=64)
+def _schemas(api_version: str, kind: str) -> tuple[Any, Any] | None:
+    """(kind schema, shared ``$defs``) from kubernetes-validate, or None."""
+    if _kv is None:
+        return None
+    directory, version = _directory()
+    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    try:
+        schema = _kv.schema_contents(f"{directory}/{kind.lower()}-{group_version}.json", version)
+        definitions = _definitions_document()
+    except (FileNotFoundError, _kv.InvalidSchemaError):
+        return None
+    return schema, definitions.get("$defs") or definitions.get("definitions") or {}
+
+
+@lru_cache(maxsize=64)
+def patch_merge_keys(api_version: str, kind: str) -> MergeKeys | None:
+    """Strategic-merge list keys of a built-in kind, read from the upstream schema.
+
+    Maps each field path (list levels elided, as strategic merge addresses them) whose
+    ``x-kubernetes-patch-strategy`` includes ``merge`` to its ``x-kubernetes-patch-merge-key``
+    (None for lists of primitives merged as sets). None when no schema is available.
+    """
+    loaded = _schemas(api_version, kind)
+    if loaded is None:
+        return None
+    schema, defs = loaded
+    keys: MergeKeys = {}
+
+    def resolve(node: Any) -> Any:
+        ref = node.get("$ref") if isinstance(node, dict) else None
+        if isinstance(ref, str) and "/" in ref:
+            return defs.get(ref.rsplit("/", 1)[-1], {}), ref.rsplit("/", 1)[-1]
+        return node, None
+
+    def walk(node: Any, path: tuple[str, ...], seen: frozenset[str]) -> None:
+        node, name = resolve(node)
+        if not isinstance(node, dict) or len(path) > 12:
+            return
+        if name is not None:
+            if name in seen:
+                return
+            seen = seen | {name}
+        for prop, sub in (node.get("properties") or {}).items():
+            if not isinstance(sub, dict):
+                continue
+            child = (*path, prop)
+            if "merge" in str(sub.get("x-kubernetes-patch-strategy", "")).split(","):
+                keys[child] = sub.get("x-kubernetes-patch-merge-key")
+            target = sub.get("items") if "items" in sub else sub
+            walk(target, child, seen)
+
+    walk(schema, (), frozenset())
+    return keys

@@ -4,11 +4,11 @@
   everything else (lists included) replaces.
 * ``application/json-patch+json`` — RFC 6902 operations over RFC 6901 pointers.
 * ``application/strategic-merge-patch+json`` — only for built-in kinds (a real API server
-  answers 415 for custom resources, and so does the lab). Lists merge by their patch merge
-  key where Kubernetes declares one for a field we touch (see ``MERGE_KEYS``); every other
-  list replaces. Directives ``$patch: replace|delete|merge`` and
-  ``$deleteFromPrimitiveList/<field>`` are honoured; ``$setElementOrder`` and
-  ``$retainKeys`` are accepted and ignored.
+  answers 415 for custom resources, and so does the lab). Lists merge by the patch merge
+  keys the upstream schema declares (when ``kubernetes-validate`` is installed; otherwise by
+  the table ``MERGE_KEYS`` of the fields we touch); every other list replaces. Directives
+  ``$patch: replace|delete|merge`` and ``$deleteFromPrimitiveList/<field>`` are honoured;
+  ``$setElementOrder`` and ``$retainKeys`` are accepted and ignored.
 
 All functions are pure: they return a new document and never modify their inputs.
 """
@@ -16,6 +16,7 @@ All functions are pure: they return a new document and never modify their inputs
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from .errors import ApiError, bad_request
@@ -210,11 +211,20 @@ MERGE_KEYS: dict[str, dict[tuple[str, ...], str | None]] = {
 }
 
 
-def strategic_merge_patch(target: Any, patch: Any, plural: str) -> Any:
-    """Apply a strategic merge patch to a built-in object of resource ``plural``."""
+def strategic_merge_patch(
+    target: Any,
+    patch: Any,
+    plural: str,
+    merge_keys: Mapping[tuple[str, ...], str | None] | None = None,
+) -> Any:
+    """Apply a strategic merge patch to a built-in object of resource ``plural``.
+
+    ``merge_keys`` (from the upstream schema, see ``builtin_schema.patch_merge_keys``)
+    replaces the built-in table when given.
+    """
     if not isinstance(patch, dict):
         raise bad_request("strategic merge patch must be a JSON object")
-    keys = {**_COMMON, **MERGE_KEYS.get(plural, {})}
+    keys = dict(merge_keys) if merge_keys is not None else {**_COMMON, **MERGE_KEYS.get(plural, {})}
     return _smp_map(target if isinstance(target, dict) else {}, patch, (), keys)
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import errors, kinds, patches, schema
-from .builtin_schema import validate_builtin
+from .builtin_schema import patch_merge_keys, validate_builtin
 from .cel_rules import rule_evaluator
 from .controllers import InProcessControllers
 from .errors import ApiError
@@ -617,7 +617,8 @@ class Store(InProcessControllers):
         elif patch_type == patches.JSON_PATCH:
             result = patches.json_patch(base, patch)
         elif patch_type == patches.STRATEGIC:
-            result = patches.strategic_merge_patch(base, patch, rt.plural)
+            merge_keys = patch_merge_keys(rt.api_version, rt.kind)
+            result = patches.strategic_merge_patch(base, patch, rt.plural, merge_keys)
         else:
             raise errors.unsupported_media_type(
                 [patches.JSON_PATCH, patches.MERGE, patches.STRATEGIC]

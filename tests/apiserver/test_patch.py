@@ -134,3 +134,17 @@ def test_patch_validates_custom_resources(
             GROUP, "v1", ns, "widgets", "w", {"spec": {"size": 99}}
         )
     assert err.value.status == 422
+
+
+def test_strategic_merge_uses_upstream_patch_keys(core: client.CoreV1Api, ns: str) -> None:
+    from dmn.lab.apiserver.builtin_schema import available
+
+    if not available():
+        pytest.skip("kubernetes-validate not installed")
+    body = pod("h")
+    body["spec"]["hostAliases"] = [{"ip": "10.0.0.1", "hostnames": ["a"]}]
+    core.create_namespaced_pod(ns, body)
+    patched = core.patch_namespaced_pod(
+        "h", ns, {"spec": {"hostAliases": [{"ip": "10.0.0.2", "hostnames": ["b"]}]}}
+    )
+    assert [a.ip for a in patched.spec.host_aliases] == ["10.0.0.1", "10.0.0.2"]  # merged by ip
