@@ -30,8 +30,9 @@ Knowingly different from a real API server:
   ResourceClaim update rules the DRA flow relies on (``strategy``); no built-in defaulting;
   unknown fields are kept rather than dropped.
 * Request and response bodies are JSON only (protobuf/CBOR/YAML bodies get 415); no
-  server-side apply (``apply-patch+yaml`` gets 415); strategic merge knows the merge keys
-  of the fields we touch (``patches.MERGE_KEYS``), other lists replace.
+  server-side apply (``apply-patch+yaml`` gets 415); strategic merge takes its list merge
+  keys from the upstream schemas (a small built-in table without ``kubernetes-validate``)
+  and ignores ``$retainKeys``/``$setElementOrder``.
 * Lists always serve the latest state (``resourceVersion`` only checks it is not too old);
   ``continue`` pages are not a snapshot.
 * Controllers (GC, namespace, CRD cleanup) run synchronously inside the write that
