@@ -4,8 +4,10 @@
 change, policy event, allocation or cleanup change in the journal) it calls :meth:`plan`
 with the current inventory, policies, node labels and the journal's pins; after writing the
 slices it calls :meth:`verify` with what the API server stored. A stripped prerequisite
-field (feature gate off) switches the publication to degraded until the agent restarts
-with a server that keeps the fields — never silently back.
+field (feature gate off) switches the publication to degraded; ``degraded`` is part of
+the persisted state (:meth:`NodePublication.to_json`), so neither a later read-back that
+happens to keep the fields nor an agent restart switches back silently — an operator
+clears it once the API server serves the fields.
 
 Persist ``publisher.generation`` and ``last`` (the declarations) with the journal: a
 restarted agent must publish above its last generation and keep pinned declarations.

@@ -332,18 +332,55 @@ def strip_compatibility_groups(slices: list[dict[str, Any]]) -> list[dict[str, A
     return out
 
 
-def test_10_stripped_prerequisite_fields_keep_publication_unavailable(tmp_path: Path) -> None:
+def strip_consumable_capacity(slices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """DRAConsumableCapacity disabled: allowMultipleAllocations and requestPolicy go."""
+    out = copy.deepcopy(slices)
+    for s in out:
+        for d in s["spec"].get("devices") or []:
+            d.pop("allowMultipleAllocations", None)
+            for cap in (d.get("capacity") or {}).values():
+                cap.pop("requestPolicy", None)
+    return out
+
+
+def strip_partitionable(slices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """DRAPartitionableDevices disabled: sharedCounters and consumesCounters go."""
+    out = copy.deepcopy(slices)
+    for s in out:
+        s["spec"].pop("sharedCounters", None)
+        for d in s["spec"].get("devices") or []:
+            d.pop("consumesCounters", None)
+    return out
+
+
+@pytest.mark.parametrize(
+    "strip", [strip_compatibility_groups, strip_consumable_capacity, strip_partitionable]
+)
+def test_10_stripped_prerequisite_fields_keep_publication_unavailable(
+    tmp_path: Path, strip: Any
+) -> None:
     h = make_harness(tmp_path, standard_policies(children=4))
-    # counterfactual: the stripped slices alone would let incompatible modes co-allocate
-    raw = Allocator(NODE, slices=strip_compatibility_groups(h.slices), classes=STANDARD_CLASSES)
-    raw.allocate([claim("m", on_pf0("pf-macvlan"))])
-    raw.allocate([claim("i", on_pf0("pf-ipvlan"))])
+    if strip is not strip_consumable_capacity:
+        # counterfactual: the stripped slices alone let incompatible modes co-allocate
+        raw = Allocator(NODE, slices=strip(h.slices), classes=STANDARD_CLASSES)
+        raw.allocate([claim("m", on_pf0("pf-macvlan"))])
+        raw.allocate([claim("i", on_pf0("pf-ipvlan"))])
     # the agent reads back, sees the loss and republishes as degraded
-    h.strip = strip_compatibility_groups
+    h.strip = strip
     h.publish()
     assert h.degraded
-    for cls in ("pf-macvlan", "pf-ipvlan", "pf-kernel", "vf-kernel"):
+    for cls in ("pf-macvlan", "pf-ipvlan", "pf-kernel", "pf-vfio", "vf-kernel", "vf-vfio"):
         assert blocked(h, claim(cls, request("r", cls)))
+    # and it stays unavailable: a later publication that happens to keep the fields does
+    # not silently switch back, nor does an agent restart (the state is persisted)
+    h.strip = None
+    h.policies = standard_policies(children=8)
+    h.publish()
+    assert h.degraded
+    assert not any(p.allocation_ready for p in h.personas.personas)  # type: ignore[union-attr]
+    assert blocked(h, claim("mac", on_pf0("pf-macvlan")))
+    r = _restart(h, tmp_path / "after", json.dumps(h.publication.to_json()), "{}")
+    assert r.degraded and blocked(r, claim("mac", on_pf0("pf-macvlan")))
 
 
 # 11 --------------------------------------------------------------------------------------
