@@ -146,22 +146,32 @@ def find_owned(
         refs = [first, *[r for r in refs if r.identity != first.identity]]
     for ref in refs:
         try:
-            ipr = env.rtnl(ref)
+            found = find_owned_in(env, ref, alias, nonce)
         except ExecutorError:
             continue  # a pin that is gone or stale cannot hold our link any more
-        link = one(by_alias(ipr, alias), alias)
-        if link is not None:
-            return ref, link
-        if nonce is not None:
-            name, kind, lower = nonce
-            cand = by_name(ipr, name)
-            if (
-                cand is not None
-                and not cand.alias
-                and cand.kind == kind
-                and (not lower or cand.lower == lower)
-            ):
-                return ref, cand
+        if found is not None:
+            return found
+    return None
+
+
+def find_owned_in(
+    env: LinkEnvironment, ref: NamespaceRef, alias: str, nonce: tuple[str, str, int] | None
+) -> tuple[NamespaceRef, LinkState] | None:
+    """:func:`find_owned` restricted to one namespace."""
+    ipr = env.rtnl(ref)
+    link = one(by_alias(ipr, alias), alias)
+    if link is not None:
+        return ref, link
+    if nonce is not None:
+        name, kind, lower = nonce
+        cand = by_name(ipr, name)
+        if (
+            cand is not None
+            and not cand.alias
+            and cand.kind == kind
+            and (not lower or cand.lower == lower)
+        ):
+            return ref, cand
     return None
 
 
@@ -433,8 +443,15 @@ class _CreatedLink:
     def _target_ref(self, env: LinkEnvironment, before: Any) -> NamespaceRef:
         return NamespaceRef.from_json(before["netns"])
 
-    def _find(self, env: LinkEnvironment, before: Any) -> tuple[NamespaceRef, LinkState] | None:
-        return find_owned(env, before["alias"], self._nonce(before), self._target_ref(env, before))
+    def _find(
+        self, env: LinkEnvironment, before: Any, everywhere: bool = True
+    ) -> tuple[NamespaceRef, LinkState] | None:
+        """This effect's link: in the target namespace only (forward path, where nothing else
+        can have moved it yet), or in every known namespace (recovery and undo)."""
+        target = self._target_ref(env, before)
+        if not everywhere:
+            return find_owned_in(env, target, before["alias"], self._nonce(before))
+        return find_owned(env, before["alias"], self._nonce(before), target)
 
     def _create(self, ctx: EffectContext, ipr: Any, before: Any) -> None:
         raise NotImplementedError
@@ -460,12 +477,12 @@ class _CreatedLink:
         env = environment(ctx)
         ref = self._target_ref(env, before)
         ipr = env.rtnl(ref)
-        if self._find(env, before) is None:
+        if self._find(env, before, everywhere=False) is None:
             self._check(ctx, env, before)
             if by_name(ipr, before["nonce"]) is not None:
                 raise ExecutorError("E_NAME_TAKEN", f"nonce name {before['nonce']} exists")
             self._create(ctx, ipr, before)
-        found = self._find(env, before)
+        found = self._find(env, before, everywhere=False)
         if found is None:
             raise ExecutorError("E_LINK_LOST", "created link not found")
         if found[1].alias != before["alias"] or (
@@ -487,7 +504,7 @@ class _CreatedLink:
 
     def observe(self, ctx: EffectContext, before: Any) -> Observed:
         env = environment(ctx)
-        found = self._find(env, before)
+        found = self._find(env, before, everywhere=False)
         if found is None or found[1].alias != before["alias"]:
             return Observed(False, detail="created link not found by its alias")
         ref, link = found
@@ -575,11 +592,6 @@ class _SharedChild(_CreatedLink):
         if live is None or live.name != recorded.name or live.mac != recorded.mac:
             raise ExecutorError("E_LINK_CHANGED", f"parent {recorded.name} changed identity")
         _shared_parent_check(env, self.kind, live.index, live.mtu, int(ctx.parameters["mtu"]))
-
-    def _find(self, env: LinkEnvironment, before: Any) -> tuple[NamespaceRef, LinkState] | None:
-        # once moved into a sandbox the child's lower is in another namespace: match kind only
-        found = find_owned(env, before["alias"], self._nonce(before), env.host)
-        return found
 
 
 class CreateMacvlan(_SharedChild):

@@ -139,10 +139,17 @@ def by_index(ipr: Any, index: int, with_addresses: bool = False) -> LinkState | 
 
 
 def by_name(ipr: Any, name: str, with_addresses: bool = False) -> LinkState | None:
-    for link in all_links(ipr):
-        if link.name == name:
-            return by_index(ipr, link.index, with_addresses) if with_addresses else link
-    return None
+    """The link called ``name``, looked up by the kernel (no dump)."""
+    try:
+        msgs = ipr.link("get", ifname=name)
+    except NetlinkError as exc:
+        if exc.code == 19:  # ENODEV
+            return None
+        raise
+    if not msgs:
+        return None
+    index = int(msgs[0]["index"])
+    return _state(msgs[0], addresses_of(ipr, index) if with_addresses else ())
 
 
 def by_alias(ipr: Any, alias: str) -> list[LinkState]:

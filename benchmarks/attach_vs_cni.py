@@ -1,0 +1,337 @@
+"""Durable attach vs the reference CNI plugins: macvlan and host-device, ADD and DEL.
+
+Side by side in one run, on the same machine and kernel, in namespaces this script creates
+(a scratch namespace stands in for the host; nothing touches the machine's host namespace):
+
+* ``ours``: bind the builtin ``connect`` program (macvlan-cni / host-cni) for one call and run
+  it through the journaled runner over the RocksDB journal (synchronous commits) with the real
+  ``linux/*`` executors; removal is the journal-driven cleanup of that operation. The sandbox
+  is pinned once (at RunPodSandbox, as the agent does), the prepare step (share hold) runs
+  once; each cycle opens its own executor environment (netlink sockets).
+* ``cni``: Debian's ``containernetworking-plugins`` binaries (``/usr/lib/cni``) driven by the
+  CNI protocol (``CNI_COMMAND``/``CNI_NETNS``/... and the network config on stdin, no IPAM),
+  executed inside the stand-in host namespace; removal is ``DEL``.
+
+Same mode (macvlan bridge), MTU and interface name on both sides; cycles alternate ours/cni.
+Reported: medians over ``--cycles`` (≥ 30) and ratios ours/cni.
+
+    .venv/bin/python benchmarks/attach_vs_cni.py [--cycles 30] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from pyroute2 import IPRoute, netns
+
+from dmn.agent.journal.store import JournalStore
+from dmn.agent.netns.pins import NamespacePins
+from dmn.interpreter.binder import Call, bind_program
+from dmn.interpreter.bound import BoundProgram
+from dmn.interpreter.handles import (
+    Access,
+    Handle,
+    HandleType,
+    LinkType,
+    Provenance,
+    Scope,
+    ScopeKind,
+)
+from dmn.interpreter.loader import load_builtin_plugins
+from dmn.interpreter.runner import Runner
+from dmn.opcodes.linux.executors import EXECUTORS as LINUX
+from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+from dmn.opcodes.share.executors import EXECUTORS as SHARE
+
+CNI_DIR = Path("/usr/lib/cni")
+CLONE_NEWNET = 0x40000000
+IFNAME = "net1"
+MTU = 1500
+
+
+def run_cni(
+    plugin: str,
+    command: str,
+    config: dict[str, Any],
+    netns_path: str,
+    container_id: str,
+    host_netns_fd: int,
+    ifname: str = IFNAME,
+) -> dict[str, Any]:
+    """One CNI plugin invocation, executed inside the namespace behind ``host_netns_fd``."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+    def enter_host() -> None:
+        if libc.setns(host_netns_fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns")
+
+    env = {
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": container_id,
+        "CNI_NETNS": netns_path,
+        "CNI_IFNAME": ifname,
+        "CNI_PATH": str(CNI_DIR),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    }
+    proc = subprocess.run(
+        [str(CNI_DIR / plugin)],
+        input=json.dumps(config).encode(),
+        env=env,
+        capture_output=True,
+        preexec_fn=enter_host,
+        pass_fds=(host_netns_fd,),
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"CNI {plugin} {command} failed: {proc.stdout!r} {proc.stderr!r}")
+    out = proc.stdout.strip()
+    return json.loads(out) if out else {}
+
+
+def macvlan_cni_config(master: str) -> dict[str, Any]:
+    return {
+        "cniVersion": "1.0.0",
+        "name": "bench-macvlan",
+        "type": "macvlan",
+        "master": master,
+        "mode": "bridge",
+        "mtu": MTU,
+    }
+
+
+def host_device_cni_config(device: str) -> dict[str, Any]:
+    return {"cniVersion": "1.0.0", "name": "bench-hostdev", "type": "host-device", "device": device}
+
+
+def ns_path(name: str) -> str:
+    return f"/var/run/netns/{name}"
+
+
+@contextmanager
+def scratch(name: str) -> Iterator[str]:
+    netns.create(name)
+    try:
+        yield name
+    finally:
+        netns.remove(name)
+
+
+def link_handle(ipr: Any, name: str, access: Access, hid: str) -> Handle:
+    msg = ipr.get_links(ipr.link_lookup(ifname=name)[0])[0]
+    return Handle(
+        id=hid,
+        type=HandleType.KERNEL_INTERFACE,
+        inventory_id=f"netdev:{msg.get_attr('IFLA_ADDRESS')}",
+        scope=Scope(ScopeKind.HOST),
+        accesses=frozenset({Access.READ, access}),
+        link_type=LinkType.ETHERNET,
+        provenance=Provenance(claim_uid="bench", request="net", device=name),
+        observations={
+            "ifName": name,
+            "ifIndex": int(msg["index"]),
+            "mac": str(msg.get_attr("IFLA_ADDRESS")),
+        },
+    )
+
+
+class Ours:
+    """The product's durable path for one node: journal, pins, runner, executors."""
+
+    def __init__(self, state_dir: Path, host: str) -> None:
+        self.state_dir = state_dir
+        self.host = host
+        self.journal = JournalStore.open(state_dir)
+        self.pins = NamespacePins(state_dir, host_netns=ns_path(host))
+        self.runner = Runner(self.journal, {**LINUX, **SHARE})
+        self.plugins = load_builtin_plugins()
+
+    def close(self) -> None:
+        for ref in self.pins.list():
+            self.pins.release(Path(ref.path).name, cleanup_verified=True)
+        self.pins.close()
+        self.journal.close()
+
+    def env(self, sandbox: NamespaceRef | None) -> LinkEnvironment:
+        return LinkEnvironment(
+            host=NamespaceRef.at(ns_path(self.host)), sandbox=sandbox, pins=self.pins.list
+        )
+
+    def bind(self, plugin: str, hook: str, call: Call) -> BoundProgram:
+        bound = bind_program(self.plugins[plugin], hook, call)
+        if not isinstance(bound, BoundProgram):
+            raise RuntimeError(f"{plugin} {hook} did not bind: {[str(d) for d in bound]}")
+        return bound
+
+    def run(self, op: str, program: BoundProgram, sandbox: NamespaceRef | None) -> Any:
+        env = self.env(sandbox)
+        try:
+            result = self.runner.run(op, f"bench/{op}", program, env=env)
+        finally:
+            env.close()
+        if not result.ok:
+            raise RuntimeError(f"{op}: {result.state} {result.failure}")
+        return result
+
+    def cleanup(self, op: str) -> None:
+        env = self.env(None)
+        try:
+            result = self.runner.cleanup(op, env=env)
+        finally:
+            env.close()
+        if result.state.value != "Undone":
+            raise RuntimeError(f"cleanup {op}: {result.state} {result.failure}")
+
+
+def _median_ms(samples: list[float]) -> float:
+    return round(statistics.median(samples) * 1000, 3)
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def bench_macvlan(ours: Ours, stack: ExitStack, host: str, cycles: int) -> dict[str, Any]:
+    sandbox = stack.enter_context(scratch(f"bmsb{os.getpid() % 100000}"))
+    ipr = stack.enter_context(IPRoute(netns=host))
+    ipr.link("add", ifname="bmparent", kind="veth", peer="bmpeer")
+    for n in ("bmparent", "bmpeer"):
+        ipr.link("set", index=ipr.link_lookup(ifname=n)[0], state="up", mtu=MTU)
+    host_fd = os.open(ns_path(host), os.O_RDONLY)
+    stack.callback(os.close, host_fd)
+    ref = ours.pins.pin("bench-macvlan", ns_path(sandbox))
+    config = {"mode": "bridge", "ifName": IFNAME, "mtu": MTU, "up": True}
+    parent = link_handle(ipr, "bmparent", Access.CREATE_CHILD, "bench-parent")
+    prep_call = Call(config=config, operation_id="mv-prep", allocation={"parent": (parent,)})
+    prepared = ours.run("mv-prep", ours.bind("macvlan-cni", "prepare", prep_call), None)
+    scope = Scope(ScopeKind.SANDBOX, ref.identity)
+    cni_config = macvlan_cni_config("bmparent")
+    samples: dict[str, list[float]] = {"ours": [], "ours_del": [], "cni": [], "cni_del": []}
+    for i in range(cycles):
+        op = f"mv-conn-{i}"
+
+        def attach(op: str = op) -> None:
+            call = Call(config=config, operation_id=op, prepared=prepared.exports, sandbox=scope)
+            ours.run(op, ours.bind("macvlan-cni", "connect", call), ref)
+
+        samples["ours"].append(_timed(attach))
+        samples["ours_del"].append(_timed(lambda op=op: ours.cleanup(op)))
+        cid = f"bench-mv-{i}"
+        samples["cni"].append(
+            _timed(lambda cid=cid: run_cni("macvlan", "ADD", cni_config, ref.path, cid, host_fd))
+        )
+        samples["cni_del"].append(
+            _timed(lambda cid=cid: run_cni("macvlan", "DEL", cni_config, ref.path, cid, host_fd))
+        )
+    ours.cleanup("mv-prep")
+    return _summary(samples)
+
+
+def bench_host_device(ours: Ours, stack: ExitStack, host: str, cycles: int) -> dict[str, Any]:
+    sandbox = stack.enter_context(scratch(f"bhsb{os.getpid() % 100000}"))
+    ipr = stack.enter_context(IPRoute(netns=host))
+    ipr.link("add", ifname="bhdev", kind="veth", peer="bhpeer")
+    for n in ("bhdev", "bhpeer"):
+        ipr.link("set", index=ipr.link_lookup(ifname=n)[0], state="up", mtu=MTU)
+    host_fd = os.open(ns_path(host), os.O_RDONLY)
+    stack.callback(os.close, host_fd)
+    ref = ours.pins.pin("bench-hostdev", ns_path(sandbox))
+    scope = Scope(ScopeKind.SANDBOX, ref.identity)
+    config = {"mode": "kernel", "ifName": IFNAME, "mtu": MTU, "up": True}
+    cni_config = host_device_cni_config("bhdev")
+    samples: dict[str, list[float]] = {"ours": [], "ours_del": [], "cni": [], "cni_del": []}
+    for i in range(cycles):
+        op = f"hd-{i}"
+        device = link_handle(ipr, "bhdev", Access.EXCLUSIVE_CONFIGURE, "bench-dev")
+        prep_call = Call(
+            config=config, operation_id=f"{op}-prep", allocation={"interface": (device,)}
+        )
+        prepared = ours.run(f"{op}-prep", ours.bind("host-cni", "prepare", prep_call), None)
+
+        def attach(op: str = op, prepared: Any = prepared) -> None:
+            call = Call(config=config, operation_id=op, prepared=prepared.exports, sandbox=scope)
+            ours.run(op, ours.bind("host-cni", "connect", call), ref)
+
+        samples["ours"].append(_timed(attach))
+        samples["ours_del"].append(_timed(lambda op=op: ours.cleanup(op)))
+        ours.cleanup(f"{op}-prep")
+        cid = f"bench-hd-{i}"
+        samples["cni"].append(
+            _timed(
+                lambda cid=cid: run_cni("host-device", "ADD", cni_config, ref.path, cid, host_fd)
+            )
+        )
+        samples["cni_del"].append(
+            _timed(
+                lambda cid=cid: run_cni("host-device", "DEL", cni_config, ref.path, cid, host_fd)
+            )
+        )
+    return _summary(samples)
+
+
+def _summary(samples: dict[str, list[float]]) -> dict[str, Any]:
+    ours, cni = _median_ms(samples["ours"]), _median_ms(samples["cni"])
+    ours_del, cni_del = _median_ms(samples["ours_del"]), _median_ms(samples["cni_del"])
+    return {
+        "ours_ms": ours,
+        "cni_ms": cni,
+        "ratio": round(ours / cni, 3),
+        "ours_del_ms": ours_del,
+        "cni_del_ms": cni_del,
+        "del_ratio": round(ours_del / cni_del, 3),
+        "cycles": len(samples["ours"]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cycles", type=int, default=30)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.cycles < 30:
+        parser.error("--cycles must be at least 30")
+    for plugin in ("macvlan", "host-device"):
+        if not (CNI_DIR / plugin).is_file():
+            print(f"{CNI_DIR / plugin} missing: apt-get install containernetworking-plugins")
+            return 2
+    state = Path(tempfile.mkdtemp(prefix="dmn-bench-"))
+    results: dict[str, Any] = {}
+    try:
+        with ExitStack() as stack:
+            host = stack.enter_context(scratch(f"bhost{os.getpid() % 100000}"))
+            ours = Ours(state / "state", host)
+            stack.callback(ours.close)
+            results["macvlan"] = bench_macvlan(ours, stack, host, args.cycles)
+            results["host_device"] = bench_host_device(ours, stack, host, args.cycles)
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    if args.json:
+        print(json.dumps(results))
+        return 0
+    for name, r in results.items():
+        print(
+            f"{name:12s} attach: ours {r['ours_ms']:8.2f} ms  cni {r['cni_ms']:8.2f} ms  "
+            f"ratio {r['ratio']:.2f}   removal: ours {r['ours_del_ms']:8.2f} ms  "
+            f"cni {r['cni_del_ms']:8.2f} ms  ratio {r['del_ratio']:.2f}  "
+            f"(median of {r['cycles']})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
