@@ -420,6 +420,20 @@ def test_12_cleanup_pending_is_ineligible_and_lagging_allocations_fail_on_node(
     assert devices_of(lagging) == [kernel]
     (finding,) = node_allocation_check(h.personas, devices_of(lagging), h.cleanup_pending)  # type: ignore[arg-type]
     assert finding.code is FindingCode.E_CLEANUP_PENDING
+    h.allocator.release("k3")  # the node refused it; the claim is deallocated
+    # an incompatible peer allocated from the stale view fails too (not allocationReady)
+    (peer,) = h.allocate(claim("mac-lag", on_pf0("pf-macvlan")))
+    (finding,) = node_allocation_check(h.personas, devices_of(peer), h.cleanup_pending)  # type: ignore[arg-type]
+    assert finding.code is FindingCode.E_NOT_READY
+    # a compatible device of another family is unaffected by the pending cleanup
+    (other,) = h.allocate(claim("pf1", request("k", "pf-kernel", selectors=[on_pci(MLX_PF1)])))
+    assert node_allocation_check(h.personas, devices_of(other), h.cleanup_pending) == []  # type: ignore[arg-type]
+    # cleanup finishes: the device is allocatable again from the current publication
+    for uid in ("mac-lag", "pf1"):
+        h.allocator.release(uid)
+    h.finish_cleanup(kernel)
+    (again,) = h.allocate(claim("k4", on_pf0("pf-kernel")))
+    assert node_allocation_check(h.personas, devices_of(again), h.cleanup_pending) == []  # type: ignore[arg-type]
 
 
 # extras ----------------------------------------------------------------------------------
