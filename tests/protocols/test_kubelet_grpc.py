@@ -127,7 +127,16 @@ def test_registration_get_info_and_status(plugin: tuple[KubeletPluginServer, Han
         stub.NotifyRegistrationStatus(
             pluginregistration_v1_pb2.RegistrationStatus(plugin_registered=True), timeout=WAIT
         )
-    assert srv.registration.registered.is_set()
+        assert srv.registration.registered.is_set()
+        # a kubelet that rejects the plugin says why; the plugin records it
+        stub.NotifyRegistrationStatus(
+            pluginregistration_v1_pb2.RegistrationStatus(
+                plugin_registered=False, error="version not supported"
+            ),
+            timeout=WAIT,
+        )
+    assert not srv.registration.registered.is_set()
+    assert srv.registration.last_error == "version not supported"
 
 
 def test_prepare_unprepare_several_claims_one_fails(
