@@ -206,6 +206,8 @@ class NriPlugin:
                     synced = await self._session()
                 except (TimeoutError, OSError, TtrpcError) as exc:
                     log.info("nri session ended error=%s", exc)
+                except Exception:  # a bug or a peer we did not foresee: never stop retrying
+                    log.exception("nri session failed unexpectedly; reconnecting")
                 if self._stop.is_set():
                     break
                 attempt = 0 if synced else attempt + 1

@@ -131,9 +131,13 @@ def encode_response(payload: bytes = b"", code: int = Code.OK, message: str = ""
 
 
 def decode_response(data: bytes) -> bytes:
-    """Return the payload of an OK response or raise :class:`TtrpcError`."""
+    """Return the payload of an OK response or raise :class:`TtrpcError` (also for bytes
+    that are not a Response: the peer broke the protocol, the call failed)."""
     resp = ttrpc_request_pb2.Response()
-    resp.ParseFromString(data)
+    try:
+        resp.ParseFromString(data)
+    except Exception as exc:  # google.protobuf DecodeError
+        raise TtrpcError(Code.INTERNAL, f"malformed ttrpc response: {exc}") from None
     if resp.HasField("status") and resp.status.code != Code.OK:
         raise TtrpcError(resp.status.code, resp.status.message)
     return resp.payload

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dmn.agent.nri import mux
+from dmn.agent.nri import ttrpc_frame as t
 from dmn.agent.nri.plugin import RUNTIME_SERVICE, NriPlugin, PluginConfig, PluginThread
 from dmn.agent.nri.ttrpc_frame import TYPE_REQUEST, encode_frame, encode_request
 from dmn.agent.protos import nri_api_pb2 as api
@@ -233,3 +234,33 @@ def test_runtime_shutdown_reaches_handler_and_plugin_waits_for_return(tmp_path: 
     finally:
         thread.stop()
         runtime.stop()
+
+
+def test_malformed_runtime_reply_ends_the_session_not_the_plugin(tmp_path: Path) -> None:
+    """A runtime that answers RegisterPlugin with bytes that are not a ttrpc Response is a
+    protocol error: the plugin drops that connection and reconnects with backoff."""
+    sock = str(tmp_path / "nri.sock")
+    bogus = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    bogus.bind(sock)
+    bogus.listen(1)
+    handler = RecordingHandler()
+    thread = _plugin(sock, handler)
+    runtime: LabNriRuntime | None = None
+    try:
+        bogus.settimeout(WAIT)
+        conn, _ = bogus.accept()
+        conn.settimeout(WAIT)
+        assert conn.recv(65536)  # the RegisterPlugin request
+        garbage = encode_frame(1, t.TYPE_RESPONSE, b"\xff\xff\xff")  # corrupt protobuf
+        conn.sendall(mux.encode(mux.RUNTIME_SERVICE_CONN, garbage))
+        assert wait_until(lambda: thread.plugin.stats.disconnects >= 1)
+        conn.close()
+        bogus.close()
+        runtime = LabNriRuntime(sock, **RELAXED).start()  # a real runtime takes the path over
+        assert runtime.wait_ready(1, WAIT)
+        assert thread.plugin.stats.registrations == 1
+    finally:
+        thread.stop()
+        if runtime is not None:
+            runtime.stop()
+        bogus.close()
