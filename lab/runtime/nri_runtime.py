@@ -145,7 +145,7 @@ class PluginLink:
                             with self._cond:
                                 self._replies[stream] = body
                                 self._cond.notify_all()
-        except (OSError, ValueError, IndexError) as exc:  # IndexError: truncated protobuf
+        except Exception as exc:  # I/O, or a plugin's malformed bytes: drop this link only
             log.debug("lab nri link read ended error=%s", exc)
         finally:
             self.close()
