@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 MAX_DOMAINS = 2
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_ATTRIBUTE_VALUE = 64
+MAX_ATTRIBUTE_ID = 32
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,6 +402,13 @@ def _build_one(
     for key, value in sorted((exposure.attributes or {}).items()):
         if key in RESERVED or "/" in key:
             reject(FindingCode.E_RESERVED_ATTRIBUTE, f"attribute {key!r} is reserved")
+            return None
+        if len(key) > MAX_ATTRIBUTE_ID or _C_IDENTIFIER.fullmatch(key) is None:
+            reject(
+                FindingCode.E_ATTRIBUTE_LIMIT,
+                f"attribute name {key!r} is not a C identifier of at most {MAX_ATTRIBUTE_ID} "
+                "characters",
+            )
             return None
         extras[key] = value
 

@@ -4,7 +4,13 @@
 then ``.verify(written, stored)``; underneath, ``build_slices`` and ``SlicePublisher``.
 """
 
-from dmn.agent.slices.build import SliceLimitError, SlicePublisher, build_slices, content_digest
+from dmn.agent.slices.build import (
+    SliceLimitError,
+    SlicePublisher,
+    build_slices,
+    content_digest,
+    limit_violations,
+)
 from dmn.agent.slices.pins import allocated_devices
 from dmn.agent.slices.publication import NodePublication, Plan
 from dmn.agent.slices.readback import node_allocation_check, stripped_prerequisites
@@ -17,6 +23,7 @@ __all__ = [
     "allocated_devices",
     "build_slices",
     "content_digest",
+    "limit_violations",
     "node_allocation_check",
     "stripped_prerequisites",
 ]

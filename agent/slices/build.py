@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,16 @@ MAX_DEVICES = 128
 MAX_DEVICES_WITH_COUNTERS = 64
 MAX_COUNTER_SETS = 8
 MAX_CONSUMPTIONS = 2
+
+
+MAX_COUNTERS = 32
+MAX_GROUPS = 2
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+MAX_STRING_VALUE = 64
+MAX_ID = 32
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class SliceLimitError(ValueError):
@@ -88,6 +99,76 @@ def build_slices(
                 "spec": spec,
             }
         )
+    problems = [f"{s['metadata']['name']}: {p}" for s in out for p in limit_violations(s)]
+    if problems:
+        raise SliceLimitError("; ".join(problems))
+    return out
+
+
+def _dns_label(name: str) -> bool:
+    return len(name) <= 63 and _DNS_LABEL.fullmatch(name) is not None
+
+
+def _qualified_name_ok(name: str) -> bool:
+    """``domain/ID`` or ``ID``: ID a C identifier ≤ 32, domain a DNS subdomain ≤ 63."""
+    domain, _, ident = name.rpartition("/")
+    if len(ident) > MAX_ID or _C_IDENTIFIER.fullmatch(ident) is None:
+        return False
+    return not domain or (len(domain) <= 63 and _DNS_SUBDOMAIN.fullmatch(domain) is not None)
+
+
+def limit_violations(slice_doc: dict[str, Any]) -> list[str]:
+    """Every resource.k8s.io/v1 ResourceSlice limit this slice breaks (empty: none).
+
+    The upstream OpenAPI schema states most of these in prose only, so
+    ``kubernetes-validate`` cannot catch them; this check runs on every slice
+    :func:`build_slices` produces."""
+    spec = slice_doc["spec"]
+    out: list[str] = []
+    devices = spec.get("devices") or []
+    counter_sets = spec.get("sharedCounters") or []
+    if devices and counter_sets:
+        out.append("devices and sharedCounters in one slice")
+    limit = (
+        MAX_DEVICES_WITH_COUNTERS
+        if any(d.get("consumesCounters") for d in devices)
+        else MAX_DEVICES
+    )
+    if len(devices) > limit:
+        out.append(f"{len(devices)} devices (limit {limit})")
+    if len(counter_sets) > MAX_COUNTER_SETS:
+        out.append(f"{len(counter_sets)} counter sets (limit {MAX_COUNTER_SETS})")
+    for cs in counter_sets:
+        if not _dns_label(cs["name"]):
+            out.append(f"counter set name {cs['name']!r} is not a DNS label")
+        if len(cs["counters"]) > MAX_COUNTERS:
+            out.append(f"counter set {cs['name']}: {len(cs['counters'])} counters")
+    for d in devices:
+        name = d["name"]
+        if not _dns_label(name):
+            out.append(f"device name {name!r} is not a DNS label")
+        consumptions = d.get("consumesCounters") or []
+        if len(consumptions) > MAX_CONSUMPTIONS:
+            out.append(f"device {name}: {len(consumptions)} counter consumptions")
+        for c in consumptions:
+            if len(c["counters"]) > MAX_COUNTERS:
+                out.append(f"device {name}: {len(c['counters'])} counters consumed")
+            groups = c.get("compatibilityGroups") or []
+            if len(groups) > MAX_GROUPS or len(set(groups)) != len(groups):
+                out.append(f"device {name}: compatibilityGroups {groups}")
+        attributes = d.get("attributes") or {}
+        total = len(attributes) + len(d.get("capacity") or {})
+        if total > MAX_ATTRIBUTES_AND_CAPACITIES:
+            out.append(f"device {name}: {total} attributes and capacities")
+        for key, value in attributes.items():
+            if not _qualified_name_ok(key):
+                out.append(f"device {name}: attribute name {key!r}")
+            text = value.get("string")
+            if isinstance(text, str) and len(text) > MAX_STRING_VALUE:
+                out.append(f"device {name}: attribute {key} is {len(text)} characters")
+        for key in d.get("capacity") or {}:
+            if not _qualified_name_ok(key):
+                out.append(f"device {name}: capacity name {key!r}")
     return out
 
 

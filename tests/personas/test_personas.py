@@ -455,3 +455,28 @@ def test_policy_status_conditions(inv: Inventory) -> None:
     conds = {c.type: c for c in good.conditions or []}
     assert conds["Ready"].status == "True" and good.exposed_devices == 1
     assert good.diagnostics is None
+
+
+@pytest.mark.parametrize(
+    ("attributes", "published"),
+    [
+        ({"rack": "r" * 64}, True),  # exactly the 64-character limit
+        ({"rack": "r" * 65}, False),
+        ({"a" * 32: "x"}, True),  # an attribute ID of exactly 32 characters
+        ({"a" * 33: "x"}, False),
+        ({"not-an-identifier": "x"}, False),
+    ],
+)
+def test_custom_attribute_limits(
+    inv: Inventory, attributes: dict[str, str], published: bool
+) -> None:
+    p = policy(
+        "x", persona="kernel", plugin="host-cni", mode="kernel",
+        selector={"pciAddresses": [X710_PF]}, attributes=attributes,
+    )  # fmt: skip
+    ps = build_personas(inv, [p], {})
+    if published:
+        (persona,) = ps.personas
+        assert persona.extra_attributes == attributes
+    else:
+        assert ps.personas == () and codes(ps) == ["E_ATTRIBUTE_LIMIT"]

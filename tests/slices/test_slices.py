@@ -268,3 +268,101 @@ def test_allocated_pins_come_from_claim_status_of_this_pool_only() -> None:
         {"metadata": {"name": "pending"}},
     ]
     assert allocated_devices(claims, "d", "n1") == {"a"}
+
+
+def _many(
+    n: int, *, consuming: bool, sets: int = 1, extra: int = 0, value: str = "x"
+) -> PersonaSet:
+    """n personas; consuming ones spread over ``sets`` counter sets."""
+    personas = tuple(
+        Persona(
+            name=f"inv-{i:012x}-kernel", inventory_id=f"inv-{i:012x}", persona="kernel",
+            plugin="host-cni", mode="kernel", link_type="ethernet", pci_address="0000:01:00.0",
+            pf_pci_address="", rdma_capable=False, allocation_ready=True, policy="p",
+            policy_digest="0" * 64, allow_multiple_allocations=False, children=None,
+            consumptions=(Consumption(f"s{i % sets}", ("g",)),) if consuming else (),
+            grants=(), effect_permissions=(),
+            extra_attributes={f"x{k}": value for k in range(extra)},
+        )
+        for i in range(n)
+    )  # fmt: skip
+    totals: dict[str, int] = {}
+    for p in personas:
+        for c in p.consumptions:
+            totals[c.counter_set] = totals.get(c.counter_set, 0) + 1
+    return PersonaSet(personas, totals, ())
+
+
+def _sizes(slices: list[dict[str, Any]], key: str) -> list[int]:
+    return [len(s["spec"][key]) for s in slices if key in s["spec"]]
+
+
+@pytest.mark.parametrize(
+    ("n", "consuming", "expected"),
+    [(128, False, [128]), (129, False, [128, 1]), (64, True, [64]), (65, True, [64, 1])],
+)
+def test_device_limits_are_hit_exactly(n: int, consuming: bool, expected: list[int]) -> None:
+    slices = build_slices(_many(n, consuming=consuming), "n", 1)
+    assert _sizes(slices, "devices") == expected
+    for s in slices:
+        validate(s)
+
+
+@pytest.mark.parametrize(("sets", "expected"), [(8, [8]), (9, [8, 1])])
+def test_counter_set_limit_is_hit_exactly(sets: int, expected: list[int]) -> None:
+    slices = build_slices(_many(sets, consuming=True, sets=sets), "n", 1)
+    assert _sizes(slices, "sharedCounters") == expected
+    for s in slices:
+        validate(s)
+
+
+def test_attribute_count_and_value_length_limits() -> None:
+    # 13 standard/reserved attributes at most; 32 - 13 = 19 extras fit exactly
+    base = len(_many(1, consuming=False).personas[0].to_device()["attributes"])
+    fits = build_slices(_many(1, consuming=False, extra=32 - base), "n", 1)
+    (device,) = fits[0]["spec"]["devices"]
+    assert len(device["attributes"]) == 32
+    with pytest.raises(SliceLimitError, match="33 attributes and capacities"):
+        build_slices(_many(1, consuming=False, extra=33 - base), "n", 1)
+    build_slices(_many(1, consuming=False, extra=1, value="v" * 64), "n", 1)
+    with pytest.raises(SliceLimitError, match="65 characters"):
+        build_slices(_many(1, consuming=False, extra=1, value="v" * 65), "n", 1)
+
+
+def test_limit_violations_names_each_broken_limit() -> None:
+    from dmn.agent.slices import limit_violations
+
+    def dev(name: str, **more: Any) -> dict[str, Any]:
+        return {"name": name, "attributes": {}, **more}
+
+    consumption = {"counterSet": "s", "counters": {"m": {"value": "1"}}}
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"devices": [dev(f"d{i}") for i in range(129)]}, "129 devices (limit 128)"),
+        ({"devices": [dev(f"d{i}", consumesCounters=[consumption]) for i in range(65)]},
+         "65 devices (limit 64)"),
+        ({"sharedCounters": [{"name": f"s{i}", "counters": {"m": {"value": "1"}}}
+                             for i in range(9)]}, "9 counter sets"),
+        ({"sharedCounters": [{"name": "s", "counters": {f"c{i}": {"value": "1"}
+                                                       for i in range(33)}}]}, "33 counters"),
+        ({"devices": [dev("d", consumesCounters=[consumption] * 3)]}, "3 counter consumptions"),
+        ({"devices": [dev("d", consumesCounters=[{**consumption,
+                                                  "counters": {f"c{i}": {"value": "1"}
+                                                               for i in range(33)}}])]},
+         "33 counters consumed"),
+        ({"devices": [dev("d", consumesCounters=[{**consumption,
+                                                  "compatibilityGroups": ["a", "b", "c"]}])]},
+         "compatibilityGroups"),
+        ({"devices": [dev("d", attributes={f"a{i}": {"bool": True} for i in range(33)})]},
+         "33 attributes and capacities"),
+        ({"devices": [dev("d", attributes={"a": {"string": "v" * 65}})]}, "65 characters"),
+        ({"devices": [dev("d", attributes={"x.io/not-an-id": {"bool": True}})]},
+         "attribute name"),
+        ({"devices": [dev("Not_A_Label")]}, "not a DNS label"),
+        ({"devices": [dev("d")], "sharedCounters": [{"name": "s", "counters": {}}]},
+         "devices and sharedCounters"),
+    ]  # fmt: skip
+    for spec, expected in cases:
+        problems = limit_violations({"metadata": {"name": "x"}, "spec": spec})
+        assert any(expected in p for p in problems), (expected, problems)
+    ok = {"devices": [dev(f"d{i}") for i in range(128)]}
+    assert limit_violations({"metadata": {"name": "x"}, "spec": ok}) == []
