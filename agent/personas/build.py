@@ -17,10 +17,12 @@ Rules (seed 000 §7.2–7.5):
 * VFIO personas on a function that shares its IOMMU group need every peer unbound or
   VFIO-bound and unprotected, and an ``IommuGroup`` domain to represent the coupling.
 * Pinned devices (allocated or cleanup-pending) keep their previous declaration exactly —
-  name, groups, counter sets, capacity. A pinned device whose policy went away is retained
-  with ``allocationReady=false``; so is a cleanup-pending device and every peer whose
-  groups do not intersect its groups on a shared counter set; personas new on an item with
-  pins wait (``allocationReady=false``) until the item is drained.
+  name, groups, counter sets, capacity. A pinned device whose policy went away, or whose
+  policy now gives a different declaration, is kept with ``allocationReady=false`` (seed
+  000 §7.6: block new workloads until the scope is drained); so is a cleanup-pending
+  device and every peer whose groups do not intersect its groups on a shared counter set;
+  personas new on an item with pins wait (``allocationReady=false``) until the item is
+  drained.
 """
 
 from __future__ import annotations
@@ -205,18 +207,20 @@ def build_personas(
     for name, p in fresh.items():
         if name in pinned and name in pins.previous:
             prev = pins.previous[name]
-            if _declaration(prev) != _declaration(p):
+            changed = _declaration(prev) != _declaration(p)
+            if changed:
                 findings.append(
                     Finding(
                         FindingCode.W_PENDING_DRAIN,
-                        "declaration changed while allocated; previous declaration kept "
-                        "until drained",
+                        "declaration changed while allocated; previous declaration kept, "
+                        "no new allocations, until drained",
                         policy=p.policy,
                         item=p.inventory_id,
                         device=name,
                     )
                 )
-            result[name] = replace(prev, retained=False, allocation_ready=True)
+            # a change waits for drain: block new workloads so the drain can complete
+            result[name] = replace(prev, retained=False, allocation_ready=not changed)
         elif p.inventory_id in pinned_items and name not in pins.previous:
             findings.append(
                 Finding(

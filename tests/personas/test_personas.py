@@ -374,7 +374,10 @@ def test_changed_declaration_is_pinned_while_allocated(inv: Inventory) -> None:
     pins = Pins(allocated=frozenset({mac.name}), previous=first.by_name())
     ps = build_personas(inv, standard_policies(children=64), {}, pins)
     assert ps.by_name()[mac.name].children == mac.children  # still 4 until drained
-    assert ps.by_name()[mac.name].allocation_ready
+    assert not ps.by_name()[mac.name].allocation_ready  # no new shares: let it drain
+    assert any(f.code is FindingCode.W_PENDING_DRAIN and f.device == mac.name for f in ps.findings)
+    same = build_personas(inv, standard_policies(children=4), {}, pins)
+    assert same.by_name()[mac.name].allocation_ready  # unchanged declaration: still usable
     other = find(ps, MLX_PF1, "macvlan")
     assert other is not None and other.children is not None and other.children.value == 64
 

@@ -182,28 +182,43 @@ def test_06_scheduler_and_driver_restart_preserve_constraints_and_accounting(
     h: Harness, tmp_path: Path
 ) -> None:
     allocated = {uid: h.allocate(claim(uid, on_pf0("pf-macvlan")))[0] for uid in ("m1", "m2")}
+    generation = h.slices[0]["spec"]["pool"]["generation"]
+    r = _restart(h, tmp_path / "after", json.dumps(h.publication.to_json()), json.dumps(allocated))
+    assert r.slices == h.slices  # the same pool at the same generation, not a fresh one
+    assert {s["spec"]["pool"]["generation"] for s in r.slices} == {generation}
+    assert blocked(r, claim("ipv", on_pf0("pf-ipvlan")))  # constraints survive
+    assert blocked(r, claim("k", on_pf0("pf-kernel")))
+    assert blocked(r, claim("vfio", on_pf0("pf-vfio")))
+    r.allocate(claim("m3", on_pf0("pf-macvlan")))  # share accounting survives: 2 of 4 used
+    r.allocate(claim("m4", on_pf0("pf-macvlan")))
+    assert blocked(r, claim("m5", on_pf0("pf-macvlan")))
+    r.release("m1")
+    assert blocked(r, claim("ipv", on_pf0("pf-ipvlan")))  # three shares still active
+    for uid in ("m2", "m3", "m4"):
+        r.release(uid)
+    r.allocate(claim("ipv", on_pf0("pf-ipvlan")))
+
+
+def test_06_pinned_declarations_survive_restart_during_a_pending_drain(
+    h: Harness, tmp_path: Path
+) -> None:
+    allocated = {uid: h.allocate(claim(uid, on_pf0("pf-macvlan")))[0] for uid in ("m1", "m2")}
     mac = devices_of(allocated["m1"])[0]
     h.policies = standard_policies(children=64)  # changed while allocated: pinned at 4
     h.publish()
-    assert h.personas.by_name()[mac].children.value == 4  # type: ignore[union-attr]
     generation = h.slices[0]["spec"]["pool"]["generation"]
-    persisted = json.dumps(h.publication.to_json())
-    claims = json.dumps(allocated)
-
-    r = _restart(h, tmp_path / "after", persisted, claims)
-    assert r.personas.by_name()[mac].children.value == 4  # type: ignore[union-attr]
+    r = _restart(h, tmp_path / "after", json.dumps(h.publication.to_json()), json.dumps(allocated))
+    kept = r.personas.by_name()[mac]  # type: ignore[union-attr]
+    assert kept.children.value == 4 and not kept.allocation_ready  # type: ignore[union-attr]
     assert {s["spec"]["pool"]["generation"] for s in r.slices} == {generation}
-    assert r.slices == h.slices  # the same pool, not a republication from scratch
-    assert blocked(r, claim("ipv", on_pf0("pf-ipvlan")))  # constraints survive
-    assert blocked(r, claim("k", on_pf0("pf-kernel")))
-    r.allocate(claim("m3", on_pf0("pf-macvlan")))
-    r.allocate(claim("m4", on_pf0("pf-macvlan")))
-    assert blocked(r, claim("m5", on_pf0("pf-macvlan")))  # 4 children in total
-    for uid in ("m1", "m2", "m3", "m4"):
-        r.release(uid)
-    assert r.personas.by_name()[mac].children.value == 64  # type: ignore[union-attr]
+    assert blocked(r, claim("ipv", on_pf0("pf-ipvlan")))
+    assert blocked(r, claim("m3", on_pf0("pf-macvlan")))  # pending drain: no new shares
+    r.release("m1")
+    r.release("m2")
+    drained = r.personas.by_name()[mac]  # type: ignore[union-attr]
+    assert drained.children.value == 64 and drained.allocation_ready  # type: ignore[union-attr]
     assert {s["spec"]["pool"]["generation"] for s in r.slices} == {generation + 1}
-    r.allocate(claim("ipv", on_pf0("pf-ipvlan")))
+    r.allocate(claim("m3", on_pf0("pf-macvlan")))
 
 
 def test_06_counterfactual_restart_without_persisted_declarations(
@@ -517,9 +532,13 @@ def test_policy_change_while_allocated_waits_for_drain(h: Harness) -> None:
     h.policies = standard_policies(children=64)
     h.publish()
     assert h.personas.by_name()[mac].children.value == 4  # type: ignore[union-attr]
-    assert h.device(MLX_PF1, "macvlan") in h.personas.by_name()  # type: ignore[union-attr]
+    assert blocked(h, claim("mac2", on_pf0("pf-macvlan")))  # no new shares while draining
+    assert blocked(h, claim("ipv", on_pf0("pf-ipvlan")))
+    # other hardware takes the new declaration at once
+    h.allocate(claim("pf1", request("m", "pf-macvlan", selectors=[on_pci(MLX_PF1)])))
     h.release("mac")
     assert h.personas.by_name()[mac].children.value == 64  # type: ignore[union-attr]
+    h.allocate(claim("mac2", on_pf0("pf-macvlan")))
 
 
 def test_no_policy_for_x710_means_no_devices(h: Harness) -> None:
