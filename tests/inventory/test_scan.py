@@ -314,3 +314,41 @@ def test_a_card_moved_to_another_slot_keeps_its_identity(tmp_path: Path) -> None
     assert set(before.items) == set(after.items)
     (item,) = after.items.values()
     assert item.pci_address == "0000:3d:00.0"  # the locator follows, the identity stays
+
+
+def test_node_ip_on_a_bridge_member_protects_the_master_and_its_other_members(
+    tmp_path: Path,
+) -> None:
+    """eno1 carries the node IP but is enslaved to br0: br0 is its master, and eno2 — a
+    member of the same bridge — can be broken by an effect on br0, so it is protected."""
+    from dmn.agent.inventory.protection import protected_links
+
+    b = SysfsBuilder(tmp_path / "sys")
+    for i, bdf in enumerate(("0000:01:00.0", "0000:01:00.1", "0000:02:00.0")):
+        b.function(bdf, root_bus="pci0000:00", vendor="0x8086", device="0x1521",
+                   driver="igb", iommu_group=i)  # fmt: skip
+    bridge = b.virtual_link("br0", kind="bridge", mac="02:00:00:00:00:b1")
+    b.netdev("eno1", "0000:01:00.0", mac="a0:00:00:00:00:11", master=bridge,
+             addresses=("198.51.100.7/24",))  # fmt: skip
+    b.netdev("eno2", "0000:01:00.1", mac="a0:00:00:00:00:12", master=bridge)
+    b.netdev("ens4", "0000:02:00.0", mac="a0:00:00:00:00:13")  # not on the bridge
+    node = b.finish(node_ips=("198.51.100.7",))
+    inv = run(node)
+    assert ProtectionReason.NODE_IP in item(inv, "0000:01:00.0").protected
+    assert ProtectionReason.MEMBER_OF_PROTECTED in item(inv, "0000:01:00.1").protected
+    assert item(inv, "0000:02:00.0").protected == ()
+    links = protected_links(node.links.states, frozenset(), ("198.51.100.7",))
+    assert ProtectionReason.MASTER_OF_PROTECTED in links["br0"]
+
+
+def test_default_route_on_a_pf_protects_every_vf(tmp_path: Path) -> None:
+    b = SysfsBuilder(tmp_path / "sys")
+    add_connectx5_switchdev(b, vfs_per_pf=2)
+    node = b.finish()
+    pf0 = next(s for s in node.links.states if s.ifname == "enp59s0f0np0")
+    node.links = RecordedLinks(node.links.states, frozenset({pf0.ifindex}))
+    inv = run(node)
+    assert ProtectionReason.DEFAULT_ROUTE in item(inv, MLX_PF0).protected
+    for i in range(2):
+        assert ProtectionReason.VF_OF_PROTECTED_PF in item(inv, mlx_vf_address(0, i)).protected
+        assert item(inv, mlx_vf_address(1, i)).protected == ()  # the other PF's family
