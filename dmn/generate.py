@@ -28,11 +28,19 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--check", action="store_true", help="report drift, write nothing")
     parser.add_argument("--root", type=Path, default=repo_root(), help="repository root")
     args = parser.parse_args(argv)
+    root: Path = args.root
+    if not (root / "pyproject.toml").is_file() or not (root / "dmn").is_dir():
+        sys.stderr.write(f"dmn generate: error[E_USAGE]: {root} is not the repository root\n")
+        return 2
     drift: list[str] = []
     for entry in GENERATORS:
         module_name, func_name = entry.split(":")
         func = getattr(importlib.import_module(module_name), func_name)
-        drift += func(args.root, args.check)
+        try:
+            drift += func(root, args.check)
+        except (OSError, ValueError) as exc:
+            sys.stderr.write(f"dmn generate: error[E_IO]: {module_name}: {exc}\n")
+            return 1
     if args.check and drift:
         for path in drift:
             sys.stderr.write(f"dmn generate: {path} is out of date; run `dmn generate`\n")

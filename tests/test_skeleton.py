@@ -32,3 +32,8 @@ def test_module_entry_point_runs() -> None:
         [sys.executable, "-m", "dmn", "--help"], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_generate_refuses_a_root_that_is_not_the_repository(tmp_path, capsys) -> None:
+    assert main(["generate", "--check", "--root", str(tmp_path)]) == 2
+    assert "E_USAGE" in capsys.readouterr().err
