@@ -26,7 +26,11 @@ import pytest
 
 from tests.kernel_lab.image import REPO_ROOT, ImageError, prepare
 
-pytestmark = pytest.mark.slow
+# Hard bounds so a wedged guest can never hang CI: qemu is killed after BOOT_TIMEOUT
+# seconds (the guest normally finishes in ~20 s under TCG); pytest-timeout is the backstop
+# for the whole module setup including a first-time kernel image preparation.
+BOOT_TIMEOUT = 240
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(BOOT_TIMEOUT + 240)]
 
 QEMU = "qemu-system-x86_64"
 STAGE2 = Path(__file__).with_name("sriov_vm") / "stage2.sh"
@@ -60,7 +64,14 @@ def boot(run_dir: Path) -> tuple[int, str]:
         "-netdev", "user,id=n0,restrict=on",
         "-device", "e1000e,netdev=n0",
     ]  # fmt: skip
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    try:
+        proc = subprocess.run(
+            command, capture_output=True, text=True, timeout=BOOT_TIMEOUT, check=False
+        )
+    except subprocess.TimeoutExpired as exc:  # subprocess.run has killed qemu already
+        raw = exc.stdout or b""
+        output = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        pytest.fail(f"SR-IOV VM did not finish within {BOOT_TIMEOUT}s:\n{output[-4000:]}")
     return proc.returncode, proc.stdout[-4000:]
 
 
