@@ -163,6 +163,9 @@ class _PluginContext:
     port_guards: dict[tuple[str, str], Expr | None] = field(default_factory=dict)
     guards: list[Expr] = field(default_factory=list)
     prepared_presence: dict[str, Presence] = field(default_factory=dict)
+    #: Parsed ``requiredWhen`` / ``forbiddenWhen`` of root config fields.
+    required_when: dict[str, Expr] = field(default_factory=dict)
+    forbidden_when: dict[str, Expr] = field(default_factory=dict)
 
     @property
     def schema(self) -> ObjectSchema:
@@ -172,11 +175,37 @@ class _PluginContext:
         return self.schema.properties.get(name)
 
     def optional(self, name: str) -> bool:
-        """May this config field be absent at bind time (not required, no default)?"""
+        """May this config field be absent at bind time for some valid config?"""
         prop = self.prop(name)
         if prop is None or name in self.schema.required:
             return False
-        return not (prop.type != "object" and prop.default is not None)
+        if prop.forbidden_when is not None:
+            return True
+        return not self.defaulted(name)
+
+    def defaulted(self, name: str) -> bool:
+        prop = self.prop(name)
+        return prop is not None and prop.type != "object" and prop.default is not None
+
+    def present(self, name: str, scenario: Scenario) -> bool:
+        """Is config field ``name`` certainly present in every valid config of ``scenario``?"""
+        if self.prop(name) is None:
+            return False
+        if _decided(self.forbidden_when.get(name), scenario):
+            return False
+        if name in self.schema.required or name in scenario or self.defaulted(name):
+            return True
+        return _decided(self.required_when.get(name), scenario)
+
+    def possible(self, scenario: Scenario) -> bool:
+        """Could a config that validates have these values of the enumerated fields?"""
+        for name in self.forbidden_when.keys() | self.required_when.keys():
+            forbidden = _decided(self.forbidden_when.get(name), scenario)
+            if name in scenario and forbidden:
+                return False
+            if name not in scenario and not forbidden and self.defaulted(name):
+                return False  # the default would have been filled in
+        return True
 
     def error(
         self, code: Code, message: str, span: SourceSpan | None, path: Path | str = ""
@@ -314,6 +343,16 @@ def _check_guard(ctx: _PluginContext, text: str, span_of: SpanFn, path: Path) ->
     return expr
 
 
+def _decided(expr: Expr | None, config: Mapping[str, Any]) -> bool:
+    """A conditional-presence guard: holds only if it evaluates to true (None: never)."""
+    if expr is None:
+        return False
+    try:
+        return evaluate(expr, config) is True
+    except GuardError:
+        return False
+
+
 def _guard_holds(expr: Expr | None, config: Mapping[str, Any]) -> bool:
     if expr is None:
         return True
@@ -350,7 +389,9 @@ def _scenarios(ctx: _PluginContext, guards: Iterable[Expr]) -> list[dict[str, An
             return None
     out = []
     for combo in itertools.product(*choices):
-        out.append({k: v for k, v in zip(fields, combo, strict=True) if v is not None})
+        scenario = {k: v for k, v in zip(fields, combo, strict=True) if v is not None}
+        if ctx.possible(scenario):
+            out.append(scenario)
     return out
 
 
@@ -361,6 +402,17 @@ def _scenario_text(scenario: Mapping[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------- programs
+
+
+@dataclass(frozen=True, slots=True)
+class _Obligation:
+    """effects[index] binds required parameter ``parameter`` to optional ``field``."""
+
+    index: int
+    parameter: str
+    field: str
+    span: SourceSpan | None
+    path: Path
 
 
 @dataclass(slots=True)
@@ -382,6 +434,8 @@ class _ProgramChecker:
         self.infos: dict[str, _EffectInfo] = {}
         self.order: list[str] = []
         self.exports: dict[str, ValueType] = {}
+        self.obligations: list[_Obligation] = []
+        self.guard_at: dict[int, Expr | None] = {}  # effects[i] -> its parsed guard
 
     # ---- helpers
     def path(self, *parts: str | int) -> Path:
@@ -464,6 +518,7 @@ class _ProgramChecker:
             )
         if guard is not None:
             ctx.guards.append(guard)
+        self.guard_at[i] = guard
         info = _EffectInfo(i, effect, spec, guard, 1, 1)
         element: ValueType | None = None
         if effect.for_each is not None:
@@ -879,15 +934,11 @@ class _ProgramChecker:
                 continue
             if ctx.optional(parsed.field):
                 partial = True
-                if fields[name].is_required() and effect.when is None:
-                    ctx.error(
-                        Code.E_PARAM_TYPE,
-                        f"parameter {name!r} is required but call.config.{parsed.field} "
-                        "is optional and has no default",
-                        parsed.span,
-                        self.path(*rel),
+                if fields[name].is_required():
+                    # Decided per config scenario once every guard is known.
+                    self.obligations.append(
+                        _Obligation(i, name, parsed.field, parsed.span, self.path(*rel))
                     )
-                    clean = False
                 continue
             sample[name] = config_samples(prop)[0]
         for name, info in fields.items():
@@ -1053,6 +1104,7 @@ class _ProgramChecker:
         ctx = self.ctx
         out_guards = {n: g.expr for n, g in ctx.output_guards.items()}
         scenarios = _scenarios(ctx, ctx.guards)
+        self.check_obligations(scenarios)
         exports = self.prog.body.exports or {}
         missing_at = "exports" if self.prog.body.exports is not None else "effects"
         reported: set[tuple[Code, str]] = set()
@@ -1094,6 +1146,59 @@ class _ProgramChecker:
                     reported.add((problem[0], name))
                     self.error(problem[0], problem[1], *problem[2])
             self.check_guarded_refs(scenario, reported)
+
+    def check_obligations(self, scenarios: list[dict[str, Any]] | None) -> None:
+        """A required opcode parameter bound to a config field that may be absent.
+
+        A field that declares ``requiredWhen`` opts into the proof: in every config
+        scenario where the effect runs, the field must be present (``required``, a
+        default, or ``requiredWhen`` holding) — ``E_PARAM_TYPE`` otherwise. For a field
+        without ``requiredWhen`` the checker reports what is certain to fail: an unguarded
+        effect binding it, or an effect that runs where ``forbiddenWhen`` removes it; a
+        guarded effect is otherwise left to the config validation at bind time.
+        """
+        ctx = self.ctx
+        for ob in self.obligations:
+            guard = self.guard_at.get(ob.index)
+            unguarded = self.prog.body.effects[ob.index].when is None
+            proven = ob.field in ctx.required_when
+            if scenarios is None:
+                if not unguarded or proven:
+                    continue
+                where = ""
+            else:
+                running = [s for s in scenarios if _guard_holds(guard, s)]
+                if proven or unguarded:
+                    bad = [s for s in running if not ctx.present(ob.field, s)]
+                else:
+                    forbidden = ctx.forbidden_when.get(ob.field)
+                    bad = [s for s in running if _decided(forbidden, s)]
+                if not bad:
+                    continue
+                where = f" {self.scenario_text(bad[0], ob)}" if bad[0] else ""
+            ctx.error(
+                Code.E_PARAM_TYPE,
+                f"parameter {ob.parameter!r} is required but call.config.{ob.field} may be "
+                f"absent{where} (make the field required, give it a default, or declare "
+                "requiredWhen)",
+                ob.span,
+                ob.path,
+            )
+
+    def scenario_text(self, scenario: Scenario, ob: _Obligation) -> str:
+        """The scenario, narrowed to the fields the effect's guard and the field's
+        presence guards read."""
+        ctx = self.ctx
+        exprs = [self.guard_at.get(ob.index)]
+        exprs += [ctx.required_when.get(ob.field), ctx.forbidden_when.get(ob.field)]
+        read = {
+            r.field
+            for e in exprs
+            if e is not None
+            for r in references(e)
+            if isinstance(r, ConfigRef)
+        }
+        return _scenario_text({k: v for k, v in scenario.items() if k in read} or scenario)
 
     def check_guarded_refs(self, scenario: Scenario, reported: set[tuple[Code, str]]) -> None:
         """An effect that runs may only read handles that exist in the same scenario."""
@@ -1184,6 +1289,7 @@ def _check_descriptor(ctx: _PluginContext) -> None:
                 problem = ifname_problem(value)
                 if problem is not None:
                     err(Code.E_IFNAME, problem, *where)
+    _check_conditional_presence(ctx)
     for group in ("allocation", "inputs", "outputs"):
         ports: Mapping[str, InputPort | OutputPort] = getattr(spec, group) or {}
         for name, port in ports.items():
@@ -1232,6 +1338,58 @@ def _check_descriptor(ctx: _PluginContext) -> None:
                 "hooks",
                 undo_hook,
             )
+
+
+def _check_conditional_presence(ctx: _PluginContext) -> None:
+    """``requiredWhen`` / ``forbiddenWhen`` of configSchema properties (root level only)."""
+    source = ctx.plugin.source
+    root: Path = ("spec", "configSchema", "properties")
+    for name, prop in ctx.schema.properties.items():
+        for key, text, table in (
+            ("requiredWhen", prop.required_when, ctx.required_when),
+            ("forbiddenWhen", prop.forbidden_when, ctx.forbidden_when),
+        ):
+            if text is None:
+                continue
+            path: Path = (*root, name, key)
+            if name in ctx.schema.required:
+                ctx.error(
+                    Code.E_SCHEMA,
+                    f"{key} on {name!r}, which is listed in required"
+                    + (" (it is always required)" if key == "requiredWhen" else ""),
+                    source.key_span(path),
+                    path,
+                )
+                continue
+
+            def span_of(line: int, column: int, path: Path = path) -> SourceSpan | None:
+                return source.expression_span(path, column, line)
+
+            expr = _check_guard(ctx, text, span_of, path)
+            if expr is not None:
+                table[name] = expr
+                ctx.guards.append(expr)
+        if isinstance(prop, ObjectSchema):
+            _no_nested_presence(ctx, prop, (*root, name))
+
+
+def _no_nested_presence(ctx: _PluginContext, schema: ObjectSchema, base: Path) -> None:
+    for name, prop in schema.properties.items():
+        for key, text in (
+            ("requiredWhen", prop.required_when),
+            ("forbiddenWhen", prop.forbidden_when),
+        ):
+            if text is not None:
+                path: Path = (*base, "properties", name, key)
+                ctx.error(
+                    Code.E_SCHEMA,
+                    f"{key} is allowed on top-level config fields only (guards read "
+                    "call.config.<field>)",
+                    ctx.plugin.source.key_span(path),
+                    path,
+                )
+        if isinstance(prop, ObjectSchema):
+            _no_nested_presence(ctx, prop, (*base, "properties", name))
 
 
 # --------------------------------------------------------------------------- API
@@ -1302,6 +1460,8 @@ def check_program(
         ctx.output_guards = sink.output_guards
         ctx.port_guards = sink.port_guards
         ctx.guards = sink.guards
+        ctx.required_when = sink.required_when
+        ctx.forbidden_when = sink.forbidden_when
         if plugin.program(hook) is None:
             return [
                 *ctx.diagnostics,

@@ -21,13 +21,29 @@ The subset (every keyword not listed is an error, ``E_UNKNOWN_FIELD``):
   - ``{type: object, additionalProperties: false, properties, required?}`` (nested,
     same rules as the root);
 
-* every property may carry ``description``.
+* every property may carry ``description``;
+* a property of the root object may carry ``requiredWhen: <guard>`` and/or
+  ``forbiddenWhen: <guard>`` — conditional presence, for configs whose shape depends
+  on a mode (seed 000 §8.1: kernel roots need ``ifName``/``mtu``/``up``, VFIO configs
+  reject them). The guard is an expression of ``grammar/effects.lark`` over
+  ``call.config`` — the same language and evaluation as a ``when:`` on an effect or a
+  port — decided over the config with its defaults filled in. When ``requiredWhen``
+  holds the key must be given; when ``forbiddenWhen`` holds it must not be given, and
+  its ``default`` is not filled in. This is the restricted form of JSON Schema's
+  ``if``/``then: {required: [...]}`` and ``then: {not: {required: [...]}}`` the checker
+  can reason about: it enumerates the guards' enum/boolean fields and proves that every
+  effect binding a required opcode parameter runs only where the bound field is present
+  (``E_PARAM_TYPE`` otherwise). Guard errors are the checker's (``E_SYNTAX``,
+  ``E_REF_UNRESOLVED``, ``E_GUARD_TYPE``); ``requiredWhen`` on a ``required`` property,
+  ``forbiddenWhen`` on a ``required`` property, and either keyword below the root are
+  ``E_SCHEMA``.
 
 Validation (:func:`validate_config`) is strict: no coercion (``"1"`` is not an
 integer, ``1`` is not a boolean), unknown keys are ``E_UNKNOWN_FIELD``, missing
 required keys and out-of-range values are ``E_SCHEMA`` with the field path. A key
 that is present with value ``false`` is *present*; ``default`` fills only keys that
-are absent.
+are absent. Conditional presence is checked after the unconditional rules; a guard that
+does not parse or evaluate is treated as not holding here (the checker reports it).
 """
 
 from __future__ import annotations
@@ -45,9 +61,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=True)
 
 
-class StringSchema(_Strict):
-    type: Literal["string"]
+class _Property(_Strict):
+    """Keywords every property shares."""
+
     description: str | None = None
+    required_when: str | None = Field(default=None, alias="requiredWhen", min_length=1)
+    forbidden_when: str | None = Field(default=None, alias="forbiddenWhen", min_length=1)
+
+
+class StringSchema(_Property):
+    type: Literal["string"]
     min_length: int | None = Field(default=None, alias="minLength", ge=0)
     max_length: int | None = Field(default=None, alias="maxLength", ge=0)
     pattern: str | None = None
@@ -72,9 +95,8 @@ class StringSchema(_Strict):
         return self
 
 
-class IntegerSchema(_Strict):
+class IntegerSchema(_Property):
     type: Literal["integer"]
-    description: str | None = None
     minimum: int | None = None
     maximum: int | None = None
     enum: list[int] | None = Field(default=None, min_length=1)
@@ -87,27 +109,24 @@ class IntegerSchema(_Strict):
         return self
 
 
-class BooleanSchema(_Strict):
+class BooleanSchema(_Property):
     type: Literal["boolean"]
-    description: str | None = None
     default: bool | None = None
 
 
 ScalarSchema = StringSchema | IntegerSchema | BooleanSchema
 
 
-class ArraySchema(_Strict):
+class ArraySchema(_Property):
     type: Literal["array"]
-    description: str | None = None
     items: StringSchema | IntegerSchema | BooleanSchema = Field(discriminator="type")
     min_items: int | None = Field(default=None, alias="minItems", ge=0)
     max_items: int | None = Field(default=None, alias="maxItems", ge=0)
     default: list[Any] | None = None
 
 
-class ObjectSchema(_Strict):
+class ObjectSchema(_Property):
     type: Literal["object"]
-    description: str | None = None
     additional_properties: Literal[False] = Field(alias="additionalProperties")
     properties: dict[str, PropertySchema] = Field(default_factory=dict)
     required: list[str] = Field(default_factory=list)
@@ -234,7 +253,7 @@ def _validate(schema: AnyProperty, value: Any, path: str) -> tuple[Any, list[Dia
 
 
 def _validate_object(
-    schema: ObjectSchema, value: Any, path: str
+    schema: ObjectSchema, value: Any, path: str, root: bool = False
 ) -> tuple[dict[str, Any], list[Diagnostic]]:
     if not isinstance(value, dict):
         return {}, [
@@ -271,7 +290,56 @@ def _validate_object(
     for name, prop in schema.properties.items():
         if name not in value and prop.type != "object" and prop.default is not None:
             out[name] = prop.default
+    if root:  # guards read call.config.<field>: top-level fields only
+        errs += _conditional_presence(schema, value, out, path)
     return out, errs
+
+
+def guard_holds(text: str | None, config: Mapping[str, Any]) -> bool:
+    """Does the guard ``text`` hold for ``config``? (None, unparsable or ill-typed: no.)"""
+    if text is None:
+        return False
+    from dmn.interpreter.expressions import GuardError, evaluate, parse_guard
+
+    expr, diags = parse_guard(text)
+    if expr is None or diags:
+        return False
+    try:
+        return evaluate(expr, config) is True
+    except GuardError:
+        return False
+
+
+def _conditional_presence(
+    schema: ObjectSchema, given: Mapping[str, Any], out: dict[str, Any], path: str
+) -> list[Diagnostic]:
+    """``requiredWhen`` / ``forbiddenWhen``, decided over the defaulted config ``out``."""
+    errs: list[Diagnostic] = []
+    decided = dict(out)  # guards see the defaults of every field, forbidden or not
+    for name, prop in schema.properties.items():
+        if prop.forbidden_when is not None and guard_holds(prop.forbidden_when, decided):
+            if name in given:
+                errs.append(
+                    Diagnostic(
+                        code=Code.E_SCHEMA,
+                        message=f"config field {name!r} must be absent when {prop.forbidden_when}",
+                        path=_join(path, name),
+                    )
+                )
+            out.pop(name, None)
+        elif (
+            prop.required_when is not None
+            and name not in given
+            and guard_holds(prop.required_when, decided)
+        ):
+            errs.append(
+                Diagnostic(
+                    code=Code.E_SCHEMA,
+                    message=f"config field {name!r} is required when {prop.required_when}",
+                    path=_join(path, name),
+                )
+            )
+    return errs
 
 
 def validate_config(
@@ -284,4 +352,4 @@ def validate_config(
     (``config.vlanId``) but no file position; callers add the position they know.
     """
     value = dict(config) if isinstance(config, Mapping) else config
-    return _validate_object(schema, value, path)
+    return _validate_object(schema, value, path, root=True)

@@ -249,6 +249,11 @@ def call_for(plugin: Plugin, hook: str) -> Call:
     spec = plugin.descriptor.spec
     schema = spec.config_schema
     config = {k: sample(v, k) for k, v in schema.properties.items()}
+    # Drop what forbiddenWhen rules out for these values (e.g. ifName in vfio mode).
+    _, problems = validate_config(schema, config)
+    for d in problems:
+        if "must be absent" in d.message:
+            config.pop(d.path.removeprefix("config."), None)
 
     def handles(ports: dict[str, Any] | None, scope: Scope) -> dict[str, tuple[Handle, ...]]:
         return {

@@ -124,8 +124,37 @@ def test_mode_dependent_ports(name: str, plugins: dict[str, Plugin]) -> None:
     }
     assert _outputs(plugin, {**KERNEL, "rdmaAccess": True}) == {"interface", "rdma"}
     assert _outputs(plugin, {"mode": "vfio"}) == {"device"}
-    assert _outputs(plugin, {"mode": "vfio", "rdmaAccess": True}) == {"device"}
     assert _outputs(plugin, {"mode": "vfio", "accessBackend": "cdev"}) == {"device"}
+
+
+@pytest.mark.parametrize("name", ["host-cni", "sriov-cni"])
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({"mode": "vfio", "ifName": "net1"}, "ifName"),
+        ({"mode": "vfio", "mtu": 1500}, "mtu"),
+        ({"mode": "vfio", "up": True}, "up"),
+        ({"mode": "vfio", "rdmaAccess": True}, "rdmaAccess"),
+        ({"mode": "vfio", "linkType": "ethernet"}, "linkType"),
+        ({"mode": "vfio", "ipoibMode": "connected"}, "ipoibMode"),
+        ({**KERNEL, "accessBackend": "cdev"}, "accessBackend"),
+        ({**KERNEL, "resetOnPrepare": True}, "resetOnPrepare"),
+    ],
+)
+def test_each_mode_rejects_the_other_modes_config(
+    name: str, config: dict[str, Any], field: str, plugins: dict[str, Plugin]
+) -> None:
+    """Seed 000 §8.1: VFIO configs reject interface config (ifName, MTU, up state) and
+    carry no Ethernet/IPoIB/RDMA settings; kernel configs carry no VFIO settings."""
+    diagnostics = check_plugin(plugins[name], REGISTRY, config=config)
+    assert [(d.code, d.path) for d in diagnostics] == [(Code.E_SCHEMA, f"config.{field}")]
+    assert "must be absent" in diagnostics[0].message
+    # and the defaults of the other mode are not filled in
+    normalised, _ = validate_config(plugins[name].descriptor.spec.config_schema, config)
+    if config["mode"] == "vfio":
+        assert not {"linkType", "rdmaAccess", "ipoibMode"} & normalised.keys()
+    else:
+        assert not {"accessBackend", "resetOnPrepare"} & normalised.keys()
 
 
 def test_sriov_switchdev_exports_the_representor(plugins: dict[str, Plugin]) -> None:
