@@ -34,3 +34,35 @@ def test_scan_of_real_sysfs() -> None:
             if n.ifname in routes:
                 # the interface carrying the default route is never free
                 assert it.protected
+
+
+def test_real_inventory_publishes_nothing_protected_and_valid_slices() -> None:
+    """Whatever NICs this machine has: a catch-all policy never exposes a protected or
+    unknown-state function, and the resulting pool passes the v1 limits and the schema."""
+    import kubernetes_validate
+
+    from dmn.agent.personas import build_personas
+    from dmn.agent.slices import build_slices, limit_violations
+    from tests.fixtures.policies import iface, policy
+
+    inv = scan(
+        ScanConfig(
+            sysfs_root=Path("/sys"),
+            node_uid="smoke",
+            links=Pyroute2Links(),
+            devlink=Pyroute2Devlink(),
+        )
+    )
+    everything = [
+        policy(f"all-{kind.lower()}", persona="kernel", plugin="host-cni", mode="kernel",
+               selector={"kind": kind}, compatibility=[iface("kernel-handoff")])
+        for kind in ("PF", "VF", "Function")
+    ]  # fmt: skip
+    personas = build_personas(inv, everything, {})
+    exposed = {p.inventory_id for p in personas.personas}
+    for it in inv.items.values():
+        if it.protected:
+            assert it.inventory_id not in exposed, it.pci_address
+    for s in build_slices(personas, "smoke-node", 1):
+        assert limit_violations(s) == []
+        kubernetes_validate.validate(s, "1.37.0", strict=True)
