@@ -146,6 +146,25 @@ class Netdev:
 
 
 @dataclass(frozen=True, slots=True)
+class IommuPeer:
+    """Another function in an item's IOMMU group, with what VFIO viability depends on."""
+
+    pci_address: str
+    driver: str  # "" when unbound
+    pci_class: str
+
+    @property
+    def allows_vfio(self) -> bool:
+        """The kernel's group-viability rule (drivers/vfio ``vfio_dev_viable``): the peer is
+        driver-less, bound to a vfio driver or pci-stub, or a PCI bridge (non-normal
+        header: class 0x0604 PCI-to-PCI, 0x0607 CardBus)."""
+        if self.pci_class.startswith(("0x0604", "0x0607")):
+            return True
+        driver = self.driver
+        return driver in ("", "vfio-pci", "pci-stub") or driver.endswith("_vfio_pci")
+
+
+@dataclass(frozen=True, slots=True)
 class InventoryItem:
     """One allocatable resource with its identity, locators, facts and protection."""
 
@@ -167,6 +186,8 @@ class InventoryItem:
     pcie_root: str = ""
     iommu_group: int | None = None
     iommu_peers: tuple[str, ...] = ()  # other functions in the same IOMMU group
+    # their bindings; Unknown when the group or a member could not be read
+    iommu_peer_details: tuple[IommuPeer, ...] | Unknown = ()
     reset_domain: str = ""
     reset_methods: tuple[str, ...] = ()
     sriov_total_vfs: int = 0
@@ -226,6 +247,12 @@ class InventoryItem:
             "pcieRoot": self.pcie_root,
             "iommuGroup": self.iommu_group,
             "iommuPeers": list(self.iommu_peers),
+            "iommuPeerDetails": {"unknown": self.iommu_peer_details.reason}
+            if isinstance(self.iommu_peer_details, Unknown)
+            else [
+                {"pciAddress": p.pci_address, "driver": p.driver, "pciClass": p.pci_class}
+                for p in self.iommu_peer_details
+            ],
             "resetDomain": self.reset_domain,
             "linkType": self.link_type,
             "netdevs": [

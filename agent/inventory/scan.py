@@ -23,6 +23,7 @@ from dmn.agent.inventory.facts import (
     DevlinkPort,
     Inventory,
     InventoryItem,
+    IommuPeer,
     ItemKind,
     LinkState,
     Netdev,
@@ -143,6 +144,9 @@ def scan(config: ScanConfig) -> Inventory:
         group_members = (
             tree.iommu_group_members(fn.iommu_group) if fn.iommu_group is not None else []
         )
+        peer_details = _iommu_peers(fn, group_members, raw)
+        if isinstance(peer_details, Unknown):
+            notes.append(f"pci {fn.address}: {peer_details.reason}")
         item = InventoryItem(
             inventory_id=inventory_id(config.node_uid, key, inc),
             kind=ItemKind.VF
@@ -163,7 +167,10 @@ def scan(config: ScanConfig) -> Inventory:
             numa_node=fn.numa_node,
             pcie_root=SysfsTree.pcie_root(fn.real_path),
             iommu_group=fn.iommu_group,
-            iommu_peers=tuple(m for m in group_members if m != fn.address),
+            iommu_peers=()
+            if isinstance(group_members, Unknown)
+            else tuple(m for m in group_members if m != fn.address),
+            iommu_peer_details=peer_details,
             reset_domain=_reset_domain(fn),
             reset_methods=fn.reset_methods,
             sriov_total_vfs=fn.sriov_total_vfs,
@@ -362,6 +369,25 @@ def _hardware_key(
         if state is not None and state.perm_mac and state.perm_mac != "00:00:00:00:00:00":
             return f"mac:{state.perm_mac}", "permanent-mac"
     return f"pci:{fn.address}/{fn.vendor}:{fn.device}:{fn.subsystem}", "locator"
+
+
+def _iommu_peers(
+    fn: RawFunction, members: list[str] | Unknown, raw: dict[str, RawFunction]
+) -> tuple[IommuPeer, ...] | Unknown:
+    """The other members of ``fn``'s IOMMU group with their bindings, from the scan of
+    *all* PCI functions (a peer can be a non-network device); Unknown when the group or a
+    member could not be read."""
+    if isinstance(members, Unknown):
+        return members
+    peers: list[IommuPeer] = []
+    for address in members:
+        if address == fn.address:
+            continue
+        other = raw.get(address)
+        if other is None:
+            return Unknown(f"iommu group {fn.iommu_group}: member {address} unreadable")
+        peers.append(IommuPeer(address, other.driver, other.pci_class))
+    return tuple(peers)
 
 
 def _reset_domain(fn: RawFunction) -> str:

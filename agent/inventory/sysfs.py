@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from dmn.agent.inventory.facts import Unknown
+
 BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 PCIE_ROOT_RE = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
 VIRTFN_RE = re.compile(r"^virtfn(\d+)$")
@@ -186,12 +188,14 @@ class SysfsTree:
                 return part
         return ""
 
-    def iommu_group_members(self, group: int) -> list[str]:
+    def iommu_group_members(self, group: int) -> list[str] | Unknown:
+        """Members of an IOMMU group; Unknown if the group cannot be listed (an unreadable
+        group must never read as "alone in its group")."""
         base = self.root / "kernel" / "iommu_groups" / str(group) / "devices"
         try:
             return sorted(n for n in os.listdir(base) if BDF_RE.match(n))
-        except OSError:
-            return []
+        except OSError as exc:
+            return Unknown(f"iommu group {group}: {exc.strerror or exc}")
 
     # -- ancestry --------------------------------------------------------------------
 

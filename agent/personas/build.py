@@ -33,7 +33,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from dmn.agent.inventory.facts import Binding, Inventory, InventoryItem, LinkState
+from dmn.agent.inventory.facts import (
+    Binding,
+    Inventory,
+    InventoryItem,
+    IommuPeer,
+    LinkState,
+    Unknown,
+)
 from dmn.agent.personas.model import (
     RESERVED,
     Children,
@@ -374,13 +381,29 @@ def _build_one(
         reject(FindingCode.E_POLICY_INVALID, "duplicate compatibility scope/domain")
         return None
 
+    if persona == "vfio" and isinstance(item.iommu_peer_details, Unknown):
+        reject(
+            FindingCode.W_UNKNOWN_STATE,
+            f"IOMMU group members unknown ({item.iommu_peer_details.reason}): VFIO isolation "
+            "cannot be established",
+        )
+        return None
     if persona == "vfio" and item.iommu_peers:
+        peers: tuple[IommuPeer, ...] = (
+            () if isinstance(item.iommu_peer_details, Unknown) else item.iommu_peer_details
+        )
+        details = {p.pci_address: p for p in peers}
         for peer in item.iommu_peers:
             other = by_pci.get(peer)
-            if other is not None and (other.is_protected or other.binding is Binding.KERNEL):
+            known = details.get(peer)
+            kernel_bound = (other is not None and other.binding is Binding.KERNEL) or (
+                known is None or not known.allows_vfio
+            )
+            if (other is not None and other.is_protected) or kernel_bound:
                 reject(
                     FindingCode.E_IOMMU_GROUP_BUSY,
-                    f"IOMMU group {item.iommu_group} peer {peer} is kernel-bound or protected",
+                    f"IOMMU group {item.iommu_group} peer {peer} is bound to a host driver "
+                    f"({known.driver if known else 'unknown'}) or protected",
                 )
                 return None
         if not any(c.scope == "IommuGroup" for c in exposure.compatibility):

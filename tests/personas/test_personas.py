@@ -483,3 +483,59 @@ def test_custom_attribute_limits(
         assert persona.extra_attributes == attributes
     else:
         assert ps.personas == () and codes(ps) == ["E_ATTRIBUTE_LIMIT"]
+
+
+def _group_with(tmp_path: Path, peer_class: str, peer_driver: str) -> SysfsBuilder:
+    """An unbound NIC function sharing IOMMU group 95 with a non-network peer."""
+    b = SysfsBuilder(tmp_path / "sys")
+    for bdf, cls, driver, vendor in (
+        ("0000:65:00.0", "0x020000", "", "0x8086"),
+        ("0000:65:00.1", peer_class, peer_driver, "0x144d"),
+    ):
+        b.function(bdf, root_bus="pci0000:64", vendor=vendor, device="0x1572",
+                   pci_class=cls, driver=driver, iommu_group=95)  # fmt: skip
+    return b
+
+
+VFIO_IN_GROUP = policy(
+    "v", persona="vfio", plugin="host-cni", mode="vfio", selector={"vendors": ["0x8086"]},
+    compatibility=[{"scope": "IommuGroup", "domain": "iommu", "groups": ["vfio"]}],
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("peer_class", "peer_driver", "exposed"),
+    [
+        ("0x010802", "nvme", False),  # an NVMe drive on its host driver: group not viable
+        ("0x010802", "", True),  # unbound
+        ("0x010802", "pci-stub", True),
+        ("0x010802", "nvme_vfio_pci", True),  # a vfio variant driver
+        ("0x060400", "pcieport", True),  # a PCI bridge: allowed by the kernel's rule
+    ],
+)
+def test_vfio_group_viability_counts_non_network_peers(
+    tmp_path: Path, peer_class: str, peer_driver: str, exposed: bool
+) -> None:
+    inv = inventory_of(_group_with(tmp_path, peer_class, peer_driver).finish())
+    assert inv.by_pci("0000:65:00.1") is None  # not a network function: not in inventory
+    ps = build_personas(inv, [VFIO_IN_GROUP], {})
+    if exposed:
+        (persona,) = ps.personas
+        assert persona.pci_address == "0000:65:00.0"
+    else:
+        assert ps.personas == () and codes(ps) == ["E_IOMMU_GROUP_BUSY"]
+
+
+def test_unreadable_iommu_group_is_unknown_not_alone(tmp_path: Path) -> None:
+    import shutil
+
+    b = _group_with(tmp_path, "0x010802", "")
+    node = b.finish()
+    shutil.rmtree(node.sysfs / "kernel" / "iommu_groups" / "95" / "devices")
+    inv = inventory_of(node)
+    nic = inv.by_pci("0000:65:00.0")
+    assert nic is not None and nic.iommu_group == 95
+    assert not nic.iommu_peer_details and nic.iommu_peers == ()
+    ps = build_personas(inv, [VFIO_IN_GROUP], {})
+    assert ps.personas == () and codes(ps) == ["W_UNKNOWN_STATE"]
+    assert any("iommu group 95" in n for n in inv.notes)
