@@ -48,7 +48,7 @@ def main(run_dir: Path) -> int:
         (pci / vfio / "driver_override").write_text("vfio-pci\n")
         Path("/sys/bus/pci/drivers_probe").write_text(vfio + "\n")
     net = Path("/sys/class/net")
-    deadline = time.time() + 20
+    deadline = time.time() + 90  # generous: TCG on a loaded host is slow; qemu is capped
     while time.time() < deadline and not any((n / "device").exists() for n in net.iterdir()):
         time.sleep(0.2)
     nic = next(n.name for n in sorted(net.iterdir()) if (n / "device").exists())
@@ -61,7 +61,7 @@ def main(run_dir: Path) -> int:
         ipr.link("set", index=bond, state="up")
         ipr.addr("add", index=bond, address=NODE_IP, prefixlen=24)
         ipr.route("add", dst="0.0.0.0/0", gateway="192.0.2.1", oif=bond)
-    deadline = time.time() + 10
+    deadline = time.time() + 60
     wanted = ("udev:pci:add", "rtnl:RTM_NEWLINK")
     while time.time() < deadline and not all(any(w in r for r in reasons) for w in wanted):
         time.sleep(0.2)
