@@ -56,6 +56,8 @@ from dmn.lab.allocator.selectors import (
 log = logging.getLogger(__name__)
 
 DeviceKey = tuple[str, str, str]  # driver, pool, device
+#: resource.k8s.io/v1 AllocationResultsMaxSize: results one claim's allocation may hold.
+MAX_RESULTS_PER_CLAIM = 32
 
 
 class AllocationError(Exception):
@@ -210,6 +212,13 @@ class Allocator:
             for r in spec.get("requests") or ():
                 requests.append(self._request(ci, r))
                 names.append(r["name"])
+            wanted = sum(r.count for r in requests if r.claim_index == ci)
+            if wanted > MAX_RESULTS_PER_CLAIM:
+                raise AllocationError(
+                    "TooManyDevices",
+                    f"claim {uid}: number of requested devices {wanted} exceeds the claim "
+                    f"limit of {MAX_RESULTS_PER_CLAIM}",
+                )
             cons: list[tuple[str, str, set[str]]] = []
             for c in spec.get("constraints") or ():
                 scope = set(c.get("requests") or names)

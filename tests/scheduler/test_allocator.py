@@ -279,3 +279,12 @@ def test_class_config_is_carried_into_the_allocation() -> None:
             "opaque": {"driver": DRV, "parameters": {"x": 1}},
         }
     ]
+
+
+def test_more_than_32_devices_in_one_claim_is_an_error() -> None:
+    a = alloc([slice_("s", {"devices": [dev(f"d{i}") for i in range(40)]})])
+    (r,) = a.allocate([claim("ok", request("r", "any", count=32))])
+    assert len(r["devices"]["results"]) == 32
+    with pytest.raises(AllocationError) as err:
+        a.allocate_one(claim("big", request("p", "any", count=20), request("q", "any", count=13)))
+    assert err.value.reason == "TooManyDevices"
