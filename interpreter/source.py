@@ -46,6 +46,9 @@ class NodeInfo:
     span: SourceSpan
     key_span: SourceSpan | None = None
     style: str | None = None
+    #: For a scalar spread over several source lines (block ``|``/``>`` scalars, folded
+    #: plain or quoted ones): its value and the source (line, column) of each character.
+    chars: tuple[str, tuple[tuple[int, int], ...]] | None = None
 
 
 @dataclass(slots=True)
@@ -80,10 +83,16 @@ class SourceMap:
         if info is None:
             return self.span(path)
         base = info.span
-        if info.style in ("|", ">"):
-            # Block scalars start on the next line; their indentation is not recorded,
-            # so point at the line and keep the expression column.
-            return SourceSpan(base.file, base.line + line, column)
+        if info.chars is not None:
+            value, positions = info.chars
+            offset = sum(len(text) + 1 for text in value.split("\n")[: line - 1]) + column - 1
+            if 0 <= offset < len(positions):
+                at_line, at_column = positions[offset]
+            elif positions:  # just past the end (an unexpected end of the expression)
+                at_line, at_column = positions[-1][0], positions[-1][1] + 1
+            else:
+                return SourceSpan(base.file, base.line + 1, 1)
+            return SourceSpan(base.file, at_line, at_column)
         if line > 1:
             return SourceSpan(base.file, base.line + line - 1, column)
         quote = 1 if info.style in ('"', "'") else 0
@@ -110,9 +119,65 @@ def path_text(path: Path) -> str:
     return out
 
 
+def _scalar_positions(
+    lines: list[str], node: Any, value: str
+) -> tuple[tuple[int, int], ...] | None:
+    """Source (line, column), 1-based, of every character of a multi-line scalar.
+
+    YAML folds line breaks of plain, quoted and ``>`` scalars into spaces and drops the
+    indentation of block scalars, so a column inside the value is not a column in the
+    file. The characters of the source are aligned with the value: a line break matches
+    a space or newline of the value; escapes that do not match are skipped over.
+    """
+    start, end = node.start_mark, node.end_mark
+    style = getattr(node, "style", None)
+    first, last = int(start.line), min(int(end.line), len(lines) - 1)
+    if last <= first and style not in ("|", ">"):
+        return None
+    src: list[tuple[str | None, int, int]] = []  # None: a line break
+    if style in ("|", ">"):
+        indent: int | None = None
+        for i in range(first + 1, len(lines)):
+            raw = lines[i]
+            lead = len(raw) - len(raw.lstrip(" "))
+            if raw.strip() and indent is not None and lead < indent:
+                break
+            if raw.strip() and indent is None:
+                indent = lead
+            body = raw[indent:] if indent is not None else ""
+            src += [(ch, i + 1, (indent or 0) + k + 1) for k, ch in enumerate(body)]
+            src.append((None, i + 1, (indent or 0) + len(body) + 1))
+            if i > last and indent is not None:
+                break
+    else:
+        column = int(start.column) + (1 if style in ('"', "'") else 0)
+        for i in range(first, last + 1):
+            raw = lines[i]
+            begin = column if i == first else len(raw) - len(raw.lstrip(" \t"))
+            src += [(ch, i + 1, begin + k + 1) for k, ch in enumerate(raw[begin:])]
+            src.append((None, i + 1, len(raw) + 1))
+    out: list[tuple[int, int]] = []
+    j = 0
+    here = (src[0][1], src[0][2]) if src else (first + 2, 1)
+    for ch in value:
+        while j < len(src) and src[j][0] is None and ch not in " \n":
+            j += 1  # a break the value dropped
+        if j < len(src) and (src[j][0] == ch or (src[j][0] is None and ch in " \n")):
+            here = (src[j][1], src[j][2])
+            j += 1
+        else:  # an escape or quote doubling: find the character a little further on
+            ahead = next((k for k in range(j, min(j + 6, len(src))) if src[k][0] == ch), None)
+            if ahead is not None:
+                here = (src[ahead][1], src[ahead][2])
+                j = ahead + 1
+        out.append(here)
+    return tuple(out)
+
+
 class _Converter:
-    def __init__(self, file: str, diagnostics: list[Diagnostic]) -> None:
+    def __init__(self, file: str, diagnostics: list[Diagnostic], text: str = "") -> None:
         self.file = file
+        self.lines = text.splitlines()
         self.diagnostics = diagnostics
         self.count = 0
         self.source = SourceMap(file)
@@ -141,7 +206,12 @@ class _Converter:
         tag = str(getattr(node.tag, "value", node.tag))
         kind = type(node).__name__
         style = getattr(node, "style", None) if kind == "ScalarNode" else None
-        self.source.nodes[path] = NodeInfo(span=span, key_span=key_span, style=style)
+        chars = None
+        if kind == "ScalarNode" and self.lines and isinstance(node.value, str):
+            positions = _scalar_positions(self.lines, node, node.value)
+            if positions is not None:
+                chars = (node.value, positions)
+        self.source.nodes[path] = NodeInfo(span=span, key_span=key_span, style=style, chars=chars)
         if kind == "MappingNode":
             if tag != _MAP:
                 self.error(Code.E_SCHEMA, f"unsupported YAML tag {tag}", span, path)
@@ -263,7 +333,7 @@ def load_yaml_documents(
                 and node.value == ""
             ):
                 continue
-            conv = _Converter(file, diagnostics)
+            conv = _Converter(file, diagnostics, text)
             data = conv.convert(node, (), None)
             documents.append(YamlDocument(data=data, source=conv.source, index=index))
     except RecursionError:

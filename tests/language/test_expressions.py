@@ -206,3 +206,39 @@ def test_the_parser_is_built_once_and_parse_trees_are_cached() -> None:
     parse_guard("call.config.cached == 1")
     parse_guard("call.config.cached == 1")
     assert expressions._parse_tree.cache_info().hits > before
+
+
+MULTILINE = """\
+a:
+  lit: |-
+    call.config.x and
+      call.config.bad
+  fold: >-
+    call.config.x and
+    call.config.bad
+  plain: call.config.x and
+    call.config.bad
+  dq: "call.config.s == \\"q\\" and
+    call.config.bad"
+  sq: 'call.config.s == ''q'' and
+    call.config.bad'
+"""
+
+
+@pytest.mark.parametrize(
+    ("key", "line", "column"),
+    [("lit", 4, 7), ("fold", 7, 5), ("plain", 9, 5), ("dq", 11, 5), ("sq", 13, 5)],
+)
+def test_spans_inside_multiline_scalars_point_at_the_source_character(
+    key: str, line: int, column: int
+) -> None:
+    """Block scalars drop their indentation and folded scalars turn line breaks into
+    spaces, yet a diagnostic still points at the character in the file."""
+    docs, diags = load_yaml_documents(MULTILINE, "m.yaml")
+    assert not diags
+    src = docs[0].source
+    text = docs[0].data["a"][key]
+    expr, _ = parse_guard(text, lambda ln, col: src.expression_span(("a", key), col, ln))
+    assert isinstance(expr, BoolOp) and expr.right.span is not None
+    assert (expr.right.span.line, expr.right.span.column) == (line, column)
+    assert MULTILINE.splitlines()[line - 1][column - 1 :].startswith("call.config.bad")
