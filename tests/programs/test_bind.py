@@ -10,6 +10,7 @@ import pytest
 
 from dmn.interpreter.binder import Call, bind_program
 from dmn.interpreter.bound import BoundProgram
+from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.diagnostics import Code, Diagnostic
 from dmn.interpreter.handles import (
     Access,
@@ -340,6 +341,11 @@ def test_bridge_refuses_a_trunk_that_repeats_the_access_vlan(plugins: dict[str, 
         Call(config=config, inputs={"representor": (REPRESENTOR,)}, sandbox=SANDBOX),
     )
     assert Code.E_PARAM_TYPE in codes(result)
+    # The checker cannot see it (each value is valid alone); the binder's re-validation of
+    # the concrete payload against the opcode's parameter model does.
+    assert check_plugin(plugins["accelerated-bridge-cni"], REGISTRY, config) == []
+    assert isinstance(result, list)
+    assert any(d.path.startswith("effects[") and d.line > 1 for d in result)
 
 
 def test_ovs_operation(plugins: dict[str, Plugin]) -> None:
