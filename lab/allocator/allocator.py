@@ -8,7 +8,8 @@ of one Pod, all or nothing), ``release(claim_uid)``, ``restore(claim_uid, alloca
 Semantics implemented (resource.k8s.io/v1):
 
 * pools: per (driver, pool name) only the slices of the highest generation count; slices
-  for other nodes are ignored;
+  for other nodes are ignored; an incomplete pool (fewer slices than
+  ``resourceSliceCount``) or an invalid one (duplicate device names) is not allocated from;
 * DeviceClass selectors, then request selectors, CEL (see :mod:`.selectors`), evaluated
   lazily in search order exactly where upstream's ``allocateOne`` evaluates them: a device
   already in use is skipped before any selector runs, results are cached per (request,
@@ -152,16 +153,39 @@ class Allocator:
                 counters[(spec["driver"], spec["pool"]["name"], cs["name"])] = {
                     name: parse_quantity(c["value"]) for name, c in cs["counters"].items()
                 }
+        unusable = self._unusable_pools(current)
         candidates: list[Candidate] = []
         for s in sorted(current, key=lambda s: (s["spec"]["driver"], s["metadata"]["name"])):
             spec = s["spec"]
             driver, pool = spec["driver"], spec["pool"]["name"]
+            if (driver, pool) in unusable:
+                continue
             pool_sets = {k[2]: v for k, v in counters.items() if k[:2] == (driver, pool)}
             for d in spec.get("devices") or ():
                 candidates.append(Candidate((driver, pool, d["name"]), d, pool_sets))
         self._candidates = candidates
         self._by_key = {c.key: c for c in candidates}
         self._counters = counters
+
+    @staticmethod
+    def _unusable_pools(current: Sequence[Mapping[str, Any]]) -> set[tuple[str, str]]:
+        """Pools upstream does not allocate from: incomplete (fewer slices at the newest
+        generation than ``resourceSliceCount``, e.g. mid-publication) or invalid (a device
+        name twice in the pool)."""
+        seen: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        for s in current:
+            spec = s["spec"]
+            seen.setdefault((spec["driver"], spec["pool"]["name"]), []).append(spec)
+        out: set[tuple[str, str]] = set()
+        for pool, specs in seen.items():
+            names = [d["name"] for spec in specs for d in spec.get("devices") or ()]
+            if len(specs) != int(specs[0]["pool"]["resourceSliceCount"]):
+                log.info("pool incomplete driver=%s pool=%s slices=%d", *pool, len(specs))
+                out.add(pool)
+            elif len(names) != len(set(names)):
+                log.info("pool invalid driver=%s pool=%s reason=duplicate-device", *pool)
+                out.add(pool)
+        return out
 
     def _for_node(self, s: Mapping[str, Any]) -> bool:
         spec = s["spec"]

@@ -288,3 +288,18 @@ def test_more_than_32_devices_in_one_claim_is_an_error() -> None:
     with pytest.raises(AllocationError) as err:
         a.allocate_one(claim("big", request("p", "any", count=20), request("q", "any", count=13)))
     assert err.value.reason == "TooManyDevices"
+
+
+def test_incomplete_or_invalid_pools_are_not_allocated_from() -> None:
+    half = [slice_("a", {"devices": [dev("d0")]}, count=2)]  # the second slice is missing
+    a = alloc(half)
+    with pytest.raises(AllocationError):
+        a.allocate_one(claim("c", request("r", "any")))
+    a.set_slices([*half, slice_("b", {"devices": [dev("d1")]}, count=2)])
+    a.allocate_one(claim("c", request("r", "any")))
+    twice = [
+        slice_("a", {"devices": [dev("d0")]}, count=2),
+        slice_("b", {"devices": [dev("d0")]}, count=2),
+    ]
+    with pytest.raises(AllocationError):
+        alloc(twice).allocate_one(claim("c", request("r", "any")))
