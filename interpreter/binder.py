@@ -27,7 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dmn.interpreter.bound import BoundEffect, BoundInput, BoundProgram, EffectOutputRef
-from dmn.interpreter.checker import MAX_EFFECTS, check_program, resolve_outputs
+from dmn.interpreter.checker import (
+    MAX_EFFECTS,
+    check_program,
+    missing_program,
+    resolve_outputs,
+)
 from dmn.interpreter.config_schema import validate_config
 from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
 from dmn.interpreter.documents import Effect, InputPort, Ref
@@ -504,14 +509,7 @@ def bind_program(
         registry = default_registry()
     try:
         if plugin.program(hook) is None:
-            return [
-                Diagnostic.at(
-                    Code.E_SCHEMA,
-                    f"plugin {plugin.name!r} has no {hook!r} program",
-                    plugin.span("spec", "hooks"),
-                    "spec.hooks",
-                )
-            ]
+            return [missing_program(plugin, hook)]
         config, diags = validate_config(plugin.descriptor.spec.config_schema, call.config)
         if has_errors(diags):
             return diags

@@ -848,12 +848,7 @@ class _ProgramChecker:
             if name in bindings:
                 continue
             if name not in fields:
-                self.error(
-                    Code.E_UNKNOWN_FIELD,
-                    f"opcode {spec.name} has no parameter {name!r}",
-                    *where,
-                    key=True,
-                )
+                self.unknown_parameter(spec, name, where)
                 clean = False
                 continue
             problem = ifname_problem(value) if is_ifname_field(name) else None
@@ -880,12 +875,7 @@ class _ProgramChecker:
                 clean = False
                 continue
             if name not in fields:
-                self.error(
-                    Code.E_UNKNOWN_FIELD,
-                    f"opcode {spec.name} has no parameter {name!r}",
-                    *where,
-                    key=True,
-                )
+                self.unknown_parameter(spec, name, where)
                 clean = False
                 continue
             rel = (*where, "from")
@@ -957,6 +947,11 @@ class _ProgramChecker:
                     self.error(
                         Code.E_PARAM_TYPE, f"parameters of {spec.name}: {message}", "effects", i
                     )
+
+    def unknown_parameter(self, spec: OpcodeSpec, name: str, where: Path) -> None:
+        self.error(
+            Code.E_UNKNOWN_FIELD, f"opcode {spec.name} has no parameter {name!r}", *where, key=True
+        )
 
     def check_predicates(self, i: int, effect: Effect, spec: OpcodeSpec) -> None:
         for key, allowed in (("requires", spec.requires), ("postconditions", spec.postconditions)):
@@ -1463,19 +1458,21 @@ def check_program(
         ctx.required_when = sink.required_when
         ctx.forbidden_when = sink.forbidden_when
         if plugin.program(hook) is None:
-            return [
-                *ctx.diagnostics,
-                Diagnostic.at(
-                    Code.E_SCHEMA,
-                    f"plugin {plugin.name!r} has no {hook!r} program",
-                    plugin.span("spec", "hooks"),
-                    "spec.hooks",
-                ),
-            ]
+            return [*ctx.diagnostics, missing_program(plugin, hook)]
         _run_programs(ctx, ("prepare", "connect") if hook == "connect" else (hook,), {hook})
         return _dedupe(ctx.diagnostics)
     except RecursionError:
         return [Diagnostic.at(Code.E_SCHEMA, "document nests too deeply", plugin.span())]
+
+
+def missing_program(plugin: Plugin, hook: str) -> Diagnostic:
+    """The diagnostic for checking or binding a hook the plugin does not define."""
+    return Diagnostic.at(
+        Code.E_SCHEMA,
+        f"plugin {plugin.name!r} has no {hook!r} program",
+        plugin.span("spec", "hooks"),
+        "spec.hooks",
+    )
 
 
 def _dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
@@ -1509,6 +1506,7 @@ __all__ = [
     "ValueType",
     "check_plugin",
     "check_program",
+    "missing_program",
     "port_value_type",
     "resolve_outputs",
 ]

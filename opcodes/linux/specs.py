@@ -141,59 +141,42 @@ LINK_CONFIGURE = OpcodeSpec(
     postconditions=frozenset({"link-state-match"}),
 )
 
-CREATE_MACVLAN = OpcodeSpec(
-    name="linux/create-macvlan/v1",
-    summary="Create one owned macvlan child of a held shared parent, in the host namespace.",
-    parameters=CreateMacvlanParameters,
-    inputs={
-        "parent": PortSpec(HandleType.SHARED_PARENT, _ETHERNET, ScopeKind.HOST, Access.CREATE_CHILD)
-    },
-    outputs={
-        "interface": PortSpec(
-            HandleType.KERNEL_INTERFACE, _ETHERNET, ScopeKind.HOST, grants=_CHILD_GRANTS
-        )
-    },
-    hooks=_CONNECT,
-    reversibility=Reversibility.REVERSIBLE,
-    recovery=_CREATED,
-    requires=frozenset(
-        {
-            "host-scope",
-            "create-child-grant",
-            "share-entitlement",
-            "parent-mode-compatible",
-            "mtu-within-parent",
-        }
-    ),
-    postconditions=frozenset({"macvlan-mode-match"}),
-)
 
-CREATE_IPVLAN = OpcodeSpec(
-    name="linux/create-ipvlan/v1",
-    summary="Create one owned ipvlan child of a held shared parent, in the host namespace.",
-    parameters=CreateIpvlanParameters,
-    inputs={
-        "parent": PortSpec(HandleType.SHARED_PARENT, _ETHERNET, ScopeKind.HOST, Access.CREATE_CHILD)
-    },
-    outputs={
-        "interface": PortSpec(
-            HandleType.KERNEL_INTERFACE, _ETHERNET, ScopeKind.HOST, grants=_CHILD_GRANTS
-        )
-    },
-    hooks=_CONNECT,
-    reversibility=Reversibility.REVERSIBLE,
-    recovery=_CREATED,
-    requires=frozenset(
-        {
-            "host-scope",
-            "create-child-grant",
-            "share-entitlement",
-            "parent-mode-compatible",
-            "mtu-within-parent",
-        }
-    ),
-    postconditions=frozenset({"ipvlan-mode-match"}),
-)
+def _shared_parent_child(kind: str, parameters: type[ParameterModel]) -> OpcodeSpec:
+    """macvlan and ipvlan children share one contract: one owned child per held share,
+    created on the host parent in the host namespace; only the mode check differs."""
+    return OpcodeSpec(
+        name=f"linux/create-{kind}/v1",
+        summary=f"Create one owned {kind} child of a held shared parent, in the host namespace.",
+        parameters=parameters,
+        inputs={
+            "parent": PortSpec(
+                HandleType.SHARED_PARENT, _ETHERNET, ScopeKind.HOST, Access.CREATE_CHILD
+            )
+        },
+        outputs={
+            "interface": PortSpec(
+                HandleType.KERNEL_INTERFACE, _ETHERNET, ScopeKind.HOST, grants=_CHILD_GRANTS
+            )
+        },
+        hooks=_CONNECT,
+        reversibility=Reversibility.REVERSIBLE,
+        recovery=_CREATED,
+        requires=frozenset(
+            {
+                "host-scope",
+                "create-child-grant",
+                "share-entitlement",
+                "parent-mode-compatible",
+                "mtu-within-parent",
+            }
+        ),
+        postconditions=frozenset({f"{kind}-mode-match"}),
+    )
+
+
+CREATE_MACVLAN = _shared_parent_child("macvlan", CreateMacvlanParameters)
+CREATE_IPVLAN = _shared_parent_child("ipvlan", CreateIpvlanParameters)
 
 CREATE_VLAN = OpcodeSpec(
     name="linux/create-vlan/v1",
