@@ -23,7 +23,7 @@ from dmn.api.identity import LABEL_MANAGED_BY, LABEL_TOPOLOGY, MANAGED_BY
 from dmn.controller.plugin_status import PluginStatusReconciler, PolicyStatusReconciler
 from dmn.controller.revision_gc import RevisionCollector
 from dmn.controller.topology import TopologyReconciler
-from dmn.controller.workqueue import RateLimitedQueue
+from dmn.controller.workqueue import RateLimitedQueue, RetryLater
 from dmn.opcodes.spec import OpcodeRegistry
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,9 @@ class Controller:
     def _names(self, res: Any) -> list[str]:
         for lw in self._watches:
             if lw.resource is res:
-                return sorted(name for _, name in lw.known)
+                # the watch thread mutates ``known``: copy its keys in one step (no Python
+                # code runs inside list(dict)), then sort the copy
+                return sorted(name for _, name in list(lw.known))
         return []
 
     def enqueue_all(self, kind: str, res: Any) -> None:
@@ -109,7 +111,7 @@ class Controller:
             self.queue.forget(key)
             if kind == "revision" and result is False:
                 self.queue.add_after(key, self.resync)
-        except ApiFailure as exc:
+        except (ApiFailure, RetryLater) as exc:
             delay = self.queue.retry(key)
             log.info("reconcile retry kind=%s name=%s error=%s delay=%.2f", kind, name, exc, delay)
         except Exception:
@@ -129,8 +131,17 @@ class Controller:
         self._watches.append(lw)
 
         def loop() -> None:
-            for event in lw.events():
-                self._on_event(kind, event)
+            # ListWatch retries API failures itself; anything else (a bug, a decode error)
+            # is logged and the list-watch restarted, so one bad event never leaves the
+            # controller deaf to a resource
+            while not self._stop.is_set():
+                try:
+                    for event in lw.events():
+                        self._on_event(kind, event)
+                    return
+                except Exception:
+                    log.exception("watch loop failed resource=%s; restarting", res.plural)
+                    self._stop.wait(1.0)
 
         self._spawn(loop, f"watch-{res.plural}")
 
@@ -140,11 +151,16 @@ class Controller:
         self._threads.append(t)
 
     def _resync_loop(self) -> None:
+        """Re-enqueue everything known every ``resync`` seconds; one failed pass is logged
+        and never ends the loop (a dead resync would leave missed events unrepaired)."""
         while not self._stop.wait(self.resync):
-            self.enqueue_all("topology", r.NETWORK_TOPOLOGIES)
-            self.enqueue_all("revision", r.NETWORK_TOPOLOGY_REVISIONS)
-            self.enqueue_all("plugin", r.NETWORK_PLUGINS)
-            self.enqueue_all("policy", r.DEVICE_EXPOSURE_POLICIES)
+            try:
+                self.enqueue_all("topology", r.NETWORK_TOPOLOGIES)
+                self.enqueue_all("revision", r.NETWORK_TOPOLOGY_REVISIONS)
+                self.enqueue_all("plugin", r.NETWORK_PLUGINS)
+                self.enqueue_all("policy", r.DEVICE_EXPOSURE_POLICIES)
+            except Exception:
+                log.exception("resync pass failed; continuing")
 
     def start(self) -> None:
         self._stop.clear()

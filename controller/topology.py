@@ -29,6 +29,7 @@ from dmn.api.identity import LABEL_MANAGED_BY, MANAGED_BY, REVISION_FINALIZER
 from dmn.controller.compile.compiler import CompiledTopology, compile_topology
 from dmn.controller.compile.plugin_sources import plugins_from_objects
 from dmn.controller.conditions import diagnostic_entries, set_condition, summary
+from dmn.controller.workqueue import RetryLater
 from dmn.interpreter.diagnostics import Code, Diagnostic
 from dmn.opcodes.spec import OpcodeRegistry
 
@@ -36,11 +37,16 @@ log = logging.getLogger(__name__)
 
 
 class ReconcileConflict(Exception):
-    """A pre-existing object conflicts with the generated one."""
+    """A pre-existing object conflicts with the generated one.
 
-    def __init__(self, diagnostic: Diagnostic) -> None:
+    ``transient`` conflicts (the wanted revision is still being deleted) are reported and
+    then retried with backoff; the others wait for a change of the objects involved.
+    """
+
+    def __init__(self, diagnostic: Diagnostic, *, transient: bool = False) -> None:
         super().__init__(diagnostic.message)
         self.diagnostic = diagnostic
+        self.transient = transient
 
 
 def _same_content(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
@@ -85,6 +91,8 @@ class TopologyReconciler:
             classes = self._ensure_classes(compiled, revision)
         except ReconcileConflict as exc:
             self._report_failure(topo, [exc.diagnostic], "Conflict")
+            if exc.transient:
+                raise RetryLater(exc.diagnostic.message) from exc
             return
         self._mark_revision_ready(revision, classes)
         self._report_ready(topo, compiled, revision)
@@ -120,7 +128,8 @@ class TopologyReconciler:
                     Code.E_CONFLICT,
                     f"revision {compiled.revision_name} is being deleted; retrying",
                     path="metadata.name",
-                )
+                ),
+                transient=True,
             )
         if REVISION_FINALIZER not in (existing["metadata"].get("finalizers") or []):
             existing["metadata"]["finalizers"] = [

@@ -9,6 +9,10 @@ Contract:
   to ``cap``); :meth:`forget` resets it after a success;
 * :meth:`add_after` schedules a key (periodic requeue, backoff);
 * :meth:`shutdown` wakes every waiting worker; :meth:`get` then returns None.
+
+A reconciler raises :class:`RetryLater` when the state it saw is transient (an object it
+needs is still being deleted): the key is retried with backoff instead of waiting for
+the next resync.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ import time
 from collections.abc import Callable, Hashable
 
 Key = Hashable
+
+
+class RetryLater(Exception):
+    """Raised by a reconciler: converge again after the key's backoff."""
 
 
 class RateLimitedQueue:

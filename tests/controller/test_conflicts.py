@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
 from dmn.controller.compile.compiler import compile_topology
 from dmn.controller.compile.plugin_sources import plugins_from_objects
+from dmn.controller.manager import Controller
 from dmn.controller.topology import TopologyReconciler
+from dmn.controller.workqueue import RetryLater
 from dmn.opcodes.registry import default_registry
 from tests.controller.support import example, ready
 
@@ -53,3 +57,46 @@ def test_reconcile_is_idempotent(cluster: Cluster) -> None:
     rec.reconcile("idem")
     again = cluster.get(r.NETWORK_TOPOLOGIES, "idem")
     assert again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+
+
+def test_revision_still_being_deleted_is_retried_not_dropped(cluster: Cluster) -> None:
+    topo = example("vfio")
+    topo["metadata"]["name"] = "dying"
+    created = cluster.create(r.NETWORK_TOPOLOGIES, topo)
+    plugins, _ = plugins_from_objects(cluster.list(r.NETWORK_PLUGINS).items)
+    compiled = compile_topology(created, plugins, uid=created["metadata"]["uid"]).compiled
+    assert compiled is not None
+    # an identical revision a foreign finalizer still holds while it is being deleted
+    held = copy.deepcopy(compiled.revision)
+    held["metadata"]["finalizers"] = ["example.com/hold"]
+    cluster.create(r.NETWORK_TOPOLOGY_REVISIONS, held)
+    cluster.delete(r.NETWORK_TOPOLOGY_REVISIONS, compiled.revision_name)
+
+    rec = TopologyReconciler(cluster, default_registry())
+    with pytest.raises(RetryLater):
+        rec.reconcile("dying")
+    cond = ready(cluster.get(r.NETWORK_TOPOLOGIES, "dying"))
+    assert cond is not None and cond["status"] == "False" and cond["reason"] == "Conflict"
+
+    # the hold is released; the retry publishes a fresh revision
+    dying = cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, compiled.revision_name)
+    dying["metadata"]["finalizers"] = []
+    cluster.replace(r.NETWORK_TOPOLOGY_REVISIONS, dying)
+    rec.reconcile("dying")
+    after = cluster.get(r.NETWORK_TOPOLOGIES, "dying")
+    assert ready(after)["status"] == "True"  # type: ignore[index]
+    assert after["status"]["revision"]["name"] == compiled.revision_name
+
+
+def test_retry_later_goes_back_through_the_backoff(cluster: Cluster) -> None:
+    ctl = Controller(cluster, default_registry())
+
+    def transient(name: str) -> None:
+        raise RetryLater(f"{name} not yet")
+
+    ctl.topologies.reconcile = transient  # type: ignore[method-assign]
+    ctl.queue.add(("topology", "t"))
+    assert ctl.process_one(timeout=30.0)
+    assert ctl.queue.failures(("topology", "t")) == 1
+    # the key comes back after its backoff (base 10 ms), not only at the next resync
+    assert ctl.queue.get(30.0) == ("topology", "t")
