@@ -2,10 +2,11 @@
 
 Rotation: replace the certificate and key files (e.g. a cert-manager Secret volume
 update, or ``mv`` of new files into place). Every new connection checks the files'
-modification times; when they changed, a new SSL context is built from them and used for
-that and later connections. Existing connections keep their session. If the new pair
-cannot be loaded (half-written files), the previous context stays in use and the error is
-logged, so a rotation never takes the webhook down.
+identity (inode, size, modification time in ns — a rename or Secret symlink swap changes
+the inode even when coarse timestamps do not move); when it changed, a new SSL context is
+built from them and used for that and later connections. Existing connections keep their
+session. If the new pair cannot be loaded (half-written files), the previous context stays
+in use and the error is logged, so a rotation never takes the webhook down.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ class ReloadingTLS:
         self.cert_file = cert_file
         self.key_file = key_file
         self._lock = threading.Lock()
-        self._stamp: tuple[float, float] | None = None
+        self._stamp: tuple[tuple[int, int, int], ...] | None = None
         self._context: ssl.SSLContext | None = None
         self.reloads = 0
         self.context()  # fail fast at start if the files are unusable
 
-    def _mtimes(self) -> tuple[float, float]:
-        return (os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime)
+    def _mtimes(self) -> tuple[tuple[int, int, int], ...]:
+        stats = (os.stat(self.cert_file), os.stat(self.key_file))
+        return tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in stats)
 
     def context(self) -> ssl.SSLContext:
         with self._lock:
