@@ -24,9 +24,9 @@ def test_module_entry_point_serves_and_saves_state_on_sigterm(tmp_path) -> None:
                 url = match.group(1)
                 break
         assert url is not None
-        with urllib.request.urlopen(url + "/version", timeout=10) as response:
+        with urllib.request.urlopen(url + "/version", timeout=60) as response:
             assert b"gitVersion" in response.read()
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        proc.wait(timeout=60)
     assert '"name":"kube-system"' in state.read_text()

@@ -43,7 +43,7 @@ def test_no_lost_updates_and_a_gapless_watch(lab, core: client.CoreV1Api, ns: st
     seen = []
     w = watch.Watch()
     for event in w.stream(
-        core.list_namespaced_config_map, namespace=ns, resource_version=start, timeout_seconds=5
+        core.list_namespaced_config_map, namespace=ns, resource_version=start, timeout_seconds=60
     ):
         seen.append((int(event["object"].metadata.resource_version), event["object"].data["n"]))
         if len(seen) == total:

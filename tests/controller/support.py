@@ -35,7 +35,7 @@ def example(name: str) -> dict[str, Any]:
     return yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())  # type: ignore[no-any-return]
 
 
-def wait_for(probe: Callable[[], T | None], timeout: float = 15.0, what: str = "") -> T:
+def wait_for(probe: Callable[[], T | None], timeout: float = 60.0, what: str = "") -> T:
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:

@@ -55,7 +55,7 @@ def test_racing_candidates_one_wins(cluster: Cluster) -> None:
     for t in threads:
         t.start()
     for t in threads:
-        t.join(10)
+        t.join(60)
     assert sum(results.values()) == 1
     winner = next(k for k, v in results.items() if v)
     assert cluster.get(r.LEASES, "le-race", "default")["spec"]["holderIdentity"] == winner

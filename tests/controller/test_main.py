@@ -43,14 +43,14 @@ def test_controller_process(lab: LabApiServer, cluster: Cluster) -> None:
         topo["metadata"]["name"] = "via-process"
         cluster.create(r.NETWORK_TOPOLOGIES, topo)
         done = wait_for(
-            topology_settled(cluster, "via-process"), timeout=30, what="Ready via process"
+            topology_settled(cluster, "via-process"), timeout=90, what="Ready via process"
         )
         assert done["status"]["conditions"][0]["status"] == "True"
         lease = cluster.get(r.LEASES, "dra-multi-network-controller", "default")
         assert lease["spec"]["holderIdentity"] == "proc-1"
     finally:
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out.decode()[-2000:]
     lease = cluster.get(r.LEASES, "dra-multi-network-controller", "default")
     assert lease["spec"]["holderIdentity"] == ""  # released on shutdown
