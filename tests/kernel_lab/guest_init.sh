@@ -43,7 +43,12 @@ mkdir -p /rw/upper /rw/work
 mount -t overlay overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work /newroot \
     || die "overlay"
 mount -t tmpfs -o mode=0755 tmpfs /newroot/run
-mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
+# a fresh /tmp, unless the project itself lives under /tmp (a CI clone may): then the
+# overlay's writable view of the host /tmp must stay visible
+case "$STAGE2" in
+    /tmp/*) ;;
+    *) mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp ;;
+esac
 if [ -n "$RUN" ]; then
     mkdir -p "/newroot$RUN"
     mount -t 9p -o trans=virtio,version=9p2000.L,cache=none,msize=262144 labrun "/newroot$RUN" \
