@@ -167,3 +167,18 @@ def test_the_checker_sees_imports() -> None:
 )
 def test_rules(folder: str, mod: str, bad: bool) -> None:
     assert forbidden(folder, mod) is bad
+
+
+def test_import_linter_contracts_hold() -> None:
+    """DESIGN §2 names import-linter contracts in pyproject.toml; they hold, indirect
+    imports included (e.g. interpreter -> ... -> pyroute2 would break the first)."""
+    import subprocess
+    import sys
+
+    tool = Path(sys.executable).with_name("lint-imports")
+    assert tool.exists(), "import-linter is a test dependency"
+    done = subprocess.run(
+        [str(tool), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "Contracts: 6 kept, 0 broken." in done.stdout
