@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dmn.interpreter.binder import Call, bind_program
 from dmn.interpreter.bound import BoundProgram
@@ -22,7 +24,7 @@ from dmn.interpreter.handles import (
     ScopeKind,
 )
 
-from .support import OPERATION, codes, plugin, registry, variant
+from .support import OPERATION, codes, load_plugin, plugin, registry, variant
 
 SCHEMA = ObjectSchema.model_validate(
     {
@@ -251,3 +253,36 @@ def test_the_binder_validates_presence_before_binding() -> None:
     result = bind_program(plugin(text), "connect", call, registry())
     assert isinstance(result, list)
     assert [(d.code, d.path) for d in result] == [(Code.E_SCHEMA, "config.tag")]
+
+
+GUARD_TOKENS = [
+    "call.config.tagged", "call.config.tag", "call.config.mode", "call.config.nope",
+    "call.inputs.parent", "==", "!=", ">", "and", "or", "not", "(", ")", "1", '"x"', "true",
+    "null", "[1, 2]", "in",
+]  # fmt: skip
+
+
+@pytest.mark.property
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    st.sampled_from(["requiredWhen", "forbiddenWhen"]),
+    st.lists(st.sampled_from(GUARD_TOKENS), max_size=7),
+    st.dictionaries(
+        st.sampled_from(["ifName", "vlanId", "up", "tagged", "tag", "x"]),
+        st.none() | st.booleans() | st.integers(-2, 5000) | st.text(max_size=4),
+        max_size=5,
+    ),
+)
+def test_arbitrary_presence_guards_and_configs_never_raise(
+    key: str, tokens: list[str], config: dict[str, Any]
+) -> None:
+    guard = " ".join(tokens).replace("'", "''")
+    text = with_tag(f"{key}: '{guard}'")
+    loaded, diags = load_plugin(text)  # an empty guard is a document error
+    assert all(d.line >= 1 and d.column >= 1 for d in diags)
+    if loaded is None or diags:
+        return
+    for found in (checked(text), checked(text, config)):
+        assert all(d.line >= 1 and d.column >= 1 for d in found)
+    _, problems = validate_config(loaded.descriptor.spec.config_schema, config)
+    assert all(d.code in (Code.E_SCHEMA, Code.E_UNKNOWN_FIELD) for d in problems)
