@@ -5,6 +5,13 @@ A candidate takes the Lease when it is absent, expired (``renewTime`` older than
 writes carry the Lease's resourceVersion, so two candidates racing for an expired Lease
 cannot both win (the loser gets 409 Conflict). Losing the Lease (a failed renewal past
 the deadline, or another holder) calls ``on_lost`` — the controller stops reconciling.
+
+The leader's own deadline is ``renew_deadline`` (shorter than ``lease_duration``, as
+client-go's RenewDeadline): when renewals keep failing, it gives up leadership *before*
+any other candidate may consider the Lease expired, so two leaders never overlap while
+the clocks agree. Expiry is judged from the Lease's ``renewTime`` against the local clock,
+so clock skew between replicas shortens that margin (client-go instead times how long the
+record stayed unchanged).
 """
 
 from __future__ import annotations
@@ -48,14 +55,18 @@ class LeaderElector:
         namespace: str,
         identity: str,
         lease_duration: float = 15.0,
-        renew_interval: float = 5.0,
+        renew_deadline: float = 10.0,
+        renew_interval: float = 2.0,
         clock: Callable[[], datetime] = _now,
     ) -> None:
+        if not renew_interval < renew_deadline < lease_duration:
+            raise ValueError("need renew_interval < renew_deadline < lease_duration")
         self.cluster = cluster
         self.name = name
         self.namespace = namespace
         self.identity = identity
         self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
         self.renew_interval = renew_interval
         self.clock = clock
         self.is_leader = False
@@ -87,7 +98,7 @@ class LeaderElector:
             return self._set(True)
         except ApiFailure as exc:
             log.warning("lease read failed name=%s error=%s", self.name, exc)
-            return self._set(self._still_valid())
+            return self._keep_if_still_valid()
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
         renewed = _parse(spec.get("renewTime"))
@@ -106,16 +117,21 @@ class LeaderElector:
             return self._set(False)
         except ApiFailure as exc:
             log.warning("lease renew failed name=%s error=%s", self.name, exc)
-            return self._set(self._still_valid())
+            return self._keep_if_still_valid()
         return self._set(True)
 
-    def _still_valid(self) -> bool:
-        if not self.is_leader or self._last_renew is None:
-            return False
-        return self._last_renew + timedelta(seconds=self.lease_duration) > self.clock()
+    def _keep_if_still_valid(self) -> bool:
+        """After a failed read or write: leader only until the deadline counted from the
+        last *successful* renewal (a failure never extends it)."""
+        valid = (
+            self.is_leader
+            and self._last_renew is not None
+            and self._last_renew + timedelta(seconds=self.renew_deadline) > self.clock()
+        )
+        return self._set(valid, renewed=False)
 
-    def _set(self, leader: bool) -> bool:
-        if leader:
+    def _set(self, leader: bool, *, renewed: bool = True) -> bool:
+        if leader and renewed:
             self._last_renew = self.clock()
         if leader != self.is_leader:
             log.info(

@@ -5,7 +5,9 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 
-from dmn.api.cluster import Cluster
+import pytest
+
+from dmn.api.cluster import Cluster, connect
 from dmn.api.cluster import resources as r
 from dmn.controller.leader import LeaderElector
 
@@ -21,10 +23,22 @@ class Clock:
 def test_one_leader_takeover_after_expiry_and_release(cluster: Cluster) -> None:
     clock = Clock()
     a = LeaderElector(
-        cluster, name="le-test", namespace="default", identity="a", lease_duration=10, clock=clock
+        cluster,
+        name="le-test",
+        namespace="default",
+        identity="a",
+        lease_duration=10,
+        renew_deadline=7,
+        clock=clock,
     )
     b = LeaderElector(
-        cluster, name="le-test", namespace="default", identity="b", lease_duration=10, clock=clock
+        cluster,
+        name="le-test",
+        namespace="default",
+        identity="b",
+        lease_duration=10,
+        renew_deadline=7,
+        clock=clock,
     )
     assert a.try_acquire_or_renew() is True
     assert b.try_acquire_or_renew() is False
@@ -59,3 +73,37 @@ def test_racing_candidates_one_wins(cluster: Cluster) -> None:
     assert sum(results.values()) == 1
     winner = next(k for k, v in results.items() if v)
     assert cluster.get(r.LEASES, "le-race", "default")["spec"]["holderIdentity"] == winner
+
+
+def test_failing_renewals_give_up_before_anyone_may_take_over(cluster: Cluster) -> None:
+    clock = Clock()
+    a = LeaderElector(
+        cluster,
+        name="le-deadline",
+        namespace="default",
+        identity="a",
+        lease_duration=10,
+        renew_deadline=7,
+        clock=clock,
+    )
+    assert a.try_acquire_or_renew() is True
+    with Cluster(connect(url="http://127.0.0.1:1"), request_timeout=5) as dead:
+        dead.api_client.configuration.retries = 0
+        a.cluster = dead  # the API server becomes unreachable for the leader
+        clock.now += timedelta(seconds=6)
+        assert a.try_acquire_or_renew() is True  # within the renew deadline
+        clock.now += timedelta(seconds=2)
+        # 8 s since the last renewal: past the deadline, still 2 s before others may take over
+        assert a.try_acquire_or_renew() is False
+
+
+def test_deadline_must_sit_between_interval_and_duration(cluster: Cluster) -> None:
+    with pytest.raises(ValueError):
+        LeaderElector(
+            cluster,
+            name="x",
+            namespace="default",
+            identity="a",
+            lease_duration=10,
+            renew_deadline=10,
+        )
