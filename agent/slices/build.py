@@ -14,6 +14,7 @@ slice of one generation carries the same ``pool.generation`` and the total
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import re
@@ -109,6 +110,7 @@ def _dns_label(name: str) -> bool:
     return len(name) <= 63 and _DNS_LABEL.fullmatch(name) is not None
 
 
+@functools.lru_cache(maxsize=1024)
 def _qualified_name_ok(name: str) -> bool:
     """``domain/ID`` or ``ID``: ID a C identifier ≤ 32, domain a DNS subdomain ≤ 63."""
     domain, _, ident = name.rpartition("/")
