@@ -371,7 +371,11 @@ class LinkConfigure:
         recorded = LinkState.from_json(before["link"])
         ipr = env.rtnl(ref)
         link = by_index(ipr, recorded.index)
-        if link is not None and (link.name != recorded.name or link.mac != recorded.mac):
+        # identity: ifindex + name in the recorded namespace, plus the ownership alias when the
+        # link carries one (a bond's MAC follows its active member, so MAC is no identity here)
+        if link is not None and (
+            link.name != recorded.name or (recorded.alias and link.alias != recorded.alias)
+        ):
             link = None
         return ipr, link
 

@@ -184,18 +184,26 @@ def _bond_vlan_crashes(server: CrashServer, node: Node, w: World) -> None:
         program = topo.bond_program() if step == "uplink" else topo.vlan_program()
         op = topo.op(step)
         for phase in ("run", "cleanup"):
+            if phase == "cleanup":
+                node.run(op, program, sandbox=topo.ref)
             for index in range(MAX_BOUNDARIES):
-                if phase == "run":
-                    passed = node.killed_at(server, index, "run", op, program, topo.ref)
-                else:
-                    node.run(op, program, sandbox=topo.ref)
-                    passed = node.killed_at(server, index, "cleanup", op)
-                for result in node.recover():
-                    assert result.state.value in ("Undone", "Completed"), result
-                node.cleanup(op)
-                assert _sandbox_state(w, topo.sandbox) == before, (step, phase, index, passed)
-                if not passed:
-                    break
+                action = "run" if phase == "run" else "cleanup"
+                passed = node.killed_at(server, index, action, op, program, topo.ref)
+                # one journal open per crash point: recover, clean up, check, re-arm
+                with node.runner() as r:
+                    for result in r.recover():
+                        assert result.state.value in ("Undone", "Completed"), result
+                    assert r.cleanup(op).state.value == "Undone"
+                    state = _sandbox_state(w, topo.sandbox)
+                    assert state == before, (step, phase, index, passed)
+                    if not passed:
+                        break
+                    if phase == "cleanup":
+                        env = node.env(topo.ref)
+                        try:
+                            assert r.run(op, f"scope/{op}", program, env=env).ok
+                        finally:
+                            env.close()
                 points[step] += 1
         if step == "tenant":
             node.cleanup(topo.op("uplink"))
