@@ -27,11 +27,15 @@ from dmn.opcodes.spec import OpcodeRegistry
 log = logging.getLogger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024
+#: Seconds a connection may stay silent (TLS handshake included) before it is dropped, so
+#: idle or stalled clients cannot pin handler threads.
+IO_TIMEOUT = 30.0
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    timeout = IO_TIMEOUT
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("webhook %s", format % args)
@@ -54,7 +58,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.split("?")[0] != "/validate":
             self._send(404, {"message": "not found"})
             return
-        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
         if length <= 0 or length > MAX_BODY:
             self._send(400, {"message": "body missing or too large"})
             return

@@ -234,6 +234,14 @@ def test_malformed_review_is_400(webhook: WebhookServer, pki: tuple[Path, Path, 
     conn.request("POST", "/validate", b"{not json", {"Content-Type": "application/json"})
     assert conn.getresponse().status == 400
     conn.close()
+    # a Content-Length that is not a number is a 400 too, never a dropped connection
+    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=30)
+    conn.putrequest("POST", "/validate")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", "twelve")
+    conn.endheaders()
+    assert conn.getresponse().status == 400
+    conn.close()
 
 
 def test_certificate_rotation(
