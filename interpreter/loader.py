@@ -227,13 +227,19 @@ def load_plugins(root: FsPath | str) -> tuple[dict[str, Plugin], list[Diagnostic
 
     Plugin directories are recognised by their ``plugin.yaml``; any other ``*.yaml``
     file holding ``NetworkPlugin`` documents contributes those (inline programs).
+    ``root`` may also be one such file.
     """
     base = FsPath(root)
     plugins: dict[str, Plugin] = {}
     diagnostics: list[Diagnostic] = []
-    if not base.is_dir():
-        return plugins, [Diagnostic.at(Code.E_IO, "not a directory", SourceSpan(str(base), 1, 1))]
-    dirs = _plugin_dirs(base)
+    if not base.is_dir() and not base.is_file():
+        return plugins, [
+            Diagnostic.at(Code.E_IO, "not a plugin directory or file", SourceSpan(str(base), 1, 1))
+        ]
+    if base.is_dir():
+        dirs = _plugin_dirs(base)
+    else:  # one file: a plugin directory's plugin.yaml, or a NetworkPlugin CR
+        dirs = [base.parent] if base.name == PLUGIN_FILE else []
     claimed = {d / f"{h}.yaml" for d in dirs for h in HOOKS} | {d / PLUGIN_FILE for d in dirs}
 
     def add(plugin: Plugin) -> None:
@@ -254,7 +260,8 @@ def load_plugins(root: FsPath | str) -> tuple[dict[str, Plugin], list[Diagnostic
         diagnostics += diags
         if plugin is not None:
             add(plugin)
-    for file in sorted(base.rglob("*.yaml")):
+    files = sorted(base.rglob("*.yaml")) if base.is_dir() else [base] if not dirs else []
+    for file in files:
         if file in claimed:
             continue
         data, diags = read_file(file)

@@ -96,6 +96,27 @@ def test_plugins_dir_resolves_programs(tmp_path: Path, capsys: pytest.CaptureFix
     assert codes == {"E_EXPORT_MISSING"}  # resolved against 'op', whose output is not exported
 
 
+def test_plugins_may_name_a_cr_file_or_a_plugin_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cr = write(tmp_path, "crs/op.yaml", OPERATION)
+    program = (
+        "apiVersion: effects.dra-multi-network.schseba.github.io/v1alpha1\n"
+        "kind: HookProgram\nhook: connect\neffects: []\n"
+    )
+    file = write(tmp_path, "work/op/connect.yaml", program)
+    assert run([str(file), "--plugins", str(cr), "--format", "json"]) == 1
+    assert {d["code"] for d in json.loads(capsys.readouterr().out)} == {"E_EXPORT_MISSING"}
+    # a plugin directory's plugin.yaml brings its sibling hook programs along
+    vlan = ROOT / "programs" / "vlan-cni" / "v1"
+    file = write(tmp_path, "work/vlan-cni/connect.yaml", (vlan / "connect.yaml").read_text())
+    args = [str(file), "--no-builtins", "--plugins", str(vlan / "plugin.yaml")]
+    assert run([*args, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert run([str(file), "--plugins", str(tmp_path / "nope.yaml"), "--format", "json"]) == 2
+    assert [d["code"] for d in json.loads(capsys.readouterr().out)] == ["E_IO"]
+
+
 def test_plugin_directory_is_linted_as_one_plugin(tmp_path: Path) -> None:
     src = ROOT / "programs" / "bond-cni" / "v1"
     for f in src.glob("*.yaml"):
