@@ -67,7 +67,7 @@ def scan(config: ScanConfig) -> Inventory:
         try:
             raw[address] = tree.function(address)
         except OSError as exc:
-            notes.append(f"pci {address}: vanished during scan ({exc.strerror})")
+            notes.append(f"pci {address}: vanished or unreadable during scan ({exc.strerror})")
     netdevs = tree.netdevs()
     rdma = tree.rdma_devices()
 

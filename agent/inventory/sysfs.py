@@ -93,6 +93,15 @@ class SysfsTree:
         except OSError:
             return ""
 
+    @staticmethod
+    def _driver(real: Path) -> str:
+        """The bound driver, ``""`` only when there is provably none (no ``driver`` link);
+        any other failure raises, so an unreadable binding never reads as "unbound"."""
+        try:
+            return os.path.basename(os.readlink(real / "driver"))
+        except FileNotFoundError:
+            return ""
+
     def _int(self, path: Path) -> int | None:
         text = self._read(path)
         if text is None:
@@ -138,7 +147,7 @@ class SysfsTree:
             device=self._read(real / "device") or "",
             subsystem=f"{sub_v}:{sub_d}" if sub_v or sub_d else "",
             pci_class=self._read(real / "class") or "",
-            driver=self._link_name(real / "driver"),
+            driver=self._driver(real),
             numa_node=numa if numa is not None and numa >= 0 else None,
             iommu_group=int(group) if group.isdigit() else None,
             sriov_total_vfs=self._int(real / "sriov_totalvfs") or 0,

@@ -352,3 +352,16 @@ def test_default_route_on_a_pf_protects_every_vf(tmp_path: Path) -> None:
     for i in range(2):
         assert ProtectionReason.VF_OF_PROTECTED_PF in item(inv, mlx_vf_address(0, i)).protected
         assert item(inv, mlx_vf_address(1, i)).protected == ()  # the other PF's family
+
+
+def test_unreadable_driver_binding_is_not_read_as_unbound(node: FixtureNode) -> None:
+    """A function whose driver link cannot be read (here: not a symlink, EINVAL) is left
+    out with a note — never inventoried as an unbound function free for VFIO."""
+    fn = (node.sysfs / "bus" / "pci" / "devices" / SHARED_UNBOUND).resolve()
+    assert not (fn / "driver").exists()
+    (fn / "driver").mkdir()
+    inv = run(node)
+    assert inv.by_pci(SHARED_UNBOUND) is None
+    assert any(SHARED_UNBOUND in n and "unreadable" in n for n in inv.notes)
+    peer = item(inv, SHARED_KERNEL)  # its group peer now has an unknown member
+    assert isinstance(peer.iommu_peer_details, Unknown)
