@@ -459,3 +459,22 @@ def test_diagnostics_point_inside_expressions() -> None:
     line = text.splitlines()[diag.line - 1]
     assert diag.code.value == "E_CARDINALITY"
     assert line[diag.column - 1 :].startswith("call.inputs.parent[7]")
+
+
+def test_every_error_is_reported_not_just_the_first() -> None:
+    # Five independent mistakes in one plugin: all five come back, each at its own place.
+    text = variant(OPERATION, "kind: t/tune/v1", "kind: t/nope/v1")
+    text = variant(text, "{from: call.inputs.parent}", "{from: call.inputs.lower}")
+    text = variant(text, "vlanId: {from: call.config.vlanId}", "vlanId: {from: call.config.vid}")
+    text = variant(text, "requires: [{kind: same-sandbox}]", "requires: [{kind: teleport}]")
+    text = variant(text, EXPORTS, EXPORTS + "        extra: {from: effects.make.interface}\n")
+    diags = check_plugin(plugin(text), registry())
+    assert sorted(d.code.value for d in diags) == [
+        "E_EXPORT_UNDECLARED",
+        "E_PREDICATE",
+        "E_REF_UNRESOLVED",
+        "E_REF_UNRESOLVED",
+        "E_UNKNOWN_OPCODE",
+    ]
+    assert len({(d.line, d.column) for d in diags}) == 5
+    assert all(d.file == "plugin.yaml" and d.path.startswith("spec.") for d in diags)
