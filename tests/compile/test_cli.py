@@ -46,3 +46,24 @@ def test_plugins_dir(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert rc == 0, capsys.readouterr().err
     rc = main(["compile", str(EXAMPLES / "vfio.yaml"), "--plugins", str(tmp_path / "none")])
     assert rc == 2
+
+
+def test_garbage_bytes_and_directories_are_diagnostics(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    garbage = tmp_path / "garbage.yaml"
+    garbage.write_bytes(bytes(range(256)) * 4)
+    assert main(["compile", str(garbage)]) == 1
+    out = capsys.readouterr()
+    assert out.out.startswith(f"{garbage}:1:") and "error[E_SYNTAX]" in out.out
+    assert "Traceback" not in out.out + out.err
+    assert main(["compile", str(tmp_path)]) == 2
+    out = capsys.readouterr()
+    assert "E_IO" in out.out and "Traceback" not in out.out + out.err
+
+
+def test_every_negative_topology_through_the_cli(capsys) -> None:  # type: ignore[no-untyped-def]
+    for path in sorted(NEGATIVE.glob("*.yaml")):
+        expected = path.read_text().splitlines()[0].removeprefix("# expect: ").strip()
+        assert main(["compile", str(path), "--format", "json"]) == 1, path
+        diags = json.loads(capsys.readouterr().out)
+        assert {d["code"] for d in diags} == {expected}, path
+        assert all(d["file"] == str(path) and d["line"] >= 1 for d in diags), diags
