@@ -222,6 +222,8 @@ class LinkMove:
             raise ExecutorError("E_LINK_CHANGED", f"{original.name} is no longer the captured link")
         if by_name(env.rtnl(sandbox), before["target"]) is not None:
             raise ExecutorError("E_NAME_TAKEN", f"{before['target']!r} exists in the sandbox")
+        # one request moves, renames and claims the link: no window where it sits in the
+        # sandbox without its ownership alias
         netlink_call(
             f"move {original.name}",
             host.link,
@@ -229,11 +231,13 @@ class LinkMove:
             index=link.index,
             net_ns_fd=env.fd(sandbox),
             ifname=before["target"],
+            ifalias=before["alias"],
         )
         moved = by_name(env.rtnl(sandbox), before["target"])
         if moved is None or moved.mac != original.mac:
             raise ExecutorError("E_LINK_LOST", f"{before['target']} not found after the move")
-        set_alias(env.rtnl(sandbox), moved.index, before["alias"])
+        if moved.alias != before["alias"]:
+            set_alias(env.rtnl(sandbox), moved.index, before["alias"])
 
     def _in_sandbox(self, env: LinkEnvironment, before: Any) -> LinkState | None:
         sandbox = NamespaceRef.from_json(before["sandbox"])
@@ -295,6 +299,7 @@ class LinkMove:
                 index=link.index,
                 net_ns_fd=env.fd(env.host),
                 ifname=original.name,
+                ifalias=original.alias,
             )
         restore_root(host, original)
 
