@@ -12,6 +12,10 @@ plugins and what already exists, and converges (seed 000 §5.4):
    pre-existing classes are ``E_CONFLICT``);
 5. mark the revision Ready, then the topology Ready with revision ref and root classes.
 
+When the API server refuses a generated object (422 Invalid, 403 from admission or RBAC)
+the topology reports ``Rejected`` with the server's message and the key is retried with
+backoff.
+
 A later semantic change yields a new digest and thus a new revision; the old one stays
 until the revision GC proves it released.
 """
@@ -23,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dmn.api.cluster import AlreadyExists, Cluster, NotFound
+from dmn.api.cluster import AlreadyExists, Cluster, Forbidden, Invalid, NotFound
 from dmn.api.cluster import resources as r
 from dmn.api.identity import LABEL_MANAGED_BY, MANAGED_BY, REVISION_FINALIZER
 from dmn.controller.compile.compiler import CompiledTopology, compile_topology
@@ -94,6 +98,14 @@ class TopologyReconciler:
             if exc.transient:
                 raise RetryLater(exc.diagnostic.message) from exc
             return
+        except (Invalid, Forbidden) as exc:
+            # the API server (schema, CEL compilation, admission, RBAC) refuses what we
+            # generated: say so in status instead of retrying silently, and keep retrying
+            # with backoff (a fixed webhook or RBAC rule needs no topology edit)
+            code = Code.E_SCHEMA if isinstance(exc, Invalid) else Code.E_ACCESS
+            rejected = Diagnostic(code, f"the API server rejected a generated object: {exc}")
+            self._report_failure(topo, [rejected], "Rejected")
+            raise RetryLater(str(exc)) from exc
         self._mark_revision_ready(revision, classes)
         self._report_ready(topo, compiled, revision)
         self.on_revision(compiled.revision_name)

@@ -4,6 +4,7 @@ never overwritten (reconciler driven directly, no background controller)."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from dmn.controller.compile.plugin_sources import plugins_from_objects
 from dmn.controller.manager import Controller
 from dmn.controller.topology import TopologyReconciler
 from dmn.controller.workqueue import RetryLater
+from dmn.lab.apiserver import LabApiServer
 from dmn.opcodes.registry import default_registry
 from tests.controller.support import example, ready
 
@@ -100,3 +102,38 @@ def test_retry_later_goes_back_through_the_backoff(cluster: Cluster) -> None:
     assert ctl.queue.failures(("topology", "t")) == 1
     # the key comes back after its backoff (base 10 ms), not only at the next resync
     assert ctl.queue.get(30.0) == ("topology", "t")
+
+
+def test_a_refused_generated_class_is_reported_then_retried(
+    lab: LabApiServer, cluster: Cluster
+) -> None:
+    from dmn.lab.apiserver import errors as lab_errors
+
+    class RefuseClasses:
+        """Stands in for an admission webhook that denies DeviceClass writes."""
+
+        def mutate(self, attrs: Any) -> None:
+            return None
+
+        def validate(self, attrs: Any) -> None:
+            if attrs.rt.kind == "DeviceClass":
+                raise lab_errors.forbidden_request("deviceclasses: denied by test admission")
+
+    topo = example("host-device")
+    topo["metadata"]["name"] = "refused"
+    cluster.create(r.NETWORK_TOPOLOGIES, topo)
+    rec = TopologyReconciler(cluster, default_registry())
+    previous = lab.store.admission
+    lab.store.admission = RefuseClasses()
+    try:
+        with pytest.raises(RetryLater):
+            rec.reconcile("refused")
+    finally:
+        lab.store.admission = previous
+    status = cluster.get(r.NETWORK_TOPOLOGIES, "refused")["status"]
+    cond = ready({"status": status})
+    assert cond is not None and cond["status"] == "False" and cond["reason"] == "Rejected"
+    assert status["diagnostics"][0]["code"] == "E_ACCESS"
+    assert "denied by test admission" in status["diagnostics"][0]["message"]
+    rec.reconcile("refused")  # the retry, admission fixed
+    assert ready(cluster.get(r.NETWORK_TOPOLOGIES, "refused"))["status"] == "True"  # type: ignore[index]
