@@ -17,7 +17,7 @@ The subset (every keyword not listed is an error, ``E_UNKNOWN_FIELD``):
   - ``{type: integer, minimum?, maximum?, enum?, default?}``,
   - ``{type: boolean, default?}``,
   - ``{type: array, items: <string|integer|boolean property>, minItems?, maxItems?,
-    default?}``,
+    uniqueItems?, default?}``,
   - ``{type: object, additionalProperties: false, properties, required?}`` (nested,
     same rules as the root);
 
@@ -122,6 +122,7 @@ class ArraySchema(_Property):
     items: StringSchema | IntegerSchema | BooleanSchema = Field(discriminator="type")
     min_items: int | None = Field(default=None, alias="minItems", ge=0)
     max_items: int | None = Field(default=None, alias="maxItems", ge=0)
+    unique_items: bool | None = Field(default=None, alias="uniqueItems")
     default: list[Any] | None = None
 
 
@@ -248,6 +249,19 @@ def _validate(schema: AnyProperty, value: Any, path: str) -> tuple[Any, list[Dia
             )
         for i, item in enumerate(value):
             errs += _validate_scalar(schema.items, item, _join(path, i))
+        if schema.unique_items:
+            seen: list[Any] = []
+            for i, item in enumerate(value):
+                # bool is not int here: [1, true] holds two distinct values
+                if any(type(item) is type(s) and item == s for s in seen):
+                    errs.append(
+                        Diagnostic(
+                            code=Code.E_SCHEMA,
+                            message=f"item {item!r} repeats an earlier item (uniqueItems)",
+                            path=_join(path, i),
+                        )
+                    )
+                seen.append(item)
         return list(value), errs
     return value, _validate_scalar(schema, value, path)
 

@@ -125,6 +125,7 @@ SCHEMA = ObjectSchema.model_validate(
             "mtu": {"type": "integer", "minimum": 576, "maximum": 9000, "default": 1500},
             "name": {"type": "string", "minLength": 1, "maxLength": 3, "pattern": "[a-z]+"},
             "tags": {"type": "array", "items": {"type": "integer"}, "maxItems": 2},
+            "vids": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
             "nested": {
                 "type": "object",
                 "additionalProperties": False,
@@ -156,6 +157,7 @@ def test_config_validation_keeps_false_and_fills_defaults_only_when_absent() -> 
         ({"mode": "a", "up": True, "name": "AB"}, Code.E_SCHEMA, "config.name"),
         ({"mode": "a", "up": True, "tags": [1, 2, 3]}, Code.E_SCHEMA, "config.tags"),
         ({"mode": "a", "up": True, "tags": ["x"]}, Code.E_SCHEMA, "config.tags[0]"),
+        ({"mode": "a", "up": True, "vids": [7, 8, 7]}, Code.E_SCHEMA, "config.vids[2]"),
         ({"mode": "a", "up": True, "nested": {"y": 1}}, Code.E_UNKNOWN_FIELD, "config.nested.y"),
         ({"mode": "a", "up": True, "zzz": 1}, Code.E_UNKNOWN_FIELD, "config.zzz"),
     ],
@@ -163,6 +165,11 @@ def test_config_validation_keeps_false_and_fills_defaults_only_when_absent() -> 
 def test_config_validation_errors(config: dict[str, object], code: Code, path: str) -> None:
     _, diags = validate_config(SCHEMA, config)
     assert [(d.code, d.path) for d in diags] == [(code, path)]
+
+
+def test_unique_items_tells_booleans_from_integers() -> None:
+    assert validate_config(SCHEMA, {"mode": "a", "up": True, "vids": [1, 2]})[1] == []
+    assert validate_config(SCHEMA, {"mode": "a", "up": True, "tags": [1, 1]})[1] == []
 
 
 def test_config_must_be_an_object() -> None:

@@ -348,6 +348,16 @@ def test_bridge_refuses_a_trunk_that_repeats_the_access_vlan(plugins: dict[str, 
     assert any(d.path.startswith("effects[") and d.line > 1 for d in result)
 
 
+@pytest.mark.parametrize("name", ["accelerated-bridge-cni", "accelerated-bridge-cni-uplink"])
+def test_a_repeated_trunk_vlan_is_a_config_error(name: str, plugins: dict[str, Plugin]) -> None:
+    """Caught by config validation (topology compile and admission), not first at bind."""
+    config = {**BRIDGE, "uplink": "uplink-a", "trunk": [200, 300, 200]}
+    if name == "accelerated-bridge-cni":
+        del config["uplink"]
+    diagnostics = check_plugin(plugins[name], REGISTRY, config)
+    assert [(d.code, d.path) for d in diagnostics] == [(Code.E_SCHEMA, "config.trunk[2]")]
+
+
 def test_ovs_operation(plugins: dict[str, Plugin]) -> None:
     program = bound(
         bind_program(
