@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from dmn.api.identity import (
     ANNOTATION_DIGEST,
     API_VERSION,
+    DRIVER,
     LABEL_MANAGED_BY,
     LABEL_TOPOLOGY,
     LABEL_TOPOLOGY_UID,
@@ -114,6 +115,22 @@ def cel_problem(expression: str) -> str | None:
     except (ValueError, RuntimeError, TypeError) as exc:
         return str(exc).splitlines()[0][:300]
     return None
+
+
+def selector_result_problem(expression: str, sample: Mapping[str, Any]) -> str | None:
+    """Why a compiling selector is still unusable: Kubernetes requires a bool result.
+
+    The expression is evaluated against ``sample`` (a device carrying the root's own
+    attributes). A non-bool result is a problem; an evaluation error is not (it depends
+    on the device, e.g. a vendor attribute the sample lacks).
+    """
+    try:
+        value = cel.compile(expression).execute(dict(sample))
+    except Exception:  # evaluation depends on the device, not decided here
+        return None
+    if isinstance(value, bool):
+        return None
+    return f"must evaluate to a bool, not {type(value).__name__}"
 
 
 def _split_path(text: str) -> tuple[str | int, ...]:
@@ -265,6 +282,21 @@ def compile_topology(
             )
         for j, selector in enumerate(raw.get("hardwareSelectors") or []):
             problem = cel_problem(selector["cel"]["expression"])
+            if problem is None:
+                sample = {
+                    "device": {
+                        "driver": DRIVER,
+                        "attributes": {
+                            DRIVER: {
+                                "plugin": plugin,
+                                "mode": (raw.get("config") or {}).get("mode", ""),
+                                "allocationReady": True,
+                            }
+                        },
+                        "capacity": {},
+                    }
+                }
+                problem = selector_result_problem(selector["cel"]["expression"], sample)
             if problem is not None:
                 report.add(
                     Code.E_SYNTAX,

@@ -229,3 +229,18 @@ def test_digest_tracks_meaning(plugins: dict[str, Any]) -> None:
 
     changed = edited(plugins, "vlan-cni", widen)
     assert _digest(data, changed) != base
+
+
+def test_hardware_selector_must_be_boolean(plugins: dict[str, Any]) -> None:
+    def with_selector(expression: str) -> str:
+        return (
+            HEAD + VF + f"      hardwareSelectors:\n        - cel: {{expression: '{expression}'}}\n"
+        )
+
+    # compiles as CEL but is a string: Kubernetes would refuse the DeviceClass
+    assert codes(with_selector("device.driver"), plugins) == ["E_SYNTAX"]
+    assert codes(with_selector("1 + 2"), plugins) == ["E_SYNTAX"]
+    # bool, or undecidable without the real device (an attribute the sample lacks): fine
+    assert codes(with_selector('device.driver == "x"'), plugins) == []
+    vendor = 'device.attributes["dra-multi-network.schseba.github.io"].vendor == "0x15b3"'
+    assert codes(with_selector(vendor), plugins) == []
