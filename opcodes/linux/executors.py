@@ -41,14 +41,13 @@ from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.links import (
     LinkState,
     addresses_of,
-    by_alias,
     by_index,
     by_name,
     children_of,
     locate_hinted,
     netlink_call,
     nonce_name,
-    one,
+    owned,
 )
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
@@ -81,7 +80,8 @@ def locate_input(env: LinkEnvironment, handle: Handle) -> tuple[NamespaceRef, Li
     ref = env.ref_for_scope(handle.scope)
     ipr = env.rtnl(ref)
     alias = str(handle.observations.get("alias", "") or "")
-    link = one(by_alias(ipr, alias), alias) if alias else None
+    hint = str(handle.observations.get("ifName", "") or "")
+    link = owned(ipr, alias, (hint,)) if alias else None
     if link is None:
         link = locate_hinted(ipr, handle.observations)
     if link is None:
@@ -135,6 +135,7 @@ def find_owned(
     alias: str,
     nonce: tuple[str, str, int] | None,
     first: NamespaceRef | None = None,
+    names: tuple[str, ...] = (),
 ) -> tuple[NamespaceRef, LinkState] | None:
     """Search known namespaces for the link this effect owns.
 
@@ -146,7 +147,7 @@ def find_owned(
         refs = [first, *[r for r in refs if r.identity != first.identity]]
     for ref in refs:
         try:
-            found = find_owned_in(env, ref, alias, nonce)
+            found = find_owned_in(env, ref, alias, nonce, names)
         except ExecutorError:
             continue  # a pin that is gone or stale cannot hold our link any more
         if found is not None:
@@ -155,11 +156,15 @@ def find_owned(
 
 
 def find_owned_in(
-    env: LinkEnvironment, ref: NamespaceRef, alias: str, nonce: tuple[str, str, int] | None
+    env: LinkEnvironment,
+    ref: NamespaceRef,
+    alias: str,
+    nonce: tuple[str, str, int] | None,
+    names: tuple[str, ...] = (),
 ) -> tuple[NamespaceRef, LinkState] | None:
-    """:func:`find_owned` restricted to one namespace."""
+    """:func:`find_owned` restricted to one namespace (``names``: where to look first)."""
     ipr = env.rtnl(ref)
-    link = one(by_alias(ipr, alias), alias)
+    link = owned(ipr, alias, names)
     if link is not None:
         return ref, link
     if nonce is not None:
@@ -243,7 +248,7 @@ class LinkMove:
         sandbox = NamespaceRef.from_json(before["sandbox"])
         original = LinkState.from_json(before["original"])
         ipr = env.rtnl(sandbox)
-        link = one(by_alias(ipr, before["alias"]), before["alias"])
+        link = owned(ipr, before["alias"], (before["target"],))
         if link is None:
             cand = by_name(ipr, before["target"])
             if cand is not None and cand.mac == original.mac:
@@ -320,7 +325,7 @@ class LinkMove:
                 return sandbox, link
         except ExecutorError:
             pass
-        return find_owned(env, before["alias"], None)
+        return find_owned(env, before["alias"], None, names=(before["target"], original.name))
 
 
 def restore_root(host: Any, original: LinkState) -> None:
@@ -458,9 +463,10 @@ class _CreatedLink:
         """This effect's link: in the target namespace only (forward path, where nothing else
         can have moved it yet), or in every known namespace (recovery and undo)."""
         target = self._target_ref(env, before)
+        names = (str(before.get("final") or ""), before["nonce"])
         if not everywhere:
-            return find_owned_in(env, target, before["alias"], self._nonce(before))
-        return find_owned(env, before["alias"], self._nonce(before), target)
+            return find_owned_in(env, target, before["alias"], self._nonce(before), names)
+        return find_owned(env, before["alias"], self._nonce(before), target, names)
 
     def _create(self, ctx: EffectContext, ipr: Any, before: Any) -> None:
         raise NotImplementedError
@@ -801,7 +807,7 @@ class AttachMaster:
         ipr = env.rtnl(ref)
         rec_master = LinkState.from_json(before["master"])
         rec_member = LinkState.from_json(before["member"])
-        master = one(by_alias(ipr, rec_master.alias), rec_master.alias)
+        master = owned(ipr, rec_master.alias, (rec_master.name,))
         member = by_index(ipr, rec_member.index)
         if master is None or master.index != rec_master.index:
             raise ExecutorError("E_LINK_CHANGED", f"bond {rec_master.name} is gone")

@@ -157,6 +157,17 @@ def by_alias(ipr: Any, alias: str) -> list[LinkState]:
     return [link for link in all_links(ipr) if link.alias == alias]
 
 
+def owned(ipr: Any, alias: str, names: tuple[str, ...] = ()) -> LinkState | None:
+    """The link carrying ``alias``: the hinted names first (one kernel lookup each, the alias
+    must match), else a full dump (which also refuses two links claiming one alias)."""
+    for name in names:
+        if name:
+            link = by_name(ipr, name)
+            if link is not None and link.alias == alias:
+                return link
+    return one(by_alias(ipr, alias), alias)
+
+
 def children_of(ipr: Any, parent_index: int, netnsid: int = -1) -> list[LinkState]:
     """Links whose lower device is ``parent_index`` in the namespace ``netnsid`` names."""
     return [
