@@ -1,0 +1,349 @@
+"""``dmn lab``: the embedded single-node lab (control plane only, for now).
+
+    dmn lab up [--state-dir DIR] [--port N] [--detach]
+    dmn lab apply -f FILE|DIR [--state-dir DIR]
+    dmn lab get KIND [NAME] [-n NAMESPACE] [-o yaml|json|name] [--state-dir DIR]
+    dmn lab down [--state-dir DIR]
+    dmn lab demo [--timeout SECONDS] [-v]
+
+``up`` runs the lab API server, installs the CRDs and builtin NetworkPlugins, starts the
+controller and publishes the lab node's ResourceSlices; it writes ``kubeconfig`` and
+``lab.pid`` under the state directory and stays in the foreground until SIGINT/SIGTERM
+(or, with ``--detach``, runs in the background, logging to ``lab.log``). ``apply``,
+``get`` and ``down`` are clients of a running lab through the official Kubernetes client.
+``demo`` is the main job (see :mod:`dmn.lab.demo`). Failures are reported as
+``dmn lab: error[CODE]: message`` (exit 2 for bad input or no running lab, 1 when the API
+server refuses a request or the demo does not hold), never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import yaml
+
+from dmn.api.cluster import ApiFailure, Cluster, Invalid, NotFound, Unavailable, connect
+from dmn.api.cluster import resources as r
+from dmn.lab import manifests
+from dmn.lab.cluster import LabCluster, LabError
+from dmn.lab.demo import DemoReport, run_demo
+from dmn.lab.state_dir import StateDir, default_state_dir
+
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 30.0
+
+
+class _Failure(Exception):
+    def __init__(self, code: str, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.code, self.message, self.status = code, message, status
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _logging(level: int) -> None:
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s", force=True
+    )
+    # many watches share one client's pool; a discarded idle connection is not a problem
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+
+
+# --- up / down ---------------------------------------------------------------------------
+
+
+def _up(args: argparse.Namespace) -> int:
+    state = StateDir(args.state_dir)
+    running = state.running_pid()
+    if running is not None:
+        raise _Failure("E_LAB_RUNNING", f"a lab is already running (pid {running}) in {state.root}")
+    if args.detach:
+        return _up_detached(state, args.port)
+    _logging(logging.INFO)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    lab = LabCluster(state, port=args.port)
+    try:
+        url = lab.start()
+    except LabError as exc:
+        raise _Failure(exc.code, exc.message) from exc
+    pid = os.getpid()
+    state.write_pid(pid)
+    _out(f"lab up url={url} kubeconfig={state.kubeconfig} pid={pid}")
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        lab.stop()
+        state.clear_runtime(pid)
+    _out("lab down")
+    return 0
+
+
+def _up_detached(state: StateDir, port: int) -> int:
+    state.create()
+    command = [sys.executable, "-m", "dmn", "lab", "up", "--state-dir", str(state.root)]
+    command += ["--port", str(port)]
+    with state.log_file.open("ab") as log_file:
+        child = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if state.running_pid() == child.pid and state.server_url():
+            _out(f"lab up url={state.server_url()} kubeconfig={state.kubeconfig} pid={child.pid}")
+            return 0
+        if child.poll() is not None:
+            raise _Failure("E_LAB_START", f"the lab exited at start; {_tail(state.log_file)}")
+        time.sleep(0.1)
+    child.terminate()
+    raise _Failure(
+        "E_LAB_START", f"the lab did not come up in {START_TIMEOUT:.0f}s; see {state.log_file}"
+    )
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return f"no log at {path}"
+    return " | ".join(text[-lines:]) or "empty log"
+
+
+def _down(args: argparse.Namespace) -> int:
+    state = StateDir(args.state_dir)
+    pid = state.running_pid()
+    if pid is None:
+        raise _Failure("E_LAB_NOT_RUNNING", f"no lab is running in {state.root}")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while time.monotonic() < deadline:
+        # the lab removes its pid file once everything is stopped and saved
+        if state.running_pid() != pid:
+            _out(f"lab down pid={pid}")
+            return 0
+        time.sleep(0.1)
+    raise _Failure("E_LAB_STOP", f"the lab (pid {pid}) did not stop in {STOP_TIMEOUT:.0f}s")
+
+
+# --- clients -----------------------------------------------------------------------------
+
+
+@contextmanager
+def _client(state_dir: Path) -> Iterator[Cluster]:
+    state = StateDir(state_dir)
+    if state.running_pid() is None or state.server_url() is None:
+        raise _Failure(
+            "E_LAB_NOT_RUNNING", f"no lab is running in {state.root} (start it: dmn lab up)"
+        )
+    cluster = Cluster(connect(kubeconfig=str(state.kubeconfig)))
+    try:
+        yield cluster
+    except Unavailable as exc:
+        raise _Failure("E_LAB_NOT_RUNNING", f"the lab API server is not reachable: {exc}") from exc
+    finally:
+        cluster.close()
+
+
+def _api_failure(what: str, exc: ApiFailure) -> _Failure:
+    if isinstance(exc, Invalid):
+        causes = "; ".join(f"{c.field}: {c.message}" for c in exc.causes) or exc.message
+        return _Failure("E_INVALID", f"{what}: {causes}", 1)
+    if isinstance(exc, NotFound):
+        return _Failure("E_NOT_FOUND", f"{what}: {exc.message}", 1)
+    return _Failure("E_API", f"{what}: {exc.reason} ({exc.code}): {exc.message}", 1)
+
+
+def _apply(args: argparse.Namespace) -> int:
+    try:
+        docs = manifests.load(Path(args.filename))
+    except manifests.ManifestError as exc:
+        raise _Failure(exc.code, exc.message) from exc
+    failures: list[_Failure] = []
+    with _client(args.state_dir) as cluster:
+        for m in docs:
+            what = f"{m.kind}/{m.name}"
+            try:
+                cluster.apply(m.doc)
+            except Unavailable:
+                raise
+            except ApiFailure as exc:
+                failure = _api_failure(f"{m.source}: {what}", exc)
+                _error(failure)
+                failures.append(failure)
+                continue
+            _out(f"{what} applied")
+    return 1 if failures else 0
+
+
+def resolve_kind(name: str) -> r.Resource:
+    """A resource by kind, singular or plural (case-insensitive); first match wins."""
+    wanted = name.lower()
+    for res in r.ALL:
+        if wanted in (res.kind.lower(), res.plural, res.plural.rstrip("s")):
+            return res
+    raise _Failure("E_UNKNOWN_KIND", f"unknown kind {name!r}")
+
+
+def _summary(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    name = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+    if obj.get("kind") == "NetworkTopology" or "revision" in (obj.get("status") or {}):
+        status = obj.get("status") or {}
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+        revision = (status.get("revision") or {}).get("name", "-")
+        condition = f"Ready={ready.get('status', 'Unknown')}  reason={ready.get('reason', '-')}"
+        return f"{name}  {condition}  revision={revision}"
+    return name
+
+
+def _get(args: argparse.Namespace) -> int:
+    res = resolve_kind(args.kind)
+    namespace = args.namespace if res.namespaced else None
+    with _client(args.state_dir) as cluster:
+        try:
+            if args.name:
+                objs = [
+                    cluster.get(
+                        res, args.name, namespace or ("default" if res.namespaced else None)
+                    )
+                ]
+            else:
+                objs = cluster.list(res, namespace).items
+        except Unavailable:
+            raise
+        except ApiFailure as exc:
+            raise _api_failure(f"{res.kind}/{args.name or ''}", exc) from exc
+    for obj in objs:
+        obj.setdefault("apiVersion", res.api_version)
+        obj.setdefault("kind", res.kind)
+    body: Any = objs[0] if args.name else {"apiVersion": "v1", "kind": "List", "items": objs}
+    if args.output == "json":
+        _out(json.dumps(body, indent=2, sort_keys=True))
+    elif args.output == "yaml":
+        _out(yaml.safe_dump(body, sort_keys=False).rstrip())
+    else:
+        for obj in objs:
+            _out(_summary(obj) if args.output is None else obj["metadata"]["name"])
+    return 0
+
+
+# --- demo --------------------------------------------------------------------------------
+
+
+def render(report: DemoReport) -> list[str]:
+    lines = [f"lab up url={report.url} node slices={report.slices} devices={report.devices}"]
+    lines.append("topologies:")
+    for t in report.topologies:
+        classes = ",".join(t.device_classes) or "-"
+        codes = ",".join(t.codes) or "-"
+        lines.append(
+            f"  {t.name}: Ready={t.ready} reason={t.reason or '-'} "
+            f"revision={t.revision or '-'} classes={classes} codes={codes}"
+        )
+    a = report.allocation
+    if a is not None:
+        lines.append(f"claim {a.claim} class={a.device_class}:")
+        for res in a.results:
+            lines.append(
+                f"  allocated request={res.get('request')} device={res.get('device')} "
+                f"pool={res.get('pool')} driver={res.get('driver')}"
+            )
+        if a.error:
+            lines.append(f"  not allocated: {a.error}")
+    n = report.negative
+    if n is not None:
+        got = n.result
+        verdict = "rejected" if n.rejected else "NOT rejected as expected"
+        detail = (
+            f"Ready={got.ready} reason={got.reason} codes={','.join(got.codes) or '-'}"
+            if got
+            else n.api_error
+        )
+        lines.append(f"negative {n.source} ({n.name}): {verdict}: {detail} (expect {n.expected})")
+    lines.append("lab down")
+    lines += [f"problem: {p}" for p in report.problems]
+    lines.append("demo: OK" if report.ok else "demo: FAILED")
+    return lines
+
+
+def _demo(args: argparse.Namespace) -> int:
+    _logging(logging.INFO if args.verbose else logging.WARNING)
+    try:
+        report = run_demo(timeout=args.timeout)
+    except LabError as exc:
+        raise _Failure(exc.code, exc.message, 1) from exc
+    except manifests.ManifestError as exc:
+        raise _Failure(exc.code, exc.message) from exc
+    except ApiFailure as exc:
+        raise _api_failure("demo", exc) from exc
+    for line in render(report):
+        _out(line)
+    return 0 if report.ok else 1
+
+
+# --- entry -------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dmn lab", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_state(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--state-dir", type=Path, default=default_state_dir())
+        return sp
+
+    up = with_state(sub.add_parser("up", help="start the lab"))
+    up.add_argument("--port", type=int, default=0, help="API server port (0: any free port)")
+    up.add_argument("--detach", action="store_true", help="run in the background")
+    with_state(sub.add_parser("down", help="stop a running lab"))
+    apply = with_state(sub.add_parser("apply", help="create or update objects from manifests"))
+    apply.add_argument("-f", "--filename", required=True, help="a manifest file or directory")
+    get = with_state(sub.add_parser("get", help="show objects"))
+    get.add_argument("kind")
+    get.add_argument("name", nargs="?")
+    get.add_argument("-n", "--namespace", default=None)
+    get.add_argument("-o", "--output", choices=["yaml", "json", "name"])
+    demo = sub.add_parser("demo", help="the main job: up, examples, a claim, down")
+    demo.add_argument("--timeout", type=float, default=60.0, help="bound on each wait (s)")
+    demo.add_argument("-v", "--verbose", action="store_true")
+    return p
+
+
+def _error(failure: _Failure) -> None:
+    sys.stderr.write(f"dmn lab: error[{failure.code}]: {failure.message}\n")
+
+
+def run(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    handlers = {"up": _up, "down": _down, "apply": _apply, "get": _get, "demo": _demo}
+    try:
+        return handlers[args.command](args)
+    except _Failure as failure:
+        _error(failure)
+        return failure.status

@@ -1,0 +1,152 @@
+"""The embedded lab's control plane in one process: API server, CRDs, controller, node slices.
+
+:class:`LabCluster` starts, in order: the lab API server (objects restored from and saved to
+the state directory), the generated CRDs and builtin NetworkPlugins from the Helm chart,
+the lab node (Node object and its DeviceExposurePolicies, see :mod:`dmn.lab.node`), the
+real controller (:class:`~dmn.controller.manager.Controller`, without leader election —
+the lab has one replica), and the lab node's slice publication; then it writes the
+kubeconfig. :meth:`LabCluster.stop` stops them in reverse order and saves the objects.
+
+Not started (not built yet): the node agent's NodePrepare/NRI path, a kubelet or
+container-runtime driver, Pod sandboxes. Claims are allocated only on request
+(:meth:`allocate`, with the lab's structured-parameters allocator), not by a scheduler
+loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dmn.api.cluster import ApiFailure, Cluster, connect
+from dmn.controller.manager import Controller
+from dmn.lab import node
+from dmn.lab.allocator.service import ClaimService
+from dmn.lab.apiserver import LabApiServer
+from dmn.lab.slice_publication import LabSlicePublication
+from dmn.lab.state_dir import StateDir
+from dmn.opcodes.registry import default_registry
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "charts" / "dra-multi-network"
+CRD_DIR = CHART / "crds"
+PLUGIN_DIR = CHART / "templates" / "plugins"
+
+
+class LabError(Exception):
+    """A reason-coded failure to start or use the lab (never a traceback for the user)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def chart_manifests(directory: Path) -> list[dict[str, Any]]:
+    """The YAML documents of a chart directory, sorted by file name."""
+    docs: list[dict[str, Any]] = []
+    for path in sorted(directory.glob("*.yaml")):
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return docs
+
+
+class LabCluster:
+    def __init__(
+        self,
+        state_dir: StateDir,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        resync: float = 30.0,
+    ) -> None:
+        self.state_dir = state_dir
+        self.host, self.port = host, port
+        self.resync = resync
+        self.server: LabApiServer | None = None
+        self.cluster: Cluster | None = None
+        self.controller: Controller | None = None
+        self.publication: LabSlicePublication | None = None
+        self.url = ""
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> str:
+        """Start everything; returns the API server URL. Raises :class:`LabError`."""
+        self.state_dir.create()
+        try:
+            self.server = LabApiServer(
+                self.host, self.port, state=self.state_dir.apiserver_state, bookmark_interval=1.0
+            )
+            self.url = self.server.start()
+        except (OSError, ValueError) as exc:
+            self.stop()
+            raise LabError("E_LAB_START", f"API server on port {self.port}: {exc}") from exc
+        try:
+            self.cluster = Cluster(connect(url=self.url))
+            self._install(self.cluster)
+            self.controller = Controller(self.cluster, default_registry(), resync=self.resync)
+            self.controller.start()
+            inventory = node.inventory(self.state_dir.sysfs)
+            self.publication = LabSlicePublication(
+                self.cluster, node.NODE_NAME, inventory, resync=self.resync
+            )
+            self.publication.publish()
+            self.publication.start()
+        except ApiFailure as exc:
+            self.stop()
+            raise LabError("E_LAB_START", f"installing the lab: {exc}") from exc
+        self.state_dir.write_kubeconfig(self.url)
+        log.info("lab up url=%s state_dir=%s", self.url, self.state_dir.root)
+        return self.url
+
+    def _install(self, cluster: Cluster) -> None:
+        for doc in chart_manifests(CRD_DIR):
+            cluster.apply(doc)
+        for doc in chart_manifests(PLUGIN_DIR):
+            cluster.apply(doc)
+        cluster.apply(node.node_object())
+        for doc in node.policies():
+            cluster.apply(doc)
+        log.info("lab installed crds_dir=%s plugins_dir=%s", CRD_DIR, PLUGIN_DIR)
+
+    def stop(self) -> None:
+        """Stop in reverse order; safe to call more than once or after a failed start."""
+        if self.publication is not None:
+            self.publication.stop()
+            self.publication = None
+        if self.controller is not None:
+            self.controller.stop()
+            self.controller = None
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        log.info("lab down state_dir=%s", self.state_dir.root)
+
+    def __enter__(self) -> LabCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- use -----------------------------------------------------------------------------
+
+    def client(self) -> Cluster:
+        if self.cluster is None:
+            raise LabError("E_LAB_NOT_RUNNING", "the lab is not running")
+        return self.cluster
+
+    def allocate(self, claims: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Allocate claims on the lab node with the lab allocator; returns updated claims.
+
+        Raises :class:`~dmn.lab.allocator.AllocationError` when they do not fit."""
+        return ClaimService(self.client(), node.NODE_NAME).allocate(claims)

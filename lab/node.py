@@ -1,0 +1,117 @@
+"""The lab node: one small, documented single-node inventory and its exposure policies.
+
+The lab's node is called ``lab-node``. Its "NICs" are two ends of a veth pair named
+``lab0`` and ``lab1``, described here as *recorded* link facts (MTU 1500, up, locally
+administered MACs) — the lab creates no kernel link and reads none of the host's, so
+``dmn lab up`` is safe to run anywhere. The inventory is produced by the real scanner
+(:func:`dmn.agent.inventory.scan` with ``lab_links``) over an empty sysfs tree, so
+identities, protection and link types follow the same rules as on a real node.
+
+Three DeviceExposurePolicies (created as objects in the lab API server, so ``dmn lab
+apply`` can change them) expose every lab link as:
+
+* ``kernel`` for ``host-cni`` mode ``kernel`` (whole-link handoff);
+* ``macvlan`` for ``macvlan-cni`` mode ``bridge``, 4 children (shared parent);
+* ``ipvlan`` for ``ipvlan-cni`` mode ``l2``, 4 children (shared parent);
+
+with one ``Interface`` compatibility domain per link, so a link handed off whole cannot
+also parent children, and macvlan and ipvlan children never share a parent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dmn.agent.inventory import Inventory, RecordedDevlink, RecordedLinks, ScanConfig, scan
+from dmn.agent.inventory.facts import LinkState
+from dmn.api.identity import API_VERSION
+
+NODE_NAME = "lab-node"
+NODE_UID = "lab-node"
+LAB_LINKS = ("lab0", "lab1")
+CHILDREN = 4
+
+
+@dataclass(frozen=True)
+class LabLink:
+    name: str
+    ifindex: int
+    mac: str
+    mtu: int = 1500
+
+
+LINKS: tuple[LabLink, ...] = (
+    LabLink("lab0", 2, "02:00:00:00:1a:00"),
+    LabLink("lab1", 3, "02:00:00:00:1a:01"),
+)
+
+
+def link_states(links: Sequence[LabLink] = LINKS) -> list[LinkState]:
+    """The recorded link facts: loopback plus the lab's veth ends (no default route)."""
+    states = [LinkState(1, "lo", 65536, "00:00:00:00:00:00", "UNKNOWN")]
+    for link in links:
+        states.append(LinkState(link.ifindex, link.name, link.mtu, link.mac, "UP", kind="veth"))
+    return states
+
+
+def inventory(sysfs_root: Path) -> Inventory:
+    """Scan the lab node. ``sysfs_root`` is an empty directory the caller owns (no PCI)."""
+    sysfs_root.mkdir(parents=True, exist_ok=True)
+    return scan(
+        ScanConfig(
+            sysfs_root=sysfs_root,
+            node_uid=NODE_UID,
+            links=RecordedLinks(states=link_states()),
+            devlink=RecordedDevlink(),
+            lab_links=[link.name for link in LINKS],
+        )
+    )
+
+
+def _policy(
+    name: str, persona: str, plugin: str, mode: str, group: str, shared: bool
+) -> dict[str, Any]:
+    exposure: dict[str, Any] = {
+        "persona": persona,
+        "plugin": plugin,
+        "mode": mode,
+        "compatibility": [{"scope": "Interface", "domain": "interface", "groups": [group]}],
+    }
+    if shared:
+        exposure["allowMultipleAllocations"] = True
+        exposure["capacity"] = {"children": {"value": str(CHILDREN)}}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "DeviceExposurePolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "priority": 100,
+            "action": "Expose",
+            "selector": {"kind": "Link"},
+            "exposure": exposure,
+        },
+    }
+
+
+def policies() -> list[dict[str, Any]]:
+    """The lab node's DeviceExposurePolicies as API objects."""
+    return [
+        _policy("lab-link-kernel", "kernel", "host-cni", "kernel", "kernel-handoff", False),
+        _policy("lab-link-macvlan", "macvlan", "macvlan-cni", "bridge", "macvlan", True),
+        _policy("lab-link-ipvlan", "ipvlan", "ipvlan-cni", "l2", "ipvlan", True),
+    ]
+
+
+def node_object() -> dict[str, Any]:
+    """The lab's Node object (labels the policies' node selectors may use)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": NODE_NAME,
+            "labels": {"kubernetes.io/hostname": NODE_NAME, "dra-multi-network/lab": "true"},
+        },
+    }
