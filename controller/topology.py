@@ -22,6 +22,7 @@ until the revision GC proves it released.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,6 +63,25 @@ def _same_content(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
         return {**spec, "topologyRef": ref}
 
     return strip(existing) == strip(wanted)
+
+
+def _bound_ref(cls: dict[str, Any]) -> dict[str, Any]:
+    for cfg in (cls.get("spec") or {}).get("config") or []:
+        params = (cfg.get("opaque") or {}).get("parameters") or {}
+        if params.get("kind") == "TopologyRootConfiguration":
+            return dict(params.get("revisionRef") or {})
+    return {}
+
+
+def _stale_incarnation(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """A managed class equal to ``wanted`` except for the revision UID it is bound to."""
+    labels = existing["metadata"].get("labels") or {}
+    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
+        return False
+    have, want = _bound_ref(existing), _bound_ref(wanted)
+    if not have or have.get("uid") == want.get("uid"):
+        return False
+    return bool(have.get("name") == want.get("name") and have.get("digest") == want.get("digest"))
 
 
 @dataclass
@@ -165,6 +185,14 @@ class TopologyReconciler:
                 pass
             existing = self.cluster.get(r.DEVICE_CLASSES, name)
             labels = existing["metadata"].get("labels") or {}
+            if _stale_incarnation(existing, wanted):
+                # ours, for this very revision name and digest, but bound to an earlier
+                # incarnation of the revision that was collected meanwhile (a topology
+                # that changed back while the collector ran): replace it
+                log.info("stale class replaced name=%s", name)
+                with contextlib.suppress(NotFound):
+                    self.cluster.delete(r.DEVICE_CLASSES, name, uid=existing["metadata"].get("uid"))
+                raise RetryLater(f"DeviceClass {name} was bound to a collected revision")
             if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or existing.get("spec") != wanted["spec"]:
                 raise ReconcileConflict(
                     Diagnostic(

@@ -137,3 +137,31 @@ def test_a_refused_generated_class_is_reported_then_retried(
     assert "denied by test admission" in status["diagnostics"][0]["message"]
     rec.reconcile("refused")  # the retry, admission fixed
     assert ready(cluster.get(r.NETWORK_TOPOLOGIES, "refused"))["status"] == "True"  # type: ignore[index]
+
+
+def test_class_of_a_collected_incarnation_is_replaced(cluster: Cluster) -> None:
+    """A topology changed back to an earlier digest while the collector removed that
+    revision: our class still names the collected revision's UID; it is replaced, not
+    reported as a conflict forever."""
+    topo = example("host-device")
+    topo["metadata"]["name"] = "flipback"
+    cluster.create(r.NETWORK_TOPOLOGIES, topo)
+    rec = TopologyReconciler(cluster, default_registry())
+    rec.reconcile("flipback")
+    first = cluster.get(r.NETWORK_TOPOLOGIES, "flipback")["status"]
+    rev_name, old_uid = first["revision"]["name"], first["revision"]["uid"]
+    # the collector deleted the revision; the class it had already passed survived
+    cluster.delete(r.NETWORK_TOPOLOGY_REVISIONS, rev_name)
+    dying = cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, rev_name)
+    dying["metadata"]["finalizers"] = []
+    cluster.replace(r.NETWORK_TOPOLOGY_REVISIONS, dying)
+
+    with pytest.raises(RetryLater):
+        rec.reconcile("flipback")
+    rec.reconcile("flipback")
+    after = cluster.get(r.NETWORK_TOPOLOGIES, "flipback")["status"]
+    assert ready({"status": after})["status"] == "True"  # type: ignore[index]
+    new_uid = after["revision"]["uid"]
+    assert after["revision"]["name"] == rev_name and new_uid != old_uid
+    cls = cluster.get(r.DEVICE_CLASSES, after["roots"][0]["deviceClassName"])
+    assert cls["spec"]["config"][0]["opaque"]["parameters"]["revisionRef"]["uid"] == new_uid
