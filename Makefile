@@ -12,9 +12,12 @@ $(VENV_STAMP): pyproject.toml
 
 setup: $(VENV_STAMP)
 
-# The main job. Until the embedded lab lands it lints the builtin programs and examples.
+# The main job: lint the builtin programs and example topologies, then run the embedded
+# lab's demo (lab up, every example topology Ready, one claim allocated, a negative example
+# rejected, lab down; exit 0 only if all of that held).
 lab: setup
-	$(PY) -m dmn lint programs examples
+	$(PY) -m dmn lint programs examples/topologies
+	$(PY) -m dmn lab demo
 
 lint: setup
 	$(PY) -m ruff check .

@@ -201,11 +201,36 @@ def _apply(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+#: short names for the project's kinds and the DRA kinds (kind and plural always work)
+SHORT_NAMES: dict[str, r.Resource] = {
+    "topology": r.NETWORK_TOPOLOGIES,
+    "topologies": r.NETWORK_TOPOLOGIES,
+    "revision": r.NETWORK_TOPOLOGY_REVISIONS,
+    "revisions": r.NETWORK_TOPOLOGY_REVISIONS,
+    "plugin": r.NETWORK_PLUGINS,
+    "plugins": r.NETWORK_PLUGINS,
+    "policy": r.DEVICE_EXPOSURE_POLICIES,
+    "policies": r.DEVICE_EXPOSURE_POLICIES,
+    "attachment": r.NETWORK_ATTACHMENT_STATUSES,
+    "attachments": r.NETWORK_ATTACHMENT_STATUSES,
+    "claim": r.RESOURCE_CLAIMS,
+    "claims": r.RESOURCE_CLAIMS,
+    "slice": r.RESOURCE_SLICES,
+    "slices": r.RESOURCE_SLICES,
+    "class": r.DEVICE_CLASSES,
+    "classes": r.DEVICE_CLASSES,
+    "crd": r.CUSTOM_RESOURCE_DEFINITIONS,
+    "crds": r.CUSTOM_RESOURCE_DEFINITIONS,
+}
+
+
 def resolve_kind(name: str) -> r.Resource:
-    """A resource by kind, singular or plural (case-insensitive); first match wins."""
+    """A resource by kind, plural or short name (case-insensitive); first match wins."""
     wanted = name.lower()
+    if wanted in SHORT_NAMES:
+        return SHORT_NAMES[wanted]
     for res in r.ALL:
-        if wanted in (res.kind.lower(), res.plural, res.plural.rstrip("s")):
+        if wanted in (res.kind.lower(), res.plural):
             return res
     raise _Failure("E_UNKNOWN_KIND", f"unknown kind {name!r}")
 
