@@ -197,14 +197,19 @@ class _PluginContext:
             return True
         return _decided(self.required_when.get(name), scenario)
 
-    def possible(self, scenario: Scenario) -> bool:
-        """Could a config that validates have these values of the enumerated fields?"""
-        for name in self.forbidden_when.keys() | self.required_when.keys():
+    def possible(self, scenario: Scenario, enumerated: Iterable[str]) -> bool:
+        """Could a config that validates have these values of the ``enumerated`` fields
+        (those absent from ``scenario`` are enumerated as absent)?"""
+        for name in enumerated:
             forbidden = _decided(self.forbidden_when.get(name), scenario)
-            if name in scenario and forbidden:
+            if name in scenario:
+                if forbidden:
+                    return False
+            elif not forbidden and (
+                (name in self.forbidden_when and self.defaulted(name))  # default filled in
+                or _decided(self.required_when.get(name), scenario)  # validation refuses
+            ):
                 return False
-            if name not in scenario and not forbidden and self.defaulted(name):
-                return False  # the default would have been filled in
         return True
 
     def error(
@@ -390,7 +395,7 @@ def _scenarios(ctx: _PluginContext, guards: Iterable[Expr]) -> list[dict[str, An
     out = []
     for combo in itertools.product(*choices):
         scenario = {k: v for k, v in zip(fields, combo, strict=True) if v is not None}
-        if ctx.possible(scenario):
+        if ctx.possible(scenario, fields):
             out.append(scenario)
     return out
 

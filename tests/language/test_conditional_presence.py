@@ -286,3 +286,32 @@ def test_arbitrary_presence_guards_and_configs_never_raise(
         assert all(d.line >= 1 and d.column >= 1 for d in found)
     _, problems = validate_config(loaded.descriptor.spec.config_schema, config)
     assert all(d.code in (Code.E_SCHEMA, Code.E_UNKNOWN_FIELD) for d in problems)
+
+
+def test_scenarios_no_valid_config_has_are_not_enumerated() -> None:
+    """tune runs when tagged and reads make's output; make runs when flag is set. With
+    ``flag`` required when tagged, "tagged and flag absent" is no valid config, so the
+    reference always resolves; without requiredWhen that scenario is a real error."""
+    present = "'call.config.flag == true or call.config.flag == false'"
+    text = variant(
+        OPERATION,
+        "      mtu: {type: integer, minimum: 576, maximum: 9000}\n",
+        "      mtu: {type: integer, minimum: 576, maximum: 9000}\n"
+        "      tagged: {type: boolean, default: false}\n"
+        "      flag: {type: boolean, requiredWhen: call.config.tagged}\n",
+    )
+    text = variant(text, "ownership: Created}", f"ownership: Created, when: {present}}}")
+    text = variant(
+        text,
+        "          kind: t/make/v1\n",
+        f"          kind: t/make/v1\n          when: {present}\n",
+    )
+    text = variant(
+        text,
+        "          kind: t/tune/v1\n",
+        "          kind: t/tune/v1\n          when: call.config.tagged\n",
+    )
+    assert check_plugin(plugin(text), registry()) == []
+    loose = text.replace(", requiredWhen: call.config.tagged}", "}")
+    diags = check_plugin(plugin(loose), registry())
+    assert codes(diags) == {"E_REF_UNRESOLVED"} and "tagged=True" in diags[0].message

@@ -284,6 +284,23 @@ def _mutated(tmp_path: Path, name: str, file: str, old: str, new: str) -> list[C
             Code.E_NO_RECOVERY,
         ),
         (
+            # kernel mode has no prepared `function`: an unguarded VFIO grant cannot run
+            "host-cni",
+            "connect.yaml",
+            "  - id: vfio-access\n    kind: vfio/device-access/v1\n"
+            "    when: 'call.config.mode == \"vfio\"'\n",
+            "  - id: vfio-access\n    kind: vfio/device-access/v1\n",
+            Code.E_REF_UNRESOLVED,
+        ),
+        (
+            "sriov-cni",
+            "connect.yaml",
+            "  - id: vfio-access\n    kind: vfio/device-access/v1\n"
+            "    when: 'call.config.mode == \"vfio\"'\n",
+            "  - id: vfio-access\n    kind: vfio/device-access/v1\n",
+            Code.E_REF_UNRESOLVED,
+        ),
+        (
             "bond-cni",
             "connect.yaml",
             "member: {from: member}",
