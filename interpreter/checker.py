@@ -1104,6 +1104,16 @@ class _ProgramChecker:
         ctx = self.ctx
         out_guards = {n: g.expr for n, g in ctx.output_guards.items()}
         scenarios = _scenarios(ctx, ctx.guards)
+        if scenarios == [] and ctx.config is None:
+            # Every combination was pruned: no config can pass validation, and every
+            # conditional check below would hold vacuously.
+            ctx.error(
+                Code.E_SCHEMA,
+                "no config satisfies configSchema: its requiredWhen/forbiddenWhen rules "
+                "contradict each other for every value of the fields they read",
+                ctx.plugin.source.span(("spec", "configSchema")),
+                ("spec", "configSchema"),
+            )
         self.check_obligations(scenarios)
         exports = self.prog.body.exports or {}
         missing_at = "exports" if self.prog.body.exports is not None else "effects"

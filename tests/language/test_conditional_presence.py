@@ -315,3 +315,17 @@ def test_scenarios_no_valid_config_has_are_not_enumerated() -> None:
     loose = text.replace(", requiredWhen: call.config.tagged}", "}")
     diags = check_plugin(plugin(loose), registry())
     assert codes(diags) == {"E_REF_UNRESOLVED"} and "tagged=True" in diags[0].message
+
+
+def test_a_schema_no_config_can_satisfy_is_an_error() -> None:
+    text = variant(
+        OPERATION,
+        "      mtu: {type: integer, minimum: 576, maximum: 9000}\n",
+        "      mtu: {type: integer, minimum: 576, maximum: 9000}\n"
+        "      m:\n        type: string\n        enum: [a, b]\n"
+        "        requiredWhen: call.config.m == null\n"
+        "        forbiddenWhen: call.config.m != null\n",
+    )
+    diags = check_plugin(plugin(text), registry())
+    assert [(d.code, d.path) for d in diags] == [(Code.E_SCHEMA, "spec.configSchema")]
+    assert "no config satisfies" in diags[0].message
