@@ -78,7 +78,7 @@ def post(
 ) -> tuple[dict[str, Any], int]:
     ctx = ssl.create_default_context(cafile=str(ca_file))
     host, port = webhook.url.removeprefix("https://").split(":")
-    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=10)
+    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=60)
     try:
         body = json.dumps(
             {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
@@ -230,7 +230,7 @@ def test_generated_class_protection(webhook: WebhookServer, pki: tuple[Path, Pat
 def test_malformed_review_is_400(webhook: WebhookServer, pki: tuple[Path, Path, Path]) -> None:
     ctx = ssl.create_default_context(cafile=str(pki[0]))
     host, port = webhook.url.removeprefix("https://").split(":")
-    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=10)
+    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=60)
     conn.request("POST", "/validate", b"{not json", {"Content-Type": "application/json"})
     assert conn.getresponse().status == 400
     conn.close()
