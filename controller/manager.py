@@ -85,9 +85,15 @@ class Controller:
         elif kind == "policy":
             self.queue.add(("policy", name))
         elif kind == "class":
-            topo = (obj.get("metadata", {}).get("labels") or {}).get(LABEL_TOPOLOGY)
-            if topo:
-                self.queue.add(("topology", topo))
+            label = (obj.get("metadata", {}).get("labels") or {}).get(LABEL_TOPOLOGY)
+            if label:
+                # the label holds the name cut to 63 characters: map it back to every
+                # known topology it may stand for
+                names = [
+                    n for n in self._names(r.NETWORK_TOPOLOGIES) if n[:63].rstrip("-.") == label
+                ]
+                for topo in names or [label]:
+                    self.queue.add(("topology", topo))
         else:  # claims, attachments, nodes: anything that can release a revision
             self.enqueue_all("revision", r.NETWORK_TOPOLOGY_REVISIONS)
 

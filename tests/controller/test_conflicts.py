@@ -165,3 +165,21 @@ def test_class_of_a_collected_incarnation_is_replaced(cluster: Cluster) -> None:
     assert after["revision"]["name"] == rev_name and new_uid != old_uid
     cls = cluster.get(r.DEVICE_CLASSES, after["roots"][0]["deviceClassName"])
     assert cls["spec"]["config"][0]["opaque"]["parameters"]["revisionRef"]["uid"] == new_uid
+
+
+def test_class_event_of_a_long_named_topology_names_that_topology(cluster: Cluster) -> None:
+    """The topology label on a class is cut to 63 characters; a class event still queues
+    the topology it belongs to (not the cut label), so a deleted class is restored at once
+    rather than at the next resync."""
+    from dmn.api.cluster import ListWatch, WatchEvent
+    from dmn.api.identity import LABEL_TOPOLOGY
+
+    name = "a-topology-name-that-is-longer-than-a-kubernetes-label-value-may-be-x"
+    ctl = Controller(cluster, default_registry())
+    topologies = ListWatch(cluster, r.NETWORK_TOPOLOGIES)
+    topologies.known = {("", name): {"metadata": {"name": name}}, ("", "other"): {}}
+    ctl._watches.append(topologies)
+    cls = {"metadata": {"name": "c", "labels": {LABEL_TOPOLOGY: name[:63].rstrip("-.")}}}
+    ctl._on_event("class", WatchEvent("DELETED", cls))
+    assert ctl.queue.get(0) == ("topology", name)
+    assert ctl.queue.get(0) is None
