@@ -133,9 +133,15 @@ def review(request: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
 def _topology(uid: str, obj: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
     result = compile_topology(obj, ctx.plugins(), ctx.registry, uid=str(meta.get("uid", "")))
-    if result.diagnostics:
+    if result.compiled is None:  # exactly when the controller would refuse it
         return _deny(uid, list(result.diagnostics), "NetworkTopology rejected")
-    return _allow(uid)
+    allowed = _allow(uid)
+    if result.diagnostics:  # warnings only: admitted, and the client is told
+        allowed["warnings"] = [
+            f"{d.code.value} at {d.path or '<object>'}: {d.message}"[:512]
+            for d in result.diagnostics[:MAX_CAUSES]
+        ]
+    return allowed
 
 
 def _plugin(uid: str, obj: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:

@@ -326,3 +326,25 @@ def test_unreachable_api_server_fails_closed(pki: tuple[Path, Path, Path]) -> No
         finally:
             server.stop()
     assert resp["allowed"] is False and "could not validate" in resp["status"]["message"]
+
+
+def test_warnings_admit_with_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Admission refuses exactly what the controller refuses (errors); a warning admits
+    the object and reaches the client as an AdmissionReview warning."""
+    import dataclasses
+
+    from dmn.controller.webhook import review as review_module
+    from dmn.interpreter.diagnostics import Code, Diagnostic, Severity
+
+    real = review_module.compile_topology
+
+    def with_warning(*args: Any, **kwargs: Any) -> Any:
+        result = real(*args, **kwargs)
+        note = Diagnostic(Code.E_IFNAME, "a note", path="spec", severity=Severity.WARNING)
+        return dataclasses.replace(result, diagnostics=(*result.diagnostics, note))
+
+    monkeypatch.setattr(review_module, "compile_topology", with_warning)
+    ctx = review_module.ReviewContext(default_registry(), load_builtin_plugins)
+    resp = review_module.review(req("NetworkTopology", G, "CREATE", example("vfio")), ctx)
+    assert resp["allowed"] is True
+    assert resp["warnings"] == ["E_IFNAME at spec: a note"]
