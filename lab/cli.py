@@ -31,16 +31,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from dmn.api.cluster import ApiFailure, Cluster, Invalid, NotFound, Unavailable, connect
 from dmn.api.cluster import resources as r
 from dmn.lab import manifests
-from dmn.lab.cluster import LabCluster, LabError
-from dmn.lab.demo import DemoReport, run_demo
 from dmn.lab.state_dir import StateDir, default_state_dir
+
+if TYPE_CHECKING:
+    from dmn.lab.demo import DemoReport
+
+# the control plane (controller, compiler, allocator) is imported only by ``up`` and
+# ``demo``: the client commands stay quick to start
 
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
@@ -75,6 +79,8 @@ def _up(args: argparse.Namespace) -> int:
         raise _Failure("E_LAB_RUNNING", f"a lab is already running (pid {running}) in {state.root}")
     if args.detach:
         return _up_detached(state, args.port)
+    from dmn.lab.cluster import LabCluster, LabError
+
     _logging(logging.INFO)
     stop = threading.Event()
 
@@ -318,6 +324,9 @@ def render(report: DemoReport) -> list[str]:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from dmn.lab.cluster import LabError
+    from dmn.lab.demo import run_demo
+
     _logging(logging.INFO if args.verbose else logging.WARNING)
     try:
         report = run_demo(timeout=args.timeout)

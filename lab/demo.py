@@ -170,7 +170,8 @@ def _negative(cluster: Cluster, path: Path, timeout: float, report: DemoReport) 
     match = _EXPECT.search(path.read_text())
     docs = manifests.load(path)
     name = docs[0].name
-    neg = NegativeResult(str(path.relative_to(REPO)), name, match.group(1) if match else "")
+    shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+    neg = NegativeResult(str(shown), name, match.group(1) if match else "")
     report.negative = neg
     try:
         cluster.apply(docs[0].doc)
