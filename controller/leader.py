@@ -1,17 +1,19 @@
 """Leader election with a ``coordination.k8s.io/v1`` Lease (the client-go protocol).
 
-A candidate takes the Lease when it is absent, expired (``renewTime`` older than
-``leaseDurationSeconds``) or already its own; it renews every ``renew_interval``. All
+A candidate takes the Lease when it is absent, released (no holder), already its own, or
+expired: its record has not changed for ``leaseDurationSeconds`` *as this candidate
+observed it* (client-go's observedTime), so the decision never compares this machine's
+clock with the holder's ``renewTime``. It renews every ``renew_interval``. All
 writes carry the Lease's resourceVersion, so two candidates racing for an expired Lease
 cannot both win (the loser gets 409 Conflict). Losing the Lease (a failed renewal past
 the deadline, or another holder) calls ``on_lost`` — the controller stops reconciling.
 
 The leader's own deadline is ``renew_deadline`` (shorter than ``lease_duration``, as
 client-go's RenewDeadline): when renewals keep failing, it gives up leadership *before*
-any other candidate may consider the Lease expired, so two leaders never overlap while
-the clocks agree. Expiry is judged from the Lease's ``renewTime`` against the local clock,
-so clock skew between replicas shortens that margin (client-go instead times how long the
-record stayed unchanged).
+any other candidate may consider the Lease expired, so two leaders never overlap; clock
+skew between replicas does not matter because every candidate times expiry on its own
+clock from when it saw the record change. A candidate that starts while another holds the
+Lease therefore waits one full ``lease_duration`` before taking over a dead holder.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class LeaderElector:
         self.clock = clock
         self.is_leader = False
         self._last_renew: datetime | None = None
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at: datetime | None = None
 
     def _spec(self, acquired: datetime | None, transitions: int) -> dict[str, Any]:
         now = self.clock()
@@ -101,9 +105,18 @@ class LeaderElector:
             return self._keep_if_still_valid()
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
-        renewed = _parse(spec.get("renewTime"))
         duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
-        expired = renewed is None or renewed + timedelta(seconds=duration) < self.clock()
+        record = (
+            holder,
+            spec.get("renewTime"),
+            spec.get("acquireTime"),
+            spec.get("leaseDurationSeconds"),
+            spec.get("leaseTransitions"),
+        )
+        now = self.clock()
+        if record != self._observed or self._observed_at is None:
+            self._observed, self._observed_at = record, now
+        expired = self._observed_at + timedelta(seconds=duration) < now
         if holder not in (None, "", self.identity) and not expired:
             return self._set(False)
         transitions = int(spec.get("leaseTransitions") or 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -45,9 +46,11 @@ def test_one_leader_takeover_after_expiry_and_release(cluster: Cluster) -> None:
     clock.now += timedelta(seconds=5)
     assert a.try_acquire_or_renew() is True  # renewal
     clock.now += timedelta(seconds=9)
-    assert b.try_acquire_or_renew() is False  # renewed 9 s ago: still valid
+    assert b.try_acquire_or_renew() is False  # b sees the renewed record now: valid
+    clock.now += timedelta(seconds=9)
+    assert b.try_acquire_or_renew() is False  # unchanged for 9 s of b's clock: still valid
     clock.now += timedelta(seconds=2)
-    assert b.try_acquire_or_renew() is True  # a stopped renewing: expired, b takes over
+    assert b.try_acquire_or_renew() is True  # unchanged for 11 s: expired, b takes over
     lease = cluster.get(r.LEASES, "le-test", "default")
     assert lease["spec"]["holderIdentity"] == "b"
     assert lease["spec"]["leaseTransitions"] == 1
@@ -107,3 +110,22 @@ def test_deadline_must_sit_between_interval_and_duration(cluster: Cluster) -> No
             lease_duration=10,
             renew_deadline=10,
         )
+
+
+def test_expiry_is_timed_on_the_candidates_clock_not_the_holders(cluster: Cluster) -> None:
+    """A holder whose clock runs an hour behind writes renewTimes that look long expired;
+    a candidate still waits until the record stops changing for a lease duration."""
+    behind, here = Clock(), Clock()
+    behind.now -= timedelta(hours=1)
+    kwargs: dict[str, Any] = {"namespace": "default", "lease_duration": 10, "renew_deadline": 7}
+    a = LeaderElector(cluster, name="le-skew", identity="a", clock=behind, **kwargs)
+    b = LeaderElector(cluster, name="le-skew", identity="b", clock=here, **kwargs)
+    assert a.try_acquire_or_renew() is True
+    for _ in range(3):
+        assert b.try_acquire_or_renew() is False
+        behind.now += timedelta(seconds=5)
+        here.now += timedelta(seconds=5)
+        assert a.try_acquire_or_renew() is True  # a keeps renewing
+    assert b.try_acquire_or_renew() is False  # b sees a's last renewal
+    here.now += timedelta(seconds=11)  # ... and nothing since, for 11 s of b's clock
+    assert b.try_acquire_or_renew() is True
