@@ -69,14 +69,14 @@ SCENARIOS: list[tuple[str, str, str, dict[str, Any], dict[str, Any]]] = [
         "host-kernel-prepare",
         "host-cni",
         "prepare",
-        {"mode": "kernel"},
+        {"mode": "kernel", **ETH},
         {"allocation": {"interface": (iface("ens2"),)}},
     ),
     (
         "host-kernel-rdma-prepare",
         "host-cni",
         "prepare",
-        {"mode": "kernel", "rdmaAccess": True},
+        {"mode": "kernel", "rdmaAccess": True, **ETH},
         {"allocation": {"interface": (iface("ens2"),), "rdma": (RDMA,)}},
     ),
     (
@@ -104,7 +104,7 @@ SCENARIOS: list[tuple[str, str, str, dict[str, Any], dict[str, Any]]] = [
         "host-ib-prepare",
         "host-cni",
         "prepare",
-        {"mode": "kernel", "linkType": "infiniband"},
+        {"mode": "kernel", "linkType": "infiniband", **ETH},
         {"allocation": {"ibInterface": (iface("ib0", LinkType.INFINIBAND),)}},
     ),
     (
@@ -125,7 +125,7 @@ SCENARIOS: list[tuple[str, str, str, dict[str, Any], dict[str, Any]]] = [
         "sriov-kernel-prepare",
         "sriov-cni",
         "prepare",
-        {"mode": "kernel"},
+        {"mode": "kernel", **ETH},
         {"allocation": {"interface": (iface("ens1f0v1"),)}},
     ),
     (
