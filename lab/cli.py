@@ -78,7 +78,10 @@ def _up(args: argparse.Namespace) -> int:
     if running is not None:
         raise _Failure("E_LAB_RUNNING", f"a lab is already running (pid {running}) in {state.root}")
     if args.detach:
-        return _up_detached(state, args.port)
+        try:
+            return _up_detached(state, args.port)
+        except OSError as exc:
+            raise _Failure("E_IO", f"state dir {state.root}: {exc.strerror}") from exc
     from dmn.lab.cluster import LabCluster, LabError
 
     _logging(logging.INFO)
@@ -195,6 +198,17 @@ def _apply(args: argparse.Namespace) -> int:
         for m in docs:
             what = f"{m.kind}/{m.name}"
             try:
+                cluster.resource_for(m.doc["apiVersion"], m.kind)
+            except NotFound:
+                failure = _Failure(
+                    "E_UNKNOWN_KIND",
+                    f"{m.source}: {what}: the lab does not serve {m.kind} in {m.doc['apiVersion']}",
+                    1,
+                )
+                _error(failure)
+                failures.append(failure)
+                continue
+            try:
                 cluster.apply(m.doc)
             except Unavailable:
                 raise
@@ -246,7 +260,8 @@ def _summary(obj: dict[str, Any]) -> str:
     name = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
     if obj.get("kind") == "NetworkTopology" or "revision" in (obj.get("status") or {}):
         status = obj.get("status") or {}
-        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+        conditions = status.get("conditions") or []
+        ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
         revision = (status.get("revision") or {}).get("name", "-")
         condition = f"Ready={ready.get('status', 'Unknown')}  reason={ready.get('reason', '-')}"
         return f"{name}  {condition}  revision={revision}"

@@ -78,15 +78,19 @@ class LabCluster:
 
     def start(self) -> str:
         """Start everything; returns the API server URL. Raises :class:`LabError`."""
-        self.state_dir.create()
+        try:
+            self.state_dir.create()
+        except OSError as exc:
+            raise LabError("E_IO", f"state dir {self.state_dir.root}: {exc.strerror}") from exc
         try:
             self.server = LabApiServer(
                 self.host, self.port, state=self.state_dir.apiserver_state, bookmark_interval=1.0
             )
             self.url = self.server.start()
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, OverflowError) as exc:
             self.stop()
-            raise LabError("E_LAB_START", f"API server on port {self.port}: {exc}") from exc
+            where = f"port {self.port}, state {self.state_dir.apiserver_state}"
+            raise LabError("E_LAB_START", f"API server ({where}): {exc}") from exc
         try:
             self.cluster = Cluster(connect(url=self.url))
             self._install(self.cluster)
