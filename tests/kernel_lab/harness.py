@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,17 @@ def _ensure_qemu() -> str | None:
     return None
 
 
+def _warm_rewrite_cache(run_dir: Path, nodeids: list[str]) -> None:
+    """Collect the lab tests once on the host (fast) with bytecode writing on, so the guest
+    finds pytest's assertion-rewritten modules and every import already compiled."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env[GUEST_ENV] = str(run_dir)  # guest mode: collecting must not boot another VM
+    argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    subprocess.run(
+        [*argv, *nodeids], cwd=REPO_ROOT, env=env, capture_output=True, check=False, timeout=300
+    )
+
+
 @dataclass
 class LabSession:
     """Host-side state of the one lab VM of this pytest session."""
@@ -109,6 +121,7 @@ class LabSession:
         # bytecode for the guest: it reads the host tree read-only, writes would land in tmpfs
         for folder in ("tests", "opcodes", "agent", "interpreter", "programs"):
             compileall.compile_dir(REPO_ROOT / folder, quiet=2, workers=1)
+        _warm_rewrite_cache(self.run_dir, self.nodeids)
         self.prepare_s = time.monotonic() - t0
         self.vm = VmRun(
             command=qemu_command(
