@@ -306,6 +306,14 @@ class LinkMove:
                 ifname=original.name,
                 ifalias=original.alias,
             )
+        elif link.name != original.name:
+            # back in the host under its sandbox name: what a physical device does when its
+            # sandbox namespace is destroyed; the kernel renames only a link that is down
+            if link.up:
+                netlink_call(f"down {link.name}", host.link, "set", index=link.index, state="down")
+            netlink_call(
+                f"rename {link.name}", host.link, "set", index=link.index, ifname=original.name
+            )
         restore_root(host, original)
 
     def _sandbox_alive(self, env: LinkEnvironment, before: Any) -> bool:

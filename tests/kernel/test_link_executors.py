@@ -11,6 +11,7 @@ import pytest
 from dmn.interpreter.handles import Access
 from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservation
 from dmn.opcodes.linux.links import by_alias, by_name
+from tests.kernel.scratch import netns_path
 from tests.kernel.world import (
     EXECUTORS,
     add_address,
@@ -298,3 +299,31 @@ def test_a_root_absent_from_the_host_is_found_in_a_pinned_namespace() -> None:
         back = link(host, root)
         assert (back.mac, back.alias, back.up) == (original.mac, original.alias, original.up)
         assert by_name(w.ipr(elsewhere), "net1") is None
+
+
+def test_a_root_back_in_the_host_under_its_sandbox_name_is_restored() -> None:
+    with world() as w:
+        sandbox = w.sandbox()
+        host = w.ipr(w.host)
+        root, _ = w.veth(w.host)
+        host.link("set", index=host.link_lookup(ifname=root)[0], ifalias="orig")
+        original = link(host, root)
+        moved = drive(
+            w.env(sandbox),
+            MOVE,
+            {"interface": (host_handle(host, root, Access.EXCLUSIVE_CONFIGURE),)},
+            {"ifName": "net1"},
+        )
+        # as when a sandbox dies and a physical device falls back to the host namespace
+        sb = w.ipr(sandbox)
+        sb.link("set", index=sb.link_lookup(ifname="net1")[0], net_ns_fd=netns_path(w.host))
+        assert link(host, "net1").alias == "dmn:op1:e1"
+        moved.undo()
+        back = link(host, root)
+        assert (back.mac, back.alias, back.up, back.mtu) == (
+            original.mac,
+            "orig",
+            original.up,
+            original.mtu,
+        )
+        assert by_name(host, "net1") is None
