@@ -16,6 +16,7 @@ Contract::
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -108,13 +109,18 @@ class CompileResult:
         return self.compiled is not None
 
 
+@functools.lru_cache(maxsize=1024)
+def _compiled(expression: str) -> tuple[Any, str | None]:
+    """The compiled CEL program (cached: selectors repeat across reconciles), or why not."""
+    try:
+        return cel.compile(expression), None
+    except (ValueError, RuntimeError, TypeError) as exc:
+        return None, str(exc).splitlines()[0][:300]
+
+
 def cel_problem(expression: str) -> str | None:
     """Why ``expression`` does not compile as CEL (the real implementation), or None."""
-    try:
-        cel.compile(expression)
-    except (ValueError, RuntimeError, TypeError) as exc:
-        return str(exc).splitlines()[0][:300]
-    return None
+    return _compiled(expression)[1]
 
 
 def selector_result_problem(expression: str, sample: Mapping[str, Any]) -> str | None:
@@ -125,7 +131,10 @@ def selector_result_problem(expression: str, sample: Mapping[str, Any]) -> str |
     on the device, e.g. a vendor attribute the sample lacks).
     """
     try:
-        value = cel.compile(expression).execute(dict(sample))
+        program, problem = _compiled(expression)
+        if program is None:
+            return problem
+        value = program.execute(dict(sample))
     except Exception:  # evaluation depends on the device, not decided here
         return None
     if isinstance(value, bool):
