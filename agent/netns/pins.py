@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from dmn.interpreter.handles import NamespaceIdentity
-from dmn.opcodes.linux.netns import NamespaceRef, current_boot_id, identity_of
+from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef, current_boot_id, identity_of
 
 _log = logging.getLogger(__name__)
 
@@ -189,6 +189,19 @@ class NamespacePins:
         _umount(str(target))
         target.unlink(missing_ok=True)
         _log.info("event=unpin attachment=%s", attachment_id)
+
+    def link_environment(self, attachment_id: str | None = None) -> LinkEnvironment:
+        """The executors' environment: the host namespace, this attachment's pinned sandbox
+        (None for prepare and for recovery) and every live pin to search."""
+        sandbox = self.ref(attachment_id) if attachment_id else None
+        if attachment_id and sandbox is None:
+            raise PinError("E_PIN_MISSING", f"no live pin for attachment {attachment_id}")
+        return LinkEnvironment(
+            host=NamespaceRef.at(self.host_netns),
+            sandbox=sandbox,
+            pins=self.list,
+            state_dir=self.root.parent,
+        )
 
     def close(self) -> None:
         """Unmount the pin directory's own bind mount once no pin is left (tests, uninstall)."""

@@ -53,13 +53,9 @@ class Node:
         return self.pins.pin(attachment, netns_path(sandbox_ns))
 
     def env(self, sandbox: NamespaceRef | None = None) -> LinkEnvironment:
-        pins = self.pins
-        return LinkEnvironment(
-            host=NamespaceRef.at(netns_path(self.host)),
-            sandbox=sandbox,
-            pins=pins.list,
-            state_dir=self.state_dir,
-        )
+        env = self.pins.link_environment()
+        env.sandbox = sandbox
+        return env
 
     @contextmanager
     def runner(self, boundary: Callable[[str], None] | None = None) -> Iterator[Runner]:

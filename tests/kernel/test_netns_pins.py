@@ -42,6 +42,12 @@ def test_pin_keeps_the_namespace_alive_and_opens_by_identity(pins: NamespacePins
     assert [r.path for r in pins.list()] == [ref.path]
     fd = pins.open("att-1", ref.identity)
     os.close(fd)
+    env = pins.link_environment("att-1")
+    assert env.sandbox == ref and [r.path for r in env.known()][1:] == [ref.path]
+    env.close()
+    with pytest.raises(PinError) as missing:
+        pins.link_environment("att-none")
+    assert missing.value.code == "E_PIN_MISSING"
     with IPRoute(netns=ref.path, flags=0) as ipr:
         ipr.link("add", ifname="pinned0", kind="veth", peer="pinned1")
         assert ipr.link_lookup(ifname="pinned0")

@@ -176,6 +176,10 @@ def _bond_vlan_crashes(server: CrashServer, node: Node, w: World) -> None:
     topo = DualVfBondVlan(node, w, "crash")
     host_baseline = w.snapshot(w.host)
     topo.roots_up()
+    # foreign neighbours in the sandbox: another bond and a dummy that must survive everything
+    sb = w.ipr(topo.sandbox)
+    sb.link("add", ifname="bondx", kind="bond", bond_mode=1, bond_miimon=50)
+    sb.link("add", ifname="keep0", kind="dummy")
     points = {"uplink": 0, "tenant": 0}
     for step in ("uplink", "tenant"):
         if step == "tenant":
@@ -208,7 +212,8 @@ def _bond_vlan_crashes(server: CrashServer, node: Node, w: World) -> None:
         if step == "tenant":
             node.cleanup(topo.op("uplink"))
     topo.teardown(("right-conn", "left-conn", "right-prep", "left-prep"))
-    assert by_name(w.ipr(topo.sandbox), "bond0") is None
+    assert by_name(sb, "bond0") is None
+    assert by_name(sb, "bondx") is not None and by_name(sb, "keep0") is not None
     assert w.snapshot(w.host) == host_baseline
     # bond: intent + 4 effects x 3 + completion; VLAN: intent + 2 x 3 + completion; + undo
     assert points["uplink"] >= 14 + 8 and points["tenant"] >= 8 + 4
