@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,6 +85,30 @@ def _stale_incarnation(existing: dict[str, Any], wanted: dict[str, Any]) -> bool
     return bool(have.get("name") == want.get("name") and have.get("digest") == want.get("digest"))
 
 
+_PLUGIN_REF = re.compile(r"^spec\.steps\[(\d+)\]\.pluginRef\.name$")
+
+
+def _explain_invalid_plugins(
+    diagnostics: list[Diagnostic], topo: dict[str, Any], invalid: dict[str, list[Diagnostic]]
+) -> list[Diagnostic]:
+    """A reference to a NetworkPlugin that exists but is invalid says why, instead of the
+    compiler's plain "not found" (the compiler only sees the valid plugins)."""
+    steps = (topo.get("spec") or {}).get("steps") or []
+    out: list[Diagnostic] = []
+    for d in diagnostics:
+        m = _PLUGIN_REF.match(d.path) if d.code is Code.E_REF_UNRESOLVED else None
+        name = None
+        if m is not None and int(m.group(1)) < len(steps):
+            name = ((steps[int(m.group(1))] or {}).get("pluginRef") or {}).get("name")
+        if isinstance(name, str) and name in invalid:
+            why = summary(invalid[name]) or "it does not parse"
+            d = Diagnostic(
+                Code.E_REF_UNRESOLVED, f"NetworkPlugin {name!r} is invalid: {why}", path=d.path
+            )
+        out.append(d)
+    return out
+
+
 @dataclass
 class TopologyReconciler:
     cluster: Cluster
@@ -103,10 +128,11 @@ class TopologyReconciler:
         if meta.get("deletionTimestamp"):
             return  # deletion stops publication; saved revisions stay until released
         plugin_objs = self.cluster.list(r.NETWORK_PLUGINS).items
-        plugins, _invalid = plugins_from_objects(plugin_objs)
+        plugins, invalid = plugins_from_objects(plugin_objs)
         result = compile_topology(topo, plugins, self.registry, uid=meta["uid"])
         if result.compiled is None:
-            self._report_failure(topo, list(result.diagnostics), "CompileFailed")
+            diagnostics = _explain_invalid_plugins(list(result.diagnostics), topo, invalid)
+            self._report_failure(topo, diagnostics, "CompileFailed")
             return
         compiled = result.compiled
         self.latest[meta["uid"]] = compiled.revision_name

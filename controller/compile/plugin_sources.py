@@ -4,7 +4,9 @@ are loaded by the language core's own loader; ``dmn compile`` uses that directly
 The controller and the webhook read NetworkPlugins from the API server and convert them
 here, through the same strict document model and program merge as files.
 
-A broken plugin is a diagnostic, never a traceback.
+A broken plugin is a diagnostic, never a traceback. A ``Builtin`` plugin whose contract
+differs from the one this build ships for its handler is broken too (``E_CONFLICT``), so
+compilation repeats the admission check for objects stored before or around it.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dmn.interpreter.diagnostics import Diagnostic
-from dmn.interpreter.documents import NetworkPlugin, parse_document
-from dmn.interpreter.loader import Plugin, plugin_from_descriptor
+from dmn.interpreter.bound import sha256_digest
+from dmn.interpreter.diagnostics import Code, Diagnostic
+from dmn.interpreter.documents import HOOKS, NetworkPlugin, parse_document
+from dmn.interpreter.loader import Plugin, load_builtin_plugins, plugin_from_descriptor
 from dmn.interpreter.source import SourceMap, YamlDocument
 
 
@@ -30,7 +33,52 @@ def plugin_from_object(
     if not isinstance(model, NetworkPlugin):
         return None, diagnostics
     plugin, merge = plugin_from_descriptor(model, doc.source)
-    return plugin, [*diagnostics, *merge]
+    return plugin, [*diagnostics, *merge, *_builtin_mismatch(plugin)]
+
+
+def _defaulted(plugin: Plugin) -> dict[str, Any]:
+    """The contract with every default written out: an API server applies the CRD's
+    defaults (e.g. a port's ``minItems: 1``) to what it stores, so the stored object and
+    the shipped files differ in which defaults are explicit, never in meaning."""
+    descriptor = plugin.descriptor.model_dump(
+        mode="json", by_alias=True, exclude_none=True, exclude={"status"}
+    )
+    hooks = descriptor.get("spec", {}).get("hooks")
+    if isinstance(hooks, dict):
+        for hook in HOOKS:
+            hooks.pop(hook, None)
+    programs = {
+        hook: prog.body.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for hook, prog in sorted(plugin.programs.items())
+    }
+    return {"descriptor": descriptor, "programs": programs}
+
+
+def same_contract(a: Plugin, b: Plugin) -> bool:
+    """Equal contracts, whichever defaults either side spells out."""
+    return a.contract_digest == b.contract_digest or sha256_digest(_defaulted(a)) == sha256_digest(
+        _defaulted(b)
+    )
+
+
+def _builtin_mismatch(plugin: Plugin) -> list[Diagnostic]:
+    """A ``Builtin`` plugin must carry exactly the contract this build implements for its
+    handler (seed 000 §4.3): a stored or admission-bypassing manifest cannot grant a
+    builtin effects, ports or config it does not implement."""
+    impl = plugin.descriptor.spec.implementation
+    if impl.type != "Builtin":
+        return []
+    shipped = load_builtin_plugins().get(impl.handler or "")
+    if shipped is not None and same_contract(shipped, plugin):
+        return []
+    if shipped is None:
+        message = f"Builtin handler {impl.handler!r} is not implemented by this build"
+    else:
+        message = (
+            f"Builtin handler {impl.handler!r}: the descriptor differs from the contract"
+            f" this build implements ({shipped.contract_digest})"
+        )
+    return [Diagnostic(Code.E_CONFLICT, message, path="spec.implementation.handler")]
 
 
 def plugins_from_objects(

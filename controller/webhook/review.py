@@ -29,7 +29,7 @@ from dmn.api.identity import DRIVER, LABEL_MANAGED_BY, MANAGED_BY
 from dmn.api.policy import DeviceExposurePolicy
 from dmn.controller.compile.compiler import compile_topology
 from dmn.controller.compile.digest import semantic_digest
-from dmn.controller.compile.plugin_sources import plugin_from_object
+from dmn.controller.compile.plugin_sources import plugin_from_object, same_contract
 from dmn.interpreter.bound import sha256_digest
 from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
@@ -154,7 +154,7 @@ def _plugin(uid: str, obj: Mapping[str, Any], ctx: ReviewContext) -> dict[str, A
     impl = plugin.descriptor.spec.implementation
     if impl.type == "Builtin":
         shipped = load_builtin_plugins().get(impl.handler or "")
-        if shipped is None or shipped.contract_digest != plugin.contract_digest:
+        if shipped is None or not same_contract(shipped, plugin):
             return _deny(
                 uid,
                 [

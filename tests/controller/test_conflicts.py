@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 import pytest
+import yaml
 
 from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
@@ -183,3 +184,32 @@ def test_class_event_of_a_long_named_topology_names_that_topology(cluster: Clust
     ctl._on_event("class", WatchEvent("DELETED", cls))
     assert ctl.queue.get(0) == ("topology", name)
     assert ctl.queue.get(0) is None
+
+
+def test_a_tampered_builtin_stored_without_admission_never_compiles(cluster: Cluster) -> None:
+    """Compilation repeats admission's builtin check: a Builtin CR granting its handler an
+    effect the build does not implement is invalid, and a topology using it says why."""
+    from dmn.controller.plugin_status import PluginStatusReconciler
+    from tests.controller.support import PLUGIN_DIR
+
+    tampered = yaml.safe_load((PLUGIN_DIR / "vlan-cni.yaml").read_text())
+    tampered["metadata"] = {"name": "tampered-vlan"}
+    tampered["spec"]["allowedEffects"] = [*tampered["spec"]["allowedEffects"], "linux/link-move/v1"]
+    cluster.create(r.NETWORK_PLUGINS, tampered)  # no webhook in this lab: stored as is
+
+    PluginStatusReconciler(cluster, default_registry()).reconcile("tampered-vlan")
+    plugin = cluster.get(r.NETWORK_PLUGINS, "tampered-vlan")
+    assert ready(plugin)["status"] == "False"  # type: ignore[index]
+    assert {d["code"] for d in plugin["status"]["diagnostics"]} == {"E_CONFLICT"}
+
+    topo = example("dual-vf-bond-vlan")
+    topo["metadata"]["name"] = "uses-tampered"
+    topo["spec"]["steps"][3]["pluginRef"]["name"] = "tampered-vlan"
+    cluster.create(r.NETWORK_TOPOLOGIES, topo)
+    TopologyReconciler(cluster, default_registry()).reconcile("uses-tampered")
+    status = cluster.get(r.NETWORK_TOPOLOGIES, "uses-tampered")["status"]
+    assert ready({"status": status})["status"] == "False"  # type: ignore[index]
+    (diag,) = status["diagnostics"]
+    assert diag["code"] == "E_REF_UNRESOLVED" and diag["path"] == "spec.steps[3].pluginRef.name"
+    assert "is invalid: E_CONFLICT" in diag["message"]
+    assert "revision" not in status

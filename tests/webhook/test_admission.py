@@ -348,3 +348,19 @@ def test_warnings_admit_with_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     resp = review_module.review(req("NetworkTopology", G, "CREATE", example("vfio")), ctx)
     assert resp["allowed"] is True
     assert resp["warnings"] == ["E_IFNAME at spec: a note"]
+
+
+@pytest.mark.parametrize("name", ["host-cni", "sriov-cni", "vlan-cni"])
+def test_builtin_as_an_api_server_stores_it_is_admitted(
+    lab: LabApiServer, webhook: WebhookServer, pki: tuple[Path, Path, Path], name: str
+) -> None:
+    """The API server applies the CRD's defaults (ports' minItems/maxItems) before
+    admission; the shipped builtin must still be recognised as exactly its contract."""
+    with Cluster(connect(url=lab.url, token="ctl")) as c:
+        stored = c.get(r.NETWORK_PLUGINS, name)
+    resp, _ = post(webhook, pki[0], req("NetworkPlugin", G, "UPDATE", stored, stored))
+    assert resp["allowed"] is True, resp
+    # ... and a real change is still refused
+    stored["spec"]["allowedEffects"] = [*stored["spec"]["allowedEffects"], "pci/driver-bind/v1"]
+    resp, _ = post(webhook, pki[0], req("NetworkPlugin", G, "UPDATE", stored, stored))
+    assert resp["allowed"] is False
