@@ -142,6 +142,11 @@ class RevisionCollector:
         if verdict.retained:
             self._record(revision, verdict)
             return False
+        topology_uid = str(((revision.get("spec") or {}).get("topologyRef") or {}).get("uid"))
+        if self.publishing.get(topology_uid) == name:
+            # the topology changed back to this revision while we decided: keep it (the
+            # reconciler copes with the remaining race — see TopologyReconciler)
+            return False
         log.info("revision released name=%s; collecting", name)
         self._delete_classes(revision)
         try:

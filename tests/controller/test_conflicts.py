@@ -213,3 +213,36 @@ def test_a_tampered_builtin_stored_without_admission_never_compiles(cluster: Clu
     assert diag["code"] == "E_REF_UNRESOLVED" and diag["path"] == "spec.steps[3].pluginRef.name"
     assert "is invalid: E_CONFLICT" in diag["message"]
     assert "revision" not in status
+
+
+def test_collector_keeps_a_revision_its_topology_turned_back_to_meanwhile(
+    cluster: Cluster,
+) -> None:
+    from dmn.controller.revision_gc import Retention, RevisionCollector
+
+    topo = example("host-device")
+    topo["metadata"]["name"] = "turnback"
+    cluster.create(r.NETWORK_TOPOLOGIES, topo)
+    rec = TopologyReconciler(cluster, default_registry())
+    rec.reconcile("turnback")
+    old = cluster.get(r.NETWORK_TOPOLOGIES, "turnback")
+    old_name = old["status"]["revision"]["name"]
+    old["spec"]["steps"][0]["config"]["mtu"] = 1500  # a semantic change: new revision
+    cluster.replace(r.NETWORK_TOPOLOGIES, old)
+    rec.reconcile("turnback")
+    assert cluster.get(r.NETWORK_TOPOLOGIES, "turnback")["status"]["revision"]["name"] != old_name
+
+    class TurnedBackWhileDeciding(RevisionCollector):
+        def retention(self, revision: dict[str, Any]) -> Retention:
+            verdict = super().retention(revision)
+            # the topology is edited back and its reconciler starts publishing old_name
+            self.publishing[old["metadata"]["uid"]] = old_name
+            return verdict
+
+    racing = TurnedBackWhileDeciding(cluster, publishing={})
+    assert racing.reconcile(old_name) is False
+    assert (
+        cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, old_name)["metadata"].get("deletionTimestamp")
+        is None
+    )
+    assert RevisionCollector(cluster).reconcile(old_name) is True  # released: collected
