@@ -1,10 +1,10 @@
 """``dmn lab``: the embedded single-node lab (control plane only, for now).
 
-    dmn lab up [--state-dir DIR] [--port N] [--detach]
+    dmn lab up [--state-dir DIR] [--port N] [--detach] [--links recorded|netns]
     dmn lab apply -f FILE|DIR [--state-dir DIR]
     dmn lab get KIND [NAME] [-n NAMESPACE] [-o yaml|json|name] [--state-dir DIR]
     dmn lab down [--state-dir DIR]
-    dmn lab demo [--timeout SECONDS] [-v]
+    dmn lab demo [--timeout SECONDS] [--links recorded|netns] [-v]
 
 ``up`` runs the lab API server, installs the CRDs and builtin NetworkPlugins, starts the
 controller and publishes the lab node's ResourceSlices; it writes ``kubeconfig`` and
@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 # ``demo``: the client commands stay quick to start
 
 START_TIMEOUT = 60.0
+LINK_MODES = ("recorded", "netns")  # = dmn.lab.cluster.LINK_MODES (not imported: startup cost)
+LINKS_HELP = "the lab node's links: recorded facts, or a real veth pair in a lab-owned netns"
 STOP_TIMEOUT = 30.0
 
 
@@ -79,7 +81,7 @@ def _up(args: argparse.Namespace) -> int:
         raise _Failure("E_LAB_RUNNING", f"a lab is already running (pid {running}) in {state.root}")
     if args.detach:
         try:
-            return _up_detached(state, args.port)
+            return _up_detached(state, args.port, args.links)
         except OSError as exc:
             raise _Failure("E_IO", f"state dir {state.root}: {exc.strerror}") from exc
     from dmn.lab.cluster import LabCluster, LabError
@@ -92,7 +94,7 @@ def _up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    lab = LabCluster(state, port=args.port)
+    lab = LabCluster(state, port=args.port, links=args.links)
     try:
         url = lab.start()
     except LabError as exc:
@@ -110,10 +112,10 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _up_detached(state: StateDir, port: int) -> int:
+def _up_detached(state: StateDir, port: int, links: str) -> int:
     state.create()
     command = [sys.executable, "-m", "dmn", "lab", "up", "--state-dir", str(state.root)]
-    command += ["--port", str(port)]
+    command += ["--port", str(port), "--links", links]
     with state.log_file.open("ab") as log_file:
         child = subprocess.Popen(
             command,
@@ -303,7 +305,10 @@ def _get(args: argparse.Namespace) -> int:
 
 
 def render(report: DemoReport) -> list[str]:
-    lines = [f"lab up url={report.url} node slices={report.slices} devices={report.devices}"]
+    lines = [
+        f"lab up url={report.url} links={report.links} node slices={report.slices} "
+        f"devices={report.devices}"
+    ]
     lines.append("topologies:")
     for t in report.topologies:
         classes = ",".join(t.device_classes) or "-"
@@ -344,7 +349,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     _logging(logging.INFO if args.verbose else logging.WARNING)
     try:
-        report = run_demo(timeout=args.timeout)
+        report = run_demo(timeout=args.timeout, links=args.links)
     except LabError as exc:
         raise _Failure(exc.code, exc.message, 1) from exc
     except manifests.ManifestError as exc:
@@ -370,6 +375,7 @@ def _parser() -> argparse.ArgumentParser:
     up = with_state(sub.add_parser("up", help="start the lab"))
     up.add_argument("--port", type=int, default=0, help="API server port (0: any free port)")
     up.add_argument("--detach", action="store_true", help="run in the background")
+    up.add_argument("--links", choices=LINK_MODES, default="recorded", help=LINKS_HELP)
     with_state(sub.add_parser("down", help="stop a running lab"))
     apply = with_state(sub.add_parser("apply", help="create or update objects from manifests"))
     apply.add_argument("-f", "--filename", required=True, help="a manifest file or directory")
@@ -381,6 +387,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the main job: up, examples, a claim, down")
     demo.add_argument("--timeout", type=float, default=60.0, help="bound on each wait (s)")
     demo.add_argument("-v", "--verbose", action="store_true")
+    demo.add_argument("--links", choices=LINK_MODES, default="recorded", help=LINKS_HELP)
     return p
 
 

@@ -22,9 +22,10 @@ from typing import Any
 
 import yaml
 
+from dmn.agent.inventory.live import LinkSource
 from dmn.api.cluster import ApiFailure, Cluster, connect
 from dmn.controller.manager import Controller
-from dmn.lab import node
+from dmn.lab import node, node_netns
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.apiserver import LabApiServer
 from dmn.lab.slice_publication import LabSlicePublication
@@ -37,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "dra-multi-network"
 CRD_DIR = CHART / "crds"
 PLUGIN_DIR = CHART / "templates" / "plugins"
+LINK_MODES = ("recorded", "netns")
 
 
 class LabError(Exception):
@@ -64,7 +66,12 @@ class LabCluster:
         host: str = "127.0.0.1",
         port: int = 0,
         resync: float = 30.0,
+        links: str = "recorded",
     ) -> None:
+        if links not in LINK_MODES:
+            raise LabError("E_USAGE", f"links must be one of {', '.join(LINK_MODES)}")
+        self.links = links
+        self.netns = ""
         self.state_dir = state_dir
         self.host, self.port = host, port
         self.resync = resync
@@ -96,7 +103,7 @@ class LabCluster:
             self._install(self.cluster)
             self.controller = Controller(self.cluster, default_registry(), resync=self.resync)
             self.controller.start()
-            inventory = node.inventory(self.state_dir.sysfs)
+            inventory = node.inventory(self.state_dir.sysfs, self._link_source())
             self.publication = LabSlicePublication(
                 self.cluster, node.NODE_NAME, inventory, resync=self.resync
             )
@@ -105,9 +112,21 @@ class LabCluster:
         except ApiFailure as exc:
             self.stop()
             raise LabError("E_LAB_START", f"installing the lab: {exc}") from exc
+        except node_netns.NetnsError as exc:
+            self.stop()
+            raise LabError(exc.code, exc.message) from exc
         self.state_dir.write_kubeconfig(self.url)
         log.info("lab up url=%s state_dir=%s", self.url, self.state_dir.root)
         return self.url
+
+    def _link_source(self) -> LinkSource | None:
+        """The lab node's live links: None (recorded facts) or the lab's own namespace."""
+        # a namespace an earlier lab recorded and did not remove (killed) is ours: delete it
+        node_netns.remove_recorded(self.state_dir.root)
+        if self.links == "recorded":
+            return None
+        self.netns = node_netns.create(self.state_dir.root, node.LAB_LINKS)
+        return node_netns.link_source(self.netns)
 
     def _install(self, cluster: Cluster) -> None:
         for doc in chart_manifests(CRD_DIR):
@@ -133,6 +152,12 @@ class LabCluster:
         if self.server is not None:
             self.server.stop()
             self.server = None
+        if self.netns:
+            try:
+                node_netns.remove_recorded(self.state_dir.root)
+            except node_netns.NetnsError as exc:
+                log.error("lab netns not removed code=%s error=%s", exc.code, exc.message)
+            self.netns = ""
         log.info("lab down state_dir=%s", self.state_dir.root)
 
     def __enter__(self) -> LabCluster:

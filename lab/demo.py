@@ -72,6 +72,7 @@ class NegativeResult:
 @dataclass
 class DemoReport:
     url: str = ""
+    links: str = ""  # the lab node's link mode (recorded | netns:<namespace>)
     slices: int = 0
     devices: int = 0
     topologies: list[TopologyResult] = field(default_factory=list)
@@ -193,12 +194,14 @@ def run_demo(
     topologies: Path = TOPOLOGIES,
     negative: Path = NEGATIVE,
     state_root: Path | None = None,
+    links: str = "recorded",
 ) -> DemoReport:
     """Run the whole demo in a temporary state directory (or ``state_root``)."""
     report = DemoReport()
     with tempfile.TemporaryDirectory(prefix="dmn-lab-demo-") as tmp:
-        lab = LabCluster(StateDir(state_root or Path(tmp)), resync=5.0)
+        lab = LabCluster(StateDir(state_root or Path(tmp)), resync=5.0, links=links)
         report.url = lab.start()
+        report.links = f"netns:{lab.netns}" if lab.netns else links
         try:
             cluster = lab.client()
             slices = cluster.list(r.RESOURCE_SLICES).items

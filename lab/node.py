@@ -1,9 +1,11 @@
 """The lab node: one small, documented single-node inventory and its exposure policies.
 
 The lab's node is called ``lab-node``. Its "NICs" are two ends of a veth pair named
-``lab0`` and ``lab1``, described here as *recorded* link facts (MTU 1500, up, locally
-administered MACs) — the lab creates no kernel link and reads none of the host's, so
-``dmn lab up`` is safe to run anywhere. The inventory is produced by the real scanner
+``lab0`` and ``lab1``. By default they are *recorded* link facts (MTU 1500, up, locally
+administered MACs): the lab creates no kernel link and reads none of the host's, so
+``dmn lab up`` is safe to run anywhere. With ``--links netns`` they are a real veth pair
+in a namespace the lab creates and owns (:mod:`dmn.lab.node_netns`, needs root), read
+once at start. The inventory is produced by the real scanner
 (:func:`dmn.agent.inventory.scan` with ``lab_links``) over an empty sysfs tree, so
 identities, protection and link types follow the same rules as on a real node.
 
@@ -27,6 +29,7 @@ from typing import Any
 
 from dmn.agent.inventory import Inventory, RecordedDevlink, RecordedLinks, ScanConfig, scan
 from dmn.agent.inventory.facts import LinkState
+from dmn.agent.inventory.live import LinkSource
 from dmn.api.identity import API_VERSION
 
 NODE_NAME = "lab-node"
@@ -57,14 +60,15 @@ def link_states(links: Sequence[LabLink] = LINKS) -> list[LinkState]:
     return states
 
 
-def inventory(sysfs_root: Path) -> Inventory:
-    """Scan the lab node. ``sysfs_root`` is an empty directory the caller owns (no PCI)."""
+def inventory(sysfs_root: Path, links: LinkSource | None = None) -> Inventory:
+    """Scan the lab node. ``sysfs_root`` is an empty directory the caller owns (no PCI);
+    ``links`` reads live link facts (the lab's own namespace), else the recorded ones."""
     sysfs_root.mkdir(parents=True, exist_ok=True)
     return scan(
         ScanConfig(
             sysfs_root=sysfs_root,
             node_uid=NODE_UID,
-            links=RecordedLinks(states=link_states()),
+            links=links if links is not None else RecordedLinks(states=link_states()),
             devlink=RecordedDevlink(),
             lab_links=[link.name for link in LINKS],
         )

@@ -40,3 +40,9 @@ def ensure_stopped(state_dir: Path) -> None:
 def no_traceback(result: subprocess.CompletedProcess[str]) -> None:
     assert "Traceback" not in result.stderr, result.stderr
     assert "Traceback" not in result.stdout, result.stdout
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    """Assert exit 0, showing everything the command said when it did not."""
+    assert result.returncode == 0, (result.args, result.returncode, result.stdout, result.stderr)
+    return result

@@ -18,7 +18,7 @@ import yaml
 from dmn.api.cluster import Cluster, connect
 from dmn.api.cluster import resources as r
 from dmn.lab.state_dir import StateDir
-from tests.lab.support import REPO, dmn_lab, ensure_stopped, no_traceback
+from tests.lab.support import REPO, dmn_lab, ensure_stopped, no_traceback, ok
 
 EXAMPLE = REPO / "examples" / "topologies" / "host-device.yaml"
 
@@ -45,7 +45,7 @@ def _wait_ready(state_dir: Path, name: str) -> dict[str, Any]:
 
 def test_detached_round_trip_and_restart_keeps_state(state_dir: Path) -> None:
     up = dmn_lab("up", "--detach", "--state-dir", str(state_dir))
-    assert up.returncode == 0, up.stderr
+    ok(up)
     state = StateDir(state_dir)
     pid = state.running_pid()
     assert pid is not None and f"pid={pid}" in up.stdout
@@ -63,7 +63,7 @@ def test_detached_round_trip_and_restart_keeps_state(state_dir: Path) -> None:
     assert again.returncode == 2 and "E_LAB_RUNNING" in again.stderr
 
     applied = dmn_lab("apply", "-f", str(EXAMPLE), "--state-dir", str(state_dir))
-    assert applied.returncode == 0, applied.stderr
+    ok(applied)
     assert "NetworkTopology/host-device applied" in applied.stdout
     topo = _wait_ready(state_dir, "host-device")
     revision = topo["status"]["revision"]["name"]
@@ -79,21 +79,21 @@ def test_detached_round_trip_and_restart_keeps_state(state_dir: Path) -> None:
     assert slices.stdout.split() == ["lab-node-network-counters-0", "lab-node-network-devices-0"]
 
     down = dmn_lab("down", "--state-dir", str(state_dir))
-    assert down.returncode == 0, down.stderr
+    ok(down)
     assert state.running_pid() is None and not state.kubeconfig.exists()
     assert state.apiserver_state.exists()
     gone = dmn_lab("get", "topology", "--state-dir", str(state_dir))
     assert gone.returncode == 2 and "E_LAB_NOT_RUNNING" in gone.stderr
 
     # up again: the objects come back from the state dir and the controller picks them up
-    assert dmn_lab("up", "--detach", "--state-dir", str(state_dir)).returncode == 0
+    ok(dmn_lab("up", "--detach", "--state-dir", str(state_dir)))
     topo = _wait_ready(state_dir, "host-device")
     assert topo["status"]["revision"]["name"] == revision
-    assert dmn_lab("down", "--state-dir", str(state_dir)).returncode == 0
+    ok(dmn_lab("down", "--state-dir", str(state_dir)))
 
 
 def test_policy_change_republishes_slices(state_dir: Path, tmp_path: Path) -> None:
-    assert dmn_lab("up", "--detach", "--state-dir", str(state_dir)).returncode == 0
+    ok(dmn_lab("up", "--detach", "--state-dir", str(state_dir)))
     kubeconfig = str(StateDir(state_dir).kubeconfig)
     with Cluster(connect(kubeconfig=kubeconfig)) as cluster:
         cluster.delete(r.DEVICE_EXPOSURE_POLICIES, "lab-link-ipvlan")
@@ -107,7 +107,7 @@ def test_policy_change_republishes_slices(state_dir: Path, tmp_path: Path) -> No
             time.sleep(0.1)
         assert len(devices["spec"]["devices"]) == 4  # 2 links x (kernel, macvlan)
         assert devices["spec"]["pool"]["generation"] == 2
-    assert dmn_lab("down", "--state-dir", str(state_dir)).returncode == 0
+    ok(dmn_lab("down", "--state-dir", str(state_dir)))
 
 
 def test_foreground_up_stops_cleanly_on_sigterm(state_dir: Path) -> None:
