@@ -111,3 +111,15 @@ def test_cli_subprocess_reports_without_traceback(tmp_path: Path) -> None:
         result = dmn_lab(*argv)
         no_traceback(result)
         assert result.returncode == 2 and "dmn lab: error[" in result.stderr
+
+
+def test_detached_start_failure_is_reported_with_the_log(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = dmn_lab("up", "--detach", "--port", port, "--state-dir", str(tmp_path))
+    no_traceback(result)
+    assert result.returncode == 2 and "error[E_LAB_START]" in result.stderr
+    assert "E_LAB_START" in (tmp_path / "lab.log").read_text()
+    assert StateDir(tmp_path).running_pid() is None
