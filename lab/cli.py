@@ -321,9 +321,20 @@ def render(report: DemoReport) -> list[str]:
     if a is not None:
         lines.append(f"claim {a.claim} class={a.device_class}:")
         for res in a.results:
+            consumed = ",".join(
+                f"{k.rsplit('/', 1)[-1]}={v}"
+                for k, v in (res.get("consumedCapacity") or {}).items()
+            )
             lines.append(
                 f"  allocated request={res.get('request')} device={res.get('device')} "
-                f"pool={res.get('pool')} driver={res.get('driver')}"
+                f"pool={res.get('pool')} driver={res.get('driver')} consumed={consumed or '-'}"
+            )
+        for cfg in a.config:
+            params = (cfg.get("opaque") or {}).get("parameters") or {}
+            lines.append(
+                f"  config source={cfg.get('source')} kind={params.get('kind')} "
+                f"revision={(params.get('revisionRef') or {}).get('name')} "
+                f"rootStep={params.get('rootStep')}"
             )
         if a.error:
             lines.append(f"  not allocated: {a.error}")

@@ -49,6 +49,7 @@ class AllocationResult:
     claim: str
     device_class: str
     results: list[dict[str, Any]] = field(default_factory=list)
+    config: list[dict[str, Any]] = field(default_factory=list)  # status.allocation config
     error: str = ""
 
 
@@ -163,8 +164,19 @@ def _allocate(lab: LabCluster, report: DemoReport) -> None:
         return
     allocation = (updated.get("status") or {}).get("allocation") or {}
     result.results = list((allocation.get("devices") or {}).get("results") or [])
+    result.config = list((allocation.get("devices") or {}).get("config") or [])
     if not result.results:
         report.problems.append(f"claim {result.claim} has no allocated device")
+    # the allocation carries the class's root configuration: the pinned revision
+    pinned = {
+        ((c.get("opaque") or {}).get("parameters") or {}).get("revisionRef", {}).get("name")
+        for c in result.config
+    }
+    if source.revision not in pinned:
+        report.problems.append(
+            f"claim {result.claim} config pins {sorted(map(str, pinned))}, "
+            f"not the topology's revision {source.revision}"
+        )
 
 
 def _negative(cluster: Cluster, path: Path, timeout: float, report: DemoReport) -> None:

@@ -1,0 +1,87 @@
+"""The lab node's slice publication follows policies and keeps allocated devices pinned."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dmn.api.cluster import Cluster
+from dmn.api.cluster import resources as r
+from dmn.api.identity import DRIVER
+from dmn.lab.cluster import LabCluster
+from dmn.lab.state_dir import StateDir
+
+READY = f"{DRIVER}/allocationReady"
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[LabCluster]:
+    with LabCluster(StateDir(tmp_path), resync=2.0) as running:
+        yield running
+
+
+def _devices(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    return {
+        d["name"]: d
+        for s in cluster.list(r.RESOURCE_SLICES).items
+        for d in s["spec"].get("devices") or []
+    }
+
+
+def _wait(probe: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if probe():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _claim(cluster: Cluster, device_class: str) -> dict[str, Any]:
+    request = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": 1}
+    return cluster.create(
+        r.RESOURCE_CLAIMS,
+        {
+            "metadata": {"name": "pinned", "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "net1", "exactly": request}]}},
+        },
+        "default",
+    )
+
+
+def test_withdrawn_policy_keeps_the_allocated_device_not_ready(lab: LabCluster) -> None:
+    cluster = lab.client()
+    cluster.create(
+        r.DEVICE_CLASSES,
+        {
+            "metadata": {"name": "lab-macvlan"},
+            "spec": {
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": f'device.driver == "{DRIVER}" && '
+                            f'device.attributes["{DRIVER}"].persona == "macvlan"'
+                        }
+                    }
+                ]
+            },
+        },
+    )
+    [allocated] = lab.allocate([_claim(cluster, "lab-macvlan")])
+    [result] = allocated["status"]["allocation"]["devices"]["results"]
+    device = result["device"]
+    assert device.endswith("-macvlan")
+
+    cluster.delete(r.DEVICE_EXPOSURE_POLICIES, "lab-link-macvlan")
+
+    def withdrawn() -> bool:
+        devices = _devices(cluster)
+        macvlan = [n for n in devices if n.endswith("-macvlan")]
+        return macvlan == [device] and devices[device]["attributes"][READY]["bool"] is False
+
+    # the other link's macvlan persona goes; the allocated one stays, blocked for new claims
+    _wait(withdrawn, "the allocated macvlan device pinned with allocationReady=false")
