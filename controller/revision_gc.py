@@ -70,19 +70,26 @@ class RevisionCollector:
     #: topology UID -> revision being published (shared with the topology reconciler).
     publishing: dict[str, str] = field(default_factory=dict)
 
+    def _live_topology(self, ref: dict[str, Any]) -> dict[str, Any] | None:
+        """The topology that produced the revision, if it still exists (same UID) and is
+        not being deleted."""
+        try:
+            topo = self.cluster.get(r.NETWORK_TOPOLOGIES, ref.get("name", ""))
+        except NotFound:
+            return None
+        meta = topo["metadata"]
+        if meta.get("uid") != ref.get("uid") or meta.get("deletionTimestamp"):
+            return None
+        return topo
+
     def retention(self, revision: dict[str, Any]) -> Retention:
         meta = revision["metadata"]
         name, uid = meta["name"], meta.get("uid", "")
         ref = (revision.get("spec") or {}).get("topologyRef") or {}
-        try:
-            topo = self.cluster.get(r.NETWORK_TOPOLOGIES, ref.get("name", ""))
-        except NotFound:
-            topo = None
-        live = (
-            topo is not None
-            and topo["metadata"].get("uid") == ref.get("uid")
-            and not topo["metadata"].get("deletionTimestamp")
-        )
+        topo = self._live_topology(ref)
+        live = topo is not None
+        if not live:  # its topology is gone: nothing publishes it any more (bounded memory)
+            self.publishing.pop(str(ref.get("uid")), None)
         if live and self.publishing.get(str(ref.get("uid"))) == name:
             return Retention(True, "Current", "being published for its topology")
         if live and topo is not None:
@@ -142,8 +149,8 @@ class RevisionCollector:
         if verdict.retained:
             self._record(revision, verdict)
             return False
-        topology_uid = str(((revision.get("spec") or {}).get("topologyRef") or {}).get("uid"))
-        if self.publishing.get(topology_uid) == name:
+        ref = (revision.get("spec") or {}).get("topologyRef") or {}
+        if self.publishing.get(str(ref.get("uid"))) == name and self._live_topology(ref):
             # the topology changed back to this revision while we decided: keep it (the
             # reconciler copes with the remaining race — see TopologyReconciler)
             return False
