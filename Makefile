@@ -24,7 +24,7 @@ lint: setup
 	$(PY) -m ruff format --check .
 
 typecheck: setup
-	$(PY) -m mypy -p dmn.interpreter -p dmn.opcodes
+	$(PY) -m mypy -p dmn
 
 unit: setup
 	$(PY) -m dmn generate --check

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import grpc
@@ -86,13 +87,14 @@ class ResourceHealthServicer(dh_grpc.DRAResourceHealthServicer):
         self.board = board
         self.poll = poll
 
+    def _changed_since(self, seen: int) -> bool:
+        return self.board.version != seen or self.board.closed
+
     def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         seen = -1
         while context.is_active():
             with self.board.cond:
-                self.board.cond.wait_for(
-                    lambda s=seen: self.board.version != s or self.board.closed, self.poll
-                )
+                self.board.cond.wait_for(partial(self._changed_since, seen), self.poll)
                 if self.board.closed:
                     return
                 if self.board.version == seen:

@@ -102,10 +102,10 @@ class KubeletPluginServer:
         dra = grpc.server(
             concurrent.futures.ThreadPoolExecutor(self._max_workers, thread_name_prefix="dra-grpc")
         )
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(self.core), dra)
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(self.core), dra)
-        grpc_health_v1_pb2_grpc.add_HealthServicer_to_server(HealthServicer(self.board), dra)
-        dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(self.core), dra)  # type: ignore[no-untyped-call]
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(self.core), dra)  # type: ignore[no-untyped-call]
+        grpc_health_v1_pb2_grpc.add_HealthServicer_to_server(HealthServicer(self.board), dra)  # type: ignore[no-untyped-call]
+        dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
             ResourceHealthServicer(self.board), dra
         )
         self._bind(dra, self.dra_socket)
@@ -113,7 +113,7 @@ class KubeletPluginServer:
         self._dra_server = dra
 
         reg = grpc.server(concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="dra-reg"))
-        pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(self.registration, reg)
+        pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(self.registration, reg)  # type: ignore[no-untyped-call]
         try:
             self._bind(reg, self.registration_socket)
         except Exception:
