@@ -1,0 +1,117 @@
+"""The kubelet ``DraHandler`` and the NRI ``NriHandler`` as thin adapters over the coordinator.
+
+Each claim of a kubelet batch gets its own result: a :class:`Refusal` becomes that claim's
+``error`` (reason code first, so the kubelet event names it). An NRI hook refused by the
+coordinator raises :class:`HookRefused`, which fails the runtime operation. Containers of
+Pods without claims of ours pass untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from dmn.agent.coordinator.coordinator import Coordinator
+from dmn.agent.coordinator.verify import Refusal
+from dmn.agent.kubelet.handler import (
+    ClaimRef,
+    PreparedDevice,
+    PrepareResult,
+    UnprepareResult,
+)
+from dmn.agent.nri.handler import (
+    Container,
+    ContainerAdjustment,
+    HookRefused,
+    HookTimeout,
+    PodSandbox,
+)
+
+log = logging.getLogger(__name__)
+
+
+class DraAdapter:
+    """Implements :class:`dmn.agent.kubelet.handler.DraHandler`."""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+        out: dict[str, PrepareResult] = {}
+        for c in claims:
+            try:
+                devices = self.coordinator.prepare(c.namespace, c.name, c.uid)
+            except Refusal as exc:
+                log.warning("event=prepare-refused claim=%s code=%s", c.uid, exc.code)
+                out[c.uid] = PrepareResult(error=str(exc))
+                continue
+            out[c.uid] = PrepareResult(
+                devices=tuple(
+                    PreparedDevice(
+                        pool_name=d.pool,
+                        device_name=d.device,
+                        request_names=(d.request,),
+                        share_id=d.share_id or None,
+                    )
+                    for d in devices
+                )
+            )
+        return out
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareResult]:
+        out: dict[str, UnprepareResult] = {}
+        for c in claims:
+            try:
+                self.coordinator.unprepare(c.uid)
+                out[c.uid] = UnprepareResult()
+            except Refusal as exc:
+                log.warning("event=unprepare-refused claim=%s code=%s", c.uid, exc.code)
+                out[c.uid] = UnprepareResult(error=str(exc))
+        return out
+
+
+class NriAdapter:
+    """Implements :class:`dmn.agent.nri.handler.NriHandler`."""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+
+    def synchronize(self, pods: Sequence[PodSandbox], containers: Sequence[Container]) -> None:
+        log.info("event=synchronize pods=%d containers=%d", len(pods), len(containers))
+
+    def run_pod_sandbox(self, pod: PodSandbox) -> None:
+        try:
+            self.coordinator.run_pod(pod.namespace, pod.uid, pod.id, pod.netns_path)
+        except Refusal as exc:
+            raise HookRefused(str(exc)) from exc
+
+    def stop_pod_sandbox(self, pod: PodSandbox) -> None:
+        try:
+            self.coordinator.stop_pod(pod.uid, pod.id)
+        except Refusal as exc:
+            raise HookRefused(str(exc)) from exc
+
+    def remove_pod_sandbox(self, pod: PodSandbox) -> None:
+        try:
+            self.coordinator.remove_pod(pod.uid, pod.id)
+        except Refusal as exc:
+            raise HookRefused(str(exc)) from exc
+
+    def create_container(self, pod: PodSandbox, container: Container) -> ContainerAdjustment:
+        self._gate(pod)
+        return ContainerAdjustment()
+
+    def start_container(self, pod: PodSandbox, container: Container) -> None:
+        self._gate(pod)
+
+    def _gate(self, pod: PodSandbox) -> None:
+        try:
+            self.coordinator.gate(pod.namespace, pod.uid, pod.id)
+        except Refusal as exc:
+            raise HookRefused(str(exc)) from exc
+
+    def shutdown(self) -> None:
+        log.info("event=runtime-shutdown")
+
+    def hook_timed_out(self, report: HookTimeout) -> None:
+        log.warning("event=hook-timeout hook=%s pod=%s", report.event, report.pod_uid)

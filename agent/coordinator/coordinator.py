@@ -1,0 +1,603 @@
+"""The node coordinator's state machine (DESIGN §5, seed 000 §10, §11.4–§11.5).
+
+One :class:`Coordinator` per node owns the journal (single writer), the :class:`Runner`
+over the real executors, and the namespace pins. Every public method takes one
+coordinator lock, so kubelet gRPC threads and NRI hook threads serialise here (the runner
+additionally holds the node mutation lock per operation).
+
+* :meth:`prepare` (NodePrepare): read the claim, verify its allocation against the
+  revision and this node's personas (:mod:`.verify`) — refusing before any mutation —
+  then commit Preparing, run every root's ``prepare`` program in the revision's order,
+  commit Prepared. The same claim UID and allocation fingerprint returns the recorded
+  result; a different live allocation for a prepared claim is ``E_ALLOCATION_CHANGED``.
+* :meth:`run_pod` (RunPodSandbox): claims reserved for the Pod UID, each Prepared with its
+  current fingerprint; pin the runtime's netns (refusing the host namespace), commit
+  Connecting, run ``connect`` of every step in topological order (Operation steps take
+  earlier steps' exports), commit Ready. A failure cleans up what ran, releases the pin
+  and refuses the hook.
+* :meth:`gate` (Create/StartContainer): a Pod with our claims starts containers only in
+  the exact sandbox whose attachment is Ready.
+* :meth:`stop_pod` fences the attachment (no run of it can finish afterwards) and records
+  Removing; :meth:`remove_pod` undoes the connect operations in reverse from the journal,
+  then releases the pin; :meth:`unprepare` is retryable while an attachment of the claim
+  remains, else undoes the prepare operations and records Released.
+* :meth:`start` runs :meth:`Runner.recover` before anything else.
+
+Not done here (said plainly): NetworkAttachmentStatus/claim device status reporting, Pod
+hostNetwork policy, CDI/device-node injection (kernel netdevs need none), a Pod lookup by
+runtime identity beyond claim ``reservedFor``, and Synchronize-driven reconciliation of
+attachments whose sandbox vanished while the agent was down (recovery of unfinished
+operations does run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from dmn.agent.coordinator.verify import (
+    Refusal,
+    VerifiedClaim,
+    VerifiedRoot,
+    driver_results,
+    fingerprint,
+    verify_allocation,
+)
+from dmn.agent.journal.records import (
+    AttachmentIdentity,
+    AttachmentRecord,
+    AttachmentState,
+    NamespacePin,
+    PinState,
+    PreparationRecord,
+    PreparationState,
+)
+from dmn.agent.journal.store import JournalStore
+from dmn.agent.netns.pins import NamespacePins, PinError
+from dmn.agent.personas.model import PersonaSet
+from dmn.api.cluster import ApiFailure, Cluster, NotFound
+from dmn.api.cluster import resources as r
+from dmn.api.identity import DRIVER
+from dmn.interpreter.binder import Call, bind_program
+from dmn.interpreter.bound import BoundProgram
+from dmn.interpreter.handles import (
+    Handle,
+    HandleType,
+    LinkType,
+    Provenance,
+    Scope,
+    ScopeKind,
+)
+from dmn.interpreter.loader import Plugin, load_builtin_plugins
+from dmn.interpreter.runner import Runner, RunRefused
+from dmn.opcodes.executor import Executor
+from dmn.opcodes.linux.executors import EXECUTORS as LINUX_EXECUTORS
+from dmn.opcodes.linux.links import by_name
+from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef, current_boot_id
+from dmn.opcodes.share.executors import EXECUTORS as SHARE_EXECUTORS
+
+log = logging.getLogger(__name__)
+
+LIVE_ATTACHMENT = (AttachmentState.CONNECTING, AttachmentState.READY, AttachmentState.REMOVING)
+
+
+class DeviceView(Protocol):
+    """This node's published devices: personas, and the kernel link of an inventory item."""
+
+    def personas(self) -> PersonaSet: ...
+
+    def ifname(self, inventory_id: str) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    node_name: str
+    node_uid: str
+    state_dir: Path
+    host_netns: str = "/proc/1/ns/net"
+    driver: str = DRIVER
+    pool: str = ""  # default: the node name (one pool per node)
+
+    @property
+    def pool_name(self) -> str:
+        return self.pool or self.node_name
+
+
+@dataclass(frozen=True)
+class PreparedDeviceResult:
+    request: str
+    pool: str
+    device: str
+    share_id: str
+
+
+def attachment_id(identity: AttachmentIdentity) -> str:
+    """A pin-safe id for a sandbox incarnation (never a runtime-supplied string verbatim)."""
+    raw = f"{identity.node_uid}/{identity.boot_id}/{identity.pod_uid}/{identity.sandbox_id}"
+    return "att-" + hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def _short(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+class Coordinator:
+    def __init__(
+        self,
+        config: NodeConfig,
+        cluster: Cluster,
+        devices: DeviceView,
+        *,
+        executors: Mapping[str, Executor] | None = None,
+        plugins: Mapping[str, Plugin] | None = None,
+        boot_id: Callable[[], str] = current_boot_id,
+    ) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.devices = devices
+        self.plugins = dict(plugins) if plugins is not None else load_builtin_plugins()
+        self.boot_id = boot_id
+        self.pins = NamespacePins(config.state_dir, host_netns=config.host_netns)
+        self.journal = JournalStore.open(config.state_dir)
+        self.runner = Runner(
+            self.journal,
+            executors if executors is not None else {**LINUX_EXECUTORS, **SHARE_EXECUTORS},
+            env_factory=lambda op: self.pins.link_environment(),
+        )
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Recover every operation a crash left unfinished, before serving anything."""
+        with self._lock:
+            for res in self.runner.recover():
+                log.info("event=recovered operation=%s state=%s", res.operation_id, res.state)
+
+    def close(self) -> None:
+        with self._lock:
+            self.journal.close()
+
+    # ------------------------------------------------------------------ NodePrepare
+
+    def _claim(self, namespace: str, name: str, uid: str) -> dict[str, Any]:
+        try:
+            claim = self.cluster.get(r.RESOURCE_CLAIMS, name, namespace)
+        except NotFound as exc:
+            raise Refusal("E_CLAIM_NOT_FOUND", f"claim {namespace}/{name} not found") from exc
+        except ApiFailure as exc:
+            raise Refusal(
+                "E_API", f"reading claim {namespace}/{name}: {exc}", retryable=True
+            ) from exc
+        if (claim.get("metadata") or {}).get("uid") != uid:
+            raise Refusal(
+                "E_CLAIM_UID", f"claim {namespace}/{name} is not uid {uid}", "metadata.uid"
+            )
+        return claim
+
+    def _verify(self, claim: Mapping[str, Any]) -> VerifiedClaim | None:
+        uid = str(claim["metadata"]["uid"])
+        results = driver_results(claim, self.config.driver)
+        if not results:
+            return None
+        name = results[0].root.revision_ref.name
+        try:
+            revision = self.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, name)
+        except NotFound as exc:
+            raise Refusal(
+                "E_REVISION_NOT_FOUND", f"revision {name} not found", "revisionRef"
+            ) from exc
+        except ApiFailure as exc:
+            raise Refusal("E_API", f"reading revision {name}: {exc}", retryable=True) from exc
+        return verify_allocation(
+            uid,
+            results,
+            revision,
+            pool=self.config.pool_name,
+            personas=self.devices.personas(),
+            plugins=self.plugins,
+        )
+
+    def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDeviceResult]:
+        """NodePrepare of one claim; raises :class:`Refusal` (nothing changed) or returns
+        the prepared devices."""
+        with self._lock:
+            claim = self._claim(namespace, name, uid)
+            results = driver_results(claim, self.config.driver)
+            if not results:
+                return []
+            fp = fingerprint(uid, results)
+            for rec in self.journal.preparations(uid):
+                if rec.state is PreparationState.RELEASED:
+                    continue
+                if rec.allocation_fingerprint != fp:
+                    raise Refusal(
+                        "E_ALLOCATION_CHANGED",
+                        f"claim {uid} is prepared for another allocation",
+                        "status.allocation",
+                    )
+                if rec.state is PreparationState.PREPARED:
+                    return [PreparedDeviceResult(**d) for d in rec.devices]
+            verified = self._verify(claim)
+            assert verified is not None
+            return self._prepare(verified)
+
+    def _handle(self, env: LinkEnvironment, root: VerifiedRoot, claim_uid: str) -> Handle:
+        persona, res = root.persona, root.result
+        ifname = self.devices.ifname(persona.inventory_id)
+        link = by_name(env.rtnl(env.host), ifname) if ifname else None
+        if link is None:
+            raise Refusal(
+                "E_DEVICE_GONE", f"device {res.device} has no kernel link on this node", res.device
+            )
+        accesses = frozenset(
+            a for g in persona.grants if g.type is HandleType.KERNEL_INTERFACE for a in g.accesses
+        )
+        return Handle(
+            id=f"{res.device}/{res.share_id}" if res.share_id else res.device,
+            type=HandleType.KERNEL_INTERFACE,
+            inventory_id=persona.inventory_id,
+            scope=Scope(ScopeKind.HOST),
+            accesses=accesses,
+            link_type=LinkType(persona.link_type) if persona.link_type else LinkType.ETHERNET,
+            provenance=Provenance(
+                claim_uid=claim_uid,
+                request=res.request,
+                pool=res.pool,
+                device=res.device,
+                share_id=res.share_id,
+                root_step=root.step,
+            ),
+            observations={"ifName": link.name, "ifIndex": link.index, "mac": link.mac},
+        )
+
+    def _bind(self, plugin: Plugin, hook: str, call: Call) -> BoundProgram:
+        bound = bind_program(plugin, hook, call)
+        if not isinstance(bound, BoundProgram):
+            first = bound[0]
+            raise Refusal(str(first.code.value), f"{plugin.name} {hook}: {first.message}")
+        return bound
+
+    def _prepare(self, v: VerifiedClaim) -> list[PreparedDeviceResult]:
+        ops = [f"prep-{_short(v.claim_uid + v.fingerprint)}-{root.step}" for root in v.roots]
+        devices = [
+            PreparedDeviceResult(
+                root.result.request, root.result.pool, root.result.device, root.result.share_id
+            )
+            for root in v.roots
+        ]
+        rec = PreparationRecord(
+            claim_uid=v.claim_uid,
+            allocation_fingerprint=v.fingerprint,
+            revision=v.revision,
+            contract_digest=v.revision_digest,
+            operations=ops,
+        )
+        with self.journal.batch() as b:
+            b.put_preparation(rec)
+        done: list[str] = []
+        scope = f"claim/{v.claim_uid}"
+        try:
+            for op, root in zip(ops, v.roots, strict=True):
+                env = self.pins.link_environment()
+                try:
+                    port = next(iter(root.plugin.descriptor.spec.allocation or {}))
+                    handle = self._handle(env, root, v.claim_uid)
+                    call = Call(config=root.config, operation_id=op, allocation={port: (handle,)})
+                    result = self.runner.run(
+                        op,
+                        scope,
+                        self._bind(root.plugin, "prepare", call),
+                        digests={"revision": v.revision_digest, "allocation": v.fingerprint},
+                        env=env,
+                    )
+                finally:
+                    env.close()
+                done.append(op)
+                if not result.ok:
+                    failure = result.failure
+                    raise Refusal(
+                        failure.code if failure and failure.code else "E_PREPARE_FAILED",
+                        f"root {root.step}: {failure.message if failure else result.state}",
+                    )
+        except (Refusal, RunRefused, PinError) as exc:
+            self._undo(reversed(done))
+            rec.state, rec.error = PreparationState.RELEASED, str(exc)
+            with self.journal.batch() as b:
+                b.put_preparation(rec)
+            if isinstance(exc, Refusal):
+                raise
+            raise Refusal(str(getattr(exc, "code", "E_PREPARE_FAILED")), str(exc)) from exc
+        rec.state = PreparationState.PREPARED
+        rec.devices = [d.__dict__ for d in devices]
+        with self.journal.batch() as b:
+            b.put_preparation(rec)
+        log.info("event=prepared claim=%s roots=%d", v.claim_uid, len(v.roots))
+        return devices
+
+    def _undo(self, operations: Any) -> bool:
+        """Cleanup operations in the given order; True when every one is Undone."""
+        ok = True
+        for op in operations:
+            res = self.runner.cleanup(op)
+            if res.state.value != "Undone":
+                ok = False
+                log.error("event=cleanup-incomplete operation=%s state=%s", op, res.state)
+        return ok
+
+    # ------------------------------------------------------------------ NodeUnprepare
+
+    def unprepare(self, uid: str) -> None:
+        """Release the claim's preparation; retryable :class:`Refusal` while attached."""
+        with self._lock:
+            for att in self.journal.attachments():
+                if att.state in LIVE_ATTACHMENT and any(c["claimUID"] == uid for c in att.claims):
+                    raise Refusal(
+                        "E_ATTACHED",
+                        f"claim {uid} is still attached to sandbox {att.identity.sandbox_id}",
+                        retryable=True,
+                    )
+            for rec in self.journal.preparations(uid):
+                if rec.state is PreparationState.RELEASED:
+                    continue
+                rec.state = PreparationState.UNPREPARING
+                with self.journal.batch() as b:
+                    b.put_preparation(rec)
+                if not self._undo(reversed(rec.operations)):
+                    raise Refusal("E_CLEANUP_INCOMPLETE", f"claim {uid}", retryable=True)
+                rec.state = PreparationState.RELEASED
+                with self.journal.batch() as b:
+                    b.put_preparation(rec)
+                log.info("event=unprepared claim=%s", uid)
+
+    # ------------------------------------------------------------------ RunPodSandbox
+
+    def _pod_claims(self, namespace: str, pod_uid: str) -> list[dict[str, Any]]:
+        """Claims reserved for this Pod UID that carry this driver's results."""
+        try:
+            claims = self.cluster.list(r.RESOURCE_CLAIMS, namespace).items
+        except ApiFailure as exc:
+            raise Refusal("E_API", f"listing claims: {exc}", retryable=True) from exc
+        out = []
+        for c in claims:
+            status = c.get("status") or {}
+            reserved = status.get("reservedFor") or []
+            if not any(x.get("uid") == pod_uid for x in reserved):
+                continue
+            results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+            if not any(x.get("driver") == self.config.driver for x in results):
+                continue
+            if len(reserved) != 1:
+                raise Refusal(
+                    "E_MULTIPLE_CONSUMERS",
+                    f"claim {c['metadata']['name']} is reserved for {len(reserved)} consumers",
+                    "status.reservedFor",
+                )
+            out.append(c)
+        return sorted(out, key=lambda c: str(c["metadata"]["name"]))
+
+    def _identity(self, pod_uid: str, sandbox_id: str) -> AttachmentIdentity:
+        return AttachmentIdentity(self.config.node_uid, self.boot_id(), pod_uid, sandbox_id)
+
+    def run_pod(
+        self, namespace: str, pod_uid: str, sandbox_id: str, netns_path: str | None
+    ) -> bool:
+        """Attach the Pod's prepared claims to the sandbox; False: no claims of ours."""
+        with self._lock:
+            claims = self._pod_claims(namespace, pod_uid)
+            if not claims:
+                return False
+            identity = self._identity(pod_uid, sandbox_id)
+            existing = self.journal.get_attachment(identity)
+            if existing is not None and existing.state is AttachmentState.READY:
+                return True
+            if existing is not None and existing.state is not AttachmentState.CONNECTING:
+                raise Refusal("E_ATTACHMENT_STATE", f"sandbox {sandbox_id} is {existing.state}")
+            plan: list[tuple[PreparationRecord, VerifiedClaim, dict[str, Any]]] = []
+            for c in claims:
+                uid = str(c["metadata"]["uid"])
+                fp = fingerprint(uid, driver_results(c, self.config.driver))
+                prep = self.journal.get_preparation(uid, fp)
+                if prep is None or prep.state is not PreparationState.PREPARED:
+                    raise Refusal("E_NOT_PREPARED", f"claim {uid} is not prepared on this node")
+                verified = self._verify(c)
+                assert verified is not None
+                revision = self.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, verified.revision)
+                plan.append((prep, verified, revision))
+            if not netns_path:
+                raise Refusal("E_NO_NETNS", "the runtime supplied no network namespace")
+            att = attachment_id(identity)
+            try:
+                ref = self.pins.pin(att, netns_path)
+            except PinError as exc:
+                raise Refusal(exc.code, str(exc)) from exc
+            ops = [
+                f"conn-{att[4:20]}-{_short(prep.claim_uid)[:8]}-{step}"
+                for prep, _, rev in plan
+                for step in rev["spec"]["order"]
+            ]
+            rec = AttachmentRecord(
+                identity=identity,
+                claims=[
+                    {"claimUID": p.claim_uid, "fingerprint": p.allocation_fingerprint}
+                    for p, _, _ in plan
+                ],
+                revision=",".join(v.revision for _, v, _ in plan),
+                operations=ops,
+            )
+            with self.journal.batch() as b:
+                b.put_attachment(rec)
+                b.put_pin(
+                    NamespacePin(
+                        att,
+                        ref.path,
+                        ref.identity.dev,
+                        ref.identity.inode,
+                        ref.identity.boot_id,
+                        PinState.MOUNTED,
+                    )
+                )
+            done: list[str] = []
+            try:
+                for prep, verified, revision in plan:
+                    self._connect(att, ref, prep, verified, revision, done)
+            except (Refusal, RunRefused, PinError) as exc:
+                cleaned = self._undo(reversed(done))
+                rec.state, rec.error = AttachmentState.REMOVED, str(exc)
+                if not cleaned:
+                    rec.state = AttachmentState.REMOVING
+                with self.journal.batch() as b:
+                    b.put_attachment(rec)
+                    if cleaned:
+                        b.delete_pin(att)
+                if cleaned:
+                    self.pins.release(att, cleanup_verified=True)
+                if isinstance(exc, Refusal):
+                    raise
+                raise Refusal(str(getattr(exc, "code", "E_CONNECT_FAILED")), str(exc)) from exc
+            rec.state = AttachmentState.READY
+            with self.journal.batch() as b:
+                b.put_attachment(rec)
+            log.info("event=ready pod=%s sandbox=%s operations=%d", pod_uid, sandbox_id, len(ops))
+            return True
+
+    def _connect(
+        self,
+        att: str,
+        ref: NamespaceRef,
+        prep: PreparationRecord,
+        verified: VerifiedClaim,
+        revision: Mapping[str, Any],
+        done: list[str],
+    ) -> None:
+        spec = revision["spec"]
+        steps = {str(s["id"]): s for s in spec["normalizedSpec"]["steps"]}
+        roots = {root.step: root for root in verified.roots}
+        prepared_ops = dict(
+            zip((root.step for root in verified.roots), prep.operations, strict=True)
+        )
+        exports: dict[str, Mapping[str, tuple[Handle, ...]]] = {}
+        sandbox = Scope(ScopeKind.SANDBOX, ref.identity)
+        for step_id in spec["order"]:
+            step = steps[step_id]
+            op = f"conn-{att[4:20]}-{_short(prep.claim_uid)[:8]}-{step_id}"
+            if step_id in roots:
+                plugin = roots[step_id].plugin
+                prepared_rec = self.journal.load_operation(prepared_ops[step_id])
+                if prepared_rec is None:
+                    raise Refusal("E_NOT_PREPARED", f"root {step_id} has no prepare record")
+                call = Call(
+                    config=dict(step.get("config") or {}),
+                    operation_id=op,
+                    prepared=dict(prepared_rec.result),
+                    sandbox=sandbox,
+                )
+            else:
+                name = str(step["pluginRef"]["name"])
+                plugin = self.plugins[name]
+                call = Call(
+                    config=dict(step.get("config") or {}),
+                    operation_id=op,
+                    inputs=_inputs(step.get("inputs") or {}, exports),
+                    sandbox=sandbox,
+                )
+            env = self.pins.link_environment(att)
+            try:
+                result = self.runner.run(
+                    op,
+                    f"attachment/{att}",
+                    self._bind(plugin, "connect", call),
+                    digests={"revision": verified.revision_digest},
+                    env=env,
+                )
+            finally:
+                env.close()
+            done.append(op)
+            if not result.ok:
+                failure = result.failure
+                raise Refusal(
+                    failure.code if failure and failure.code else "E_CONNECT_FAILED",
+                    f"step {step_id}: {failure.message if failure else result.state}",
+                )
+            exports[step_id] = result.exports
+
+    # ------------------------------------------------------------------ container gate
+
+    def gate(self, namespace: str, pod_uid: str, sandbox_id: str) -> None:
+        """Refuse (:class:`Refusal`) unless this exact sandbox is Ready, for Pods with our
+        claims; a Pod without claims of ours passes."""
+        with self._lock:
+            identity = self._identity(pod_uid, sandbox_id)
+            att = self.journal.get_attachment(identity)
+            if att is not None and att.state is AttachmentState.READY:
+                if self.pins.ref(attachment_id(identity)) is None:
+                    raise Refusal("E_PIN_MISSING", f"sandbox {sandbox_id} lost its namespace pin")
+                return
+            if att is not None or self._pod_claims(namespace, pod_uid):
+                state = att.state.value if att is not None else "not attached"
+                raise Refusal("E_NOT_READY", f"sandbox {sandbox_id} is {state}")
+
+    # ------------------------------------------------------------------ Stop / Remove
+
+    def stop_pod(self, pod_uid: str, sandbox_id: str) -> None:
+        """Durably invalidate Ready and fence the attachment's scope."""
+        with self._lock:
+            identity = self._identity(pod_uid, sandbox_id)
+            rec = self.journal.get_attachment(identity)
+            if rec is None or rec.state is AttachmentState.REMOVED:
+                return
+            att = attachment_id(identity)
+            self.runner.fence(f"attachment/{att}", "sandbox stopped")
+            rec.state = AttachmentState.REMOVING
+            with self.journal.batch() as b:
+                b.put_attachment(rec)
+            log.info("event=invalidated pod=%s sandbox=%s", pod_uid, sandbox_id)
+
+    def remove_pod(self, pod_uid: str, sandbox_id: str) -> None:
+        """Reverse cleanup of the attachment; the pin goes only after verified cleanup."""
+        with self._lock:
+            identity = self._identity(pod_uid, sandbox_id)
+            rec = self.journal.get_attachment(identity)
+            if rec is None or rec.state is AttachmentState.REMOVED:
+                return
+            att = attachment_id(identity)
+            if rec.state is not AttachmentState.REMOVING:
+                self.runner.fence(f"attachment/{att}", "sandbox removed")
+                rec.state = AttachmentState.REMOVING
+                with self.journal.batch() as b:
+                    b.put_attachment(rec)
+            if not self._undo(reversed(rec.operations)):
+                raise Refusal("E_CLEANUP_INCOMPLETE", f"sandbox {sandbox_id}", retryable=True)
+            rec.state = AttachmentState.REMOVED
+            with self.journal.batch() as b:
+                b.put_attachment(rec)
+                b.delete_pin(att)
+            if self.pins.ref(att) is not None:
+                self.pins.release(att, cleanup_verified=True)
+            log.info("event=removed pod=%s sandbox=%s", pod_uid, sandbox_id)
+
+    def attachment(self, pod_uid: str, sandbox_id: str) -> AttachmentRecord | None:
+        with self._lock:
+            return self.journal.get_attachment(self._identity(pod_uid, sandbox_id))
+
+
+def _inputs(
+    bindings: Mapping[str, Any], exports: Mapping[str, Mapping[str, tuple[Handle, ...]]]
+) -> dict[str, tuple[Handle, ...]]:
+    """An Operation step's input ports from earlier steps' exports (``from: step.port``)."""
+    out: dict[str, tuple[Handle, ...]] = {}
+    for port, binding in bindings.items():
+        refs: Sequence[Any] = binding if isinstance(binding, list) else [binding]
+        handles: list[Handle] = []
+        for ref in refs:
+            step, _, out_port = str(ref["from"]).partition(".")
+            if step not in exports:
+                raise Refusal("E_REF_UNRESOLVED", f"input {port} from {step} which has not run")
+            handles.extend(exports[step].get(out_port, ()))
+        out[port] = tuple(handles)
+    return out

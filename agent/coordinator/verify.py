@@ -1,0 +1,263 @@
+"""Pure checks of a claim's allocation before NodePrepare mutates anything (seed 000 §9.2).
+
+:func:`driver_results` picks this driver's results of a ResourceClaim allocation and their
+class-origin ``TopologyRootConfiguration``; :func:`verify_allocation` checks them against
+the referenced NetworkTopologyRevision and this node's published personas and returns the
+verified roots in the revision's order. Every refusal is a :class:`Refusal` with a stable
+reason code and the field it concerns; nothing here performs I/O.
+
+Initial profile (seed 000 §9.2): one revision per claim, every root covered exactly once,
+one device per root, class-origin root bindings only (a claim-origin
+``TopologyRootConfiguration`` is refused), builtin plugins whose contract digest equals this
+agent's own copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from dmn.agent.personas.model import Persona, PersonaSet
+from dmn.agent.slices import node_allocation_check
+from dmn.api.root_config import TopologyRootConfiguration
+from dmn.interpreter.bound import sha256_digest
+from dmn.interpreter.loader import Plugin
+
+ROOT_CONFIG_KIND = "TopologyRootConfiguration"
+
+
+class Refusal(Exception):
+    """A claim, Pod or hook refused before (or instead of) any mutation."""
+
+    def __init__(self, code: str, message: str, field: str = "", retryable: bool = False) -> None:
+        self.code = code
+        self.field = field
+        self.message = message
+        self.retryable = retryable
+        where = f" ({field})" if field else ""
+        super().__init__(f"{code}: {message}{where}")
+
+
+@dataclass(frozen=True)
+class DriverResult:
+    """One of this driver's allocation results with its root binding."""
+
+    request: str
+    pool: str
+    device: str
+    share_id: str
+    consumed: Mapping[str, str]
+    root: TopologyRootConfiguration
+    index: int  # position in status.allocation.devices.results (for field paths)
+
+
+@dataclass(frozen=True)
+class VerifiedRoot:
+    step: str
+    plugin: Plugin
+    config: Mapping[str, Any]
+    result: DriverResult
+    persona: Persona
+
+
+@dataclass(frozen=True)
+class VerifiedClaim:
+    claim_uid: str
+    fingerprint: str
+    revision: str
+    revision_uid: str
+    revision_digest: str
+    roots: tuple[VerifiedRoot, ...]  # in the revision's topological order
+
+
+def _applies(config: Mapping[str, Any], request: str) -> bool:
+    requests = config.get("requests") or []
+    return not requests or request in requests or request.split("/")[0] in requests
+
+
+def driver_results(claim: Mapping[str, Any], driver: str) -> list[DriverResult]:
+    """This driver's results of the claim's allocation with their root configuration.
+
+    Another driver's results and configuration are left alone. Raises :class:`Refusal`
+    when one of our results has no class-origin root binding, has a claim-origin one, or
+    the opaque parameters do not parse.
+    """
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        raise Refusal("E_NOT_ALLOCATED", "the claim has no allocation", "status.allocation")
+    devices = allocation.get("devices") or {}
+    configs = [
+        c for c in devices.get("config") or [] if (c.get("opaque") or {}).get("driver") == driver
+    ]
+    out: list[DriverResult] = []
+    for i, res in enumerate(devices.get("results") or []):
+        if res.get("driver") != driver:
+            continue
+        where = f"status.allocation.devices.results[{i}]"
+        if res.get("adminAccess"):
+            raise Refusal("E_ADMIN_ACCESS", "adminAccess is not supported", where)
+        request = str(res.get("request", ""))
+        bindings = []
+        for c in configs:
+            if not _applies(c, request):
+                continue
+            params = (c.get("opaque") or {}).get("parameters") or {}
+            if params.get("kind") != ROOT_CONFIG_KIND:
+                continue
+            if c.get("source") != "FromClass":
+                raise Refusal(
+                    "E_CLAIM_ORIGIN_CONFIG",
+                    "a root binding is accepted only from the DeviceClass",
+                    "status.allocation.devices.config",
+                )
+            try:
+                bindings.append(TopologyRootConfiguration.model_validate(params))
+            except ValidationError as exc:
+                raise Refusal(
+                    "E_ROOT_CONFIG", f"invalid {ROOT_CONFIG_KIND}: {exc.errors()[0]['msg']}", where
+                ) from exc
+        if len(bindings) != 1:
+            raise Refusal(
+                "E_ROOT_CONFIG",
+                f"request {request!r} has {len(bindings)} class-origin root bindings, need 1",
+                where,
+            )
+        out.append(
+            DriverResult(
+                request=request,
+                pool=str(res.get("pool", "")),
+                device=str(res.get("device", "")),
+                share_id=str(res.get("shareID") or ""),
+                consumed={str(k): str(v) for k, v in (res.get("consumedCapacity") or {}).items()},
+                root=bindings[0],
+                index=i,
+            )
+        )
+    return out
+
+
+def fingerprint(claim_uid: str, results: Sequence[DriverResult]) -> str:
+    """Canonical allocation fingerprint (seed 000 §9.2); shareID is never omitted."""
+    return sha256_digest(
+        {
+            "claimUID": claim_uid,
+            "results": [
+                {
+                    "request": r.request,
+                    "pool": r.pool,
+                    "device": r.device,
+                    "shareID": r.share_id,
+                    "consumedCapacity": dict(sorted(r.consumed.items())),
+                    "root": r.root.model_dump(mode="json", by_alias=True),
+                }
+                for r in sorted(results, key=lambda r: (r.request, r.device, r.share_id))
+            ],
+        }
+    )
+
+
+def _ready(revision: Mapping[str, Any]) -> bool:
+    status = revision.get("status") or {}
+    if status.get("phase") != "Ready":
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def verify_allocation(
+    claim_uid: str,
+    results: Sequence[DriverResult],
+    revision: Mapping[str, Any],
+    *,
+    pool: str,
+    personas: PersonaSet,
+    plugins: Mapping[str, Plugin],
+    cleanup_pending: Sequence[str] = (),
+) -> VerifiedClaim:
+    """Check every driver-owned result against ``revision`` and this node (pure)."""
+    names = {r.root.revision_ref.name for r in results}
+    if len(names) != 1:
+        raise Refusal("E_MIXED_REVISIONS", f"results reference revisions {sorted(names)}")
+    ref = results[0].root.revision_ref
+    meta, spec = revision.get("metadata") or {}, revision.get("spec") or {}
+    if meta.get("name") != ref.name or meta.get("uid") != ref.uid:
+        raise Refusal(
+            "E_REVISION_UID",
+            f"revision {ref.name} has uid {meta.get('uid')}, the allocation pins {ref.uid}",
+            "revisionRef.uid",
+        )
+    if spec.get("digest") != ref.digest:
+        raise Refusal(
+            "E_REVISION_DIGEST",
+            f"revision {ref.name} has digest {spec.get('digest')}, the allocation pins "
+            f"{ref.digest}",
+            "revisionRef.digest",
+        )
+    if not _ready(revision):
+        raise Refusal("E_REVISION_NOT_READY", f"revision {ref.name} is not Ready", "status")
+    roots = {str(r["rootStep"]): r for r in spec.get("roots") or []}
+    by_step: dict[str, DriverResult] = {}
+    for r in results:
+        where = f"status.allocation.devices.results[{r.index}]"
+        if r.root.root_step in by_step:
+            raise Refusal(
+                "E_ROOT_COVERAGE", f"root {r.root.root_step!r} is covered more than once", where
+            )
+        if r.root.root_step not in roots:
+            raise Refusal("E_ROOT_COVERAGE", f"revision has no root {r.root.root_step!r}", where)
+        if r.pool != pool:
+            raise Refusal(
+                "E_NOT_THIS_NODE", f"device {r.pool}/{r.device} is not in this node's pool", where
+            )
+        by_step[r.root.root_step] = r
+    missing = sorted(set(roots) - set(by_step))
+    if missing:
+        raise Refusal("E_ROOT_COVERAGE", f"roots {missing} are not allocated", "status.allocation")
+    findings = node_allocation_check(personas, [r.device for r in results], cleanup_pending)
+    if findings:
+        f = findings[0]
+        raise Refusal(str(f.code), f"{f.device}: {f.message}", "status.allocation")
+    current = personas.by_name()
+    steps = {str(s["id"]): s for s in (spec.get("normalizedSpec") or {}).get("steps") or []}
+    locked = {str(p["name"]): str(p["contractDigest"]) for p in spec.get("plugins") or []}
+    verified: list[VerifiedRoot] = []
+    for step_id in [s for s in spec.get("order") or [] if s in roots]:
+        root, r = roots[step_id], by_step[step_id]
+        persona = current[r.device]
+        name = str(root["plugin"])
+        where = f"status.allocation.devices.results[{r.index}]"
+        if (persona.plugin, persona.mode) != (name, root.get("mode")):
+            raise Refusal(
+                "E_PERSONA_MISMATCH",
+                f"device {r.device} is {persona.plugin}/{persona.mode}, root {step_id} needs "
+                f"{name}/{root.get('mode')}",
+                where,
+            )
+        if bool(root.get("shared")) != bool(r.share_id):
+            raise Refusal("E_SHARE", f"root {step_id}: shareID does not match sharing", where)
+        digest = r.root.plugin_contract_digest
+        plugin = plugins.get(name)
+        if digest != root.get("pluginContractDigest") or digest != locked.get(name):
+            raise Refusal("E_CONTRACT_MISMATCH", f"root {step_id}: contract digest differs", where)
+        if plugin is None or plugin.contract_digest != digest:
+            raise Refusal(
+                "E_PLUGIN_UNSUPPORTED",
+                f"plugin {name} with contract {digest} is not implemented by this agent",
+                where,
+            )
+        verified.append(
+            VerifiedRoot(step_id, plugin, dict(steps[step_id].get("config") or {}), r, persona)
+        )
+    return VerifiedClaim(
+        claim_uid=claim_uid,
+        fingerprint=fingerprint(claim_uid, results),
+        revision=ref.name,
+        revision_uid=ref.uid,
+        revision_digest=ref.digest,
+        roots=tuple(verified),
+    )
