@@ -82,16 +82,21 @@ class Plugin:
         return self.source.span(path)
 
     def to_json(self) -> dict[str, Any]:
-        """Canonical content: descriptor (without inline program bodies) plus programs."""
+        """Canonical content: descriptor (without inline program bodies) plus programs.
+
+        Every default is written out, so the digest depends on meaning only: an API server
+        stores a NetworkPlugin with the CRD's defaults (e.g. a port's ``minItems: 1``) made
+        explicit, and that stored object must digest exactly like the node's own copy.
+        """
         descriptor = self.descriptor.model_dump(
-            mode="json", by_alias=True, exclude_unset=True, exclude={"status"}
+            mode="json", by_alias=True, exclude_none=True, exclude={"status"}
         )
         hooks = descriptor.get("spec", {}).get("hooks")
         if isinstance(hooks, dict):
             for hook in HOOKS:
                 hooks.pop(hook, None)
         programs = {
-            hook: prog.body.model_dump(mode="json", by_alias=True, exclude_unset=True)
+            hook: prog.body.model_dump(mode="json", by_alias=True, exclude_none=True)
             for hook, prog in sorted(self.programs.items())
         }
         return {"descriptor": descriptor, "programs": programs}

@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dmn.interpreter.bound import sha256_digest
 from dmn.interpreter.diagnostics import Code, Diagnostic
-from dmn.interpreter.documents import HOOKS, NetworkPlugin, parse_document
+from dmn.interpreter.documents import NetworkPlugin, parse_document
 from dmn.interpreter.loader import Plugin, load_builtin_plugins, plugin_from_descriptor
 from dmn.interpreter.source import SourceMap, YamlDocument
 
@@ -36,29 +35,10 @@ def plugin_from_object(
     return plugin, [*diagnostics, *merge, *_builtin_mismatch(plugin)]
 
 
-def _defaulted(plugin: Plugin) -> dict[str, Any]:
-    """The contract with every default written out: an API server applies the CRD's
-    defaults (e.g. a port's ``minItems: 1``) to what it stores, so the stored object and
-    the shipped files differ in which defaults are explicit, never in meaning."""
-    descriptor = plugin.descriptor.model_dump(
-        mode="json", by_alias=True, exclude_none=True, exclude={"status"}
-    )
-    hooks = descriptor.get("spec", {}).get("hooks")
-    if isinstance(hooks, dict):
-        for hook in HOOKS:
-            hooks.pop(hook, None)
-    programs = {
-        hook: prog.body.model_dump(mode="json", by_alias=True, exclude_none=True)
-        for hook, prog in sorted(plugin.programs.items())
-    }
-    return {"descriptor": descriptor, "programs": programs}
-
-
 def same_contract(a: Plugin, b: Plugin) -> bool:
-    """Equal contracts, whichever defaults either side spells out."""
-    return a.contract_digest == b.contract_digest or sha256_digest(_defaulted(a)) == sha256_digest(
-        _defaulted(b)
-    )
+    """Equal contracts. ``Plugin.contract_digest`` writes every default out, so an API
+    server's stored copy (CRD defaults made explicit) and the shipped files agree."""
+    return a.contract_digest == b.contract_digest
 
 
 def _builtin_mismatch(plugin: Plugin) -> list[Diagnostic]:
