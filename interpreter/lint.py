@@ -290,6 +290,13 @@ def _lint_program(
     return check_program(plugin, program.hook, ctx.registry)
 
 
+def _printable(line: str) -> str:
+    """The source line as a terminal may show it: one ``?`` per control or otherwise
+    unprintable character (never an escape sequence from the file), tabs kept, so the
+    caret stays aligned."""
+    return "".join(ch if ch == "\t" or ch.isprintable() else "?" for ch in line)
+
+
 def render_human(result: LintResult) -> str:
     """Compiler-style output: one line per diagnostic, then the source line and a caret."""
     lines: list[str] = []
@@ -300,7 +307,7 @@ def render_human(result: LintResult) -> str:
             continue
         source_lines = text.splitlines()
         if 1 <= d.line <= len(source_lines):
-            src = source_lines[d.line - 1]
+            src = _printable(source_lines[d.line - 1])
             lines.append(f"  {src}")
             col = max(1, min(d.column, len(src) + 1))
             prefix = "".join(ch if ch == "\t" else " " for ch in src[: col - 1])

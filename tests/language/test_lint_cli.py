@@ -196,3 +196,13 @@ def test_registered_kinds_are_linted(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert "TestTopology" in lint.registered_kinds()
     finally:
         lint._KIND_CHECKERS.pop("TestTopology", None)
+
+
+def test_human_output_never_echoes_control_characters(tmp_path) -> None:
+    from dmn.interpreter.lint import lint_paths, render_human
+
+    bad = tmp_path / "ctrl.yaml"
+    bad.write_bytes(b'a: "\x01\x1b[31mred"\n')
+    out = render_human(lint_paths([str(bad)]))
+    assert "\x1b" not in out and "\x01" not in out
+    assert '  a: "??[31mred"' in out
