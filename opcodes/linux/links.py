@@ -16,6 +16,7 @@ from typing import Any
 from pyroute2.netlink.exceptions import NetlinkError
 
 from dmn.opcodes.executor import ExecutorError
+from dmn.opcodes.linux.link_reader import LinkReader
 
 IFF_UP = 0x1
 NONCE_PREFIX = "dmn"
@@ -120,13 +121,46 @@ def addresses_of(ipr: Any, index: int) -> tuple[Address, ...]:
     return tuple(sorted(out, key=lambda a: (a.family, a.address)))
 
 
+def _from_reader(fields: dict[str, Any], addresses: tuple[Address, ...] = ()) -> LinkState:
+    flags = int(fields["flags"])
+    return LinkState(
+        index=int(fields["index"]),
+        name=str(fields["name"]),
+        alias=str(fields["alias"]),
+        mtu=int(fields["mtu"]),
+        mac=str(fields["mac"]),
+        up=bool(flags & IFF_UP),
+        kind=str(fields["kind"]),
+        lower=int(fields["lower"]),
+        master=int(fields["master"]),
+        info=dict(fields["info"]),
+        addresses=addresses,
+        link_netnsid=int(fields["link_netnsid"]),
+    )
+
+
+def _reader(ipr: Any) -> LinkReader | None:
+    """The fast reader a :class:`LinkEnvironment` socket carries (plain IPRoute: none)."""
+    reader = getattr(ipr, "link_reader", None)
+    return reader if isinstance(reader, LinkReader) else None
+
+
 def all_links(ipr: Any) -> list[LinkState]:
+    reader = _reader(ipr)
+    if reader is not None:
+        return [_from_reader(f) for f in reader.dump()]
     return [_state(m) for m in ipr.get_links()]
 
 
 def by_index(ipr: Any, index: int, with_addresses: bool = False) -> LinkState | None:
     if index <= 0:
         return None
+    reader = _reader(ipr)
+    if reader is not None:
+        fields = reader.get(index=index)
+        if fields is None:
+            return None
+        return _from_reader(fields, addresses_of(ipr, index) if with_addresses else ())
     try:
         msgs = ipr.get_links(index)
     except NetlinkError as exc:
@@ -140,6 +174,13 @@ def by_index(ipr: Any, index: int, with_addresses: bool = False) -> LinkState | 
 
 def by_name(ipr: Any, name: str, with_addresses: bool = False) -> LinkState | None:
     """The link called ``name``, looked up by the kernel (no dump)."""
+    reader = _reader(ipr)
+    if reader is not None:
+        fields = reader.get(name=name)
+        if fields is None:
+            return None
+        index = int(fields["index"])
+        return _from_reader(fields, addresses_of(ipr, index) if with_addresses else ())
     try:
         msgs = ipr.link("get", ifname=name)
     except NetlinkError as exc:

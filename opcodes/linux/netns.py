@@ -32,6 +32,7 @@ from pyroute2 import IPRoute
 
 from dmn.interpreter.handles import NamespaceIdentity, Scope, ScopeKind
 from dmn.opcodes.executor import ExecutorError
+from dmn.opcodes.linux.link_reader import LinkReader
 
 _log = logging.getLogger(__name__)
 
@@ -54,23 +55,34 @@ def _setns(fd: int) -> None:
 
 
 def netlink_socket_in(ns_fd: int) -> int:
-    """A NETLINK_ROUTE socket created inside the namespace ``ns_fd``; returns its fd.
+    """A NETLINK_ROUTE socket created inside the namespace ``ns_fd``; returns its fd."""
+    return netlink_sockets_in(ns_fd, 1)[0]
 
-    The calling thread enters the namespace only for the ``socket()`` call and returns at
+
+def netlink_sockets_in(ns_fd: int, count: int) -> list[int]:
+    """``count`` NETLINK_ROUTE sockets created inside the namespace ``ns_fd``; their fds.
+
+    The calling thread enters the namespace only for the ``socket()`` calls and returns at
     once (a socket stays bound to the namespace it was created in). This costs microseconds
     where forking a helper process, as pyroute2's ``netns=`` does, costs milliseconds.
     """
+    socks: list[socket.socket] = []
     with _setns_lock:
         own = os.open(THREAD_NETNS, os.O_RDONLY | os.O_CLOEXEC)
         try:
             _setns(ns_fd)
             try:
-                sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE)
+                for _ in range(count):
+                    socks.append(socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE))
             finally:
                 _setns(own)
+        except BaseException:
+            for sock in socks:
+                sock.close()
+            raise
         finally:
             os.close(own)
-    return sock.detach()
+    return [sock.detach() for sock in socks]
 
 
 def current_boot_id() -> str:
@@ -100,6 +112,19 @@ class NamespaceRef:
     @classmethod
     def at(cls, path: str | Path) -> NamespaceRef:
         return cls(identity_of(path), str(path))
+
+
+class NamespaceRtnl(IPRoute):  # type: ignore[misc]
+    """pyroute2's IPRoute for writes, plus a :class:`LinkReader` on a second socket of the
+    same namespace for the many link reads executors make (see ``link_reader.py``)."""
+
+    link_reader: LinkReader | None = None
+
+    def close(self, *args: Any, **kwargs: Any) -> None:
+        if self.link_reader is not None:
+            self.link_reader.close()
+            self.link_reader = None
+        super().close(*args, **kwargs)
 
 
 @dataclass
@@ -195,9 +220,12 @@ class LinkEnvironment:
             self._verify(ref)
             own = identity_of(THREAD_NETNS)
             if (own.dev, own.inode) == key:
-                sock = IPRoute()
+                sock = NamespaceRtnl()
+                sock.link_reader = LinkReader()
             else:
-                sock = IPRoute(fileno=netlink_socket_in(self.fd(ref)))
+                write_fd, read_fd = netlink_sockets_in(self.fd(ref), 2)
+                sock = NamespaceRtnl(fileno=write_fd)
+                sock.link_reader = LinkReader(read_fd)
             self._sockets[key] = sock
         return sock
 
