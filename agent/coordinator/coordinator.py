@@ -83,6 +83,9 @@ from dmn.opcodes.share.executors import EXECUTORS as SHARE_EXECUTORS
 
 log = logging.getLogger(__name__)
 
+# persona grants realised as a KernelInterface handle: a whole link, or a shared parent's
+# CreateChild entitlement (the parent stays in the host namespace)
+KERNEL_LINK_GRANTS = (HandleType.KERNEL_INTERFACE, HandleType.SHARED_PARENT)
 LIVE_ATTACHMENT = (AttachmentState.CONNECTING, AttachmentState.READY, AttachmentState.REMOVING)
 
 
@@ -236,7 +239,7 @@ class Coordinator:
                 "E_DEVICE_GONE", f"device {res.device} has no kernel link on this node", res.device
             )
         accesses = frozenset(
-            a for g in persona.grants if g.type is HandleType.KERNEL_INTERFACE for a in g.accesses
+            a for g in persona.grants if g.type in KERNEL_LINK_GRANTS for a in g.accesses
         )
         return Handle(
             id=f"{res.device}/{res.share_id}" if res.share_id else res.device,

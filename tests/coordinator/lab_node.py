@@ -1,0 +1,170 @@
+"""A lab node with the real agent parts wired to the coordinator, for end-to-end tests.
+
+:func:`lab_node` starts the real lab control plane (API server with the generated CRDs and
+builtin NetworkPlugins, the real controller, slice publication of a node whose links are a
+veth pair in a namespace the lab creates), applies ``examples/topologies/shared-macvlan``,
+then the node agent: a :class:`Coordinator` over a RocksDB journal in a private state
+directory, the kubelet gRPC plugin server on unix sockets and the NRI plugin connected to
+the lab NRI runtime. Everything is stopped and removed on exit, also after a failure.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dmn.agent.coordinator import Coordinator, NodeConfig
+from dmn.agent.coordinator.adapters import DraAdapter, NriAdapter
+from dmn.agent.kubelet.server import KubeletPluginServer
+from dmn.agent.nri.plugin import NriPlugin, PluginConfig, PluginThread
+from dmn.agent.personas.model import PersonaSet
+from dmn.api.cluster import Cluster
+from dmn.api.cluster import resources as r
+from dmn.api.identity import DRIVER
+from dmn.lab import manifests
+from dmn.lab.cluster import REPO, LabCluster
+from dmn.lab.demo import wait_settled
+from dmn.lab.node import NODE_NAME, NODE_UID
+from dmn.lab.runtime.nri_runtime import LabNriRuntime
+from dmn.lab.state_dir import StateDir
+
+TOPOLOGY = REPO / "examples" / "topologies" / "shared-macvlan.yaml"
+WAIT = 60.0
+
+
+class LabDevices:
+    """The coordinator's DeviceView over the lab's slice publication."""
+
+    def __init__(self, lab: LabCluster) -> None:
+        assert lab.publication is not None
+        self.publication = lab.publication
+
+    def personas(self) -> PersonaSet:
+        last = self.publication.publication.last
+        assert last is not None
+        return last
+
+    def ifname(self, inventory_id: str) -> str | None:
+        item = self.publication.inventory.items.get(inventory_id)
+        if item is None or not item.netdevs:
+            return None
+        return item.netdevs[0].ifname
+
+
+@dataclass
+class LabNode:
+    lab: LabCluster
+    cluster: Cluster
+    coordinator: Coordinator
+    kubelet: KubeletPluginServer
+    runtime: LabNriRuntime
+    device_class: str
+    revision: str
+    root: Path
+
+    @property
+    def host_ns(self) -> str:
+        return self.lab.netns
+
+    def claim(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "net1",
+                            "exactly": {
+                                "deviceClassName": self.device_class,
+                                "allocationMode": "ExactCount",
+                                "count": 1,
+                            },
+                        }
+                    ]
+                }
+            },
+        }
+        created: dict[str, Any] = self.cluster.create(r.RESOURCE_CLAIMS, body, namespace)
+        return created
+
+    def pod(self, name: str, claim: str, namespace: str = "default") -> dict[str, Any]:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "nodeName": NODE_NAME,
+                "containers": [{"name": "app", "image": "busybox"}],
+                "resourceClaims": [{"name": "net", "resourceClaimName": claim}],
+            },
+        }
+        created: dict[str, Any] = self.cluster.create(r.PODS, body, namespace)
+        return created
+
+
+def _release_pins(coordinator: Coordinator) -> None:
+    """Test teardown: the pins under our private state dir are ours (also after a failure)."""
+    pins = coordinator.pins
+    for ref in pins.list():
+        pins.release(Path(ref.path).name, cleanup_verified=True)
+    pins.close()
+
+
+@contextmanager
+def lab_node() -> Iterator[LabNode]:
+    # short paths: unix socket paths must fit sockaddr_un
+    root = Path(tempfile.mkdtemp(prefix="dmn-c1-", dir="/tmp"))
+    with ExitStack() as stack:
+        stack.callback(shutil.rmtree, root, True)
+        lab = LabCluster(StateDir(root / "lab"), resync=5.0, links="netns")
+        lab.start()
+        stack.callback(lab.stop)
+        cluster = lab.client()
+        for doc in manifests.load(TOPOLOGY):
+            cluster.apply(doc.doc)
+        (topo,) = wait_settled(cluster, ["shared-macvlan"], WAIT)
+        assert topo.ready == "True", topo
+        coordinator = Coordinator(
+            NodeConfig(
+                node_name=NODE_NAME,
+                node_uid=NODE_UID,
+                state_dir=root / "agent",
+                host_netns=f"/var/run/netns/{lab.netns}",
+            ),
+            cluster,
+            LabDevices(lab),
+        )
+        stack.callback(_release_pins, coordinator)
+        stack.callback(coordinator.close)
+        coordinator.start()
+        kubelet = KubeletPluginServer(
+            DRIVER,
+            DraAdapter(coordinator),
+            registry_dir=root / "reg",
+            plugins_dir=root / "plugins",
+        ).start()
+        stack.callback(kubelet.stop, 1.0)
+        sock = str(root / "nri.sock")
+        runtime = LabNriRuntime(sock, request_timeout=30.0, registration_timeout=20.0).start()
+        stack.callback(runtime.stop)
+        cfg = PluginConfig(socket_path=sock, hook_deadline=25.0, use_env_socket=False)
+        thread = PluginThread(NriPlugin(NriAdapter(coordinator), cfg)).start()
+        stack.callback(thread.stop)
+        assert runtime.wait_ready(1, WAIT) and thread.wait_ready(WAIT)
+        yield LabNode(
+            lab,
+            cluster,
+            coordinator,
+            kubelet,
+            runtime,
+            topo.device_classes[0],
+            topo.revision,
+            root,
+        )

@@ -1,0 +1,143 @@
+"""The whole node path with real parts: kubelet gRPC → coordinator → runner → kernel, and the
+lab NRI runtime driving a real network namespace as the Pod sandbox.
+
+A shared-macvlan topology compiled by the real controller, a claim allocated by the lab
+allocator against the lab node's published slices (its links are a veth pair in the lab's
+own namespace, which stands in for the node's host namespace), NodePrepareResources over
+the DRA unix socket, RunPodSandbox over NRI: the macvlan child appears in the sandbox with
+the topology's name and MTU and reaches a peer namespace over the parent. Container
+creation is refused in a sandbox that is not Ready; unprepare is refused while attached;
+RemovePodSandbox + NodeUnprepare leave the host exactly as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+from pyroute2 import IPRoute
+
+from dmn.agent.journal.records import AttachmentState, PreparationState
+from dmn.agent.protos import dra_v1_pb2, dra_v1_pb2_grpc
+from dmn.lab.allocator.service import ClaimService
+from dmn.lab.node import NODE_NAME
+from dmn.lab.runtime.nri_runtime import HookFailed, LabContainer, LabPod
+from dmn.opcodes.linux.links import all_links, by_name
+from tests.coordinator.lab_node import LabNode, lab_node
+from tests.kernel.scratch import netns_path, scratch_netns
+from tests.kernel.world import add_address, ping
+
+pytestmark = pytest.mark.netns
+
+
+@pytest.fixture
+def node() -> Iterator[LabNode]:
+    with lab_node() as n:
+        yield n
+
+
+def snapshot(ns: str) -> dict[str, tuple[Any, ...]]:
+    with IPRoute(netns=ns) as ipr:
+        out = {}
+        for link in all_links(ipr):
+            full = by_name(ipr, link.name, with_addresses=True)
+            assert full is not None
+            out[link.name] = (full.alias, full.mtu, full.mac, full.up, full.kind, full.addresses)
+        return out
+
+
+def other_end(node: LabNode, device: str) -> tuple[str, str]:
+    """(parent, its veth peer) for an allocated lab device."""
+    persona = node.coordinator.devices.personas().by_name()[device]
+    parent = node.coordinator.devices.ifname(persona.inventory_id)
+    assert parent in ("lab0", "lab1")
+    return parent, "lab1" if parent == "lab0" else "lab0"
+
+
+def dra(node: LabNode) -> Any:
+    channel = grpc.insecure_channel(f"unix://{node.kubelet.dra_socket}")
+    return channel, dra_v1_pb2_grpc.DRAPluginStub(channel)
+
+
+def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
+    claim = node.claim("c1-claim")
+    pod = node.pod("c1-pod", "c1-claim")
+    claim = _allocate(node, claim, pod)
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    _, peer = other_end(node, result["device"])
+    uid = claim["metadata"]["uid"]
+    pod_uid = pod["metadata"]["uid"]
+
+    with scratch_netns("dmc1p") as peer_ns, scratch_netns("dmc1s") as sandbox:
+        with IPRoute(netns=node.host_ns) as host:
+            host.link("set", index=host.link_lookup(ifname=peer)[0], net_ns_fd=peer_ns)
+        with IPRoute(netns=peer_ns) as ipr:
+            add_address(ipr, peer, "10.93.0.1/24")
+        baseline = snapshot(node.host_ns)
+
+        channel, stub = dra(node)
+        with channel:
+            ref = dra_v1_pb2.Claim(namespace="default", uid=uid, name="c1-claim")
+            resp = stub.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(claims=[ref]))
+            got = resp.claims[uid]
+            assert got.error == ""
+            (dev,) = got.devices
+            assert (dev.pool_name, dev.device_name, list(dev.request_names)) == (
+                "lab-node",
+                result["device"],
+                ["net1"],
+            )
+            assert dev.share_id == result["shareID"]
+            # the same claim again: the recorded result, nothing re-run
+            again = stub.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(claims=[ref]))
+            assert again.claims[uid].devices[0].device_name == result["device"]
+            (prep,) = node.coordinator.journal.preparations(uid)
+            assert prep.state is PreparationState.PREPARED and prep.revision == node.revision
+
+            sb = LabPod("sb-1", pod_uid, "c1-pod", "default", netns_path(sandbox))
+            node.runtime.run_pod_sandbox(sb)
+            with IPRoute(netns=sandbox) as ipr:
+                net1 = by_name(ipr, "net1")
+                assert net1 is not None and net1.kind == "macvlan" and net1.mtu == 1500
+                assert net1.up
+                add_address(ipr, "net1", "10.93.0.2/24")
+            assert ping(sandbox, "10.93.0.1")
+            att = node.coordinator.attachment(pod_uid, "sb-1")
+            assert att is not None and att.state is AttachmentState.READY
+
+            # the Ready sandbox runs containers; another incarnation of the Pod does not
+            node.runtime.create_container("sb-1", LabContainer("ctr-1", "sb-1", "app"))
+            node.runtime.start_container("ctr-1")
+            node.runtime.pods["sb-2"] = LabPod("sb-2", pod_uid, "c1-pod", "default", "")
+            with pytest.raises(HookFailed, match="E_NOT_READY"):
+                node.runtime.create_container("sb-2", LabContainer("ctr-2", "sb-2", "app"))
+            del node.runtime.pods["sb-2"]
+
+            # unprepare while attached: a retryable per-claim error, nothing released
+            req = dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[ref])
+            busy = stub.NodeUnprepareResources(req)
+            assert "E_ATTACHED" in busy.claims[uid].error
+            assert node.coordinator.journal.preparations(uid)[0].state is PreparationState.PREPARED
+
+            node.runtime.stop_pod_sandbox("sb-1")
+            assert node.coordinator.attachment(pod_uid, "sb-1").state is AttachmentState.REMOVING
+            with pytest.raises(HookFailed, match="E_NOT_READY"):
+                node.runtime.create_container("sb-1", LabContainer("ctr-3", "sb-1", "app"))
+            node.runtime.remove_pod_sandbox("sb-1")
+            with IPRoute(netns=sandbox) as ipr:
+                assert [x.name for x in all_links(ipr)] == ["lo"]
+            assert node.coordinator.attachment(pod_uid, "sb-1").state is AttachmentState.REMOVED
+            assert node.coordinator.pins.list() == []
+
+            done = stub.NodeUnprepareResources(req)
+            assert done.claims[uid].error == ""
+        assert node.coordinator.journal.preparations(uid)[0].state is PreparationState.RELEASED
+        assert snapshot(node.host_ns) == baseline
+
+
+def _allocate(node: LabNode, claim: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
+    """The lab scheduler's DRA step: allocate and reserve the claim for the Pod."""
+    (updated,) = ClaimService(node.cluster, NODE_NAME).allocate([claim], pod=pod)
+    return updated
