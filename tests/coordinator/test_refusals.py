@@ -1,0 +1,138 @@
+"""NodePrepare refuses a bad allocation with a stable reason code before any mutation.
+
+Each case takes a claim the lab allocator allocated against the lab node's real slices,
+bends one fact of its recorded allocation (through the status subresource, as a buggy
+scheduler or a stale cache could), and asks the coordinator to prepare it: the refusal
+names the code, and the journal holds no operation and no preparation afterwards.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from dmn.agent.coordinator import Refusal
+from dmn.agent.coordinator.verify import driver_results, verify_allocation
+from dmn.api.cluster import resources as r
+from dmn.api.identity import DRIVER
+from dmn.lab.allocator.service import ClaimService
+from dmn.lab.node import NODE_NAME
+from tests.coordinator.lab_node import LabNode, lab_node
+
+pytestmark = pytest.mark.netns
+
+_names = itertools.count()
+OTHER_DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[LabNode]:
+    with lab_node() as n:
+        yield n
+
+
+def allocated(node: LabNode) -> dict[str, Any]:
+    return bent(node, lambda d: None)
+
+
+def bent(node: LabNode, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """A fresh claim whose first recorded allocation is the allocator's answer, bent."""
+    claim = node.claim(f"refuse-{next(_names)}")
+    service = ClaimService(node.cluster, NODE_NAME)
+    service.refresh()
+    (allocation,) = service.allocator.allocate([claim])
+    service.allocator.release(claim["metadata"]["uid"])
+    allocation = copy.deepcopy(allocation)
+    change(allocation["devices"])
+    claim["status"] = {"allocation": allocation}
+    stored: dict[str, Any] = node.cluster.replace(r.RESOURCE_CLAIMS, claim, status=True)
+    return stored
+
+
+def refused(node: LabNode, claim: dict[str, Any], uid: str | None = None) -> Refusal:
+    meta = claim["metadata"]
+    before = node.coordinator.journal.operation_ids()
+    with pytest.raises(Refusal) as info:
+        node.coordinator.prepare(meta["namespace"], meta["name"], uid or meta["uid"])
+    assert node.coordinator.journal.operation_ids() == before
+    assert node.coordinator.journal.preparations(meta["uid"]) == []
+    return info.value
+
+
+def params(devices: dict[str, Any]) -> dict[str, Any]:
+    (cfg,) = devices["config"]
+    p: dict[str, Any] = cfg["opaque"]["parameters"]
+    return p
+
+
+def test_wrong_revision_digest(node: LabNode) -> None:
+    claim = bent(node, lambda d: params(d)["revisionRef"].update(digest=OTHER_DIGEST))
+    err = refused(node, claim)
+    assert (err.code, err.field) == ("E_REVISION_DIGEST", "revisionRef.digest")
+
+
+def test_wrong_revision_uid(node: LabNode) -> None:
+    claim = bent(node, lambda d: params(d)["revisionRef"].update(uid="not-the-uid"))
+    assert refused(node, claim).code == "E_REVISION_UID"
+
+
+def test_device_of_another_node(node: LabNode) -> None:
+    claim = bent(node, lambda d: d["results"][0].update(pool="other-node"))
+    err = refused(node, claim)
+    assert err.code == "E_NOT_THIS_NODE"
+    assert err.field == "status.allocation.devices.results[0]"
+
+
+def test_device_this_node_does_not_publish(node: LabNode) -> None:
+    claim = bent(node, lambda d: d["results"][0].update(device="inv-000000000000-macvlan"))
+    assert refused(node, claim).code == "E_UNKNOWN_DEVICE"
+
+
+def test_claim_origin_root_binding(node: LabNode) -> None:
+    claim = bent(node, lambda d: d["config"][0].update(source="FromClaim"))
+    assert refused(node, claim).code == "E_CLAIM_ORIGIN_CONFIG"
+
+
+def test_contract_digest_not_the_revisions(node: LabNode) -> None:
+    claim = bent(node, lambda d: params(d).update(pluginContractDigest=OTHER_DIGEST))
+    assert refused(node, claim).code == "E_CONTRACT_MISMATCH"
+
+
+def test_root_covered_twice(node: LabNode) -> None:
+    def twice(d: dict[str, Any]) -> None:
+        extra = copy.deepcopy(d["results"][0])
+        extra["shareID"] = "0b2c1f4e-5d6a-4f00-9c1e-000000000002"
+        d["results"].append(extra)
+
+    assert refused(node, bent(node, twice)).code == "E_ROOT_COVERAGE"
+
+
+def test_claim_uid_mismatch(node: LabNode) -> None:
+    claim = allocated(node)
+    assert refused(node, claim, uid="another-uid").code == "E_CLAIM_UID"
+
+
+def test_unallocated_claim(node: LabNode) -> None:
+    claim = node.claim(f"refuse-{next(_names)}")
+    assert refused(node, claim).code == "E_NOT_ALLOCATED"
+
+
+def test_revision_not_ready_is_refused(node: LabNode) -> None:
+    claim = allocated(node)
+    results = driver_results(claim, DRIVER)
+    revision = node.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, node.revision)
+    revision["status"]["phase"] = "Pending"
+    with pytest.raises(Refusal) as info:
+        verify_allocation(
+            claim["metadata"]["uid"],
+            results,
+            revision,
+            pool=NODE_NAME,
+            personas=node.coordinator.devices.personas(),
+            plugins=node.coordinator.plugins,
+        )
+    assert info.value.code == "E_REVISION_NOT_READY"
