@@ -18,6 +18,8 @@ sandbox and every pinned namespace the environment lists, rather than assuming i
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -161,23 +163,34 @@ def find_owned_in(
     alias: str,
     nonce: tuple[str, str, int] | None,
     names: tuple[str, ...] = (),
+    dump: bool = True,
 ) -> tuple[NamespaceRef, LinkState] | None:
-    """:func:`find_owned` restricted to one namespace (``names``: where to look first)."""
+    """:func:`find_owned` restricted to one namespace (``names``: where to look first).
+
+    Each hinted name is looked up once; a link under it is ours when it carries the alias,
+    or when it is the journaled nonce name with the recorded kind and lower and no alias.
+    Only then (and only with ``dump``) is the namespace dumped for the alias, which finds
+    an owned link someone renamed and refuses two links claiming one alias.
+    """
     ipr = env.rtnl(ref)
-    link = owned(ipr, alias, names)
-    if link is not None:
-        return ref, link
-    if nonce is not None:
-        name, kind, lower = nonce
+    nonce_name_, kind, lower = nonce if nonce is not None else ("", "", 0)
+    for name in dict.fromkeys(n for n in (*names, nonce_name_) if n):
         cand = by_name(ipr, name)
+        if cand is None:
+            continue
+        if cand.alias == alias:
+            return ref, cand
         if (
-            cand is not None
+            name == nonce_name_
             and not cand.alias
             and cand.kind == kind
             and (not lower or cand.lower == lower)
         ):
             return ref, cand
-    return None
+    if not dump:
+        return None
+    link = owned(ipr, alias)
+    return (ref, link) if link is not None else None
 
 
 def set_alias(ipr: Any, index: int, alias: str) -> None:
@@ -204,8 +217,7 @@ class LinkMove:
             raise ExecutorError("E_SCOPE", f"handle {handle.id} is not in the host namespace")
         ipr = env.rtnl(env.host)
         _, link = locate_input(env, handle)
-        full = by_index(ipr, link.index, with_addresses=True)
-        assert full is not None
+        full = dataclasses.replace(link, addresses=addresses_of(ipr, link.index))
         target = str(ctx.parameters["ifName"])
         if by_name(env.rtnl(sandbox), target) is not None:
             raise ExecutorError("E_NAME_TAKEN", f"{target!r} already exists in the sandbox")
@@ -473,7 +485,9 @@ class _CreatedLink:
         target = self._target_ref(env, before)
         names = (str(before.get("final") or ""), before["nonce"])
         if not everywhere:
-            return find_owned_in(env, target, before["alias"], self._nonce(before), names)
+            return find_owned_in(
+                env, target, before["alias"], self._nonce(before), names, dump=False
+            )
         return find_owned(env, before["alias"], self._nonce(before), target, names)
 
     def _create(self, ctx: EffectContext, ipr: Any, before: Any) -> None:
@@ -502,9 +516,14 @@ class _CreatedLink:
         ipr = env.rtnl(ref)
         if self._find(env, before, everywhere=False) is None:
             self._check(ctx, env, before)
-            if by_name(ipr, before["nonce"]) is not None:
-                raise ExecutorError("E_NAME_TAKEN", f"nonce name {before['nonce']} exists")
-            self._create(ctx, ipr, before)
+            try:
+                self._create(ctx, ipr, before)
+            except ExecutorError as exc:
+                if exc.code == f"E_NETLINK_{errno.EEXIST}":  # the kernel checks atomically
+                    raise ExecutorError(
+                        "E_NAME_TAKEN", f"nonce name {before['nonce']} exists"
+                    ) from exc
+                raise
         found = self._find(env, before, everywhere=False)
         if found is None:
             raise ExecutorError("E_LINK_LOST", "created link not found")
@@ -554,13 +573,15 @@ class _CreatedLink:
         delete_owned(env, *found)
 
 
-def host_children(env: LinkEnvironment, parent_index: int) -> list[LinkState]:
+def host_children(
+    env: LinkEnvironment, parent_index: int, kinds: tuple[str, ...] = SHARED_CHILD_KINDS
+) -> list[LinkState]:
     """Children of a host link wherever they live now: the host and every known namespace.
 
     A child moved into a sandbox still hangs off the host parent; it is found by its lower
     ifindex together with the id that namespace gives the host namespace.
     """
-    found = list(children_of(env.rtnl(env.host), parent_index))
+    found = list(children_of(env.rtnl(env.host), parent_index, kinds=kinds))
     for ref in env.known():
         if env.is_host(ref):
             continue
@@ -572,7 +593,7 @@ def host_children(env: LinkEnvironment, parent_index: int) -> list[LinkState]:
         nsid = reply.get("nsid") if reply else None
         if nsid is None or int(nsid) < 0:
             continue
-        found.extend(children_of(ipr, parent_index, int(nsid)))
+        found.extend(children_of(ipr, parent_index, int(nsid), kinds=kinds))
     return found
 
 
@@ -580,7 +601,7 @@ def _shared_parent_check(
     env: LinkEnvironment, kind: str, parent_index: int, parent_mtu: int, mtu: int
 ) -> None:
     other = "ipvlan" if kind == "macvlan" else "macvlan"
-    clash = [c.name for c in host_children(env, parent_index) if c.kind == other]
+    clash = [c.name for c in host_children(env, parent_index, (other,)) if c.kind == other]
     if clash:
         raise ExecutorError(
             "E_FAMILY_CONFLICT",

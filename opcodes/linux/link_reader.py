@@ -148,12 +148,16 @@ class LinkReader:
     def close(self) -> None:
         self._sock.close()
 
-    def _request(self, flags: int, index: int = 0, name: str = "") -> list[dict[str, Any]]:
+    def _request(
+        self, flags: int, index: int = 0, name: str = "", kind: str = ""
+    ) -> list[dict[str, Any]]:
         self._seq += 1
         seq = self._seq
         body = _IFI.pack(socket.AF_UNSPEC, 0, 0, index, 0, 0)
         if name:
             body += _nla(IFLA_IFNAME, name.encode() + b"\0")
+        if kind:
+            body += _nla(IFLA_LINKINFO, _nla(IFLA_INFO_KIND, kind.encode() + b"\0"))
         body += _nla(IFLA_EXT_MASK, struct.pack("=I", RTEXT_FILTER_SKIP_STATS))
         header = _HDR.pack(_HDR.size + len(body), RTM_GETLINK, flags, seq, 0)
         self._sock.send(header + body)
@@ -196,10 +200,12 @@ class LinkReader:
             raise
         return found[0] if found else None
 
-    def dump(self) -> list[dict[str, Any]]:
+    def dump(self, kind: str = "") -> list[dict[str, Any]]:
+        """Every link; with ``kind`` the kernel is asked to filter (it does so only for kinds
+        it knows, so callers must still filter the result)."""
         for _ in range(_MAX_DUMP_RETRIES):
             try:
-                return self._request(NLM_F_REQUEST | NLM_F_DUMP)
+                return self._request(NLM_F_REQUEST | NLM_F_DUMP, kind=kind)
             except _Interrupted:
                 continue
         raise NetlinkError(errno.EINTR, "link dump kept being interrupted")

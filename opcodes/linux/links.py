@@ -145,11 +145,20 @@ def _reader(ipr: Any) -> LinkReader | None:
     return reader if isinstance(reader, LinkReader) else None
 
 
-def all_links(ipr: Any) -> list[LinkState]:
+def all_links(ipr: Any, kinds: tuple[str, ...] = ()) -> list[LinkState]:
+    """Every link of the socket's namespace; with ``kinds``, only links of those kinds.
+
+    A kind filter is also sent to the kernel (one dump per kind), which then returns only
+    those links when it knows the kind; the result is filtered here in every case.
+    """
     reader = _reader(ipr)
-    if reader is not None:
-        return [_from_reader(f) for f in reader.dump()]
-    return [_state(m) for m in ipr.get_links()]
+    if reader is None:
+        links = [_state(m) for m in ipr.get_links()]
+    elif kinds:
+        links = [_from_reader(f) for kind in kinds for f in reader.dump(kind)]
+    else:
+        links = [_from_reader(f) for f in reader.dump()]
+    return [link for link in links if link.kind in kinds] if kinds else links
 
 
 def by_index(ipr: Any, index: int, with_addresses: bool = False) -> LinkState | None:
@@ -198,22 +207,25 @@ def by_alias(ipr: Any, alias: str) -> list[LinkState]:
     return [link for link in all_links(ipr) if link.alias == alias]
 
 
-def owned(ipr: Any, alias: str, names: tuple[str, ...] = ()) -> LinkState | None:
+def owned(ipr: Any, alias: str, names: tuple[str, ...] = (), dump: bool = True) -> LinkState | None:
     """The link carrying ``alias``: the hinted names first (one kernel lookup each, the alias
-    must match), else a full dump (which also refuses two links claiming one alias)."""
+    must match), else (``dump``) a full dump, which also refuses two links claiming one alias."""
     for name in names:
         if name:
             link = by_name(ipr, name)
             if link is not None and link.alias == alias:
                 return link
-    return one(by_alias(ipr, alias), alias)
+    return one(by_alias(ipr, alias), alias) if dump else None
 
 
-def children_of(ipr: Any, parent_index: int, netnsid: int = -1) -> list[LinkState]:
-    """Links whose lower device is ``parent_index`` in the namespace ``netnsid`` names."""
+def children_of(
+    ipr: Any, parent_index: int, netnsid: int = -1, kinds: tuple[str, ...] = ()
+) -> list[LinkState]:
+    """Links (of ``kinds``, when given) whose lower device is ``parent_index`` in the
+    namespace ``netnsid`` names."""
     return [
         link
-        for link in all_links(ipr)
+        for link in all_links(ipr, kinds)
         if link.lower == parent_index and link.kind and link.link_netnsid == netnsid
     ]
 

@@ -327,3 +327,36 @@ def test_a_root_back_in_the_host_under_its_sandbox_name_is_restored() -> None:
             original.mtu,
         )
         assert by_name(host, "net1") is None
+
+
+def test_a_foreign_link_under_the_journaled_nonce_name_is_refused_and_kept() -> None:
+    """apply does not pre-check the nonce name with a read: the kernel's exclusive create
+    refuses it atomically, reported as E_NAME_TAKEN; the squatter is neither adopted nor
+    deleted by recovery or undo (its kind is not the recorded one)."""
+    with world() as w:
+        host = w.ipr(w.host)
+        root, _ = w.veth(w.host)
+        env = w.env()
+        held = drive(
+            env,
+            HOLD,
+            {"parent": (host_handle(host, root, Access.CREATE_CHILD),)},
+            {"childKind": "macvlan", "mode": "bridge"},
+            effect="hold",
+        )
+        mctx = EffectContext(
+            "op1",
+            "child",
+            {"parent": (held.output("parent"),)},
+            {"mode": "bridge", "mtu": 1500},
+            env,
+        )
+        before = EXECUTORS[MACVLAN].capture(mctx)
+        host.link("add", ifname=before["nonce"], kind="veth", peer=before["nonce"][:-1] + "p")
+        with pytest.raises(ExecutorError) as err:
+            EXECUTORS[MACVLAN].apply(mctx, before)
+        assert err.value.code == "E_NAME_TAKEN"
+        assert EXECUTORS[MACVLAN].recover(mctx, before) is RecoveryObservation.NOT_APPLIED
+        EXECUTORS[MACVLAN].undo(mctx, before, {})
+        squatter = by_name(host, before["nonce"])
+        assert squatter is not None and squatter.kind == "veth" and not squatter.alias

@@ -64,6 +64,10 @@ def test_reader_matches_pyroute2_for_every_field() -> None:
                     assert y.info[key] in (value, MACVLAN_NAMES.get(value))
                 if x.kind == "macvlan":
                     assert x.info["IFLA_MACVLAN_MODE"] in MACVLAN_NAMES
+            kinds = ("macvlan", "veth")
+            by_kind = sorted(all_links(fast, kinds), key=lambda x: x.index)
+            assert by_kind == [x for x in quick if x.kind in kinds]
+            assert all_links(fast, ("ipvlan",)) == []  # kernel filter or not, result filtered
         in_sb = [x for x in all_links(env.rtnl(env.sandbox)) if x.kind == "macvlan"]
         assert len(in_sb) == 1 and in_sb[0].link_netnsid >= 0
         assert by_name(env.rtnl(env.host), unique("none")) is None
