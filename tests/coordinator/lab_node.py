@@ -66,6 +66,18 @@ class LabNode:
     device_class: str
     revision: str
     root: Path
+    config: NodeConfig
+    dra: DraAdapter
+    nri: NriAdapter
+
+    def restart_agent(self) -> Coordinator:
+        """Close the coordinator (its journal) and start a new one on the same state dir,
+        as a restarted agent would; the protocol adapters switch to it."""
+        self.coordinator.close()
+        self.coordinator = Coordinator(self.config, self.cluster, LabDevices(self.lab))
+        self.coordinator.start()
+        self.dra.coordinator = self.nri.coordinator = self.coordinator
+        return self.coordinator
 
     @property
     def host_ns(self) -> str:
@@ -131,22 +143,26 @@ def lab_node() -> Iterator[LabNode]:
             cluster.apply(doc.doc)
         (topo,) = wait_settled(cluster, ["shared-macvlan"], WAIT)
         assert topo.ready == "True", topo
-        coordinator = Coordinator(
-            NodeConfig(
-                node_name=NODE_NAME,
-                node_uid=NODE_UID,
-                state_dir=root / "agent",
-                host_netns=f"/var/run/netns/{lab.netns}",
-            ),
-            cluster,
-            LabDevices(lab),
+        config = NodeConfig(
+            node_name=NODE_NAME,
+            node_uid=NODE_UID,
+            state_dir=root / "agent",
+            host_netns=f"/var/run/netns/{lab.netns}",
         )
-        stack.callback(_release_pins, coordinator)
-        stack.callback(coordinator.close)
+        coordinator = Coordinator(config, cluster, LabDevices(lab))
+        dra, nri = DraAdapter(coordinator), NriAdapter(coordinator)
+        holder: list[LabNode] = []
+
+        def _teardown() -> None:
+            current = holder[0].coordinator if holder else coordinator
+            current.close()
+            _release_pins(current)
+
+        stack.callback(_teardown)
         coordinator.start()
         kubelet = KubeletPluginServer(
             DRIVER,
-            DraAdapter(coordinator),
+            dra,
             registry_dir=root / "reg",
             plugins_dir=root / "plugins",
         ).start()
@@ -155,10 +171,10 @@ def lab_node() -> Iterator[LabNode]:
         runtime = LabNriRuntime(sock, request_timeout=30.0, registration_timeout=20.0).start()
         stack.callback(runtime.stop)
         cfg = PluginConfig(socket_path=sock, hook_deadline=25.0, use_env_socket=False)
-        thread = PluginThread(NriPlugin(NriAdapter(coordinator), cfg)).start()
+        thread = PluginThread(NriPlugin(nri, cfg)).start()
         stack.callback(thread.stop)
         assert runtime.wait_ready(1, WAIT) and thread.wait_ready(WAIT)
-        yield LabNode(
+        node = LabNode(
             lab,
             cluster,
             coordinator,
@@ -167,4 +183,9 @@ def lab_node() -> Iterator[LabNode]:
             topo.device_classes[0],
             topo.revision,
             root,
+            config,
+            dra,
+            nri,
         )
+        holder.append(node)
+        yield node

@@ -1,0 +1,142 @@
+"""RunPodSandbox and its neighbours through the lab NRI runtime and a real sandbox namespace.
+
+Failure compensates (a foreign veth ``net1`` already in the sandbox: the hook fails, the child
+and the pin are gone, the foreign link survives), a Pod without our claims passes, a claim
+reserved for the Pod but never prepared refuses the sandbox, the host namespace is never a
+sandbox, and a restarted agent keeps gating and cleans up from its journal alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pyroute2 import IPRoute
+
+from dmn.agent.coordinator import Refusal
+from dmn.agent.journal.records import AttachmentState, PreparationState
+from dmn.lab.allocator.service import ClaimService
+from dmn.lab.node import NODE_NAME
+from dmn.lab.runtime.nri_runtime import HookFailed, LabContainer, LabPod
+from dmn.opcodes.linux.links import all_links, by_name
+from tests.coordinator.lab_node import LabNode, lab_node
+from tests.coordinator.test_end_to_end import snapshot
+from tests.kernel.scratch import netns_path, scratch_netns
+
+pytestmark = pytest.mark.netns
+
+_n = itertools.count()
+
+
+@pytest.fixture
+def node() -> Iterator[LabNode]:
+    with lab_node() as n:
+        yield n
+
+
+def claimed_pod(node: LabNode, prepare: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    i = next(_n)
+    claim = node.claim(f"att-claim-{i}")
+    pod = node.pod(f"att-pod-{i}", f"att-claim-{i}")
+    (claim,) = ClaimService(node.cluster, NODE_NAME).allocate([claim], pod=pod)
+    if prepare:
+        meta = claim["metadata"]
+        assert node.coordinator.prepare(meta["namespace"], meta["name"], meta["uid"])
+    return claim, pod
+
+
+def names(ns: str) -> list[str]:
+    with IPRoute(netns=ns) as ipr:
+        return sorted(x.name for x in all_links(ipr))
+
+
+def test_connect_failure_compensates_and_refuses(node: LabNode) -> None:
+    baseline = snapshot(node.host_ns)
+    claim, pod = claimed_pod(node)
+    uid, pod_uid = claim["metadata"]["uid"], pod["metadata"]["uid"]
+    with scratch_netns("dmc1s") as sandbox:
+        with IPRoute(netns=sandbox) as ipr:
+            ipr.link("add", ifname="net1", kind="veth", peer="fpeer")  # not ours: name taken
+        sb = LabPod("sb-fail", pod_uid, pod["metadata"]["name"], "default", netns_path(sandbox))
+        with pytest.raises(HookFailed, match="E_NAME_TAKEN"):
+            node.runtime.run_pod_sandbox(sb)
+        att = node.coordinator.attachment(pod_uid, "sb-fail")
+        assert att is not None and att.state is AttachmentState.REMOVED and att.error
+        assert names(sandbox) == ["fpeer", "lo", "net1"]
+        with IPRoute(netns=sandbox) as ipr:
+            foreign = by_name(ipr, "net1")
+            assert foreign is not None and foreign.kind == "veth"
+        assert node.coordinator.pins.list() == []
+        assert snapshot(node.host_ns) == baseline  # the created child went away again
+
+        # the foreign link gone, the next sandbox of the Pod attaches
+        with IPRoute(netns=sandbox) as ipr:
+            ipr.link("del", index=ipr.link_lookup(ifname="net1")[0])
+        sb2 = LabPod("sb-ok", pod_uid, pod["metadata"]["name"], "default", netns_path(sandbox))
+        node.runtime.run_pod_sandbox(sb2)
+        with IPRoute(netns=sandbox) as ipr:
+            net1 = by_name(ipr, "net1")
+            assert net1 is not None and net1.kind == "macvlan"
+        node.runtime.remove_pod_sandbox("sb-ok")
+        assert names(sandbox) == ["lo"]
+    node.coordinator.unprepare(uid)
+    assert snapshot(node.host_ns) == baseline
+
+
+def test_pod_without_our_claims_passes(node: LabNode) -> None:
+    pod = node.pod(f"plain-{next(_n)}", "none")
+    with scratch_netns("dmc1s") as sandbox:
+        sb = LabPod("sb-plain", pod["metadata"]["uid"], "plain", "default", netns_path(sandbox))
+        node.runtime.run_pod_sandbox(sb)
+        node.runtime.create_container("sb-plain", LabContainer("c-plain", "sb-plain", "app"))
+        node.runtime.start_container("c-plain")
+        assert names(sandbox) == ["lo"]
+        assert node.coordinator.attachment(pod["metadata"]["uid"], "sb-plain") is None
+        node.runtime.remove_pod_sandbox("sb-plain")
+
+
+def test_claim_reserved_but_not_prepared_refuses_the_sandbox(node: LabNode) -> None:
+    _, pod = claimed_pod(node, prepare=False)
+    with scratch_netns("dmc1s") as sandbox:
+        sb = LabPod("sb-np", pod["metadata"]["uid"], "p", "default", netns_path(sandbox))
+        with pytest.raises(HookFailed, match="E_NOT_PREPARED"):
+            node.runtime.run_pod_sandbox(sb)
+        assert names(sandbox) == ["lo"]
+    assert node.coordinator.pins.list() == []
+
+
+def test_host_namespace_is_never_a_sandbox(node: LabNode) -> None:
+    claim, pod = claimed_pod(node)
+    with pytest.raises(Refusal) as info:
+        node.coordinator.run_pod(
+            "default", pod["metadata"]["uid"], "sb-host", f"/var/run/netns/{node.host_ns}"
+        )
+    assert info.value.code == "E_HOST_NETNS"
+    node.coordinator.unprepare(claim["metadata"]["uid"])
+
+
+def test_restarted_agent_gates_and_cleans_up_from_its_journal(node: LabNode) -> None:
+    baseline = snapshot(node.host_ns)
+    claim, pod = claimed_pod(node)
+    uid, pod_uid = claim["metadata"]["uid"], pod["metadata"]["uid"]
+    with scratch_netns("dmc1s") as sandbox:
+        sb = LabPod("sb-r", pod_uid, pod["metadata"]["name"], "default", netns_path(sandbox))
+        node.runtime.run_pod_sandbox(sb)
+        with pytest.raises(Refusal) as busy:
+            node.coordinator.unprepare(uid)
+        assert busy.value.code == "E_ATTACHED" and busy.value.retryable
+
+        fresh = node.restart_agent()
+        fresh.gate("default", pod_uid, "sb-r")  # Ready survives the restart
+        node.runtime.create_container("sb-r", LabContainer("c-r", "sb-r", "app"))
+        with pytest.raises(Refusal, match="E_NOT_READY"):
+            fresh.gate("default", pod_uid, "sb-other")
+        node.runtime.stop_pod_sandbox("sb-r")
+        node.runtime.remove_pod_sandbox("sb-r")
+        assert names(sandbox) == ["lo"]
+    fresh.unprepare(uid)
+    assert fresh.journal.preparations(uid)[0].state is PreparationState.RELEASED
+    assert fresh.pins.list() == []
+    assert snapshot(node.host_ns) == baseline
