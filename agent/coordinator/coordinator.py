@@ -56,8 +56,10 @@ from dmn.agent.journal.records import (
     PinState,
     PreparationRecord,
     PreparationState,
+    Reservation,
+    ShareRef,
 )
-from dmn.agent.journal.store import JournalStore
+from dmn.agent.journal.store import JournalBatch, JournalStore, ReservationConflict
 from dmn.agent.netns.pins import NamespacePins, PinError
 from dmn.agent.personas.model import PersonaSet
 from dmn.api.cluster import ApiFailure, Cluster, NotFound
@@ -266,6 +268,36 @@ class Coordinator:
             raise Refusal(str(first.code.value), f"{plugin.name} {hook}: {first.message}")
         return bound
 
+    def _holder(self, v: VerifiedClaim) -> str:
+        return f"prep/{v.claim_uid}/{v.fingerprint}"
+
+    def _check_sharing(self, v: VerifiedClaim) -> None:
+        """Exclusive roots and shares of one parent never mix across claims (seed 000 §9.2
+        items 4-5), judged from the journal's share references and reservations."""
+        holder = self._holder(v)
+        for root in v.roots:
+            inv = root.persona.inventory_id
+            held = self.journal.reservation(inv)
+            if held is not None and held.holder != holder:
+                raise Refusal("E_RESERVED", f"{root.result.device}: {inv} is held exclusively")
+            if not root.result.share_id:
+                others = [s for s in self.journal.shares(inv) if s.claim_uid != v.claim_uid]
+                if others:
+                    raise Refusal(
+                        "E_SHARED_BUSY", f"{root.result.device}: {inv} has {len(others)} shares"
+                    )
+
+    def _release_holds(self, b: JournalBatch, v_claim: str, rec: PreparationRecord) -> None:
+        holder = f"prep/{v_claim}/{rec.allocation_fingerprint}"
+        for share in self.journal.shares():
+            if share.claim_uid == v_claim and share.allocation_fingerprint == (
+                rec.allocation_fingerprint
+            ):
+                b.delete_share(share.parent_inventory_id, share.claim_uid, share.share_id)
+        for res in self.journal.reservations():
+            if res.holder == holder:
+                b.delete_reservation(res.resource)
+
     def _prepare(self, v: VerifiedClaim) -> list[PreparedDeviceResult]:
         ops = [f"prep-{_short(v.claim_uid + v.fingerprint)}-{root.step}" for root in v.roots]
         devices = [
@@ -274,6 +306,20 @@ class Coordinator:
             )
             for root in v.roots
         ]
+        # plan every root before anything mutates: live link, handle, bound program
+        self._check_sharing(v)
+        env = self.pins.link_environment()
+        try:
+            programs = []
+            for op, root in zip(ops, v.roots, strict=True):
+                port = next(iter(root.plugin.descriptor.spec.allocation or {}), None)
+                if port is None:
+                    raise Refusal("E_PLUGIN_UNSUPPORTED", f"{root.plugin.name} has no allocation")
+                handle = self._handle(env, root, v.claim_uid)
+                call = Call(config=root.config, operation_id=op, allocation={port: (handle,)})
+                programs.append(self._bind(root.plugin, "prepare", call))
+        finally:
+            env.close()
         rec = PreparationRecord(
             claim_uid=v.claim_uid,
             allocation_fingerprint=v.fingerprint,
@@ -281,21 +327,40 @@ class Coordinator:
             contract_digest=v.revision_digest,
             operations=ops,
         )
+        holder = self._holder(v)
+        try:
+            self.journal.reserve(
+                [
+                    Reservation(root.persona.inventory_id, holder)
+                    for root in v.roots
+                    if not root.result.share_id
+                ]
+            )
+        except ReservationConflict as exc:
+            raise Refusal("E_RESERVED", str(exc)) from exc
         with self.journal.batch() as b:
             b.put_preparation(rec)
+            for root in v.roots:
+                if root.result.share_id:
+                    b.put_share(
+                        ShareRef(
+                            root.persona.inventory_id,
+                            v.claim_uid,
+                            root.result.share_id,
+                            v.fingerprint,
+                            root.persona.persona,
+                        )
+                    )
         done: list[str] = []
         scope = f"claim/{v.claim_uid}"
         try:
-            for op, root in zip(ops, v.roots, strict=True):
+            for op, root, program in zip(ops, v.roots, programs, strict=True):
                 env = self.pins.link_environment()
                 try:
-                    port = next(iter(root.plugin.descriptor.spec.allocation or {}))
-                    handle = self._handle(env, root, v.claim_uid)
-                    call = Call(config=root.config, operation_id=op, allocation={port: (handle,)})
                     result = self.runner.run(
                         op,
                         scope,
-                        self._bind(root.plugin, "prepare", call),
+                        program,
                         digests={"revision": v.revision_digest, "allocation": v.fingerprint},
                         env=env,
                     )
@@ -309,10 +374,14 @@ class Coordinator:
                         f"root {root.step}: {failure.message if failure else result.state}",
                     )
         except (Refusal, RunRefused, PinError) as exc:
-            self._undo(reversed(done))
-            rec.state, rec.error = PreparationState.RELEASED, str(exc)
+            cleaned = self._undo(reversed(done))
+            rec.error = str(exc)
+            if cleaned:  # an uncertain effect keeps the claim's holds (seed 000 §10.1)
+                rec.state = PreparationState.RELEASED
             with self.journal.batch() as b:
                 b.put_preparation(rec)
+                if cleaned:
+                    self._release_holds(b, v.claim_uid, rec)
             if isinstance(exc, Refusal):
                 raise
             raise Refusal(str(getattr(exc, "code", "E_PREPARE_FAILED")), str(exc)) from exc
@@ -356,6 +425,7 @@ class Coordinator:
                 rec.state = PreparationState.RELEASED
                 with self.journal.batch() as b:
                     b.put_preparation(rec)
+                    self._release_holds(b, uid, rec)
                 log.info("event=unprepared claim=%s", uid)
 
     # ------------------------------------------------------------------ RunPodSandbox

@@ -83,7 +83,9 @@ class LabNode:
     def host_ns(self) -> str:
         return self.lab.netns
 
-    def claim(self, name: str, namespace: str = "default") -> dict[str, Any]:
+    def claim(
+        self, name: str, namespace: str = "default", device_class: str = ""
+    ) -> dict[str, Any]:
         body = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
@@ -94,7 +96,7 @@ class LabNode:
                         {
                             "name": "net1",
                             "exactly": {
-                                "deviceClassName": self.device_class,
+                                "deviceClassName": device_class or self.device_class,
                                 "allocationMode": "ExactCount",
                                 "count": 1,
                             },
