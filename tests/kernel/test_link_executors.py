@@ -360,3 +360,93 @@ def test_a_foreign_link_under_the_journaled_nonce_name_is_refused_and_kept() -> 
         EXECUTORS[MACVLAN].undo(mctx, before, {})
         squatter = by_name(host, before["nonce"])
         assert squatter is not None and squatter.kind == "veth" and not squatter.alias
+
+
+def test_a_child_left_unclaimed_by_a_crash_is_adopted_only_by_its_nonce_proof() -> None:
+    """The one window no journal boundary covers: the kernel created the child under the
+    journaled nonce name, the claim (alias) never ran. Recovery adopts it only when name,
+    kind and lower all match and it has no alias; a re-run apply claims it, never makes a
+    second child; undo deletes it. A same-named child of another parent is not ours."""
+    with world() as w:
+        host = w.ipr(w.host)
+        root, other = w.veth(w.host)
+        env = w.env()
+        held = drive(
+            env,
+            HOLD,
+            {"parent": (host_handle(host, root, Access.CREATE_CHILD),)},
+            {"childKind": "macvlan", "mode": "bridge"},
+            effect="hold",
+        )
+        ctx = EffectContext(
+            "op1",
+            "child",
+            {"parent": (held.output("parent"),)},
+            {"mode": "bridge", "mtu": 1500},
+            env,
+        )
+        ex = EXECUTORS[MACVLAN]
+        before = ex.capture(ctx)
+        nonce = before["nonce"]
+        # a child of the *other* veth end under our nonce name: wrong lower, not ours
+        host.link(
+            "add",
+            ifname=nonce,
+            kind="macvlan",
+            link=host.link_lookup(ifname=other)[0],
+            macvlan_mode="bridge",
+        )
+        assert ex.recover(ctx, before) is RecoveryObservation.NOT_APPLIED
+        ex.undo(ctx, before, {})
+        assert by_name(host, nonce) is not None  # kept
+        host.link("del", index=host.link_lookup(ifname=nonce)[0])
+        # the real crash window: created on our parent, never claimed
+        host.link(
+            "add",
+            ifname=nonce,
+            kind="macvlan",
+            link=host.link_lookup(ifname=root)[0],
+            macvlan_mode="bridge",
+            mtu=1500,
+        )
+        ex.apply(ctx, before)  # a re-run claims it
+        children = [x for x in by_alias(host, ctx.alias)]
+        assert len(children) == 1 and children[0].name == nonce
+        assert ex.observe(ctx, before).postconditions_ok
+        assert ex.recover(ctx, before) is RecoveryObservation.APPLIED
+        ex.undo(ctx, before, {})
+        assert by_name(host, nonce) is None
+        assert ex.recover(ctx, before) is RecoveryObservation.NOT_APPLIED
+
+
+def test_link_configure_recovery_and_undo_on_each_side() -> None:
+    with world() as w:
+        sandbox = w.sandbox()
+        host = w.ipr(w.host)
+        root, _ = w.veth(w.host, mtu=1400)
+        env = w.env(sandbox)
+        moved = drive(
+            env,
+            MOVE,
+            {"interface": (host_handle(host, root, Access.EXCLUSIVE_CONFIGURE),)},
+            {"ifName": "net1"},
+        )
+        ex = EXECUTORS[CONFIGURE]
+        ctx = EffectContext(
+            "op1", "e2", {"interface": (moved.output(),)}, {"mtu": 1300, "up": True}, env
+        )
+        before = ex.capture(ctx)
+        assert ex.recover(ctx, before) is RecoveryObservation.NOT_APPLIED
+        sb = w.ipr(sandbox)
+        idx = sb.link_lookup(ifname="net1")[0]
+        sb.link("set", index=idx, mtu=1350)  # half-way / someone else: not ours to judge
+        assert ex.recover(ctx, before) is RecoveryObservation.UNCERTAIN
+        ex.apply(ctx, before)
+        assert ex.observe(ctx, before).postconditions_ok
+        assert ex.recover(ctx, before) is RecoveryObservation.APPLIED
+        ex.undo(ctx, before, {})
+        back = link(sb, "net1")
+        assert (back.mtu, back.up) == (1400, False)
+        assert ex.recover(ctx, before) is RecoveryObservation.NOT_APPLIED
+        moved.undo()
+        assert link(host, root).mtu == 1400
