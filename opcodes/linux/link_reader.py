@@ -164,7 +164,9 @@ class LinkReader:
         out: list[dict[str, Any]] = []
         interrupted = False
         while True:
-            data = self._sock.recv(self._bufsize)
+            data, _, rflags, _ = self._sock.recvmsg(self._bufsize)
+            if rflags & socket.MSG_TRUNC:  # never expected: the kernel caps dump chunks at 32 KiB
+                raise NetlinkError(errno.EMSGSIZE, "netlink reply larger than the read buffer")
             off = 0
             while off + _HDR.size <= len(data):
                 length, mtype, mflags, mseq, _pid = _HDR.unpack_from(data, off)
