@@ -81,7 +81,7 @@ class NriAdapter:
 
     def run_pod_sandbox(self, pod: PodSandbox) -> None:
         try:
-            self.coordinator.run_pod(pod.namespace, pod.uid, pod.id, pod.netns_path)
+            self.coordinator.run_pod(pod.namespace, pod.name, pod.uid, pod.id, pod.netns_path)
         except Refusal as exc:
             raise HookRefused(str(exc)) from exc
 
@@ -106,7 +106,7 @@ class NriAdapter:
 
     def _gate(self, pod: PodSandbox) -> None:
         try:
-            self.coordinator.gate(pod.namespace, pod.uid, pod.id)
+            self.coordinator.gate(pod.namespace, pod.name, pod.uid, pod.id)
         except Refusal as exc:
             raise HookRefused(str(exc)) from exc
 

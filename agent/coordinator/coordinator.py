@@ -430,39 +430,84 @@ class Coordinator:
 
     # ------------------------------------------------------------------ RunPodSandbox
 
-    def _pod_claims(self, namespace: str, pod_uid: str) -> list[dict[str, Any]]:
-        """Claims reserved for this Pod UID that carry this driver's results."""
+    def _pod_claims(self, namespace: str, pod_name: str, pod_uid: str) -> list[dict[str, Any]]:
+        """Claims of this driver reserved for the Pod, after verifying the Pod itself.
+
+        The Pod is resolved by the runtime's namespace/name and must have the runtime's
+        UID, run on this node and not use the host network when it has claims of ours. A
+        claim the Pod references that carries our results but is not reserved for it is
+        refused (E_NOT_RESERVED): only a Pod with no claims of ours gets a no-op.
+        """
         try:
             claims = self.cluster.list(r.RESOURCE_CLAIMS, namespace).items
         except ApiFailure as exc:
             raise Refusal("E_API", f"listing claims: {exc}", retryable=True) from exc
-        out = []
+        ours: dict[str, dict[str, Any]] = {}
+        reserved: list[dict[str, Any]] = []
         for c in claims:
             status = c.get("status") or {}
-            reserved = status.get("reservedFor") or []
-            if not any(x.get("uid") == pod_uid for x in reserved):
-                continue
             results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
             if not any(x.get("driver") == self.config.driver for x in results):
                 continue
-            if len(reserved) != 1:
+            ours[str(c["metadata"]["name"])] = c
+            consumers = status.get("reservedFor") or []
+            if not any(x.get("uid") == pod_uid for x in consumers):
+                continue
+            if len(consumers) != 1:
                 raise Refusal(
                     "E_MULTIPLE_CONSUMERS",
-                    f"claim {c['metadata']['name']} is reserved for {len(reserved)} consumers",
+                    f"claim {c['metadata']['name']} is reserved for {len(consumers)} consumers",
                     "status.reservedFor",
                 )
-            out.append(c)
-        return sorted(out, key=lambda c: str(c["metadata"]["name"]))
+            reserved.append(c)
+        try:
+            pod = self.cluster.get(r.PODS, pod_name, namespace)
+        except NotFound as exc:
+            if reserved:
+                raise Refusal(
+                    "E_POD_NOT_FOUND", f"pod {namespace}/{pod_name} not found", retryable=True
+                ) from exc
+            return []
+        except ApiFailure as exc:
+            raise Refusal("E_API", f"reading pod: {exc}", retryable=True) from exc
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        referenced = {
+            str(x.get("resourceClaimName"))
+            for x in [
+                *(spec.get("resourceClaims") or []),
+                *((pod.get("status") or {}).get("resourceClaimStatuses") or []),
+            ]
+            if x.get("resourceClaimName")
+        }
+        mine = [n for n in sorted(referenced) if n in ours]
+        if not reserved and not mine:
+            return []
+        if meta.get("uid") != pod_uid:
+            raise Refusal("E_POD_UID", f"pod {namespace}/{pod_name} is not uid {pod_uid}")
+        if spec.get("nodeName") != self.config.node_name:
+            raise Refusal("E_POD_NODE", f"pod {namespace}/{pod_name} is not bound to this node")
+        if spec.get("hostNetwork"):
+            raise Refusal("E_HOST_NETWORK", "a hostNetwork Pod cannot take network claims")
+        names = {str(c["metadata"]["name"]) for c in reserved}
+        for name in mine:
+            if name not in names:
+                raise Refusal("E_NOT_RESERVED", f"claim {name} is not reserved for this Pod")
+        return sorted(reserved, key=lambda c: str(c["metadata"]["name"]))
 
     def _identity(self, pod_uid: str, sandbox_id: str) -> AttachmentIdentity:
         return AttachmentIdentity(self.config.node_uid, self.boot_id(), pod_uid, sandbox_id)
 
     def run_pod(
-        self, namespace: str, pod_uid: str, sandbox_id: str, netns_path: str | None
+        self,
+        namespace: str,
+        pod_name: str,
+        pod_uid: str,
+        sandbox_id: str,
+        netns_path: str | None,
     ) -> bool:
         """Attach the Pod's prepared claims to the sandbox; False: no claims of ours."""
         with self._lock:
-            claims = self._pod_claims(namespace, pod_uid)
+            claims = self._pod_claims(namespace, pod_name, pod_uid)
             if not claims:
                 return False
             identity = self._identity(pod_uid, sandbox_id)
@@ -601,7 +646,7 @@ class Coordinator:
 
     # ------------------------------------------------------------------ container gate
 
-    def gate(self, namespace: str, pod_uid: str, sandbox_id: str) -> None:
+    def gate(self, namespace: str, pod_name: str, pod_uid: str, sandbox_id: str) -> None:
         """Refuse (:class:`Refusal`) unless this exact sandbox is Ready, for Pods with our
         claims; a Pod without claims of ours passes."""
         with self._lock:
@@ -611,7 +656,7 @@ class Coordinator:
                 if self.pins.ref(attachment_id(identity)) is None:
                     raise Refusal("E_PIN_MISSING", f"sandbox {sandbox_id} lost its namespace pin")
                 return
-            if att is not None or self._pod_claims(namespace, pod_uid):
+            if att is not None or self._pod_claims(namespace, pod_name, pod_uid):
                 state = att.state.value if att is not None else "not attached"
                 raise Refusal("E_NOT_READY", f"sandbox {sandbox_id} is {state}")
 

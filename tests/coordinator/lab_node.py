@@ -108,13 +108,21 @@ class LabNode:
         created: dict[str, Any] = self.cluster.create(r.RESOURCE_CLAIMS, body, namespace)
         return created
 
-    def pod(self, name: str, claim: str, namespace: str = "default") -> dict[str, Any]:
+    def pod(
+        self,
+        name: str,
+        claim: str,
+        namespace: str = "default",
+        node_name: str = NODE_NAME,
+        host_network: bool = False,
+    ) -> dict[str, Any]:
         body = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {
-                "nodeName": NODE_NAME,
+                "nodeName": node_name,
+                "hostNetwork": host_network,
                 "containers": [{"name": "app", "image": "busybox"}],
                 "resourceClaims": [{"name": "net", "resourceClaimName": claim}],
             },

@@ -88,7 +88,8 @@ def test_connect_failure_compensates_and_refuses(node: LabNode) -> None:
 def test_pod_without_our_claims_passes(node: LabNode) -> None:
     pod = node.pod(f"plain-{next(_n)}", "none")
     with scratch_netns("dmc1s") as sandbox:
-        sb = LabPod("sb-plain", pod["metadata"]["uid"], "plain", "default", netns_path(sandbox))
+        meta = pod["metadata"]
+        sb = LabPod("sb-plain", meta["uid"], meta["name"], "default", netns_path(sandbox))
         node.runtime.run_pod_sandbox(sb)
         node.runtime.create_container("sb-plain", LabContainer("c-plain", "sb-plain", "app"))
         node.runtime.start_container("c-plain")
@@ -100,7 +101,9 @@ def test_pod_without_our_claims_passes(node: LabNode) -> None:
 def test_claim_reserved_but_not_prepared_refuses_the_sandbox(node: LabNode) -> None:
     _, pod = claimed_pod(node, prepare=False)
     with scratch_netns("dmc1s") as sandbox:
-        sb = LabPod("sb-np", pod["metadata"]["uid"], "p", "default", netns_path(sandbox))
+        sb = LabPod(
+            "sb-np", pod["metadata"]["uid"], pod["metadata"]["name"], "default", netns_path(sandbox)
+        )
         with pytest.raises(HookFailed, match="E_NOT_PREPARED"):
             node.runtime.run_pod_sandbox(sb)
         assert names(sandbox) == ["lo"]
@@ -111,7 +114,11 @@ def test_host_namespace_is_never_a_sandbox(node: LabNode) -> None:
     claim, pod = claimed_pod(node)
     with pytest.raises(Refusal) as info:
         node.coordinator.run_pod(
-            "default", pod["metadata"]["uid"], "sb-host", f"/var/run/netns/{node.host_ns}"
+            "default",
+            pod["metadata"]["name"],
+            pod["metadata"]["uid"],
+            "sb-host",
+            f"/var/run/netns/{node.host_ns}",
         )
     assert info.value.code == "E_HOST_NETNS"
     node.coordinator.unprepare(claim["metadata"]["uid"])
@@ -129,10 +136,12 @@ def test_restarted_agent_gates_and_cleans_up_from_its_journal(node: LabNode) -> 
         assert busy.value.code == "E_ATTACHED" and busy.value.retryable
 
         fresh = node.restart_agent()
-        fresh.gate("default", pod_uid, "sb-r")  # Ready survives the restart
+        fresh.gate(
+            "default", pod["metadata"]["name"], pod_uid, "sb-r"
+        )  # Ready survives the restart
         node.runtime.create_container("sb-r", LabContainer("c-r", "sb-r", "app"))
         with pytest.raises(Refusal, match="E_NOT_READY"):
-            fresh.gate("default", pod_uid, "sb-other")
+            fresh.gate("default", pod["metadata"]["name"], pod_uid, "sb-other")
         node.runtime.stop_pod_sandbox("sb-r")
         node.runtime.remove_pod_sandbox("sb-r")
         assert names(sandbox) == ["lo"]
@@ -140,3 +149,34 @@ def test_restarted_agent_gates_and_cleans_up_from_its_journal(node: LabNode) -> 
     assert fresh.journal.preparations(uid)[0].state is PreparationState.RELEASED
     assert fresh.pins.list() == []
     assert snapshot(node.host_ns) == baseline
+
+
+def refused_pod(node: LabNode, pod: dict[str, Any], sandbox: str) -> str:
+    meta = pod["metadata"]
+    sb = LabPod(f"sb-{next(_n)}", meta["uid"], meta["name"], "default", netns_path(sandbox))
+    with pytest.raises(HookFailed) as info:
+        node.runtime.run_pod_sandbox(sb)
+    assert names(sandbox) == ["lo"]
+    return str(info.value)
+
+
+def test_pod_checks_before_any_attachment(node: LabNode) -> None:
+    with scratch_netns("dmc1s") as sandbox:
+        # a claim of ours the Pod references but that is not reserved for it
+        i = next(_n)
+        claim = node.claim(f"att-claim-{i}")
+        (claim,) = ClaimService(node.cluster, NODE_NAME).allocate([claim])
+        pod = node.pod(f"att-pod-{i}", claim["metadata"]["name"])
+        assert "E_NOT_RESERVED" in refused_pod(node, pod, sandbox)
+        # reserved, but the Pod is bound elsewhere / uses the host network
+        for kw, code in (
+            ({"node_name": "other-node"}, "E_POD_NODE"),
+            ({"host_network": True}, "E_HOST_NETWORK"),
+        ):
+            i = next(_n)
+            claim = node.claim(f"att-claim-{i}")
+            pod = node.pod(f"att-pod-{i}", claim["metadata"]["name"], **kw)
+            (claim,) = ClaimService(node.cluster, NODE_NAME).allocate([claim], pod=pod)
+            assert code in refused_pod(node, pod, sandbox)
+    assert node.coordinator.pins.list() == []
+    assert node.coordinator.journal.attachments() == []
