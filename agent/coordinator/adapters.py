@@ -78,6 +78,7 @@ class NriAdapter:
 
     def synchronize(self, pods: Sequence[PodSandbox], containers: Sequence[Container]) -> None:
         log.info("event=synchronize pods=%d containers=%d", len(pods), len(containers))
+        self.coordinator.synchronize([(p.uid, p.id) for p in pods])
 
     def run_pod_sandbox(self, pod: PodSandbox) -> None:
         try:

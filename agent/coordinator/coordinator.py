@@ -699,6 +699,35 @@ class Coordinator:
                 self.pins.release(att, cleanup_verified=True)
             log.info("event=removed pod=%s sandbox=%s", pod_uid, sandbox_id)
 
+    def synchronize(self, sandboxes: Sequence[tuple[str, str]]) -> list[AttachmentIdentity]:
+        """Reconcile with the runtime's full sandbox list (NRI Synchronize, seed 000 §11.5).
+
+        An attachment of this node and boot whose (Pod UID, sandbox id) the runtime no
+        longer has is removed from the journal's record alone, through its pin; one that
+        cannot be cleaned up stays Removing for the next attempt. Attachments of another
+        boot are left for boot reconciliation (not done here). Returns what was removed.
+        """
+        live = set(sandboxes)
+        removed: list[AttachmentIdentity] = []
+        with self._lock:
+            boot = self.boot_id()
+            for rec in self.journal.attachments():
+                ident = rec.identity
+                if rec.state is AttachmentState.REMOVED or ident.node_uid != self.config.node_uid:
+                    continue
+                if ident.boot_id != boot or (ident.pod_uid, ident.sandbox_id) in live:
+                    continue
+                try:
+                    self.remove_pod(ident.pod_uid, ident.sandbox_id)
+                    removed.append(ident)
+                except (Refusal, RunRefused, PinError) as exc:
+                    log.error(
+                        "event=sync-cleanup-failed sandbox=%s error=%s", ident.sandbox_id, exc
+                    )
+        if removed:
+            log.info("event=synchronized removed=%d", len(removed))
+        return removed
+
     def attachment(self, pod_uid: str, sandbox_id: str) -> AttachmentRecord | None:
         with self._lock:
             return self.journal.get_attachment(self._identity(pod_uid, sandbox_id))

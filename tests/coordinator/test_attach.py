@@ -19,9 +19,9 @@ from dmn.agent.coordinator import Refusal
 from dmn.agent.journal.records import AttachmentState, PreparationState
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.node import NODE_NAME
-from dmn.lab.runtime.nri_runtime import HookFailed, LabContainer, LabPod
+from dmn.lab.runtime.nri_runtime import HookFailed, LabContainer, LabNriRuntime, LabPod
 from dmn.opcodes.linux.links import all_links, by_name
-from tests.coordinator.lab_node import LabNode, lab_node
+from tests.coordinator.lab_node import WAIT, LabNode, lab_node
 from tests.coordinator.test_end_to_end import snapshot
 from tests.kernel.scratch import netns_path, scratch_netns
 
@@ -180,3 +180,28 @@ def test_pod_checks_before_any_attachment(node: LabNode) -> None:
             assert code in refused_pod(node, pod, sandbox)
     assert node.coordinator.pins.list() == []
     assert node.coordinator.journal.attachments() == []
+
+
+def test_sandbox_the_runtime_forgot_is_cleaned_up_at_synchronize(node: LabNode) -> None:
+    """A runtime that comes back without a sandbox (it died with the runtime) reports its
+    full state through Synchronize; the agent removes that attachment through its pin."""
+    baseline = snapshot(node.host_ns)
+    claim, pod = claimed_pod(node)
+    pod_uid = pod["metadata"]["uid"]
+    with scratch_netns("dmc1s") as sandbox:
+        sb = LabPod("sb-gone", pod_uid, pod["metadata"]["name"], "default", netns_path(sandbox))
+        node.runtime.run_pod_sandbox(sb)
+        assert names(sandbox) == ["lo", "net1"]
+        node.runtime.shutdown()
+        runtime = LabNriRuntime(node.runtime.socket_path, request_timeout=30.0)
+        runtime.start()  # knows no pods
+        try:
+            assert runtime.wait_ready(1, WAIT)
+            att = node.coordinator.attachment(pod_uid, "sb-gone")
+            assert att is not None and att.state is AttachmentState.REMOVED
+            assert names(sandbox) == ["lo"]
+            assert node.coordinator.pins.list() == []
+        finally:
+            runtime.stop()
+    node.coordinator.unprepare(claim["metadata"]["uid"])
+    assert snapshot(node.host_ns) == baseline
