@@ -36,7 +36,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -80,7 +80,12 @@ from dmn.interpreter.runner import Runner, RunRefused
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.linux.executors import EXECUTORS as LINUX_EXECUTORS
 from dmn.opcodes.linux.links import by_name
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef, current_boot_id
+from dmn.opcodes.linux.netns import (
+    LinkEnvironment,
+    NamespaceRef,
+    current_boot_id,
+    identity_of,
+)
 from dmn.opcodes.share.executors import EXECUTORS as SHARE_EXECUTORS
 
 log = logging.getLogger(__name__)
@@ -91,12 +96,20 @@ KERNEL_LINK_GRANTS = (HandleType.KERNEL_INTERFACE, HandleType.SHARED_PARENT)
 LIVE_ATTACHMENT = (AttachmentState.CONNECTING, AttachmentState.READY, AttachmentState.REMOVING)
 
 
+@dataclass(frozen=True)
+class LinkFacts:
+    """The kernel link an inventory item was scanned as: its name and MAC ("" unknown)."""
+
+    ifname: str
+    mac: str = ""
+
+
 class DeviceView(Protocol):
     """This node's published devices: personas, and the kernel link of an inventory item."""
 
     def personas(self) -> PersonaSet: ...
 
-    def ifname(self, inventory_id: str) -> str | None: ...
+    def link(self, inventory_id: str) -> LinkFacts | None: ...
 
 
 @dataclass(frozen=True)
@@ -229,20 +242,34 @@ class Coordinator:
                 if rec.state is PreparationState.PREPARED:
                     return [PreparedDeviceResult(**d) for d in rec.devices]
             verified = self._verify(claim)
-            assert verified is not None
+            if verified is None:
+                return []
             return self._prepare(verified)
 
     def _handle(self, env: LinkEnvironment, root: VerifiedRoot, claim_uid: str) -> Handle:
         persona, res = root.persona, root.result
-        ifname = self.devices.ifname(persona.inventory_id)
-        link = by_name(env.rtnl(env.host), ifname) if ifname else None
-        if link is None:
-            raise Refusal(
-                "E_DEVICE_GONE", f"device {res.device} has no kernel link on this node", res.device
-            )
         accesses = frozenset(
             a for g in persona.grants if g.type in KERNEL_LINK_GRANTS for a in g.accesses
         )
+        if not accesses:
+            raise Refusal(
+                "E_PLUGIN_UNSUPPORTED",
+                f"device {res.device} ({persona.persona}) is not a kernel link; this agent "
+                "prepares kernel-link personas only",
+                res.device,
+            )
+        facts = self.devices.link(persona.inventory_id)
+        link = by_name(env.rtnl(env.host), facts.ifname) if facts else None
+        if facts is None or link is None:
+            raise Refusal(
+                "E_DEVICE_GONE", f"device {res.device} has no kernel link on this node", res.device
+            )
+        if facts.mac and link.mac.lower() != facts.mac.lower():
+            raise Refusal(
+                "E_DEVICE_IDENTITY",
+                f"device {res.device}: {facts.ifname} now has MAC {link.mac}, not {facts.mac}",
+                res.device,
+            )
         return Handle(
             id=f"{res.device}/{res.share_id}" if res.share_id else res.device,
             type=HandleType.KERNEL_INTERFACE,
@@ -524,16 +551,17 @@ class Coordinator:
                 if prep is None or prep.state is not PreparationState.PREPARED:
                     raise Refusal("E_NOT_PREPARED", f"claim {uid} is not prepared on this node")
                 verified = self._verify(c)
-                assert verified is not None
+                if verified is None:
+                    raise Refusal("E_NOT_PREPARED", f"claim {uid} has no results of ours")
                 revision = self.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, verified.revision)
                 plan.append((prep, verified, revision))
             if not netns_path:
                 raise Refusal("E_NO_NETNS", "the runtime supplied no network namespace")
             att = attachment_id(identity)
             try:
-                ref = self.pins.pin(att, netns_path)
-            except PinError as exc:
-                raise Refusal(exc.code, str(exc)) from exc
+                wanted = identity_of(netns_path)
+            except OSError as exc:
+                raise Refusal("E_NETNS_GONE", f"{netns_path}: {exc.strerror}") from exc
             ops = [
                 f"conn-{att[4:20]}-{_short(prep.claim_uid)[:8]}-{step}"
                 for prep, _, rev in plan
@@ -548,18 +576,24 @@ class Coordinator:
                 revision=",".join(v.revision for _, v, _ in plan),
                 operations=ops,
             )
+            pin = NamespacePin(
+                att, str(self.pins.path(att)), wanted.dev, wanted.inode, identity.boot_id
+            )
+            # the intent is durable before the mount exists: a crash leaves a record that
+            # proves the pin is ours
             with self.journal.batch() as b:
                 b.put_attachment(rec)
-                b.put_pin(
-                    NamespacePin(
-                        att,
-                        ref.path,
-                        ref.identity.dev,
-                        ref.identity.inode,
-                        ref.identity.boot_id,
-                        PinState.MOUNTED,
-                    )
-                )
+                b.put_pin(pin)
+            try:
+                ref = self.pins.pin(att, netns_path)
+            except PinError as exc:
+                rec.state, rec.error = AttachmentState.REMOVED, str(exc)
+                with self.journal.batch() as b:
+                    b.put_attachment(rec)
+                    b.delete_pin(att)
+                raise Refusal(exc.code, str(exc)) from exc
+            with self.journal.batch() as b:
+                b.put_pin(replace(pin, state=PinState.MOUNTED))
             done: list[str] = []
             try:
                 for prep, verified, revision in plan:
@@ -655,6 +689,10 @@ class Coordinator:
             if att is not None and att.state is AttachmentState.READY:
                 if self.pins.ref(attachment_id(identity)) is None:
                     raise Refusal("E_PIN_MISSING", f"sandbox {sandbox_id} lost its namespace pin")
+                for c in att.claims:
+                    prep = self.journal.get_preparation(c["claimUID"], c["fingerprint"])
+                    if prep is None or prep.state is not PreparationState.PREPARED:
+                        raise Refusal("E_NOT_READY", f"claim {c['claimUID']} is not prepared")
                 return
             if att is not None or self._pod_claims(namespace, pod_name, pod_uid):
                 state = att.state.value if att is not None else "not attached"

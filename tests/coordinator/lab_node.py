@@ -20,6 +20,8 @@ from typing import Any
 
 from dmn.agent.coordinator import Coordinator, NodeConfig
 from dmn.agent.coordinator.adapters import DraAdapter, NriAdapter
+from dmn.agent.coordinator.coordinator import LinkFacts
+from dmn.agent.inventory.facts import LinkState
 from dmn.agent.kubelet.server import KubeletPluginServer
 from dmn.agent.nri.plugin import NriPlugin, PluginConfig, PluginThread
 from dmn.agent.personas.model import PersonaSet
@@ -49,11 +51,13 @@ class LabDevices:
         assert last is not None
         return last
 
-    def ifname(self, inventory_id: str) -> str | None:
+    def link(self, inventory_id: str) -> LinkFacts | None:
         item = self.publication.inventory.items.get(inventory_id)
         if item is None or not item.netdevs:
             return None
-        return item.netdevs[0].ifname
+        netdev = item.netdevs[0]
+        mac = netdev.state.mac if isinstance(netdev.state, LinkState) else ""
+        return LinkFacts(netdev.ifname, mac)
 
 
 @dataclass

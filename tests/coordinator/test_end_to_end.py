@@ -51,8 +51,9 @@ def snapshot(ns: str) -> dict[str, tuple[Any, ...]]:
 def other_end(node: LabNode, device: str) -> tuple[str, str]:
     """(parent, its veth peer) for an allocated lab device."""
     persona = node.coordinator.devices.personas().by_name()[device]
-    parent = node.coordinator.devices.ifname(persona.inventory_id)
-    assert parent in ("lab0", "lab1")
+    facts = node.coordinator.devices.link(persona.inventory_id)
+    assert facts is not None and facts.ifname in ("lab0", "lab1")
+    parent = facts.ifname
     return parent, "lab1" if parent == "lab0" else "lab0"
 
 

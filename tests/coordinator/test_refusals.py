@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from pyroute2 import IPRoute
 
 from dmn.agent.coordinator import Refusal
 from dmn.agent.coordinator.verify import driver_results, verify_allocation
@@ -183,3 +184,20 @@ def test_whole_link_refused_while_a_share_of_it_is_prepared(node: LabNode) -> No
 
     node.coordinator.unprepare(meta["uid"])
     assert node.coordinator.journal.shares(parent) == []
+
+
+def test_link_that_changed_identity_is_refused(node: LabNode) -> None:
+    """A link found under the scanned name but with another MAC is not the device that was
+    published: no handle is made from a name alone."""
+    claim = allocated(node)
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    persona = node.coordinator.devices.personas().by_name()[result["device"]]
+    facts = node.coordinator.devices.link(persona.inventory_id)
+    assert facts is not None and facts.mac
+    with IPRoute(netns=node.host_ns) as ipr:
+        index = ipr.link_lookup(ifname=facts.ifname)[0]
+        ipr.link("set", index=index, address="02:00:00:00:c1:01")
+        try:
+            assert refused(node, claim).code == "E_DEVICE_IDENTITY"
+        finally:
+            ipr.link("set", index=index, address=facts.mac)
