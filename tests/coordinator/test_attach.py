@@ -205,3 +205,31 @@ def test_sandbox_the_runtime_forgot_is_cleaned_up_at_synchronize(node: LabNode) 
             runtime.stop()
     node.coordinator.unprepare(claim["metadata"]["uid"])
     assert snapshot(node.host_ns) == baseline
+
+
+def test_repeated_callback_after_a_crash_before_ready_resumes(node: LabNode) -> None:
+    """The journal as a crash between the last connect effect and the Ready commit leaves
+    it (attachment Connecting, operations Completed): the runtime's retry of the same
+    sandbox after an agent restart resumes the recorded operations, creating nothing twice."""
+    claim, pod = claimed_pod(node)
+    pod_uid = pod["metadata"]["uid"]
+    with scratch_netns("dmc1s") as sandbox:
+        sb = LabPod("sb-crash", pod_uid, pod["metadata"]["name"], "default", netns_path(sandbox))
+        node.runtime.run_pod_sandbox(sb)
+        rec = node.coordinator.attachment(pod_uid, "sb-crash")
+        assert rec is not None
+        rec.state = AttachmentState.CONNECTING
+        with node.coordinator.journal.batch() as b:
+            b.put_attachment(rec)
+        fresh = node.restart_agent()
+        with pytest.raises(HookFailed, match="E_NOT_READY"):
+            node.runtime.create_container("sb-crash", LabContainer("c-x", "sb-crash", "app"))
+        node.runtime.run_pod_sandbox(sb)  # the runtime retries the sandbox
+        again = fresh.attachment(pod_uid, "sb-crash")
+        assert again is not None and again.state is AttachmentState.READY
+        assert again.operations == rec.operations
+        assert names(sandbox) == ["lo", "net1"]
+        node.runtime.create_container("sb-crash", LabContainer("c-y", "sb-crash", "app"))
+        node.runtime.remove_pod_sandbox("sb-crash")
+        assert names(sandbox) == ["lo"]
+    fresh.unprepare(claim["metadata"]["uid"])
