@@ -19,15 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from dmn.agent.coordinator import Coordinator, NodeConfig
-from dmn.agent.coordinator.adapters import DraAdapter, NriAdapter
 from dmn.agent.coordinator.coordinator import LinkFacts
+from dmn.agent.coordinator.node_agent import AgentSockets, NodeAgent
 from dmn.agent.inventory.facts import LinkState
 from dmn.agent.kubelet.server import KubeletPluginServer
-from dmn.agent.nri.plugin import NriPlugin, PluginConfig, PluginThread
+from dmn.agent.nri.plugin import PluginConfig
 from dmn.agent.personas.model import PersonaSet
 from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
-from dmn.api.identity import DRIVER
 from dmn.lab import manifests
 from dmn.lab.cluster import REPO, LabCluster
 from dmn.lab.demo import wait_settled
@@ -64,24 +63,25 @@ class LabDevices:
 class LabNode:
     lab: LabCluster
     cluster: Cluster
-    coordinator: Coordinator
-    kubelet: KubeletPluginServer
+    agent: NodeAgent
     runtime: LabNriRuntime
     device_class: str
     revision: str
     root: Path
-    config: NodeConfig
-    dra: DraAdapter
-    nri: NriAdapter
+
+    @property
+    def coordinator(self) -> Coordinator:
+        assert self.agent.coordinator is not None
+        return self.agent.coordinator
+
+    @property
+    def kubelet(self) -> KubeletPluginServer:
+        assert self.agent.kubelet is not None
+        return self.agent.kubelet
 
     def restart_agent(self) -> Coordinator:
-        """Close the coordinator (its journal) and start a new one on the same state dir,
-        as a restarted agent would; the protocol adapters switch to it."""
-        self.coordinator.close()
-        self.coordinator = Coordinator(self.config, self.cluster, LabDevices(self.lab))
-        self.coordinator.start()
-        self.dra.coordinator = self.nri.coordinator = self.coordinator
-        return self.coordinator
+        """A restarted agent's coordinator on the same state dir; the adapters follow."""
+        return self.agent.restart_coordinator()
 
     @property
     def host_ns(self) -> str:
@@ -135,9 +135,13 @@ class LabNode:
         return created
 
 
-def _release_pins(coordinator: Coordinator) -> None:
-    """Test teardown: the pins under our private state dir are ours (also after a failure)."""
-    pins = coordinator.pins
+def _teardown(agent: NodeAgent) -> None:
+    """Stop the agent, then release the pins under our private state dir (ours, also after
+    a failure) so that the directory can be removed."""
+    agent.stop(1.0)
+    if agent.coordinator is None:
+        return
+    pins = agent.coordinator.pins
     for ref in pins.list():
         pins.release(Path(ref.path).name, cleanup_verified=True)
     pins.close()
@@ -163,43 +167,18 @@ def lab_node() -> Iterator[LabNode]:
             state_dir=root / "agent",
             host_netns=f"/var/run/netns/{lab.netns}",
         )
-        coordinator = Coordinator(config, cluster, LabDevices(lab))
-        dra, nri = DraAdapter(coordinator), NriAdapter(coordinator)
-        holder: list[LabNode] = []
-
-        def _teardown() -> None:
-            current = holder[0].coordinator if holder else coordinator
-            current.close()
-            _release_pins(current)
-
-        stack.callback(_teardown)
-        coordinator.start()
-        kubelet = KubeletPluginServer(
-            DRIVER,
-            dra,
-            registry_dir=root / "reg",
-            plugins_dir=root / "plugins",
-        ).start()
-        stack.callback(kubelet.stop, 1.0)
         sock = str(root / "nri.sock")
         runtime = LabNriRuntime(sock, request_timeout=30.0, registration_timeout=20.0).start()
         stack.callback(runtime.stop)
-        cfg = PluginConfig(socket_path=sock, hook_deadline=25.0, use_env_socket=False)
-        thread = PluginThread(NriPlugin(nri, cfg)).start()
-        stack.callback(thread.stop)
-        assert runtime.wait_ready(1, WAIT) and thread.wait_ready(WAIT)
-        node = LabNode(
-            lab,
-            cluster,
-            coordinator,
-            kubelet,
-            runtime,
-            topo.device_classes[0],
-            topo.revision,
-            root,
-            config,
-            dra,
-            nri,
+        sockets = AgentSockets(
+            registry_dir=root / "reg",
+            plugins_dir=root / "plugins",
+            nri=PluginConfig(socket_path=sock, hook_deadline=25.0, use_env_socket=False),
+            nri_ready_timeout=WAIT,
         )
-        holder.append(node)
+        agent = NodeAgent(config, cluster, LabDevices(lab), sockets)
+        stack.callback(_teardown, agent)
+        agent.start()
+        assert runtime.wait_ready(1, WAIT) and agent.wait_nri_ready()
+        node = LabNode(lab, cluster, agent, runtime, topo.device_classes[0], topo.revision, root)
         yield node
