@@ -339,10 +339,8 @@ class Coordinator:
         try:
             programs = []
             for op, root in zip(ops, v.roots, strict=True):
-                port = next(iter(root.plugin.descriptor.spec.allocation or {}), None)
-                if port is None:
-                    raise Refusal("E_PLUGIN_UNSUPPORTED", f"{root.plugin.name} has no allocation")
                 handle = self._handle(env, root, v.claim_uid)
+                port = _allocation_port(root.plugin, handle)
                 call = Call(config=root.config, operation_id=op, allocation={port: (handle,)})
                 programs.append(self._bind(root.plugin, "prepare", call))
         finally:
@@ -769,6 +767,22 @@ class Coordinator:
     def attachment(self, pod_uid: str, sandbox_id: str) -> AttachmentRecord | None:
         with self._lock:
             return self.journal.get_attachment(self._identity(pod_uid, sandbox_id))
+
+
+def _allocation_port(plugin: Plugin, handle: Handle) -> str:
+    """The allocation port a kernel-link handle fills: the first KernelInterface port of
+    the handle's link type (``interface`` of host-cni/sriov-cni, ``parent`` of a share)."""
+    for name, port in (plugin.descriptor.spec.allocation or {}).items():
+        if port.type != handle.type.value:
+            continue
+        if port.link_type is None or handle.link_type is None:
+            return name
+        if port.link_type == handle.link_type.value:
+            return name
+    raise Refusal(
+        "E_PLUGIN_UNSUPPORTED",
+        f"{plugin.name} has no allocation port for a {handle.type.value} handle",
+    )
 
 
 def _inputs(

@@ -38,6 +38,24 @@ TOPOLOGY = REPO / "examples" / "topologies" / "shared-macvlan.yaml"
 WAIT = 60.0
 
 
+KERNEL_TOPOLOGY = {
+    "apiVersion": "networking.dra-multi-network.schseba.github.io/v1alpha1",
+    "kind": "NetworkTopology",
+    "metadata": {"name": "c1-kernel"},
+    "spec": {
+        "effectBudget": {"allow": ["linux/link-move/v1", "linux/link-configure/v1"]},
+        "steps": [
+            {
+                "id": "nic",
+                "kind": "Allocation",
+                "pluginRef": {"name": "host-cni"},
+                "config": {"mode": "kernel", "ifName": "net2", "mtu": 1400, "up": True},
+            }
+        ],
+    },
+}
+
+
 class LabDevices:
     """The coordinator's DeviceView over the lab's slice publication."""
 
@@ -78,6 +96,13 @@ class LabNode:
     def kubelet(self) -> KubeletPluginServer:
         assert self.agent.kubelet is not None
         return self.agent.kubelet
+
+    def kernel_class(self) -> str:
+        """Apply the whole-link (host-cni) topology; returns its DeviceClass."""
+        self.cluster.apply(KERNEL_TOPOLOGY)
+        (topo,) = wait_settled(self.cluster, ["c1-kernel"], WAIT)
+        assert topo.ready == "True", topo
+        return topo.device_classes[0]
 
     def restart_agent(self) -> Coordinator:
         """A restarted agent's coordinator on the same state dir; the adapters follow."""

@@ -142,3 +142,42 @@ def _allocate(node: LabNode, claim: dict[str, Any], pod: dict[str, Any]) -> dict
     """The lab scheduler's DRA step: allocate and reserve the claim for the Pod."""
     (updated,) = ClaimService(node.cluster, NODE_NAME).allocate([claim], pod=pod)
     return updated
+
+
+def test_whole_link_handoff_and_return(node: LabNode) -> None:
+    """host-cni kernel mode: the allocated link itself moves into the sandbox under the
+    topology's name and MTU, and comes back to the host unchanged after removal."""
+    claim = node.claim("c1-kernel-claim", device_class=node.kernel_class())
+    pod = node.pod("c1-kernel-pod", "c1-kernel-claim")
+    claim = _allocate(node, claim, pod)
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    parent, peer = other_end(node, result["device"])
+    uid, pod_uid = claim["metadata"]["uid"], pod["metadata"]["uid"]
+    with scratch_netns("dmc1p") as peer_ns, scratch_netns("dmc1s") as sandbox:
+        with IPRoute(netns=node.host_ns) as host:
+            host.link("set", index=host.link_lookup(ifname=peer)[0], net_ns_fd=peer_ns)
+        with IPRoute(netns=peer_ns) as ipr:
+            add_address(ipr, peer, "10.94.0.1/24")
+        baseline = snapshot(node.host_ns)
+        channel, stub = dra(node)
+        with channel:
+            ref = dra_v1_pb2.Claim(namespace="default", uid=uid, name="c1-kernel-claim")
+            resp = stub.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(claims=[ref]))
+            assert resp.claims[uid].error == ""
+            assert resp.claims[uid].devices[0].share_id == ""
+            sb = LabPod("sb-k", pod_uid, "c1-kernel-pod", "default", netns_path(sandbox))
+            node.runtime.run_pod_sandbox(sb)
+            with IPRoute(netns=sandbox) as ipr:
+                net2 = by_name(ipr, "net2")
+                assert net2 is not None and net2.kind == "veth" and net2.mtu == 1400
+                add_address(ipr, "net2", "10.94.0.2/24")
+            with IPRoute(netns=node.host_ns) as host:
+                assert by_name(host, parent) is None  # handed off whole
+            assert ping(sandbox, "10.94.0.1")
+            node.runtime.stop_pod_sandbox("sb-k")
+            node.runtime.remove_pod_sandbox("sb-k")
+            with IPRoute(netns=sandbox) as ipr:
+                assert [x.name for x in all_links(ipr)] == ["lo"]
+            req = dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[ref])
+            assert stub.NodeUnprepareResources(req).claims[uid].error == ""
+        assert snapshot(node.host_ns) == baseline  # name, alias, MTU, MAC, state, addresses

@@ -21,9 +21,8 @@ from dmn.agent.coordinator.verify import driver_results, verify_allocation
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
 from dmn.lab.allocator.service import ClaimService
-from dmn.lab.demo import wait_settled
 from dmn.lab.node import NODE_NAME
-from tests.coordinator.lab_node import WAIT, LabNode, lab_node
+from tests.coordinator.lab_node import LabNode, lab_node
 
 pytestmark = pytest.mark.netns
 
@@ -142,24 +141,6 @@ def test_revision_not_ready_is_refused(node: LabNode) -> None:
     assert info.value.code == "E_REVISION_NOT_READY"
 
 
-KERNEL_TOPOLOGY = {
-    "apiVersion": "networking.dra-multi-network.schseba.github.io/v1alpha1",
-    "kind": "NetworkTopology",
-    "metadata": {"name": "c1-kernel"},
-    "spec": {
-        "effectBudget": {"allow": ["linux/link-move/v1", "linux/link-configure/v1"]},
-        "steps": [
-            {
-                "id": "nic",
-                "kind": "Allocation",
-                "pluginRef": {"name": "host-cni"},
-                "config": {"mode": "kernel", "ifName": "net2", "mtu": 1500, "up": True},
-            }
-        ],
-    },
-}
-
-
 def test_whole_link_refused_while_a_share_of_it_is_prepared(node: LabNode) -> None:
     """The node re-checks what the allocator's compatibility counters should prevent: a
     link handed off whole while a macvlan share of it is held (seed 000 §9.2 item 5)."""
@@ -171,15 +152,13 @@ def test_whole_link_refused_while_a_share_of_it_is_prepared(node: LabNode) -> No
     (share,) = node.coordinator.journal.shares(parent)
     assert (share.claim_uid, share.share_id) == (meta["uid"], result["shareID"])
 
-    node.cluster.apply(KERNEL_TOPOLOGY)
-    (topo,) = wait_settled(node.cluster, ["c1-kernel"], WAIT)
-    assert topo.ready == "True", topo
+    kernel_class = node.kernel_class()
     kernel = next(
         p.name
         for p in node.coordinator.devices.personas().personas
         if p.inventory_id == parent and p.plugin == "host-cni"
     )
-    claim = bent(node, lambda d: d["results"][0].update(device=kernel), topo.device_classes[0])
+    claim = bent(node, lambda d: d["results"][0].update(device=kernel), kernel_class)
     assert refused(node, claim).code == "E_SHARED_BUSY"
 
     node.coordinator.unprepare(meta["uid"])
