@@ -1,0 +1,86 @@
+"""Pure pieces of the coordinator: attachment ids, allocation fingerprints, input wiring."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from dmn.agent.coordinator import Refusal
+from dmn.agent.coordinator.coordinator import _inputs, attachment_id
+from dmn.agent.coordinator.verify import DriverResult, driver_results, fingerprint
+from dmn.agent.journal.records import AttachmentIdentity
+from dmn.agent.netns.pins import PIN_ID
+from dmn.api.root_config import TopologyRootConfiguration
+from dmn.interpreter.handles import Handle, HandleType, Scope, ScopeKind
+
+DIGEST = "sha256:" + "0" * 64
+ROOT = TopologyRootConfiguration.model_validate(
+    {
+        "revisionRef": {"name": "r", "uid": "u", "digest": DIGEST},
+        "rootStep": "net1",
+        "pluginContractDigest": DIGEST,
+    }
+)
+
+
+def result(share: str = "s1", device: str = "d1") -> DriverResult:
+    return DriverResult("net1", "pool", device, share, {"children": "1"}, ROOT, 0)
+
+
+def test_attachment_id_is_pin_safe_and_per_incarnation() -> None:
+    a = AttachmentIdentity("node", "boot", "pod", "../../etc sandbox")
+    b = AttachmentIdentity("node", "boot", "pod", "other")
+    assert PIN_ID.fullmatch(attachment_id(a)) and re.fullmatch(
+        r"att-[0-9a-f]{32}", attachment_id(a)
+    )
+    assert attachment_id(a) != attachment_id(b)
+    assert attachment_id(a) == attachment_id(
+        AttachmentIdentity("node", "boot", "pod", a.sandbox_id)
+    )
+
+
+def test_fingerprint_keeps_share_id_and_ignores_order() -> None:
+    one, two = result("s1", "d1"), result("s2", "d2")
+    assert fingerprint("c", [one, two]) == fingerprint("c", [two, one])
+    assert fingerprint("c", [one]) != fingerprint("c", [result("s9", "d1")])
+    assert fingerprint("c", [one]) != fingerprint("other", [one])
+
+
+def handle(name: str) -> Handle:
+    return Handle(
+        id=name,
+        type=HandleType.KERNEL_INTERFACE,
+        inventory_id=name,
+        scope=Scope(ScopeKind.HOST),
+        accesses=frozenset(),
+    )
+
+
+def test_operation_inputs_come_from_earlier_exports_in_order() -> None:
+    exports = {"left": {"interface": (handle("l"),)}, "right": {"interface": (handle("r"),)}}
+    got = _inputs({"members": [{"from": "left.interface"}, {"from": "right.interface"}]}, exports)
+    assert [h.id for h in got["members"]] == ["l", "r"]
+    assert [h.id for h in _inputs({"parent": {"from": "right.interface"}}, exports)["parent"]] == [
+        "r"
+    ]
+    with pytest.raises(Refusal) as info:
+        _inputs({"parent": {"from": "uplink.interface"}}, exports)
+    assert info.value.code == "E_REF_UNRESOLVED"
+
+
+def test_other_drivers_results_are_left_alone() -> None:
+    claim = {
+        "metadata": {"uid": "c"},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": "gpu.example.com", "pool": "p", "device": "g0"}
+                    ],
+                    "config": [],
+                }
+            }
+        },
+    }
+    assert driver_results(claim, "dra-multi-network.schseba.github.io") == []
