@@ -415,11 +415,13 @@ class LinkConfigure:
         if link is None:
             raise ExecutorError("E_LINK_CHANGED", "the captured link is gone or renamed")
         mtu, up = ctx.parameters.get("mtu"), ctx.parameters.get("up")
+        changes: dict[str, Any] = {}
         if mtu is not None and link.mtu != mtu:
-            netlink_call(f"mtu {link.name}", ipr.link, "set", index=link.index, mtu=int(mtu))
+            changes["mtu"] = int(mtu)
         if up is not None and link.up != bool(up):
-            state = "up" if up else "down"
-            netlink_call(f"{state} {link.name}", ipr.link, "set", index=link.index, state=state)
+            changes["state"] = "up" if up else "down"
+        if changes:  # one request: the kernel applies the MTU before the admin state
+            netlink_call(f"configure {link.name}", ipr.link, "set", index=link.index, **changes)
 
     def _matches(self, ctx: EffectContext, link: LinkState) -> bool:
         mtu, up = ctx.parameters.get("mtu"), ctx.parameters.get("up")
