@@ -553,6 +553,18 @@ class Coordinator:
                     raise Refusal("E_NOT_PREPARED", f"claim {uid} has no results of ours")
                 revision = self.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, verified.revision)
                 plan.append((prep, verified, revision))
+            wanted_claims = {p.claim_uid for p, _, _ in plan}
+            for other in self.journal.attachments():
+                if other.identity == identity or other.state is AttachmentState.REMOVED:
+                    continue
+                if wanted_claims & {c["claimUID"] for c in other.claims}:
+                    # a new incarnation never steals roots or shares from a live one
+                    raise Refusal(
+                        "E_CLAIM_IN_USE",
+                        f"claims are attached to sandbox {other.identity.sandbox_id} "
+                        f"({other.state.value})",
+                        retryable=True,
+                    )
             if not netns_path:
                 raise Refusal("E_NO_NETNS", "the runtime supplied no network namespace")
             att = attachment_id(identity)

@@ -233,3 +233,24 @@ def test_repeated_callback_after_a_crash_before_ready_resumes(node: LabNode) -> 
         node.runtime.remove_pod_sandbox("sb-crash")
         assert names(sandbox) == ["lo"]
     fresh.unprepare(claim["metadata"]["uid"])
+
+
+def test_new_incarnation_never_takes_over_a_live_attachment(node: LabNode) -> None:
+    claim, pod = claimed_pod(node)
+    meta = pod["metadata"]
+    with scratch_netns("dmc1s") as old, scratch_netns("dmc1s") as new:
+        node.runtime.run_pod_sandbox(
+            LabPod("sb-old", meta["uid"], meta["name"], "default", netns_path(old))
+        )
+        sb_new = LabPod("sb-new", meta["uid"], meta["name"], "default", netns_path(new))
+        with pytest.raises(HookFailed, match="E_CLAIM_IN_USE"):
+            node.runtime.run_pod_sandbox(sb_new)
+        assert names(new) == ["lo"] and names(old) == ["lo", "net1"]
+        node.runtime.stop_pod_sandbox("sb-old")
+        with pytest.raises(HookFailed, match="E_CLAIM_IN_USE"):  # stopped, not yet removed
+            node.runtime.run_pod_sandbox(sb_new)
+        node.runtime.remove_pod_sandbox("sb-old")
+        node.runtime.run_pod_sandbox(sb_new)
+        assert names(new) == ["lo", "net1"] and names(old) == ["lo"]
+        node.runtime.remove_pod_sandbox("sb-new")
+    node.coordinator.unprepare(claim["metadata"]["uid"])
