@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from dmn.agent.coordinator.attachment_status import AttachmentReporter, ClaimBinding
 from dmn.agent.coordinator.verify import (
     Refusal,
     VerifiedClaim,
@@ -167,6 +168,7 @@ class Coordinator:
             executors if executors is not None else {**LINUX_EXECUTORS, **SHARE_EXECUTORS},
             env_factory=lambda op: self.pins.link_environment(),
         )
+        self.reporter = AttachmentReporter(cluster, config.node_name)
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -594,6 +596,20 @@ class Coordinator:
             with self.journal.batch() as b:
                 b.put_attachment(rec)
                 b.put_pin(pin)
+            self.reporter.created(
+                namespace,
+                pod_name,
+                identity,
+                att,
+                [
+                    ClaimBinding(
+                        p.claim_uid,
+                        p.allocation_fingerprint,
+                        {"name": v.revision, "uid": v.revision_uid, "digest": v.revision_digest},
+                    )
+                    for p, v, _ in plan
+                ],
+            )
             try:
                 ref = self.pins.pin(att, netns_path)
             except PinError as exc:
@@ -601,13 +617,16 @@ class Coordinator:
                 with self.journal.batch() as b:
                     b.put_attachment(rec)
                     b.delete_pin(att)
+                self.reporter.phase(att, "Released", error=f"{exc.code}: {exc}")
                 raise Refusal(exc.code, str(exc)) from exc
             with self.journal.batch() as b:
                 b.put_pin(replace(pin, state=PinState.MOUNTED))
             done: list[str] = []
+            outputs: list[dict[str, Any]] = []
             try:
                 for prep, verified, revision in plan:
-                    self._connect(att, ref, prep, verified, revision, done)
+                    exports = self._connect(att, ref, prep, verified, revision, done)
+                    outputs.extend(_outputs(exports, verified))
             except (Refusal, RunRefused, PinError) as exc:
                 cleaned = self._undo(reversed(done))
                 rec.state, rec.error = AttachmentState.REMOVED, str(exc)
@@ -619,12 +638,16 @@ class Coordinator:
                         b.delete_pin(att)
                 if cleaned:
                     self.pins.release(att, cleanup_verified=True)
+                self.reporter.phase(
+                    att, "Released" if cleaned else "CleanupPending", error=str(exc)
+                )
                 if isinstance(exc, Refusal):
                     raise
                 raise Refusal(str(getattr(exc, "code", "E_CONNECT_FAILED")), str(exc)) from exc
             rec.state = AttachmentState.READY
             with self.journal.batch() as b:
                 b.put_attachment(rec)
+            self.reporter.phase(att, "Ready", outputs=outputs)
             log.info("event=ready pod=%s sandbox=%s operations=%d", pod_uid, sandbox_id, len(ops))
             return True
 
@@ -636,7 +659,7 @@ class Coordinator:
         verified: VerifiedClaim,
         revision: Mapping[str, Any],
         done: list[str],
-    ) -> None:
+    ) -> dict[str, Mapping[str, tuple[Handle, ...]]]:
         spec = revision["spec"]
         steps = {str(s["id"]): s for s in spec["normalizedSpec"]["steps"]}
         roots = {root.step: root for root in verified.roots}
@@ -687,6 +710,7 @@ class Coordinator:
                     f"step {step_id}: {failure.message if failure else result.state}",
                 )
             exports[step_id] = result.exports
+        return exports
 
     # ------------------------------------------------------------------ container gate
 
@@ -722,6 +746,7 @@ class Coordinator:
             rec.state = AttachmentState.REMOVING
             with self.journal.batch() as b:
                 b.put_attachment(rec)
+            self.reporter.phase(att, "CleanupPending")
             log.info("event=invalidated pod=%s sandbox=%s", pod_uid, sandbox_id)
 
     def remove_pod(self, pod_uid: str, sandbox_id: str) -> None:
@@ -745,6 +770,7 @@ class Coordinator:
                 b.delete_pin(att)
             if self.pins.ref(att) is not None:
                 self.pins.release(att, cleanup_verified=True)
+            self.reporter.phase(att, "Released")
             log.info("event=removed pod=%s sandbox=%s", pod_uid, sandbox_id)
 
     def synchronize(self, sandboxes: Sequence[tuple[str, str]]) -> list[AttachmentIdentity]:
@@ -779,6 +805,26 @@ class Coordinator:
     def attachment(self, pod_uid: str, sandbox_id: str) -> AttachmentRecord | None:
         with self._lock:
             return self.journal.get_attachment(self._identity(pod_uid, sandbox_id))
+
+
+def _outputs(
+    exports: Mapping[str, Mapping[str, tuple[Handle, ...]]], verified: VerifiedClaim
+) -> list[dict[str, Any]]:
+    """Sanitized outputs for attachment status: step, port, type, shareID, interface name."""
+    shares = {root.step: root.result.share_id for root in verified.roots}
+    out: list[dict[str, Any]] = []
+    for step, ports in exports.items():
+        for port, handles in ports.items():
+            for h in handles[:1]:
+                entry: dict[str, Any] = {"step": step, "port": port, "type": h.type.value}
+                entry["ready"] = True
+                if shares.get(step):
+                    entry["shareID"] = shares[step]
+                name = h.observations.get("ifName")
+                if isinstance(name, str) and name:
+                    entry["description"] = {"ifName": name}
+                out.append(entry)
+    return out
 
 
 def _allocation_port(plugin: Plugin, handle: Handle) -> str:

@@ -21,6 +21,7 @@ from pyroute2 import IPRoute
 
 from dmn.agent.journal.records import AttachmentState, PreparationState
 from dmn.agent.protos import dra_v1_pb2, dra_v1_pb2_grpc
+from dmn.api.cluster import resources as r
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.node import NODE_NAME
 from dmn.lab.runtime.nri_runtime import HookFailed, LabContainer, LabPod
@@ -107,6 +108,20 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
             assert ping(sandbox, "10.93.0.1")
             att = node.coordinator.attachment(pod_uid, "sb-1")
             assert att is not None and att.state is AttachmentState.READY
+            (nas,) = node.cluster.list(r.NETWORK_ATTACHMENT_STATUSES, "default").items
+            assert nas["spec"]["revisionRef"]["name"] == node.revision
+            assert (nas["spec"]["podUID"], nas["spec"]["sandboxID"]) == (pod_uid, "sb-1")
+            assert nas["status"]["phase"] == "Ready"
+            assert nas["status"]["outputs"] == [
+                {
+                    "step": "net1",
+                    "port": "interface",
+                    "type": "KernelInterface/v1",
+                    "shareID": result["shareID"],
+                    "ready": True,
+                    "description": {"ifName": "net1"},
+                }
+            ]
 
             # the Ready sandbox runs containers; another incarnation of the Pod does not
             node.runtime.create_container("sb-1", LabContainer("ctr-1", "sb-1", "app"))
@@ -131,6 +146,8 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
                 assert [x.name for x in all_links(ipr)] == ["lo"]
             assert node.coordinator.attachment(pod_uid, "sb-1").state is AttachmentState.REMOVED
             assert node.coordinator.pins.list() == []
+            (nas,) = node.cluster.list(r.NETWORK_ATTACHMENT_STATUSES, "default").items
+            assert nas["status"]["phase"] == "Released"
 
             done = stub.NodeUnprepareResources(req)
             assert done.claims[uid].error == ""

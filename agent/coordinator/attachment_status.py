@@ -1,0 +1,133 @@
+"""NetworkAttachmentStatus reporting (seed 000 §12.1): reporting, never authority.
+
+One object per (attachment, claim) in the Pod's namespace, owned by the Pod (so the API
+server's garbage collector removes it with the Pod), named from a digest of the
+attachment id and claim UID and labelled with the attachment id so that later phases
+find it without the Pod's name. Its immutable spec pins the attachment identity, the
+claim fingerprint and the exact revision — which is what keeps the controller from
+collecting a revision while a node still holds state for it. A failed write is logged
+and never fails the hook: the journal governs cleanup, not this object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dmn.agent.journal.records import AttachmentIdentity
+from dmn.api.attachment import NetworkAttachmentStatus
+from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster
+from dmn.api.cluster import resources as r
+
+log = logging.getLogger(__name__)
+
+ATTACHMENT_LABEL = "dra-multi-network.schseba.github.io/attachment"
+POD_UID_LABEL = "dra-multi-network.schseba.github.io/pod-uid"
+_CODE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+
+
+@dataclass(frozen=True)
+class ClaimBinding:
+    claim_uid: str
+    fingerprint: str
+    revision: Mapping[str, str]  # RevisionRef JSON: name, uid, digest
+
+
+def status_name(attachment: str, claim_uid: str) -> str:
+    return "nas-" + hashlib.sha256(f"{attachment}/{claim_uid}".encode()).hexdigest()[:24]
+
+
+def _error(error: str) -> dict[str, str] | None:
+    if not error:
+        return None
+    code = error.split(":", 1)[0]
+    if not (code.startswith(("E_", "W_")) and set(code) <= _CODE_CHARS):
+        code = "E_ATTACHMENT"
+    return {"code": code, "message": error[:2048]}
+
+
+class AttachmentReporter:
+    def __init__(self, cluster: Cluster, node_name: str) -> None:
+        self.cluster = cluster
+        self.node_name = node_name
+
+    def created(
+        self,
+        namespace: str,
+        pod_name: str,
+        identity: AttachmentIdentity,
+        attachment: str,
+        claims: Sequence[ClaimBinding],
+    ) -> None:
+        """Create the objects (phase Connecting) before anything is attached."""
+        for c in claims:
+            doc = NetworkAttachmentStatus.model_validate(
+                {
+                    "metadata": {
+                        "name": status_name(attachment, c.claim_uid),
+                        "namespace": namespace,
+                        "labels": {
+                            ATTACHMENT_LABEL: attachment,
+                            POD_UID_LABEL: identity.pod_uid,
+                        },
+                        "ownerReferences": [
+                            {
+                                "apiVersion": "v1",
+                                "kind": "Pod",
+                                "name": pod_name,
+                                "uid": identity.pod_uid,
+                            }
+                        ],
+                    },
+                    "spec": {
+                        "podUID": identity.pod_uid,
+                        "podName": pod_name,
+                        "sandboxID": identity.sandbox_id,
+                        "nodeName": self.node_name,
+                        "nodeUID": identity.node_uid,
+                        "bootID": identity.boot_id,
+                        "claimUID": c.claim_uid,
+                        "claimFingerprint": c.fingerprint,
+                        "revisionRef": dict(c.revision),
+                    },
+                }
+            )
+            body = doc.model_dump(mode="json", by_alias=True, exclude_none=True)
+            try:
+                self.cluster.create(r.NETWORK_ATTACHMENT_STATUSES, body, namespace)
+            except AlreadyExists:
+                pass
+            except ApiFailure as exc:
+                log.warning("event=status-create-failed attachment=%s error=%s", attachment, exc)
+        self.phase(attachment, "Connecting")
+
+    def phase(
+        self,
+        attachment: str,
+        phase: str,
+        *,
+        error: str = "",
+        outputs: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        """Set the phase (and outputs / last error) of every object of this attachment."""
+        status: dict[str, Any] = {"phase": phase, "lastError": _error(error)}
+        if outputs:
+            status["outputs"] = [dict(o) for o in outputs]
+        try:
+            found = self.cluster.list(
+                r.NETWORK_ATTACHMENT_STATUSES, label_selector=f"{ATTACHMENT_LABEL}={attachment}"
+            ).items
+            for obj in found:
+                meta = obj["metadata"]
+                self.cluster.patch(
+                    r.NETWORK_ATTACHMENT_STATUSES,
+                    meta["name"],
+                    {"status": status},
+                    meta["namespace"],
+                    status=True,
+                )
+        except ApiFailure as exc:
+            log.warning("event=status-write-failed attachment=%s error=%s", attachment, exc)
