@@ -27,6 +27,10 @@ NLMSG_ERROR = 2
 NLMSG_DONE = 3
 RTM_NEWLINK = 16
 RTM_GETLINK = 18
+RTM_NEWNSID = 88
+RTM_GETNSID = 90
+NETNSA_NSID = 1
+NETNSA_FD = 3
 NLM_F_REQUEST = 0x1
 NLM_F_DUMP = 0x300
 NLM_F_DUMP_INTR = 0x10
@@ -151,17 +155,25 @@ class LinkReader:
     def _request(
         self, flags: int, index: int = 0, name: str = "", kind: str = ""
     ) -> list[dict[str, Any]]:
-        self._seq += 1
-        seq = self._seq
         body = _IFI.pack(socket.AF_UNSPEC, 0, 0, index, 0, 0)
         if name:
             body += _nla(IFLA_IFNAME, name.encode() + b"\0")
         if kind:
             body += _nla(IFLA_LINKINFO, _nla(IFLA_INFO_KIND, kind.encode() + b"\0"))
         body += _nla(IFLA_EXT_MASK, struct.pack("=I", RTEXT_FILTER_SKIP_STATS))
-        header = _HDR.pack(_HDR.size + len(body), RTM_GETLINK, flags, seq, 0)
-        self._sock.send(header + body)
-        out: list[dict[str, Any]] = []
+        return [
+            decode_link(data, start, end)
+            for data, start, end in self._exchange(RTM_GETLINK, flags, body, RTM_NEWLINK)
+        ]
+
+    def _exchange(
+        self, msg_type: int, flags: int, body: bytes, reply_type: int
+    ) -> list[tuple[bytes, int, int]]:
+        """Send one request; (buffer, payload start, payload end) of each reply message."""
+        self._seq += 1
+        seq = self._seq
+        self._sock.send(_HDR.pack(_HDR.size + len(body), msg_type, flags, seq, 0) + body)
+        out: list[tuple[bytes, int, int]] = []
         interrupted = False
         while True:
             data, _, rflags, _ = self._sock.recvmsg(self._bufsize)
@@ -187,11 +199,20 @@ class LinkReader:
                     if interrupted:
                         raise _Interrupted
                     return out
-                if mtype == RTM_NEWLINK:
-                    out.append(decode_link(data, off + _HDR.size, end))
+                if mtype == reply_type:
+                    out.append((data, off + _HDR.size, end))
                     if not flags & NLM_F_DUMP:
                         return out
                 off = (end + 3) & ~3
+
+    def nsid_of(self, ns_fd: int) -> int:
+        """The id this socket's namespace gives the namespace behind ``ns_fd``; -1 if none
+        is assigned (the kernel does not assign one for a query)."""
+        body = struct.pack("=B3x", socket.AF_UNSPEC) + _nla(NETNSA_FD, struct.pack("=I", ns_fd))
+        for data, start, end in self._exchange(RTM_GETNSID, NLM_F_REQUEST, body, RTM_NEWNSID):
+            nsid = _u32(data, _attrs(data, start + 4, end).get(NETNSA_NSID), signed=True)
+            return -1 if nsid is None else nsid
+        return -1
 
     def get(self, index: int = 0, name: str = "") -> dict[str, Any] | None:
         try:

@@ -140,7 +140,10 @@ def _from_reader(fields: dict[str, Any], addresses: tuple[Address, ...] = ()) ->
 
 
 def _reader(ipr: Any) -> LinkReader | None:
-    """The fast reader a :class:`LinkEnvironment` socket carries (plain IPRoute: none)."""
+    """The fast reader: ``ipr`` itself, or the one a :class:`LinkEnvironment` socket carries
+    (a plain IPRoute has none and is read through pyroute2)."""
+    if isinstance(ipr, LinkReader):
+        return ipr
     reader = getattr(ipr, "link_reader", None)
     return reader if isinstance(reader, LinkReader) else None
 

@@ -136,6 +136,7 @@ class LinkEnvironment:
     pins: Callable[[], Sequence[NamespaceRef]] = tuple
     state_dir: Path | None = None
     _sockets: dict[tuple[int, int], Any] = field(default_factory=dict)
+    _readers: dict[tuple[int, int], LinkReader] = field(default_factory=dict)
     _fds: dict[tuple[int, int], int] = field(default_factory=dict)
 
     @classmethod
@@ -151,6 +152,9 @@ class LinkEnvironment:
     def close(self) -> None:
         for sock in self._sockets.values():
             sock.close()
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
         for fd in self._fds.values():
             os.close(fd)
         self._sockets.clear()
@@ -228,6 +232,25 @@ class LinkEnvironment:
                 sock.link_reader = LinkReader(read_fd)
             self._sockets[key] = sock
         return sock
+
+    def reader(self, ref: NamespaceRef) -> LinkReader:
+        """A verified link reader inside ``ref`` without a pyroute2 socket: what scans of
+        many namespaces (every pin) use, where only reads are needed. Reuses the reader of
+        an already open :meth:`rtnl` socket."""
+        key = (ref.identity.dev, ref.identity.inode)
+        sock = self._sockets.get(key)
+        if sock is not None and sock.link_reader is not None:
+            return sock.link_reader  # type: ignore[no-any-return]
+        reader = self._readers.get(key)
+        if reader is None:
+            self._verify(ref)
+            own = identity_of(THREAD_NETNS)
+            if (own.dev, own.inode) == key:
+                reader = LinkReader()
+            else:
+                reader = LinkReader(netlink_socket_in(self.fd(ref)))
+            self._readers[key] = reader
+        return reader
 
     def fd(self, ref: NamespaceRef) -> int:
         """An open fd of the namespace (for ``IFLA_NET_NS_FD``), verified after opening."""
