@@ -10,11 +10,12 @@ additionally holds the node mutation lock per operation).
   then commit Preparing, run every root's ``prepare`` program in the revision's order,
   commit Prepared. The same claim UID and allocation fingerprint returns the recorded
   result; a different live allocation for a prepared claim is ``E_ALLOCATION_CHANGED``.
-* :meth:`run_pod` (RunPodSandbox): claims reserved for the Pod UID, each Prepared with its
-  current fingerprint; pin the runtime's netns (refusing the host namespace), commit
-  Connecting, run ``connect`` of every step in topological order (Operation steps take
-  earlier steps' exports), commit Ready. A failure cleans up what ran, releases the pin
-  and refuses the hook.
+* :meth:`run_pod` (RunPodSandbox): the Pod verified (runtime UID, bound to this node, not
+  hostNetwork), its claims reserved for it alone, each Prepared with its current
+  fingerprint and attached to no other live sandbox; pin the runtime's netns (refusing
+  the host namespace), commit Connecting, run ``connect`` of every step in topological
+  order (Operation steps take earlier steps' exports), commit Ready. A failure cleans up
+  what ran, releases the pin and refuses the hook.
 * :meth:`gate` (Create/StartContainer): a Pod with our claims starts containers only in
   the exact sandbox whose attachment is Ready.
 * :meth:`stop_pod` fences the attachment (no run of it can finish afterwards) and records
@@ -23,11 +24,14 @@ additionally holds the node mutation lock per operation).
   remains, else undoes the prepare operations and records Released.
 * :meth:`start` runs :meth:`Runner.recover` before anything else.
 
-Not done here (said plainly): NetworkAttachmentStatus/claim device status reporting, Pod
-hostNetwork policy, CDI/device-node injection (kernel netdevs need none), a Pod lookup by
-runtime identity beyond claim ``reservedFor``, and Synchronize-driven reconciliation of
-attachments whose sandbox vanished while the agent was down (recovery of unfinished
-operations does run).
+Also: NRI Synchronize removes attachments of this boot whose sandbox the runtime no longer
+has; NetworkAttachmentStatus objects report each attachment (:mod:`.attachment_status`).
+
+Not done here (said plainly): ResourceClaim device status, CDI/device-node injection
+(kernel netdevs need none; VFIO/RDMA personas are refused), reboot reconciliation of
+attachments of an older boot, preflight of the whole connect plan against live links
+before the first connect effect, plugins other than this agent's builtin copies, and
+Operation steps have no real-kernel test here (bond/802.1Q are missing on this kernel).
 """
 
 from __future__ import annotations
