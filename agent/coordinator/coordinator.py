@@ -81,7 +81,7 @@ from dmn.interpreter.handles import (
     ScopeKind,
 )
 from dmn.interpreter.loader import Plugin, load_builtin_plugins
-from dmn.interpreter.runner import Runner, RunRefused
+from dmn.interpreter.runner import BoundaryHook, Runner, RunRefused
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.linux.executors import EXECUTORS as LINUX_EXECUTORS
 from dmn.opcodes.linux.links import by_name
@@ -159,6 +159,7 @@ class Coordinator:
         executors: Mapping[str, Executor] | None = None,
         plugins: Mapping[str, Plugin] | None = None,
         boot_id: Callable[[], str] = current_boot_id,
+        boundary: BoundaryHook | None = None,
     ) -> None:
         self.config = config
         self.cluster = cluster
@@ -171,6 +172,7 @@ class Coordinator:
             self.journal,
             executors if executors is not None else {**LINUX_EXECUTORS, **SHARE_EXECUTORS},
             env_factory=lambda op: self.pins.link_environment(),
+            boundary=boundary,
         )
         self.reporter = AttachmentReporter(cluster, config.node_name)
         self._lock = threading.RLock()

@@ -1,0 +1,68 @@
+"""A coordinator in a child process that SIGKILLs itself at one runner boundary.
+
+``python -m tests.coordinator.crash_child <request.json>``: the request names the lab API
+server, the agent's state dir and host namespace, the node's personas and link facts (as
+the parent's agent saw them), the call (prepare or run_pod) and the boundary to die at.
+Every boundary passed is appended to ``out`` first, so the parent knows where it died.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from dmn.agent.coordinator import Coordinator, NodeConfig
+from dmn.agent.coordinator.coordinator import LinkFacts
+from dmn.agent.personas.model import Persona, PersonaSet
+from dmn.api.cluster import Cluster, connect
+
+
+class Devices:
+    def __init__(self, req: dict[str, Any]) -> None:
+        self._personas = PersonaSet(tuple(Persona.from_json(p) for p in req["personas"]), {}, ())
+        self._links = {k: LinkFacts(**v) for k, v in req["links"].items()}
+
+    def personas(self) -> PersonaSet:
+        return self._personas
+
+    def link(self, inventory_id: str) -> LinkFacts | None:
+        return self._links.get(inventory_id)
+
+
+def main() -> int:
+    req = json.loads(Path(sys.argv[1]).read_text())
+    out = Path(req["out"])
+
+    def boundary(name: str) -> None:
+        with out.open("a") as f:
+            f.write(name + "\n")
+        if name == req["crash_at"]:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    config = NodeConfig(
+        node_name=req["node_name"],
+        node_uid=req["node_uid"],
+        state_dir=Path(req["state_dir"]),
+        host_netns=req["host_netns"],
+    )
+    coordinator = Coordinator(
+        config, Cluster(connect(url=req["url"])), Devices(req), boundary=boundary
+    )
+    coordinator.start()
+    call = req["call"]
+    if call["action"] == "prepare":
+        coordinator.prepare(call["namespace"], call["name"], call["uid"])
+    else:
+        coordinator.run_pod(
+            call["namespace"], call["pod_name"], call["pod_uid"], call["sandbox"], call["netns"]
+        )
+    coordinator.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

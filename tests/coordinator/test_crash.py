@@ -1,0 +1,159 @@
+"""A node agent killed (SIGKILL) at runner boundaries of NodePrepare and RunPodSandbox.
+
+The coordinator runs in a child process against the same lab API server, journal and
+pins, and kills itself at one boundary; the parent then starts a fresh coordinator on the
+state dir (recovery first), and the kubelet / runtime retry: the claim is prepared once,
+the sandbox ends with exactly one macvlan child, and removal plus unprepare leave the
+host namespace exactly as before. Boundaries: the runner's (``after-intent``,
+``after-apply:<effect>``, ``after-outcome:<effect>``, ``before-completed``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyroute2 import IPRoute
+
+from dmn.agent.journal.records import AttachmentState, PreparationState
+from dmn.lab.allocator.service import ClaimService
+from dmn.lab.node import NODE_NAME
+from dmn.lab.runtime.nri_runtime import LabPod
+from dmn.opcodes.linux.links import all_links
+from tests.coordinator.lab_node import LabNode, lab_node
+from tests.coordinator.test_end_to_end import snapshot
+from tests.kernel.scratch import netns_path, scratch_netns
+
+pytestmark = [pytest.mark.netns, pytest.mark.crash]
+
+REPO = Path(__file__).resolve().parents[2]
+_n = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[LabNode]:
+    with lab_node() as n:
+        yield n
+
+
+def killed(node: LabNode, call: dict[str, Any], crash_at: str) -> list[str]:
+    """Run ``call`` in a child coordinator that dies at ``crash_at``; returns the
+    boundaries it passed. The parent's coordinator is closed meanwhile and restarted
+    (recovering) afterwards."""
+    devices = node.coordinator.devices
+    personas = devices.personas()
+    links = {}
+    for p in personas.personas:
+        facts = devices.link(p.inventory_id)
+        if facts is not None:
+            links[p.inventory_id] = dataclasses.asdict(facts)
+    out = node.root / f"boundaries-{next(_n)}.txt"
+    req = node.root / "crash-request.json"
+    req.write_text(
+        json.dumps(
+            {
+                "url": node.lab.url,
+                "state_dir": str(node.agent.config.state_dir),
+                "host_netns": node.agent.config.host_netns,
+                "node_name": node.agent.config.node_name,
+                "node_uid": node.agent.config.node_uid,
+                "personas": [p.to_json() for p in personas.personas],
+                "links": links,
+                "call": call,
+                "crash_at": crash_at,
+                "out": str(out),
+            }
+        )
+    )
+    node.coordinator.close()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.coordinator.crash_child", str(req)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        node.restart_agent()
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    return out.read_text().split()
+
+
+def claimed_pod(node: LabNode) -> tuple[dict[str, Any], dict[str, Any]]:
+    i = next(_n)
+    claim = node.claim(f"crash-claim-{i}")
+    pod = node.pod(f"crash-pod-{i}", f"crash-claim-{i}")
+    (claim,) = ClaimService(node.cluster, NODE_NAME).allocate([claim], pod=pod)
+    return claim, pod
+
+
+def names(ns: str) -> list[str]:
+    with IPRoute(netns=ns) as ipr:
+        return sorted(x.name for x in all_links(ipr))
+
+
+@pytest.mark.parametrize("crash_at", ["after-intent", "after-outcome:hold", "before-completed"])
+def test_killed_during_prepare(node: LabNode, crash_at: str) -> None:
+    baseline = snapshot(node.host_ns)
+    claim, _ = claimed_pod(node)
+    meta = claim["metadata"]
+    call = {"action": "prepare", "namespace": "default", "name": meta["name"], "uid": meta["uid"]}
+    assert killed(node, call, crash_at)[-1] == crash_at
+    devices = node.coordinator.prepare("default", meta["name"], meta["uid"])  # kubelet retry
+    assert [d.device for d in devices] == [
+        claim["status"]["allocation"]["devices"]["results"][0]["device"]
+    ]
+    (prep,) = node.coordinator.journal.preparations(meta["uid"])
+    assert prep.state is PreparationState.PREPARED
+    node.coordinator.unprepare(meta["uid"])
+    assert snapshot(node.host_ns) == baseline
+
+
+@pytest.mark.parametrize(
+    "crash_at",
+    [
+        "after-apply:create",
+        "after-outcome:create",
+        "after-apply:move",
+        "after-apply:state",
+        "before-completed",
+    ],
+)
+def test_killed_during_run_pod_sandbox(node: LabNode, crash_at: str) -> None:
+    baseline = snapshot(node.host_ns)
+    claim, pod = claimed_pod(node)
+    meta, pmeta = claim["metadata"], pod["metadata"]
+    assert node.coordinator.prepare("default", meta["name"], meta["uid"])
+    with scratch_netns("dmc1k") as sandbox:
+        sb_id = f"sb-crash-{next(_n)}"
+        call = {
+            "action": "run_pod",
+            "namespace": "default",
+            "pod_name": pmeta["name"],
+            "pod_uid": pmeta["uid"],
+            "sandbox": sb_id,
+            "netns": netns_path(sandbox),
+        }
+        assert killed(node, call, crash_at)[-1] == crash_at
+        assert snapshot(node.host_ns) == baseline  # recovery left no child in the host
+        # the runtime retries the same sandbox
+        sb = LabPod(sb_id, pmeta["uid"], pmeta["name"], "default", netns_path(sandbox))
+        node.runtime.run_pod_sandbox(sb)
+        att = node.coordinator.attachment(pmeta["uid"], sb_id)
+        assert att is not None and att.state is AttachmentState.READY
+        assert names(sandbox) == ["lo", "net1"]
+        node.runtime.stop_pod_sandbox(sb_id)
+        node.runtime.remove_pod_sandbox(sb_id)
+        assert names(sandbox) == ["lo"]
+    node.coordinator.unprepare(meta["uid"])
+    assert node.coordinator.pins.list() == []
+    assert snapshot(node.host_ns) == baseline
