@@ -373,6 +373,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=30)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--extra-pins",
+        type=int,
+        default=0,
+        help="pin this many more (empty) sandboxes first, as on a node with that many pods: "
+        "the macvlan/ipvlan family check reads every pinned namespace",
+    )
     args = parser.parse_args(argv)
     if args.cycles < 30:
         parser.error("--cycles must be at least 30")
@@ -387,7 +394,11 @@ def main(argv: list[str] | None = None) -> int:
             host = stack.enter_context(scratch(f"bhost{os.getpid() % 100000}"))
             ours = Ours(state / "state", host)
             stack.callback(ours.close)
+            for i in range(args.extra_pins):
+                extra = stack.enter_context(scratch(f"bxp{os.getpid() % 10000}x{i}"))
+                ours.pins.pin(f"bench-extra-{i}", ns_path(extra))
             results["macvlan"] = bench_macvlan(ours, stack, host, args.cycles)
+            results["macvlan"]["extra_pins"] = args.extra_pins
             results["host_device"] = bench_host_device(ours, stack, host, args.cycles)
             results["macvlan_kernel"] = bench_macvlan_kernel(stack, host, args.cycles)
     finally:
