@@ -19,7 +19,7 @@ from typing import Any
 
 from dmn.agent.journal.records import AttachmentIdentity
 from dmn.api.attachment import NetworkAttachmentStatus
-from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster
+from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, Conflict
 from dmn.api.cluster import resources as r
 
 log = logging.getLogger(__name__)
@@ -131,3 +131,51 @@ class AttachmentReporter:
                 )
         except ApiFailure as exc:
             log.warning("event=status-write-failed attachment=%s error=%s", attachment, exc)
+
+
+def _same_device(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    keys = ("driver", "pool", "device")
+    return all(a.get(k) == b.get(k) for k in keys) and (a.get("shareID") or "") == (
+        b.get("shareID") or ""
+    )
+
+
+class ClaimDeviceStatus:
+    """This driver's entries of ``ResourceClaim.status.devices`` (exact driver/pool/device/
+    shareID keys; other drivers' entries are preserved). Reporting only: a failed write is
+    logged; a conflicting write is retried on the fresh object."""
+
+    def __init__(self, cluster: Cluster, attempts: int = 3) -> None:
+        self.cluster = cluster
+        self.attempts = attempts
+
+    def write(
+        self,
+        namespace: str,
+        name: str,
+        entries: Sequence[Mapping[str, Any]],
+        drop: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        """Replace the entries keyed like ``entries`` and remove those keyed like ``drop``."""
+        for _ in range(self.attempts):
+            try:
+                claim = self.cluster.get(r.RESOURCE_CLAIMS, name, namespace)
+                status = claim.setdefault("status", {})
+                keep = [
+                    d
+                    for d in status.get("devices") or []
+                    if not any(_same_device(d, e) for e in [*entries, *drop])
+                ]
+                devices = keep + [dict(e) for e in entries]
+                if devices:
+                    status["devices"] = devices
+                else:
+                    status.pop("devices", None)
+                self.cluster.replace(r.RESOURCE_CLAIMS, claim, status=True)
+                return
+            except Conflict:
+                continue
+            except ApiFailure as exc:
+                log.warning("event=claim-status-failed claim=%s/%s error=%s", namespace, name, exc)
+                return
+        log.warning("event=claim-status-conflict claim=%s/%s", namespace, name)

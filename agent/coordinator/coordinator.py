@@ -41,10 +41,15 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from dmn.agent.coordinator.attachment_status import AttachmentReporter, ClaimBinding
+from dmn.agent.coordinator.attachment_status import (
+    AttachmentReporter,
+    ClaimBinding,
+    ClaimDeviceStatus,
+)
 from dmn.agent.coordinator.verify import (
     Refusal,
     VerifiedClaim,
@@ -175,6 +180,7 @@ class Coordinator:
             boundary=boundary,
         )
         self.reporter = AttachmentReporter(cluster, config.node_name)
+        self.claim_status = ClaimDeviceStatus(cluster)
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -588,8 +594,13 @@ class Coordinator:
             rec = AttachmentRecord(
                 identity=identity,
                 claims=[
-                    {"claimUID": p.claim_uid, "fingerprint": p.allocation_fingerprint}
-                    for p, _, _ in plan
+                    {
+                        "claimUID": p.claim_uid,
+                        "fingerprint": p.allocation_fingerprint,
+                        "namespace": namespace,
+                        "name": str(c["metadata"]["name"]),
+                    }
+                    for (p, _, _), c in zip(plan, claims, strict=True)
                 ],
                 revision=",".join(v.revision for _, v, _ in plan),
                 operations=ops,
@@ -629,10 +640,12 @@ class Coordinator:
                 b.put_pin(replace(pin, state=PinState.MOUNTED))
             done: list[str] = []
             outputs: list[dict[str, Any]] = []
+            device_status: list[list[dict[str, Any]]] = []
             try:
                 for prep, verified, revision in plan:
                     exports = self._connect(att, ref, prep, verified, revision, done)
                     outputs.extend(_outputs(exports, verified))
+                    device_status.append(self._device_entries(verified, exports))
             except (Refusal, RunRefused, PinError) as exc:
                 cleaned = self._undo(reversed(done))
                 rec.state, rec.error = AttachmentState.REMOVED, str(exc)
@@ -654,8 +667,61 @@ class Coordinator:
             with self.journal.batch() as b:
                 b.put_attachment(rec)
             self.reporter.phase(att, "Ready", outputs=outputs)
+            for c, entries in zip(rec.claims, device_status, strict=True):
+                self.claim_status.write(c["namespace"], c["name"], entries)
             log.info("event=ready pod=%s sandbox=%s operations=%d", pod_uid, sandbox_id, len(ops))
             return True
+
+    def _device_entries(
+        self, verified: VerifiedClaim, exports: Mapping[str, Mapping[str, tuple[Handle, ...]]]
+    ) -> list[dict[str, Any]]:
+        """ResourceClaim ``status.devices`` entries of a Ready attachment's roots."""
+        entries = []
+        for root in verified.roots:
+            res = root.result
+            entry: dict[str, Any] = {
+                "driver": self.config.driver,
+                "pool": res.pool,
+                "device": res.device,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "Attached",
+                        "message": f"attached in step {root.step}",
+                        "lastTransitionTime": _now(),
+                    }
+                ],
+            }
+            if res.share_id:
+                entry["shareID"] = res.share_id
+            names = [
+                h.observations.get("ifName")
+                for handles in exports.get(root.step, {}).values()
+                for h in handles[:1]
+            ]
+            if names and isinstance(names[0], str):
+                entry["networkData"] = {"interfaceName": names[0]}
+            entries.append(entry)
+        return entries
+
+    def _drop_device_status(self, rec: AttachmentRecord) -> None:
+        for c in rec.claims:
+            if "name" not in c:
+                continue
+            prep = self.journal.get_preparation(c["claimUID"], c["fingerprint"])
+            if prep is None:
+                continue
+            drop = [
+                {
+                    "driver": self.config.driver,
+                    "pool": d["pool"],
+                    "device": d["device"],
+                    "shareID": d.get("share_id", ""),
+                }
+                for d in prep.devices
+            ]
+            self.claim_status.write(c["namespace"], c["name"], [], drop)
 
     def _connect(
         self,
@@ -777,6 +843,7 @@ class Coordinator:
             if self.pins.ref(att) is not None:
                 self.pins.release(att, cleanup_verified=True)
             self.reporter.phase(att, "Released")
+            self._drop_device_status(rec)
             log.info("event=removed pod=%s sandbox=%s", pod_uid, sandbox_id)
 
     def synchronize(self, sandboxes: Sequence[tuple[str, str]]) -> list[AttachmentIdentity]:
@@ -811,6 +878,10 @@ class Coordinator:
     def attachment(self, pod_uid: str, sandbox_id: str) -> AttachmentRecord | None:
         with self._lock:
             return self.journal.get_attachment(self._identity(pod_uid, sandbox_id))
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _outputs(

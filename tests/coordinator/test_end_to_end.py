@@ -112,6 +112,12 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
             assert nas["spec"]["revisionRef"]["name"] == node.revision
             assert (nas["spec"]["podUID"], nas["spec"]["sandboxID"]) == (pod_uid, "sb-1")
             assert nas["status"]["phase"] == "Ready"
+            (status,) = node.cluster.get(r.RESOURCE_CLAIMS, "c1-claim", "default")["status"][
+                "devices"
+            ]
+            assert (status["device"], status["shareID"]) == (result["device"], result["shareID"])
+            assert status["networkData"] == {"interfaceName": "net1"}
+            assert status["conditions"][0]["type"] == "Ready"
             assert nas["status"]["outputs"] == [
                 {
                     "step": "net1",
@@ -148,6 +154,8 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
             assert node.coordinator.pins.list() == []
             (nas,) = node.cluster.list(r.NETWORK_ATTACHMENT_STATUSES, "default").items
             assert nas["status"]["phase"] == "Released"
+            stored = node.cluster.get(r.RESOURCE_CLAIMS, "c1-claim", "default")["status"]
+            assert "devices" not in stored and stored["allocation"] == claim["status"]["allocation"]
 
             done = stub.NodeUnprepareResources(req)
             assert done.claims[uid].error == ""
