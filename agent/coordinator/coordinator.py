@@ -212,7 +212,9 @@ class Coordinator:
             )
         return claim
 
-    def _verify(self, claim: Mapping[str, Any]) -> VerifiedClaim | None:
+    def _verify(
+        self, claim: Mapping[str, Any], accept_superseded: bool = False
+    ) -> VerifiedClaim | None:
         uid = str(claim["metadata"]["uid"])
         results = driver_results(claim, self.config.driver)
         if not results:
@@ -233,6 +235,7 @@ class Coordinator:
             pool=self.config.pool_name,
             personas=self.devices.personas(),
             plugins=self.plugins,
+            accept_superseded=accept_superseded,
         )
 
     def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDeviceResult]:
@@ -562,9 +565,13 @@ class Coordinator:
                 prep = self.journal.get_preparation(uid, fp)
                 if prep is None or prep.state is not PreparationState.PREPARED:
                     raise Refusal("E_NOT_PREPARED", f"claim {uid} is not prepared on this node")
-                verified = self._verify(c)
+                verified = self._verify(c, accept_superseded=True)
                 if verified is None:
                     raise Refusal("E_NOT_PREPARED", f"claim {uid} has no results of ours")
+                if verified.revision_digest != prep.contract_digest:
+                    raise Refusal(
+                        "E_REVISION_DIGEST", f"claim {uid} was prepared under another revision"
+                    )
                 revision = self.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, verified.revision)
                 plan.append((prep, verified, revision))
             wanted_claims = {p.claim_uid for p, _, _ in plan}

@@ -178,8 +178,13 @@ def verify_allocation(
     personas: PersonaSet,
     plugins: Mapping[str, Plugin],
     cleanup_pending: Sequence[str] = (),
+    accept_superseded: bool = False,
 ) -> VerifiedClaim:
-    """Check every driver-owned result against ``revision`` and this node (pure)."""
+    """Check every driver-owned result against ``revision`` and this node (pure).
+
+    A new preparation needs a Ready revision; attaching an already prepared claim
+    (``accept_superseded``) also accepts a revision a newer one superseded — existing
+    allocations keep the contract they were prepared under."""
     names = {r.root.revision_ref.name for r in results}
     if len(names) != 1:
         raise Refusal("E_MIXED_REVISIONS", f"results reference revisions {sorted(names)}")
@@ -198,7 +203,8 @@ def verify_allocation(
             f"{ref.digest}",
             "revisionRef.digest",
         )
-    if not _ready(revision):
+    superseded = (revision.get("status") or {}).get("phase") == "Superseded"
+    if not _ready(revision) and not (accept_superseded and superseded):
         raise Refusal("E_REVISION_NOT_READY", f"revision {ref.name} is not Ready", "status")
     roots = {str(r["rootStep"]): r for r in spec.get("roots") or []}
     by_step: dict[str, DriverResult] = {}

@@ -128,17 +128,20 @@ def test_revision_not_ready_is_refused(node: LabNode) -> None:
     claim = allocated(node)
     results = driver_results(claim, DRIVER)
     revision = node.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, node.revision)
-    revision["status"]["phase"] = "Pending"
-    with pytest.raises(Refusal) as info:
-        verify_allocation(
-            claim["metadata"]["uid"],
-            results,
-            revision,
-            pool=NODE_NAME,
-            personas=node.coordinator.devices.personas(),
-            plugins=node.coordinator.plugins,
-        )
-    assert info.value.code == "E_REVISION_NOT_READY"
+    kw: dict[str, Any] = {
+        "pool": NODE_NAME,
+        "personas": node.coordinator.devices.personas(),
+        "plugins": node.coordinator.plugins,
+    }
+    uid = claim["metadata"]["uid"]
+    for phase in ("Pending", "Failed", "Superseded"):
+        revision["status"]["phase"] = phase
+        with pytest.raises(Refusal) as info:
+            verify_allocation(uid, results, revision, **kw)
+        assert info.value.code == "E_REVISION_NOT_READY"
+    # a prepared claim still attaches under the revision it was prepared with
+    verified = verify_allocation(uid, results, revision, accept_superseded=True, **kw)
+    assert verified.revision == node.revision
 
 
 def test_whole_link_refused_while_a_share_of_it_is_prepared(node: LabNode) -> None:
