@@ -831,10 +831,15 @@ class Coordinator:
     def remove_pod(self, pod_uid: str, sandbox_id: str) -> None:
         """Reverse cleanup of the attachment; the pin goes only after verified cleanup."""
         with self._lock:
-            identity = self._identity(pod_uid, sandbox_id)
-            rec = self.journal.get_attachment(identity)
+            rec = self.journal.get_attachment(self._identity(pod_uid, sandbox_id))
             if rec is None or rec.state is AttachmentState.REMOVED:
                 return
+            self._remove(rec)
+
+    def _remove(self, rec: AttachmentRecord) -> None:
+        with self._lock:
+            identity = rec.identity
+            pod_uid, sandbox_id = identity.pod_uid, identity.sandbox_id
             att = attachment_id(identity)
             if rec.state is not AttachmentState.REMOVING:
                 self.runner.fence(f"attachment/{att}", "sandbox removed")
@@ -858,8 +863,11 @@ class Coordinator:
 
         An attachment of this node and boot whose (Pod UID, sandbox id) the runtime no
         longer has is removed from the journal's record alone, through its pin; one that
-        cannot be cleaned up stays Removing for the next attempt. Attachments of another
-        boot are left for boot reconciliation (not done here). Returns what was removed.
+        cannot be cleaned up stays Removing for the next attempt. Attachments of an
+        earlier boot are left alone: their pins are gone with the reboot, and undoing a
+        connect without its pinned sandbox is refused and quarantined by the runner (seen
+        in a simulated reboot), so boot reconciliation needs executor support first.
+        Returns what was removed.
         """
         live = set(sandboxes)
         removed: list[AttachmentIdentity] = []
@@ -872,7 +880,7 @@ class Coordinator:
                 if ident.boot_id != boot or (ident.pod_uid, ident.sandbox_id) in live:
                     continue
                 try:
-                    self.remove_pod(ident.pod_uid, ident.sandbox_id)
+                    self._remove(rec)
                     removed.append(ident)
                 except (Refusal, RunRefused, PinError) as exc:
                     log.error(
