@@ -45,6 +45,10 @@ class DraAdapter:
                 log.warning("event=prepare-refused claim=%s code=%s", c.uid, exc.code)
                 out[c.uid] = PrepareResult(error=str(exc))
                 continue
+            except Exception as exc:  # one claim's failure never fails the batch
+                log.exception("event=prepare-failed claim=%s", c.uid)
+                out[c.uid] = PrepareResult(error=f"E_INTERNAL: {type(exc).__name__}: {exc}")
+                continue
             out[c.uid] = PrepareResult(
                 devices=tuple(
                     PreparedDevice(
@@ -67,6 +71,9 @@ class DraAdapter:
             except Refusal as exc:
                 log.warning("event=unprepare-refused claim=%s code=%s", c.uid, exc.code)
                 out[c.uid] = UnprepareResult(error=str(exc))
+            except Exception as exc:  # retried by the kubelet; the journal keeps the state
+                log.exception("event=unprepare-failed claim=%s", c.uid)
+                out[c.uid] = UnprepareResult(error=f"E_INTERNAL: {type(exc).__name__}: {exc}")
         return out
 
 

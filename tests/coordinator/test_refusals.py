@@ -13,11 +13,13 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import grpc
 import pytest
 from pyroute2 import IPRoute
 
 from dmn.agent.coordinator import Refusal
 from dmn.agent.coordinator.verify import driver_results, verify_allocation
+from dmn.agent.protos import dra_v1_pb2, dra_v1_pb2_grpc
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
 from dmn.lab.allocator.service import ClaimService
@@ -183,3 +185,20 @@ def test_link_that_changed_identity_is_refused(node: LabNode) -> None:
             assert refused(node, claim).code == "E_DEVICE_IDENTITY"
         finally:
             ipr.link("set", index=index, address=facts.mac)
+
+
+def test_one_bad_claim_never_fails_the_kubelet_batch(node: LabNode) -> None:
+    good = allocated(node)
+    meta = good["metadata"]
+    refs = [
+        dra_v1_pb2.Claim(namespace="default", uid=meta["uid"], name=meta["name"]),
+        dra_v1_pb2.Claim(namespace="default", uid="no-such-uid", name="no-such-claim"),
+    ]
+    with grpc.insecure_channel(f"unix://{node.kubelet.dra_socket}") as channel:
+        stub = dra_v1_pb2_grpc.DRAPluginStub(channel)
+        resp = stub.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(claims=refs))
+        assert resp.claims[meta["uid"]].error == ""
+        assert len(resp.claims[meta["uid"]].devices) == 1
+        assert resp.claims["no-such-uid"].error.startswith("E_CLAIM_NOT_FOUND")
+        req = dra_v1_pb2.NodeUnprepareResourcesRequest(claims=refs[:1])
+        assert stub.NodeUnprepareResources(req).claims[meta["uid"]].error == ""
