@@ -78,6 +78,27 @@ def _applies(config: Mapping[str, Any], request: str) -> bool:
     return not requests or request in requests or request.split("/")[0] in requests
 
 
+def _check_request(claim: Mapping[str, Any], request: str, where: str) -> None:
+    """The initial profile: one device per root (Exactly, ExactCount 1); no firstAvailable
+    subrequests and no All mode (seed 000 §9.2)."""
+    if "/" in request:
+        raise Refusal("E_ALLOCATION_MODE", f"firstAvailable subrequest {request!r}", where)
+    requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
+    spec = next((q for q in requests if q.get("name") == request), None)
+    if spec is None:
+        return  # a template's request names are validated by the API server
+    if spec.get("firstAvailable"):
+        raise Refusal("E_ALLOCATION_MODE", f"request {request!r} uses firstAvailable", where)
+    exactly = spec.get("exactly") or {}
+    mode = exactly.get("allocationMode", "ExactCount")
+    if mode != "ExactCount" or int(exactly.get("count", 1)) != 1:
+        raise Refusal(
+            "E_ALLOCATION_MODE",
+            f"request {request!r} must be ExactCount 1, is {mode} {exactly.get('count', 1)}",
+            where,
+        )
+
+
 def driver_results(claim: Mapping[str, Any], driver: str) -> list[DriverResult]:
     """This driver's results of the claim's allocation with their root configuration.
 
@@ -100,6 +121,7 @@ def driver_results(claim: Mapping[str, Any], driver: str) -> list[DriverResult]:
         if res.get("adminAccess"):
             raise Refusal("E_ADMIN_ACCESS", "adminAccess is not supported", where)
         request = str(res.get("request", ""))
+        _check_request(claim, request, where)
         bindings = []
         for c in configs:
             if not _applies(c, request):

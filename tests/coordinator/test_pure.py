@@ -84,3 +84,39 @@ def test_other_drivers_results_are_left_alone() -> None:
         },
     }
     assert driver_results(claim, "dra-multi-network.schseba.github.io") == []
+
+
+def claim_with(request: dict[str, object], result_request: str = "net1") -> dict[str, object]:
+    driver = "dra-multi-network.schseba.github.io"
+    return {
+        "metadata": {"uid": "c"},
+        "spec": {"devices": {"requests": [request]}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": result_request, "driver": driver, "pool": "p", "device": "d"}
+                    ],
+                    "config": [],
+                }
+            }
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("request_spec", "result_request"),
+    [
+        ({"name": "net1", "exactly": {"deviceClassName": "x", "allocationMode": "All"}}, "net1"),
+        ({"name": "net1", "exactly": {"deviceClassName": "x", "count": 2}}, "net1"),
+        ({"name": "net1", "firstAvailable": [{"name": "a", "deviceClassName": "x"}]}, "net1/a"),
+    ],
+)
+def test_initial_profile_refuses_other_allocation_modes(
+    request_spec: dict[str, object], result_request: str
+) -> None:
+    with pytest.raises(Refusal) as info:
+        driver_results(
+            claim_with(request_spec, result_request), "dra-multi-network.schseba.github.io"
+        )
+    assert info.value.code == "E_ALLOCATION_MODE"
