@@ -15,12 +15,15 @@ import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
+from dmn.agent.coordinator.verify import VerifiedClaim
 from dmn.agent.journal.records import AttachmentIdentity
 from dmn.api.attachment import NetworkAttachmentStatus
 from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, Conflict
 from dmn.api.cluster import resources as r
+from dmn.interpreter.handles import Handle
 
 log = logging.getLogger(__name__)
 
@@ -179,3 +182,63 @@ class ClaimDeviceStatus:
                 log.warning("event=claim-status-failed claim=%s/%s error=%s", namespace, name, exc)
                 return
         log.warning("event=claim-status-conflict claim=%s/%s", namespace, name)
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_outputs(
+    exports: Mapping[str, Mapping[str, tuple[Handle, ...]]], verified: VerifiedClaim
+) -> list[dict[str, Any]]:
+    """Sanitized outputs for attachment status: step, port, type, shareID, interface name."""
+    shares = {root.step: root.result.share_id for root in verified.roots}
+    out: list[dict[str, Any]] = []
+    for step, ports in exports.items():
+        for port, handles in ports.items():
+            for h in handles[:1]:
+                entry: dict[str, Any] = {"step": step, "port": port, "type": h.type.value}
+                entry["ready"] = True
+                if shares.get(step):
+                    entry["shareID"] = shares[step]
+                name = h.observations.get("ifName")
+                if isinstance(name, str) and name:
+                    entry["description"] = {"ifName": name}
+                out.append(entry)
+    return out
+
+
+def device_entries(
+    driver: str,
+    verified: VerifiedClaim,
+    exports: Mapping[str, Mapping[str, tuple[Handle, ...]]],
+) -> list[dict[str, Any]]:
+    """ResourceClaim ``status.devices`` entries of a Ready attachment's roots."""
+    entries = []
+    for root in verified.roots:
+        res = root.result
+        entry: dict[str, Any] = {
+            "driver": driver,
+            "pool": res.pool,
+            "device": res.device,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "Attached",
+                    "message": f"attached in step {root.step}",
+                    "lastTransitionTime": now(),
+                }
+            ],
+        }
+        if res.share_id:
+            entry["shareID"] = res.share_id
+        names = [
+            h.observations.get("ifName")
+            for handles in exports.get(root.step, {}).values()
+            for h in handles[:1]
+        ]
+        if names and isinstance(names[0], str):
+            entry["networkData"] = {"interfaceName": names[0]}
+        entries.append(entry)
+    return entries

@@ -41,19 +41,26 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from dmn.agent.coordinator.attachment_status import (
     AttachmentReporter,
     ClaimBinding,
     ClaimDeviceStatus,
+    device_entries,
+    status_outputs,
 )
+from dmn.agent.coordinator.handles import (
+    DeviceView,
+    allocation_port,
+    kernel_handle,
+    operation_inputs,
+)
+from dmn.agent.coordinator.pod_claims import pod_claims
 from dmn.agent.coordinator.verify import (
     Refusal,
     VerifiedClaim,
-    VerifiedRoot,
     driver_results,
     fingerprint,
     verify_allocation,
@@ -71,7 +78,6 @@ from dmn.agent.journal.records import (
 )
 from dmn.agent.journal.store import JournalBatch, JournalStore, ReservationConflict
 from dmn.agent.netns.pins import NamespacePins, PinError
-from dmn.agent.personas.model import PersonaSet
 from dmn.api.cluster import ApiFailure, Cluster, NotFound
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
@@ -79,9 +85,6 @@ from dmn.interpreter.binder import Call, bind_program
 from dmn.interpreter.bound import BoundProgram
 from dmn.interpreter.handles import (
     Handle,
-    HandleType,
-    LinkType,
-    Provenance,
     Scope,
     ScopeKind,
 )
@@ -89,9 +92,7 @@ from dmn.interpreter.loader import Plugin, load_builtin_plugins
 from dmn.interpreter.runner import BoundaryHook, Runner, RunRefused
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.linux.executors import EXECUTORS as LINUX_EXECUTORS
-from dmn.opcodes.linux.links import by_name
 from dmn.opcodes.linux.netns import (
-    LinkEnvironment,
     NamespaceRef,
     current_boot_id,
     identity_of,
@@ -100,26 +101,7 @@ from dmn.opcodes.share.executors import EXECUTORS as SHARE_EXECUTORS
 
 log = logging.getLogger(__name__)
 
-# persona grants realised as a KernelInterface handle: a whole link, or a shared parent's
-# CreateChild entitlement (the parent stays in the host namespace)
-KERNEL_LINK_GRANTS = (HandleType.KERNEL_INTERFACE, HandleType.SHARED_PARENT)
 LIVE_ATTACHMENT = (AttachmentState.CONNECTING, AttachmentState.READY, AttachmentState.REMOVING)
-
-
-@dataclass(frozen=True)
-class LinkFacts:
-    """The kernel link an inventory item was scanned as: its name and MAC ("" unknown)."""
-
-    ifname: str
-    mac: str = ""
-
-
-class DeviceView(Protocol):
-    """This node's published devices: personas, and the kernel link of an inventory item."""
-
-    def personas(self) -> PersonaSet: ...
-
-    def link(self, inventory_id: str) -> LinkFacts | None: ...
 
 
 @dataclass(frozen=True)
@@ -263,48 +245,6 @@ class Coordinator:
                 return []
             return self._prepare(verified)
 
-    def _handle(self, env: LinkEnvironment, root: VerifiedRoot, claim_uid: str) -> Handle:
-        persona, res = root.persona, root.result
-        accesses = frozenset(
-            a for g in persona.grants if g.type in KERNEL_LINK_GRANTS for a in g.accesses
-        )
-        if not accesses:
-            raise Refusal(
-                "E_PLUGIN_UNSUPPORTED",
-                f"device {res.device} ({persona.persona}) is not a kernel link; this agent "
-                "prepares kernel-link personas only",
-                res.device,
-            )
-        facts = self.devices.link(persona.inventory_id)
-        link = by_name(env.rtnl(env.host), facts.ifname) if facts else None
-        if facts is None or link is None:
-            raise Refusal(
-                "E_DEVICE_GONE", f"device {res.device} has no kernel link on this node", res.device
-            )
-        if facts.mac and link.mac.lower() != facts.mac.lower():
-            raise Refusal(
-                "E_DEVICE_IDENTITY",
-                f"device {res.device}: {facts.ifname} now has MAC {link.mac}, not {facts.mac}",
-                res.device,
-            )
-        return Handle(
-            id=f"{res.device}/{res.share_id}" if res.share_id else res.device,
-            type=HandleType.KERNEL_INTERFACE,
-            inventory_id=persona.inventory_id,
-            scope=Scope(ScopeKind.HOST),
-            accesses=accesses,
-            link_type=LinkType(persona.link_type) if persona.link_type else LinkType.ETHERNET,
-            provenance=Provenance(
-                claim_uid=claim_uid,
-                request=res.request,
-                pool=res.pool,
-                device=res.device,
-                share_id=res.share_id,
-                root_step=root.step,
-            ),
-            observations={"ifName": link.name, "ifIndex": link.index, "mac": link.mac},
-        )
-
     def _bind(self, plugin: Plugin, hook: str, call: Call) -> BoundProgram:
         bound = bind_program(plugin, hook, call)
         if not isinstance(bound, BoundProgram):
@@ -356,8 +296,8 @@ class Coordinator:
         try:
             programs = []
             for op, root in zip(ops, v.roots, strict=True):
-                handle = self._handle(env, root, v.claim_uid)
-                port = _allocation_port(root.plugin, handle)
+                handle = kernel_handle(env, self.devices, root, v.claim_uid)
+                port = allocation_port(root.plugin, handle)
                 call = Call(config=root.config, operation_id=op, allocation={port: (handle,)})
                 programs.append(self._bind(root.plugin, "prepare", call))
         finally:
@@ -473,68 +413,9 @@ class Coordinator:
     # ------------------------------------------------------------------ RunPodSandbox
 
     def _pod_claims(self, namespace: str, pod_name: str, pod_uid: str) -> list[dict[str, Any]]:
-        """Claims of this driver reserved for the Pod, after verifying the Pod itself.
-
-        The Pod is resolved by the runtime's namespace/name and must have the runtime's
-        UID, run on this node and not use the host network when it has claims of ours. A
-        claim the Pod references that carries our results but is not reserved for it is
-        refused (E_NOT_RESERVED): only a Pod with no claims of ours gets a no-op.
-        """
-        try:
-            claims = self.cluster.list(r.RESOURCE_CLAIMS, namespace).items
-        except ApiFailure as exc:
-            raise Refusal("E_API", f"listing claims: {exc}", retryable=True) from exc
-        ours: dict[str, dict[str, Any]] = {}
-        reserved: list[dict[str, Any]] = []
-        for c in claims:
-            status = c.get("status") or {}
-            results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-            if not any(x.get("driver") == self.config.driver for x in results):
-                continue
-            ours[str(c["metadata"]["name"])] = c
-            consumers = status.get("reservedFor") or []
-            if not any(x.get("uid") == pod_uid for x in consumers):
-                continue
-            if len(consumers) != 1:
-                raise Refusal(
-                    "E_MULTIPLE_CONSUMERS",
-                    f"claim {c['metadata']['name']} is reserved for {len(consumers)} consumers",
-                    "status.reservedFor",
-                )
-            reserved.append(c)
-        try:
-            pod = self.cluster.get(r.PODS, pod_name, namespace)
-        except NotFound as exc:
-            if reserved:
-                raise Refusal(
-                    "E_POD_NOT_FOUND", f"pod {namespace}/{pod_name} not found", retryable=True
-                ) from exc
-            return []
-        except ApiFailure as exc:
-            raise Refusal("E_API", f"reading pod: {exc}", retryable=True) from exc
-        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-        referenced = {
-            str(x.get("resourceClaimName"))
-            for x in [
-                *(spec.get("resourceClaims") or []),
-                *((pod.get("status") or {}).get("resourceClaimStatuses") or []),
-            ]
-            if x.get("resourceClaimName")
-        }
-        mine = [n for n in sorted(referenced) if n in ours]
-        if not reserved and not mine:
-            return []
-        if meta.get("uid") != pod_uid:
-            raise Refusal("E_POD_UID", f"pod {namespace}/{pod_name} is not uid {pod_uid}")
-        if spec.get("nodeName") != self.config.node_name:
-            raise Refusal("E_POD_NODE", f"pod {namespace}/{pod_name} is not bound to this node")
-        if spec.get("hostNetwork"):
-            raise Refusal("E_HOST_NETWORK", "a hostNetwork Pod cannot take network claims")
-        names = {str(c["metadata"]["name"]) for c in reserved}
-        for name in mine:
-            if name not in names:
-                raise Refusal("E_NOT_RESERVED", f"claim {name} is not reserved for this Pod")
-        return sorted(reserved, key=lambda c: str(c["metadata"]["name"]))
+        return pod_claims(
+            self.cluster, self.config.driver, self.config.node_name, namespace, pod_name, pod_uid
+        )
 
     def _identity(self, pod_uid: str, sandbox_id: str) -> AttachmentIdentity:
         return AttachmentIdentity(self.config.node_uid, self.boot_id(), pod_uid, sandbox_id)
@@ -651,8 +532,8 @@ class Coordinator:
             try:
                 for prep, verified, revision in plan:
                     exports = self._connect(att, ref, prep, verified, revision, done)
-                    outputs.extend(_outputs(exports, verified))
-                    device_status.append(self._device_entries(verified, exports))
+                    outputs.extend(status_outputs(exports, verified))
+                    device_status.append(device_entries(self.config.driver, verified, exports))
             except (Refusal, RunRefused, PinError) as exc:
                 cleaned = self._undo(reversed(done))
                 rec.state, rec.error = AttachmentState.REMOVED, str(exc)
@@ -678,39 +559,6 @@ class Coordinator:
                 self.claim_status.write(c["namespace"], c["name"], entries)
             log.info("event=ready pod=%s sandbox=%s operations=%d", pod_uid, sandbox_id, len(ops))
             return True
-
-    def _device_entries(
-        self, verified: VerifiedClaim, exports: Mapping[str, Mapping[str, tuple[Handle, ...]]]
-    ) -> list[dict[str, Any]]:
-        """ResourceClaim ``status.devices`` entries of a Ready attachment's roots."""
-        entries = []
-        for root in verified.roots:
-            res = root.result
-            entry: dict[str, Any] = {
-                "driver": self.config.driver,
-                "pool": res.pool,
-                "device": res.device,
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "Attached",
-                        "message": f"attached in step {root.step}",
-                        "lastTransitionTime": _now(),
-                    }
-                ],
-            }
-            if res.share_id:
-                entry["shareID"] = res.share_id
-            names = [
-                h.observations.get("ifName")
-                for handles in exports.get(root.step, {}).values()
-                for h in handles[:1]
-            ]
-            if names and isinstance(names[0], str):
-                entry["networkData"] = {"interfaceName": names[0]}
-            entries.append(entry)
-        return entries
 
     def _drop_device_status(self, rec: AttachmentRecord) -> None:
         for c in rec.claims:
@@ -767,7 +615,7 @@ class Coordinator:
                 call = Call(
                     config=dict(step.get("config") or {}),
                     operation_id=op,
-                    inputs=_inputs(step.get("inputs") or {}, exports),
+                    inputs=operation_inputs(step.get("inputs") or {}, exports),
                     sandbox=sandbox,
                 )
             env = self.pins.link_environment(att)
@@ -893,60 +741,3 @@ class Coordinator:
     def attachment(self, pod_uid: str, sandbox_id: str) -> AttachmentRecord | None:
         with self._lock:
             return self.journal.get_attachment(self._identity(pod_uid, sandbox_id))
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _outputs(
-    exports: Mapping[str, Mapping[str, tuple[Handle, ...]]], verified: VerifiedClaim
-) -> list[dict[str, Any]]:
-    """Sanitized outputs for attachment status: step, port, type, shareID, interface name."""
-    shares = {root.step: root.result.share_id for root in verified.roots}
-    out: list[dict[str, Any]] = []
-    for step, ports in exports.items():
-        for port, handles in ports.items():
-            for h in handles[:1]:
-                entry: dict[str, Any] = {"step": step, "port": port, "type": h.type.value}
-                entry["ready"] = True
-                if shares.get(step):
-                    entry["shareID"] = shares[step]
-                name = h.observations.get("ifName")
-                if isinstance(name, str) and name:
-                    entry["description"] = {"ifName": name}
-                out.append(entry)
-    return out
-
-
-def _allocation_port(plugin: Plugin, handle: Handle) -> str:
-    """The allocation port a kernel-link handle fills: the first KernelInterface port of
-    the handle's link type (``interface`` of host-cni/sriov-cni, ``parent`` of a share)."""
-    for name, port in (plugin.descriptor.spec.allocation or {}).items():
-        if port.type != handle.type.value:
-            continue
-        if port.link_type is None or handle.link_type is None:
-            return name
-        if port.link_type == handle.link_type.value:
-            return name
-    raise Refusal(
-        "E_PLUGIN_UNSUPPORTED",
-        f"{plugin.name} has no allocation port for a {handle.type.value} handle",
-    )
-
-
-def _inputs(
-    bindings: Mapping[str, Any], exports: Mapping[str, Mapping[str, tuple[Handle, ...]]]
-) -> dict[str, tuple[Handle, ...]]:
-    """An Operation step's input ports from earlier steps' exports (``from: step.port``)."""
-    out: dict[str, tuple[Handle, ...]] = {}
-    for port, binding in bindings.items():
-        refs: Sequence[Any] = binding if isinstance(binding, list) else [binding]
-        handles: list[Handle] = []
-        for ref in refs:
-            step, _, out_port = str(ref["from"]).partition(".")
-            if step not in exports:
-                raise Refusal("E_REF_UNRESOLVED", f"input {port} from {step} which has not run")
-            handles.extend(exports[step].get(out_port, ()))
-        out[port] = tuple(handles)
-    return out

@@ -14,7 +14,8 @@ import os
 from dataclasses import dataclass
 
 from dmn.agent.coordinator.adapters import DraAdapter, NriAdapter
-from dmn.agent.coordinator.coordinator import Coordinator, DeviceView, NodeConfig
+from dmn.agent.coordinator.coordinator import Coordinator, NodeConfig
+from dmn.agent.coordinator.handles import DeviceView
 from dmn.agent.kubelet.server import (
     DEFAULT_PLUGINS_DIR,
     DEFAULT_REGISTRY_DIR,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dmn.agent.coordinator import Coordinator, NodeConfig
-from dmn.agent.coordinator.coordinator import LinkFacts
+from dmn.agent.coordinator.handles import LinkFacts
 from dmn.agent.personas.model import Persona, PersonaSet
 from dmn.api.cluster import Cluster, connect
 

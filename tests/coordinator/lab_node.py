@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dmn.agent.coordinator import Coordinator, NodeConfig
-from dmn.agent.coordinator.coordinator import LinkFacts
+from dmn.agent.coordinator.handles import LinkFacts
 from dmn.agent.coordinator.node_agent import AgentSockets, NodeAgent
 from dmn.agent.inventory.facts import LinkState
 from dmn.agent.kubelet.server import KubeletPluginServer

@@ -7,7 +7,8 @@ import re
 import pytest
 
 from dmn.agent.coordinator import Refusal
-from dmn.agent.coordinator.coordinator import _inputs, attachment_id
+from dmn.agent.coordinator.coordinator import attachment_id
+from dmn.agent.coordinator.handles import operation_inputs
 from dmn.agent.coordinator.verify import DriverResult, driver_results, fingerprint
 from dmn.agent.journal.records import AttachmentIdentity
 from dmn.agent.netns.pins import PIN_ID
@@ -59,13 +60,15 @@ def handle(name: str) -> Handle:
 
 def test_operation_inputs_come_from_earlier_exports_in_order() -> None:
     exports = {"left": {"interface": (handle("l"),)}, "right": {"interface": (handle("r"),)}}
-    got = _inputs({"members": [{"from": "left.interface"}, {"from": "right.interface"}]}, exports)
+    got = operation_inputs(
+        {"members": [{"from": "left.interface"}, {"from": "right.interface"}]}, exports
+    )
     assert [h.id for h in got["members"]] == ["l", "r"]
-    assert [h.id for h in _inputs({"parent": {"from": "right.interface"}}, exports)["parent"]] == [
-        "r"
-    ]
+    assert [
+        h.id for h in operation_inputs({"parent": {"from": "right.interface"}}, exports)["parent"]
+    ] == ["r"]
     with pytest.raises(Refusal) as info:
-        _inputs({"parent": {"from": "uplink.interface"}}, exports)
+        operation_inputs({"parent": {"from": "uplink.interface"}}, exports)
     assert info.value.code == "E_REF_UNRESOLVED"
 
 

@@ -1,0 +1,122 @@
+"""Handles and port wiring for the coordinator's calls: pure except for one link lookup.
+
+:func:`kernel_handle` turns a verified root (persona + allocation result) into the
+``KernelInterface`` handle a ``prepare`` program receives — only for the live link the
+inventory scanned under that name and MAC; :func:`allocation_port` picks the descriptor
+port it fills; :func:`operation_inputs` wires an Operation step's inputs from earlier
+steps' exports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dmn.agent.coordinator.verify import Refusal, VerifiedRoot
+from dmn.agent.personas.model import PersonaSet
+from dmn.interpreter.handles import Handle, HandleType, LinkType, Provenance, Scope, ScopeKind
+from dmn.interpreter.loader import Plugin
+from dmn.opcodes.linux.links import by_name
+from dmn.opcodes.linux.netns import LinkEnvironment
+
+
+@dataclass(frozen=True)
+class LinkFacts:
+    """The kernel link an inventory item was scanned as: its name and MAC ("" unknown)."""
+
+    ifname: str
+    mac: str = ""
+
+
+class DeviceView(Protocol):
+    """This node's published devices: personas, and the kernel link of an inventory item."""
+
+    def personas(self) -> PersonaSet: ...
+
+    def link(self, inventory_id: str) -> LinkFacts | None: ...
+
+
+# persona grants realised as a KernelInterface handle: a whole link, or a shared parent's
+# CreateChild entitlement (the parent stays in the host namespace)
+KERNEL_LINK_GRANTS = (HandleType.KERNEL_INTERFACE, HandleType.SHARED_PARENT)
+
+
+def kernel_handle(
+    env: LinkEnvironment, devices: DeviceView, root: VerifiedRoot, claim_uid: str
+) -> Handle:
+    """The allocation handle of a kernel-link root: the persona's grants on the live link
+    the inventory scanned (same name and MAC), in the host namespace."""
+    persona, res = root.persona, root.result
+    accesses = frozenset(
+        a for g in persona.grants if g.type in KERNEL_LINK_GRANTS for a in g.accesses
+    )
+    if not accesses:
+        raise Refusal(
+            "E_PLUGIN_UNSUPPORTED",
+            f"device {res.device} ({persona.persona}) is not a kernel link; this agent "
+            "prepares kernel-link personas only",
+            res.device,
+        )
+    facts = devices.link(persona.inventory_id)
+    link = by_name(env.rtnl(env.host), facts.ifname) if facts else None
+    if facts is None or link is None:
+        raise Refusal(
+            "E_DEVICE_GONE", f"device {res.device} has no kernel link on this node", res.device
+        )
+    if facts.mac and link.mac.lower() != facts.mac.lower():
+        raise Refusal(
+            "E_DEVICE_IDENTITY",
+            f"device {res.device}: {facts.ifname} now has MAC {link.mac}, not {facts.mac}",
+            res.device,
+        )
+    return Handle(
+        id=f"{res.device}/{res.share_id}" if res.share_id else res.device,
+        type=HandleType.KERNEL_INTERFACE,
+        inventory_id=persona.inventory_id,
+        scope=Scope(ScopeKind.HOST),
+        accesses=accesses,
+        link_type=LinkType(persona.link_type) if persona.link_type else LinkType.ETHERNET,
+        provenance=Provenance(
+            claim_uid=claim_uid,
+            request=res.request,
+            pool=res.pool,
+            device=res.device,
+            share_id=res.share_id,
+            root_step=root.step,
+        ),
+        observations={"ifName": link.name, "ifIndex": link.index, "mac": link.mac},
+    )
+
+
+def allocation_port(plugin: Plugin, handle: Handle) -> str:
+    """The allocation port a kernel-link handle fills: the first KernelInterface port of
+    the handle's link type (``interface`` of host-cni/sriov-cni, ``parent`` of a share)."""
+    for name, port in (plugin.descriptor.spec.allocation or {}).items():
+        if port.type != handle.type.value:
+            continue
+        if port.link_type is None or handle.link_type is None:
+            return name
+        if port.link_type == handle.link_type.value:
+            return name
+    raise Refusal(
+        "E_PLUGIN_UNSUPPORTED",
+        f"{plugin.name} has no allocation port for a {handle.type.value} handle",
+    )
+
+
+def operation_inputs(
+    bindings: Mapping[str, Any], exports: Mapping[str, Mapping[str, tuple[Handle, ...]]]
+) -> dict[str, tuple[Handle, ...]]:
+    """An Operation step's input ports from earlier steps' exports (``from: step.port``)."""
+    out: dict[str, tuple[Handle, ...]] = {}
+    for port, binding in bindings.items():
+        refs: Sequence[Any] = binding if isinstance(binding, list) else [binding]
+        handles: list[Handle] = []
+        for ref in refs:
+            step, _, out_port = str(ref["from"]).partition(".")
+            if step not in exports:
+                raise Refusal("E_REF_UNRESOLVED", f"input {port} from {step} which has not run")
+            handles.extend(exports[step].get(out_port, ()))
+        out[port] = tuple(handles)
+    return out
