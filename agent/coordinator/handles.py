@@ -9,11 +9,12 @@ steps' exports.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dmn.agent.coordinator.verify import Refusal, VerifiedRoot
+from dmn.agent.inventory.facts import Inventory, LinkState
 from dmn.agent.personas.model import PersonaSet
 from dmn.interpreter.handles import Handle, HandleType, LinkType, Provenance, Scope, ScopeKind
 from dmn.interpreter.loader import Plugin
@@ -35,6 +36,36 @@ class DeviceView(Protocol):
     def personas(self) -> PersonaSet: ...
 
     def link(self, inventory_id: str) -> LinkFacts | None: ...
+
+
+class InventoryDevices:
+    """A :class:`DeviceView` over the node's slice publication and its inventory scan.
+
+    ``personas`` returns what the node last published (None before the first plan) and
+    ``inventory`` the current scan; both are callables so a rescan is seen at once.
+    """
+
+    def __init__(
+        self,
+        personas: Callable[[], PersonaSet | None],
+        inventory: Callable[[], Inventory],
+    ) -> None:
+        self._personas = personas
+        self._inventory = inventory
+
+    def personas(self) -> PersonaSet:
+        current = self._personas()
+        if current is None:
+            raise Refusal("E_NOT_PUBLISHED", "this node has not published its devices yet")
+        return current
+
+    def link(self, inventory_id: str) -> LinkFacts | None:
+        item = self._inventory().items.get(inventory_id)
+        if item is None or not item.netdevs:
+            return None
+        netdev = item.netdevs[0]
+        mac = netdev.state.mac if isinstance(netdev.state, LinkState) else ""
+        return LinkFacts(netdev.ifname, mac)
 
 
 # persona grants realised as a KernelInterface handle: a whole link, or a shared parent's

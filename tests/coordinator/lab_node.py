@@ -19,12 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from dmn.agent.coordinator import Coordinator, NodeConfig
-from dmn.agent.coordinator.handles import LinkFacts
+from dmn.agent.coordinator.handles import InventoryDevices
 from dmn.agent.coordinator.node_agent import AgentSockets, NodeAgent
-from dmn.agent.inventory.facts import LinkState
 from dmn.agent.kubelet.server import KubeletPluginServer
 from dmn.agent.nri.plugin import PluginConfig
-from dmn.agent.personas.model import PersonaSet
 from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
 from dmn.lab import manifests
@@ -56,25 +54,11 @@ KERNEL_TOPOLOGY = {
 }
 
 
-class LabDevices:
-    """The coordinator's DeviceView over the lab's slice publication."""
-
-    def __init__(self, lab: LabCluster) -> None:
-        assert lab.publication is not None
-        self.publication = lab.publication
-
-    def personas(self) -> PersonaSet:
-        last = self.publication.publication.last
-        assert last is not None
-        return last
-
-    def link(self, inventory_id: str) -> LinkFacts | None:
-        item = self.publication.inventory.items.get(inventory_id)
-        if item is None or not item.netdevs:
-            return None
-        netdev = item.netdevs[0]
-        mac = netdev.state.mac if isinstance(netdev.state, LinkState) else ""
-        return LinkFacts(netdev.ifname, mac)
+def lab_devices(lab: LabCluster) -> InventoryDevices:
+    """The coordinator's DeviceView over the lab's slice publication and inventory."""
+    publication = lab.publication
+    assert publication is not None
+    return InventoryDevices(lambda: publication.publication.last, lambda: publication.inventory)
 
 
 @dataclass
@@ -201,7 +185,7 @@ def lab_node() -> Iterator[LabNode]:
             nri=PluginConfig(socket_path=sock, hook_deadline=25.0, use_env_socket=False),
             nri_ready_timeout=WAIT,
         )
-        agent = NodeAgent(config, cluster, LabDevices(lab), sockets)
+        agent = NodeAgent(config, cluster, lab_devices(lab), sockets)
         stack.callback(_teardown, agent)
         agent.start()
         assert runtime.wait_ready(1, WAIT) and agent.wait_nri_ready()
