@@ -16,7 +16,15 @@ from typing import Any, Protocol
 from dmn.agent.coordinator.verify import Refusal, VerifiedRoot
 from dmn.agent.inventory.facts import Inventory, LinkState
 from dmn.agent.personas.model import PersonaSet
-from dmn.interpreter.handles import Handle, HandleType, LinkType, Provenance, Scope, ScopeKind
+from dmn.interpreter.handles import (
+    Access,
+    Handle,
+    HandleType,
+    LinkType,
+    Provenance,
+    Scope,
+    ScopeKind,
+)
 from dmn.interpreter.loader import Plugin
 from dmn.opcodes.linux.links import by_name
 from dmn.opcodes.linux.netns import LinkEnvironment
@@ -82,6 +90,11 @@ def kernel_handle(
     accesses = frozenset(
         a for g in persona.grants if g.type in KERNEL_LINK_GRANTS for a in g.accesses
     )
+    if Access.EXCLUSIVE_CONFIGURE in accesses:
+        # a link handed off whole belongs to this attachment alone: a later Operation step
+        # of the same topology may enslave it (bond-cni members need AttachMember); a
+        # shared parent's CreateChild grant never implies it
+        accesses |= {Access.ATTACH_MEMBER}
     if not accesses:
         raise Refusal(
             "E_PLUGIN_UNSUPPORTED",
