@@ -27,6 +27,7 @@ from dmn.opcodes.linux.links import all_links, by_name
 from tests.coordinator.lab_node import WAIT, LabNode, lab_node
 from tests.coordinator.test_end_to_end import snapshot
 from tests.kernel.scratch import netns_path, scratch_netns
+from tests.kernel_lab.guest import GUEST_ENV
 
 BOND_TOPOLOGY = {
     "apiVersion": "networking.dra-multi-network.schseba.github.io/v1alpha1",
@@ -153,8 +154,19 @@ def test_operation_steps_run_in_order_and_a_failure_returns_the_roots(node: LabN
     assert snapshot(node.host_ns) == baseline
 
 
+@pytest.fixture
+def guest_loopback() -> None:
+    """The kernel-lab guest boots with its loopback down; the lab API server listens on
+    127.0.0.1. Only ever inside the disposable VM (its own root namespace)."""
+    if os.environ.get(GUEST_ENV):
+        with IPRoute() as ipr:
+            ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+
+
 @pytest.mark.kernel_lab
-def test_bond_and_vlan_over_two_roots_in_the_kernel_lab(node: LabNode) -> None:
+def test_bond_and_vlan_over_two_roots_in_the_kernel_lab(
+    guest_loopback: None, node: LabNode
+) -> None:
     baseline = snapshot(node.host_ns)
     claim, pod = bonded_claim(node)
     meta, pmeta = claim["metadata"], pod["metadata"]
