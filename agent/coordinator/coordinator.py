@@ -27,11 +27,11 @@ additionally holds the node mutation lock per operation).
 Also: NRI Synchronize removes attachments of this boot whose sandbox the runtime no longer
 has; NetworkAttachmentStatus objects report each attachment (:mod:`.attachment_status`).
 
-Not done here (said plainly): ResourceClaim device status, CDI/device-node injection
-(kernel netdevs need none; VFIO/RDMA personas are refused), reboot reconciliation of
-attachments of an older boot, preflight of the whole connect plan against live links
-before the first connect effect, plugins other than this agent's builtin copies, and
-Operation steps have no real-kernel test here (bond/802.1Q are missing on this kernel).
+Not done here (said plainly): CDI/device-node injection (kernel netdevs need none;
+VFIO/RDMA personas are refused), reboot reconciliation of attachments of an older boot,
+preflight of the whole connect plan against live links before the first connect effect,
+plugins other than this agent's builtin copies, and a periodic retry of cleanups that
+failed (RemovePodSandbox errors are retried only at the next Synchronize).
 """
 
 from __future__ import annotations
