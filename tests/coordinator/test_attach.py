@@ -17,6 +17,7 @@ from pyroute2 import IPRoute
 
 from dmn.agent.coordinator import Refusal
 from dmn.agent.journal.records import AttachmentState, PreparationState
+from dmn.api.cluster import resources as r
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.node import NODE_NAME
 from dmn.lab.runtime.nri_runtime import HookFailed, LabContainer, LabNriRuntime, LabPod
@@ -254,3 +255,27 @@ def test_new_incarnation_never_takes_over_a_live_attachment(node: LabNode) -> No
         assert names(new) == ["lo", "net1"] and names(old) == ["lo"]
         node.runtime.remove_pod_sandbox("sb-new")
     node.coordinator.unprepare(claim["metadata"]["uid"])
+
+
+def test_claim_with_two_consumers_refuses_the_sandbox(node: LabNode) -> None:
+    """This project's profile is one Pod per claim; which reservedFor entry is first does
+    not matter."""
+    i = next(_n)
+    claim = node.claim(f"att-claim-{i}")
+    pod = node.pod(f"att-pod-{i}", claim["metadata"]["name"])
+    other = node.pod(f"att-other-{i}", claim["metadata"]["name"])
+    service = ClaimService(node.cluster, NODE_NAME)
+    service.refresh()
+    (allocation,) = service.allocator.allocate([claim])
+    consumers = [
+        {"resource": "pods", "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]}
+        for p in (other, pod)
+    ]
+    claim["status"] = {"allocation": allocation, "reservedFor": consumers}
+    node.cluster.replace(r.RESOURCE_CLAIMS, claim, status=True)
+    with scratch_netns("dmc1s") as sandbox:
+        meta = pod["metadata"]
+        sb = LabPod("sb-two", meta["uid"], meta["name"], "default", netns_path(sandbox))
+        with pytest.raises(HookFailed, match="E_MULTIPLE_CONSUMERS"):
+            node.runtime.run_pod_sandbox(sb)
+        assert names(sandbox) == ["lo"]
