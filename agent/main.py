@@ -1,0 +1,265 @@
+"""``dmn node`` (= ``dra-multi-network-node``): the node agent process, in the foreground.
+
+    dmn node [--url URL | --kubeconfig FILE [--context NAME]] [--node-name NAME]
+             [--state-dir DIR] [--kubelet-registry-dir DIR] [--kubelet-plugins-dir DIR]
+             [--nri-socket PATH] [--sysfs DIR] [--host-netns PATH]
+
+Connects through the official client (``--url``, ``--kubeconfig``, else in-cluster config),
+reads this node's ``Node`` object (its UID keys the journal's identities), scans the node's
+inventory once (sysfs, rtnetlink, devlink), plans and writes the node's ResourceSlices once
+from the cluster's DeviceExposurePolicies, then starts the real :class:`NodeAgent` (journal
+recovery, kubelet DRA and registration sockets, NRI plugin; ``NRI_PLUGIN_SOCKET`` is
+honoured as the NRI plugin does). SIGTERM/SIGINT stop it in reverse order and exit 0.
+
+Bad arguments exit 2 and an unreachable or refusing API server exits 1, each with one line
+``dmn node: error[CODE]: message`` on stderr, never a traceback.
+
+Not done here (said plainly): the slices are published once at start — no republication
+on policy, claim or inventory change, and the publication state is not persisted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import NoReturn
+
+from pydantic import ValidationError
+
+from dmn.agent.coordinator import NodeConfig
+from dmn.agent.coordinator.handles import InventoryDevices
+from dmn.agent.coordinator.node_agent import AgentSockets, NodeAgent
+from dmn.agent.inventory import Inventory
+from dmn.agent.inventory.live import Pyroute2Devlink, Pyroute2Links
+from dmn.agent.inventory.scan import ScanConfig, scan
+from dmn.agent.kubelet.server import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, SocketPathError
+from dmn.agent.nri.plugin import DEFAULT_SOCKET_PATH, PluginConfig
+from dmn.agent.slices import NodePublication, allocated_devices
+from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, NotFound, connect
+from dmn.api.cluster import resources as r
+from dmn.api.identity import DRIVER
+from dmn.api.policy import DeviceExposurePolicy
+
+log = logging.getLogger("dmn.agent")
+
+DEFAULT_STATE_DIR = "/var/lib/dra-multi-network"
+PROG = "dmn node"
+
+
+class NodeStartError(Exception):
+    """A reason-coded refusal to start; ``status`` is the exit code (2 input, 1 cluster)."""
+
+    def __init__(self, code: str, message: str, status: int) -> None:
+        super().__init__(message)
+        self.code, self.message, self.status = code, message, status
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise NodeStartError("E_ARGS", message, 2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description=(__doc__ or "").split("\n")[0])
+    access = p.add_mutually_exclusive_group()
+    access.add_argument("--url", help="API server URL (the lab, or a cluster without kubeconfig)")
+    access.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--token", help="bearer token for --url")
+    p.add_argument("--ca-cert", help="CA bundle for --url")
+    p.add_argument("--node-name", default=socket.gethostname())
+    p.add_argument("--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR))
+    p.add_argument("--kubelet-registry-dir", type=Path, default=Path(DEFAULT_REGISTRY_DIR))
+    p.add_argument("--kubelet-plugins-dir", type=Path, default=Path(DEFAULT_PLUGINS_DIR))
+    p.add_argument("--nri-socket", default=DEFAULT_SOCKET_PATH)
+    p.add_argument("--sysfs", type=Path, default=Path("/sys"))
+    p.add_argument("--host-netns", default="/proc/1/ns/net", help="the host network namespace")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """Parse and check arguments; raises :class:`NodeStartError` (status 2)."""
+    args = _parser().parse_args(argv)
+    if not args.node_name:
+        raise NodeStartError("E_ARGS", "--node-name: must not be empty", 2)
+    if not args.sysfs.is_dir():
+        raise NodeStartError("E_ARGS", f"--sysfs {args.sysfs}: not a directory", 2)
+    if args.kubeconfig is not None and not Path(args.kubeconfig).is_file():
+        raise NodeStartError("E_KUBECONFIG", f"--kubeconfig {args.kubeconfig}: no such file", 2)
+    level = logging.getLevelName(args.log_level.upper())
+    if not isinstance(level, int):
+        raise NodeStartError("E_ARGS", f"--log-level {args.log_level}: unknown level", 2)
+    return args
+
+
+def open_cluster(args: argparse.Namespace) -> Cluster:
+    """The API server connection; a bad kubeconfig is status 2."""
+    try:
+        api = connect(
+            url=args.url,
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            token=args.token,
+            ca_cert=args.ca_cert,
+        )
+    except Exception as exc:  # kubernetes.config raises ConfigException and plain errors
+        raise NodeStartError("E_KUBECONFIG", f"cluster access: {exc}", 2) from exc
+    return Cluster(api)
+
+
+def node_uid(cluster: Cluster, node_name: str) -> str:
+    try:
+        node = cluster.get(r.NODES, node_name)
+    except NotFound as exc:
+        raise NodeStartError("E_NODE_NOT_FOUND", f"Node {node_name!r} does not exist", 1) from exc
+    except ApiFailure as exc:
+        raise NodeStartError("E_API_UNREACHABLE", f"reading Node {node_name!r}: {exc}", 1) from exc
+    uid = str((node.get("metadata") or {}).get("uid") or "")
+    if not uid:
+        raise NodeStartError("E_NODE_NOT_FOUND", f"Node {node_name!r} has no UID", 1)
+    return uid
+
+
+def _policies(cluster: Cluster) -> list[DeviceExposurePolicy]:
+    try:
+        docs = cluster.list(r.DEVICE_EXPOSURE_POLICIES).items
+    except NotFound:  # CRD not installed: nothing is exposed
+        log.warning("event=no-policy-crd resource=%s", r.DEVICE_EXPOSURE_POLICIES.plural)
+        return []
+    out: list[DeviceExposurePolicy] = []
+    for doc in docs:
+        try:
+            out.append(DeviceExposurePolicy.model_validate(doc))
+        except ValidationError as exc:
+            name = (doc.get("metadata") or {}).get("name")
+            log.warning("event=policy-skipped name=%s error=%s", name, exc.errors()[0]["msg"])
+    return out
+
+
+def publish_once(cluster: Cluster, node_name: str, inventory: Inventory) -> NodePublication:
+    """Plan this node's pool once, write its slices and delete the ones it no longer has."""
+    publication = NodePublication(node_name)
+    existing = [
+        s
+        for s in cluster.list(r.RESOURCE_SLICES).items
+        if (s.get("spec") or {}).get("driver") == DRIVER
+        and (s.get("spec") or {}).get("nodeName") == node_name
+    ]
+    if existing:  # publish above what a previous run left behind
+        publication.publisher.generation = max(
+            int(s["spec"]["pool"]["generation"]) for s in existing
+        )
+    node = cluster.get(r.NODES, node_name)
+    labels = dict((node.get("metadata") or {}).get("labels") or {})
+    claims = cluster.list(r.RESOURCE_CLAIMS).items
+    plan = publication.plan(
+        inventory, _policies(cluster), labels, allocated_devices(claims, DRIVER, node_name)
+    )
+    stored = []
+    for doc in plan.slices:
+        try:
+            stored.append(cluster.create(r.RESOURCE_SLICES, doc))
+        except AlreadyExists:
+            current = cluster.get(r.RESOURCE_SLICES, doc["metadata"]["name"])
+            version = {"resourceVersion": current["metadata"]["resourceVersion"]}
+            body = {**doc, "metadata": {**doc["metadata"], **version}}
+            stored.append(cluster.replace(r.RESOURCE_SLICES, body))
+    for name in plan.obsolete(s["metadata"]["name"] for s in existing):
+        with contextlib.suppress(NotFound):
+            cluster.delete(r.RESOURCE_SLICES, name)
+    if publication.verify(plan.slices, stored):
+        log.warning("event=slices-degraded node=%s", node_name)
+    log.info(
+        "event=slices-published node=%s slices=%d devices=%d",
+        node_name,
+        len(stored),
+        len(plan.personas.personas),
+    )
+    return publication
+
+
+def build_agent(args: argparse.Namespace, cluster: Cluster) -> NodeAgent:
+    """Everything :class:`NodeAgent` needs, built as the tests build it (not yet started)."""
+    uid = node_uid(cluster, args.node_name)
+    inventory = scan(
+        ScanConfig(
+            sysfs_root=args.sysfs,
+            node_uid=uid,
+            links=Pyroute2Links(),
+            devlink=Pyroute2Devlink(),
+        )
+    )
+    try:
+        publication = publish_once(cluster, args.node_name, inventory)
+    except ApiFailure as exc:
+        raise NodeStartError("E_API_UNREACHABLE", f"publishing slices: {exc}", 1) from exc
+    config = NodeConfig(
+        node_name=args.node_name,
+        node_uid=uid,
+        state_dir=args.state_dir,
+        host_netns=args.host_netns,
+    )
+    sockets = AgentSockets(
+        registry_dir=args.kubelet_registry_dir,
+        plugins_dir=args.kubelet_plugins_dir,
+        nri=PluginConfig(socket_path=args.nri_socket),
+    )
+    devices = InventoryDevices(lambda: publication.last, lambda: inventory)
+    return NodeAgent(config, cluster, devices, sockets)
+
+
+def _fail(error: NodeStartError) -> int:
+    sys.stderr.write(f"{PROG}: error[{error.code}]: {error.message}\n")
+    return error.status
+
+
+def run(argv: list[str]) -> int:
+    try:
+        args = parse(argv)
+    except NodeStartError as exc:
+        return _fail(exc)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("event=signal signum=%d", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        cluster = open_cluster(args)
+    except NodeStartError as exc:
+        return _fail(exc)
+    agent: NodeAgent | None = None
+    try:
+        agent = build_agent(args, cluster)
+        try:
+            args.state_dir.mkdir(parents=True, exist_ok=True)
+            agent.start()
+        except (OSError, SocketPathError) as exc:
+            raise NodeStartError("E_IO", f"starting the agent: {exc}", 1) from exc
+        log.info(
+            "event=node-running node=%s state_dir=%s nri_socket=%s",
+            args.node_name,
+            args.state_dir,
+            args.nri_socket,
+        )
+        stop.wait()
+    except NodeStartError as exc:
+        return _fail(exc)
+    finally:
+        if agent is not None:
+            agent.stop()
+        cluster.close()
+    return 0

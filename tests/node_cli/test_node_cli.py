@@ -1,0 +1,168 @@
+"""``dmn node`` as a real process: the NodeAgent it runs, its signals and its refusals.
+
+The process is ``python -m dmn node`` against a lab API server (with this node's ``Node``
+object), with private kubelet plugin dirs, NRI socket and state dir under a short /tmp path
+(unix socket paths must fit sockaddr_un). A lab NRI runtime listens on that socket and must
+see the plugin register and synchronize; SIGTERM must exit 0 and remove both kubelet sockets.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dmn.api.cluster import Cluster, connect
+from dmn.api.identity import DRIVER
+from dmn.lab.apiserver import LabApiServer
+from dmn.lab.runtime.nri_runtime import LabNriRuntime
+
+NODE = "n1-node"
+WAIT = 30.0
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="dmn-n1-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def server() -> Iterator[LabApiServer]:
+    with LabApiServer() as srv, Cluster(connect(url=srv.url)) as cluster:
+        cluster.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+        yield srv
+
+
+def _node(argv: list[str]) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "NRI_PLUGIN_SOCKET"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "dmn", "node", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "dmn", "node", *argv]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def _wait_for(predicate: object, timeout: float = WAIT) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(predicate) and predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_node_runs_agent_and_stops_on_sigterm(root: Path, server: LabApiServer) -> None:
+    nri = root / "nri.sock"
+    runtime = LabNriRuntime(str(nri), request_timeout=30.0, registration_timeout=20.0).start()
+    reg_sock = root / "reg" / f"{DRIVER}-reg.sock"
+    dra_sock = root / "plugins" / DRIVER / "dra.sock"
+    proc = _node(
+        [
+            "--url",
+            server.url,
+            "--node-name",
+            NODE,
+            "--state-dir",
+            str(root / "state"),
+            "--kubelet-registry-dir",
+            str(root / "reg"),
+            "--kubelet-plugins-dir",
+            str(root / "plugins"),
+            "--nri-socket",
+            str(nri),
+        ]
+    )
+    try:
+        assert _wait_for(lambda: reg_sock.is_socket() and dra_sock.is_socket()), proc.poll()
+        assert runtime.wait_ready(1, WAIT), "the NRI plugin did not register and synchronize"
+        assert (root / "state").is_dir()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=WAIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        runtime.stop()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert not reg_sock.exists() and not dra_sock.exists()
+
+
+def test_sigint_before_nri_runtime_exists_exits_zero(root: Path, server: LabApiServer) -> None:
+    """No NRI runtime yet (the plugin keeps retrying): SIGINT still stops it cleanly."""
+    reg_sock = root / "reg" / f"{DRIVER}-reg.sock"
+    proc = _node(
+        [
+            "--url",
+            server.url,
+            "--node-name",
+            NODE,
+            "--state-dir",
+            str(root / "state"),
+            "--kubelet-registry-dir",
+            str(root / "reg"),
+            "--kubelet-plugins-dir",
+            str(root / "plugins"),
+            "--nri-socket",
+            str(root / "absent.sock"),
+        ]
+    )
+    try:
+        assert _wait_for(reg_sock.is_socket), proc.poll()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=WAIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert not reg_sock.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["--no-such-flag"], "E_ARGS"),
+        (["--url", "http://127.0.0.1:1", "--kubeconfig", "/x"], "E_ARGS"),
+        (["--kubeconfig", "/nonexistent/kubeconfig"], "E_KUBECONFIG"),
+        (["--url", "http://127.0.0.1:1", "--sysfs", "/nonexistent/sys"], "E_ARGS"),
+        (["--url", "http://127.0.0.1:1", "--node-name", ""], "E_ARGS"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(argv: list[str], code: str) -> None:
+    proc = _run(argv)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"dmn node: error[{code}]: "), proc.stderr
+
+
+def test_unreachable_api_server_exits_1(root: Path) -> None:
+    proc = _run(["--url", "http://127.0.0.1:1", "--node-name", NODE, "--state-dir", str(root)])
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("dmn node: error[E_API_UNREACHABLE]: ")
+
+
+def test_unknown_node_exits_1(root: Path, server: LabApiServer) -> None:
+    proc = _run(["--url", server.url, "--node-name", "no-such-node", "--state-dir", str(root)])
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("dmn node: error[E_NODE_NOT_FOUND]: ")
