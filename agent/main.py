@@ -39,6 +39,7 @@ from dmn.agent.coordinator.node_agent import AgentSockets, NodeAgent
 from dmn.agent.inventory import Inventory
 from dmn.agent.inventory.live import Pyroute2Devlink, Pyroute2Links
 from dmn.agent.inventory.scan import ScanConfig, scan
+from dmn.agent.journal.store import JournalError, JournalHeldError
 from dmn.agent.kubelet.server import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, SocketPathError
 from dmn.agent.nri.plugin import DEFAULT_SOCKET_PATH, PluginConfig
 from dmn.agent.slices import NodePublication, allocated_devices
@@ -242,11 +243,16 @@ def run(argv: list[str]) -> int:
     except NodeStartError as exc:
         return _fail(exc)
     agent: NodeAgent | None = None
+    failure: NodeStartError | None = None
     try:
         agent = build_agent(args, cluster)
         try:
             args.state_dir.mkdir(parents=True, exist_ok=True)
             agent.start()
+        except JournalHeldError as exc:
+            raise NodeStartError("E_JOURNAL_HELD", str(exc), 1) from exc
+        except JournalError as exc:
+            raise NodeStartError("E_JOURNAL", f"opening the journal: {exc}", 1) from exc
         except (OSError, SocketPathError) as exc:
             raise NodeStartError("E_IO", f"starting the agent: {exc}", 1) from exc
         log.info(
@@ -257,9 +263,9 @@ def run(argv: list[str]) -> int:
         )
         stop.wait()
     except NodeStartError as exc:
-        return _fail(exc)
+        failure = exc
     finally:
         if agent is not None:
             agent.stop()
         cluster.close()
-    return 0
+    return 0 if failure is None else _fail(failure)  # the reason is the last line

@@ -61,6 +61,11 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
+def _kubelet(root: Path, suffix: str) -> list[str]:
+    reg, plugins = str(root / f"r{suffix}"), str(root / f"p{suffix}")
+    return ["--kubelet-registry-dir", reg, "--kubelet-plugins-dir", plugins]
+
+
 def _wait_for(predicate: object, timeout: float = WAIT) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -166,3 +171,24 @@ def test_unknown_node_exits_1(root: Path, server: LabApiServer) -> None:
     proc = _run(["--url", server.url, "--node-name", "no-such-node", "--state-dir", str(root)])
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith("dmn node: error[E_NODE_NOT_FOUND]: ")
+
+
+def test_second_agent_on_a_held_journal_exits_1(root: Path, server: LabApiServer) -> None:
+    """The journal is single-writer: a second agent on the same state dir is refused."""
+    common = ["--url", server.url, "--node-name", NODE, "--state-dir", str(root / "state")]
+    common += ["--nri-socket", str(root / "absent.sock")]
+    first = _node([*common, *_kubelet(root, "1")])
+    try:
+        assert _wait_for((root / "r1" / f"{DRIVER}-reg.sock").is_socket), first.poll()
+        second = _run([*common, *_kubelet(root, "2")])
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=WAIT)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert second.returncode == 1, second.stderr
+    assert "Traceback" not in second.stderr
+    last = second.stderr.strip().splitlines()[-1]
+    assert last.startswith("dmn node: error[E_JOURNAL_HELD]: "), last
+    assert first.returncode == 0
