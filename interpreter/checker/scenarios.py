@@ -1,0 +1,80 @@
+"""Config scenarios: guard evaluation and bounded enumeration of enum/boolean fields."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from dmn.interpreter.checker.limits import MAX_SCENARIOS
+from dmn.interpreter.config_schema import enumerable_values
+from dmn.interpreter.expressions import ConfigRef, Expr, GuardError, evaluate, references
+
+if TYPE_CHECKING:
+    from dmn.interpreter.checker.context import _PluginContext
+
+
+Scenario = Mapping[str, Any]
+Presence = Callable[[Scenario], bool]
+
+
+def _always(scenario: Scenario) -> bool:
+    return True
+
+
+def _decided(expr: Expr | None, config: Mapping[str, Any]) -> bool:
+    """A conditional-presence guard: holds only if it evaluates to true (None: never)."""
+    if expr is None:
+        return False
+    try:
+        return evaluate(expr, config) is True
+    except GuardError:
+        return False
+
+
+def _guard_holds(expr: Expr | None, config: Mapping[str, Any]) -> bool:
+    if expr is None:
+        return True
+    try:
+        value = evaluate(expr, config)
+    except GuardError:
+        return True
+    return value is True
+
+
+def _scenarios(ctx: _PluginContext, guards: Iterable[Expr]) -> list[dict[str, Any]] | None:
+    """Config scenarios to decide guards in: the given config, or every combination of
+    the enum/boolean fields guards read (None if that is not finite or too many)."""
+    if ctx.config is not None:
+        return [ctx.config]
+    fields: list[str] = []
+    for expr in guards:
+        for ref in references(expr):
+            if isinstance(ref, ConfigRef) and ref.field not in fields:
+                fields.append(ref.field)
+    choices: list[list[Any]] = []
+    for name in fields:
+        prop = ctx.prop(name)
+        values = enumerable_values(prop) if prop is not None else None
+        if values is None:
+            return None
+        if ctx.optional(name):
+            values = [*values, None]
+        choices.append(values)
+    total = 1
+    for c in choices:
+        total *= len(c)
+        if total > MAX_SCENARIOS:
+            return None
+    out = []
+    for combo in itertools.product(*choices):
+        scenario = {k: v for k, v in zip(fields, combo, strict=True) if v is not None}
+        if ctx.possible(scenario, fields):
+            out.append(scenario)
+    return out
+
+
+def _scenario_text(scenario: Mapping[str, Any]) -> str:
+    if not scenario:
+        return "for every config"
+    return "when " + ", ".join(f"{k}={v!r}" for k, v in sorted(scenario.items()))
