@@ -1,0 +1,165 @@
+"""Executors of a bond: ``linux/create-bond/v1`` (active-backup, explicit miimon,
+fail_over_mac=active) and ``linux/attach-master/v1`` (enslave one member; undo releases and
+restores it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
+from dmn.opcodes.linux import specs
+from dmn.opcodes.linux.created_link import _CreatedLink
+from dmn.opcodes.linux.effect_handles import Outputs, environment, locate_input, single
+from dmn.opcodes.linux.links import LinkState, by_index, by_name, netlink_call, nonce_name, owned
+from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+from dmn.opcodes.spec import OpcodeSpec
+
+BOND_MODE_ACTIVE_BACKUP = 1
+FAIL_OVER_MAC_ACTIVE = 1
+
+
+class CreateBond(_CreatedLink):
+    """``linux/create-bond/v1``: active-backup, explicit miimon, fail_over_mac=active."""
+
+    spec: OpcodeSpec = specs.CREATE_BOND
+    kind = "bond"
+
+    def capture(self, ctx: EffectContext) -> Any:
+        env = environment(ctx)
+        sandbox = env.require_sandbox()
+        name = str(ctx.parameters["ifName"])
+        if by_name(env.rtnl(sandbox), name) is not None:
+            raise ExecutorError("E_NAME_TAKEN", f"{name!r} already exists in the sandbox")
+        return {
+            "netns": sandbox.to_json(),
+            "final": name,
+            "nonce": nonce_name(),
+            "alias": ctx.alias,
+        }
+
+    def _check(self, ctx: EffectContext, env: LinkEnvironment, before: Any) -> None:
+        if by_name(env.rtnl(self._target_ref(env, before)), before["final"]) is not None:
+            raise ExecutorError("E_NAME_TAKEN", f"{before['final']!r} already exists")
+
+    def _create(self, ctx: EffectContext, ipr: Any, before: Any) -> None:
+        netlink_call(
+            "create bond",
+            ipr.link,
+            "add",
+            ifname=before["nonce"],
+            kind="bond",
+            bond_mode=BOND_MODE_ACTIVE_BACKUP,
+            bond_miimon=int(ctx.parameters["miimon"]),
+            bond_fail_over_mac=FAIL_OVER_MAC_ACTIVE,
+            mtu=int(ctx.parameters["mtu"]),
+        )
+
+    def _verify(self, ctx: EffectContext, link: LinkState, before: Any) -> str:
+        info = link.info
+        if info.get("IFLA_BOND_MODE") != BOND_MODE_ACTIVE_BACKUP:
+            return f"bond mode {info.get('IFLA_BOND_MODE')} is not active-backup"
+        if info.get("IFLA_BOND_MIIMON") != int(ctx.parameters["miimon"]):
+            return f"miimon {info.get('IFLA_BOND_MIIMON')} != {ctx.parameters['miimon']}"
+        if info.get("IFLA_BOND_FAIL_OVER_MAC") != FAIL_OVER_MAC_ACTIVE:
+            return f"fail_over_mac {info.get('IFLA_BOND_FAIL_OVER_MAC')} is not active"
+        return super()._verify(ctx, link, before)
+
+
+class AttachMaster:
+    """``linux/attach-master/v1``: enslave one member; undo releases it and restores it."""
+
+    spec: OpcodeSpec = specs.ATTACH_MASTER
+
+    def capture(self, ctx: EffectContext) -> Any:
+        env = environment(ctx)
+        master_ref, master = locate_input(env, single(ctx, "master"))
+        member_ref, member = locate_input(env, single(ctx, "member"))
+        if master_ref.identity != member_ref.identity:
+            raise ExecutorError(
+                "E_NOT_SAME_SANDBOX", "member and master are in different namespaces"
+            )
+        if not master.alias.startswith("dmn:"):
+            raise ExecutorError("E_NOT_OWNED", f"master {master.name} was not created by us")
+        self._precheck(master, member)
+        full = by_index(env.rtnl(member_ref), member.index, with_addresses=True)
+        assert full is not None
+        return {"netns": member_ref.to_json(), "master": master.to_json(), "member": full.to_json()}
+
+    def _precheck(self, master: LinkState, member: LinkState) -> None:
+        if member.master and member.master != master.index:
+            raise ExecutorError("E_FOREIGN_MASTER", f"{member.name} already has a master")
+        if member.mtu != master.mtu:
+            raise ExecutorError(
+                "E_MTU_MISMATCH", f"member {member.name} mtu {member.mtu} != bond {master.mtu}"
+            )
+
+    def _live(self, env: LinkEnvironment, before: Any) -> tuple[Any, LinkState, LinkState]:
+        ref = NamespaceRef.from_json(before["netns"])
+        ipr = env.rtnl(ref)
+        rec_master = LinkState.from_json(before["master"])
+        rec_member = LinkState.from_json(before["member"])
+        master = owned(ipr, rec_master.alias, (rec_master.name,))
+        member = by_index(ipr, rec_member.index)
+        if master is None or master.index != rec_master.index:
+            raise ExecutorError("E_LINK_CHANGED", f"bond {rec_master.name} is gone")
+        if member is None or member.name != rec_member.name:
+            raise ExecutorError("E_LINK_CHANGED", f"member {rec_member.name} is gone")
+        return ipr, master, member
+
+    def apply(self, ctx: EffectContext, before: Any) -> None:
+        env = environment(ctx)
+        ipr, master, member = self._live(env, before)
+        if member.master == master.index:
+            return
+        self._precheck(master, member)
+        if member.up:  # the bonding driver refuses to enslave a device that is up
+            netlink_call(f"down {member.name}", ipr.link, "set", index=member.index, state="down")
+        netlink_call(
+            f"enslave {member.name}", ipr.link, "set", index=member.index, master=master.index
+        )
+
+    def observe(self, ctx: EffectContext, before: Any) -> Observed:
+        env = environment(ctx)
+        _, master, member = self._live(env, before)
+        ok = member.master == master.index
+        return Observed(ok, {}, "" if ok else f"{member.name} is not a member of {master.name}")
+
+    def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
+        env = environment(ctx)
+        try:
+            _, master, member = self._live(env, before)
+        except ExecutorError:
+            return RecoveryObservation.UNCERTAIN
+        if member.master == master.index:
+            return RecoveryObservation.APPLIED
+        if not member.master:
+            return RecoveryObservation.NOT_APPLIED
+        return RecoveryObservation.UNCERTAIN
+
+    def undo(self, ctx: EffectContext, before: Any, outputs: Outputs) -> None:
+        env = environment(ctx)
+        ref = NamespaceRef.from_json(before["netns"])
+        ipr = env.rtnl(ref)
+        rec_master = LinkState.from_json(before["master"])
+        rec_member = LinkState.from_json(before["member"])
+        member = by_index(ipr, rec_member.index)
+        if member is None or member.name != rec_member.name:
+            raise ExecutorError("E_LINK_LOST", f"member {rec_member.name} is gone")
+        if member.master and member.master == rec_master.index:
+            netlink_call(f"release {member.name}", ipr.link, "set", index=member.index, master=0)
+        elif member.master:
+            raise ExecutorError("E_FOREIGN_MASTER", f"{member.name} now has a foreign master")
+        member = by_index(ipr, rec_member.index)
+        assert member is not None
+        changes: dict[str, Any] = {}
+        if member.mtu != rec_member.mtu:
+            changes["mtu"] = rec_member.mtu
+        if rec_member.mac and member.mac.lower() != rec_member.mac.lower():
+            changes["address"] = rec_member.mac
+        if changes:
+            netlink_call(f"restore {member.name}", ipr.link, "set", index=member.index, **changes)
+        member = by_index(ipr, rec_member.index)
+        if member is not None and member.up != rec_member.up:
+            state = "up" if rec_member.up else "down"
+            netlink_call(f"{state} {member.name}", ipr.link, "set", index=member.index, state=state)

@@ -1,0 +1,103 @@
+"""Executor of ``linux/link-configure/v1``: MTU and admin state of a sandbox link."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from dmn.interpreter.handles import ScopeKind
+from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
+from dmn.opcodes.linux import specs
+from dmn.opcodes.linux.effect_handles import (
+    Outputs,
+    environment,
+    link_handle,
+    locate_input,
+    single,
+)
+from dmn.opcodes.linux.links import LinkState, by_index, netlink_call
+from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+from dmn.opcodes.spec import OpcodeSpec
+
+_log = logging.getLogger("dmn.opcodes.linux.executors")  # the family logger, as before the split
+
+
+class LinkConfigure:
+    """``linux/link-configure/v1``: MTU and admin state of a sandbox link; undo restores both."""
+
+    spec: OpcodeSpec = specs.LINK_CONFIGURE
+
+    def capture(self, ctx: EffectContext) -> Any:
+        env = environment(ctx)
+        handle = single(ctx, "interface")
+        if handle.scope.kind is not ScopeKind.SANDBOX:
+            raise ExecutorError("E_SCOPE", f"handle {handle.id} is not in a sandbox")
+        ref, link = locate_input(env, handle)
+        return {"netns": ref.to_json(), "link": link.to_json()}
+
+    def _link(self, env: LinkEnvironment, before: Any) -> tuple[Any, LinkState | None]:
+        ref = NamespaceRef.from_json(before["netns"])
+        recorded = LinkState.from_json(before["link"])
+        ipr = env.rtnl(ref)
+        link = by_index(ipr, recorded.index)
+        # identity: ifindex + name in the recorded namespace, plus the ownership alias when the
+        # link carries one (a bond's MAC follows its active member, so MAC is no identity here)
+        if link is not None and (
+            link.name != recorded.name or (recorded.alias and link.alias != recorded.alias)
+        ):
+            link = None
+        return ipr, link
+
+    def apply(self, ctx: EffectContext, before: Any) -> None:
+        env = environment(ctx)
+        ipr, link = self._link(env, before)
+        if link is None:
+            raise ExecutorError("E_LINK_CHANGED", "the captured link is gone or renamed")
+        mtu, up = ctx.parameters.get("mtu"), ctx.parameters.get("up")
+        changes: dict[str, Any] = {}
+        if mtu is not None and link.mtu != mtu:
+            changes["mtu"] = int(mtu)
+        if up is not None and link.up != bool(up):
+            changes["state"] = "up" if up else "down"
+        if changes:  # one request: the kernel applies the MTU before the admin state
+            netlink_call(f"configure {link.name}", ipr.link, "set", index=link.index, **changes)
+
+    def _matches(self, ctx: EffectContext, link: LinkState) -> bool:
+        mtu, up = ctx.parameters.get("mtu"), ctx.parameters.get("up")
+        return (mtu is None or link.mtu == mtu) and (up is None or link.up == bool(up))
+
+    def observe(self, ctx: EffectContext, before: Any) -> Observed:
+        env = environment(ctx)
+        _, link = self._link(env, before)
+        if link is None:
+            return Observed(False, detail="link is gone")
+        ref = NamespaceRef.from_json(before["netns"])
+        out = link_handle(single(ctx, "interface"), ctx, env, ref, link, frozenset())
+        ok = self._matches(ctx, link)
+        return Observed(ok, {"interface": (out,)}, "" if ok else "MTU/admin state differ")
+
+    def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
+        env = environment(ctx)
+        _, link = self._link(env, before)
+        if link is None:
+            return RecoveryObservation.UNCERTAIN
+        if self._matches(ctx, link):
+            return RecoveryObservation.APPLIED
+        recorded = LinkState.from_json(before["link"])
+        if (link.mtu, link.up) == (recorded.mtu, recorded.up):
+            return RecoveryObservation.NOT_APPLIED
+        return RecoveryObservation.UNCERTAIN
+
+    def undo(self, ctx: EffectContext, before: Any, outputs: Outputs) -> None:
+        env = environment(ctx)
+        ipr, link = self._link(env, before)
+        if link is None:
+            _log.warning("effect=%s event=undo-skip reason=link-gone", ctx.effect_id)
+            return
+        recorded = LinkState.from_json(before["link"])
+        if link.up and not recorded.up:
+            netlink_call(f"down {link.name}", ipr.link, "set", index=link.index, state="down")
+        if link.mtu != recorded.mtu:
+            netlink_call(f"mtu {link.name}", ipr.link, "set", index=link.index, mtu=recorded.mtu)
+        if recorded.up and not link.up:
+            netlink_call(f"up {link.name}", ipr.link, "set", index=link.index, state="up")
