@@ -89,7 +89,7 @@ from dmn.interpreter.handles import (
     ScopeKind,
 )
 from dmn.interpreter.loader import Plugin, load_builtin_plugins
-from dmn.interpreter.runner import BoundaryHook, Runner, RunRefused
+from dmn.interpreter.runner import BoundaryHook, Runner, RunRefused, RunResult
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.linux.executors import EXECUTORS as LINUX_EXECUTORS
 from dmn.opcodes.linux.netns import (
@@ -337,24 +337,14 @@ class Coordinator:
         scope = f"claim/{v.claim_uid}"
         try:
             for op, root, program in zip(ops, v.roots, programs, strict=True):
-                env = self.pins.link_environment()
-                try:
-                    result = self.runner.run(
-                        op,
-                        scope,
-                        program,
-                        digests={"revision": v.revision_digest, "allocation": v.fingerprint},
-                        env=env,
-                    )
-                finally:
-                    env.close()
-                done.append(op)
-                if not result.ok:
-                    failure = result.failure
-                    raise Refusal(
-                        failure.code if failure and failure.code else "E_PREPARE_FAILED",
-                        f"root {root.step}: {failure.message if failure else result.state}",
-                    )
+                self._run_or_refuse(
+                    op,
+                    scope,
+                    program,
+                    {"revision": v.revision_digest, "allocation": v.fingerprint},
+                    done,
+                    failed=("E_PREPARE_FAILED", f"root {root.step}"),
+                )
         except (Refusal, RunRefused, PinError) as exc:
             cleaned = self._undo(reversed(done))
             rec.error = str(exc)
@@ -373,6 +363,34 @@ class Coordinator:
             b.put_preparation(rec)
         log.info("event=prepared claim=%s roots=%d", v.claim_uid, len(v.roots))
         return devices
+
+    def _run_or_refuse(
+        self,
+        op: str,
+        scope: str,
+        program: BoundProgram,
+        digests: Mapping[str, str],
+        done: list[str],
+        *,
+        failed: tuple[str, str],
+        attachment: str | None = None,
+    ) -> RunResult:
+        """Run one bound program in a fresh link environment and record ``op`` in ``done``
+        (so a later failure undoes it too); a result that is not ok becomes a Refusal with
+        the runner's code, else ``failed[0]``, prefixed by ``failed[1]``."""
+        env = self.pins.link_environment(attachment)
+        try:
+            result = self.runner.run(op, scope, program, digests=digests, env=env)
+        finally:
+            env.close()
+        done.append(op)
+        if not result.ok:
+            failure = result.failure
+            raise Refusal(
+                failure.code if failure and failure.code else failed[0],
+                f"{failed[1]}: {failure.message if failure else result.state}",
+            )
+        return result
 
     def _undo(self, operations: Any) -> bool:
         """Cleanup operations in the given order; True when every one is Undone."""
@@ -618,24 +636,15 @@ class Coordinator:
                     inputs=operation_inputs(step.get("inputs") or {}, exports),
                     sandbox=sandbox,
                 )
-            env = self.pins.link_environment(att)
-            try:
-                result = self.runner.run(
-                    op,
-                    f"attachment/{att}",
-                    self._bind(plugin, "connect", call),
-                    digests={"revision": verified.revision_digest},
-                    env=env,
-                )
-            finally:
-                env.close()
-            done.append(op)
-            if not result.ok:
-                failure = result.failure
-                raise Refusal(
-                    failure.code if failure and failure.code else "E_CONNECT_FAILED",
-                    f"step {step_id}: {failure.message if failure else result.state}",
-                )
+            result = self._run_or_refuse(
+                op,
+                f"attachment/{att}",
+                self._bind(plugin, "connect", call),
+                {"revision": verified.revision_digest},
+                done,
+                failed=("E_CONNECT_FAILED", f"step {step_id}"),
+                attachment=att,
+            )
             exports[step_id] = result.exports
         return exports
 
