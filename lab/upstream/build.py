@@ -1,0 +1,231 @@
+"""Build the pinned upstream peers of the lab's upstream backend from their Go modules.
+
+Why a build step of our own: the product ships only Python, but what it says to kubelet,
+containerd, the scheduler and the API server must be proven against the real programs, and
+this machine reaches only the Go module proxy — no release downloads, no registry. So each
+peer is compiled from its module at the version pinned in ``versions.toml``.
+
+Contract:
+- Every component lands in ``<cache>/<name>-<version>-<go version>/bin`` with a ``.complete``
+  stamp written last; a component whose stamp exists is reused untouched (warm build = a few
+  stat calls). Changing one pin rebuilds only that component.
+- ``<cache>`` is ``$DMN_UPSTREAM_CACHE`` or ``/var/cache/dmn-upstream`` — outside the clone, so
+  CI on the machine that built it reuses it. GOMODCACHE and GOCACHE live there too.
+- Kubernetes' own go.mod requires its staging modules at v0.0.0 with local replaces, which
+  ``go install`` refuses; we build it through a wrapper module that replaces each of those
+  ``k8s.io/*`` modules (read from the downloaded go.mod, not hard-coded) by its published
+  version, and stamp the version with ldflags so binaries report v1.37.2.
+- etcd's server module also carries local replaces; a wrapper that requires it builds.
+
+Runs with the system ``python3`` (stdlib only): CI calls it before the project venv exists.
+``--print-bin NAME`` prints the directory holding component NAME's binaries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+LOG = logging.getLogger("dmn.lab.upstream.build")
+VERSIONS = Path(__file__).with_name("versions.toml")
+DEFAULT_CACHE = Path("/var/cache/dmn-upstream")
+COMPONENTS = ("kubernetes", "etcd", "containerd", "runc", "cni", "helm")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("DMN_UPSTREAM_CACHE", str(DEFAULT_CACHE)))
+
+
+def load_pins() -> dict[str, dict[str, object]]:
+    with VERSIONS.open("rb") as fh:
+        return tomllib.load(fh)
+
+
+def go_version() -> str:
+    out = subprocess.run(["go", "env", "GOVERSION"], check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def component_dir(name: str, pins: dict[str, dict[str, object]], gover: str) -> Path:
+    return cache_root() / f"{name}-{pins[name]['version']}-{gover}"
+
+
+def bin_dir(name: str) -> Path:
+    """The bin directory of a component as pinned now (whether or not it is built)."""
+    return component_dir(name, load_pins(), go_version()) / "bin"
+
+
+def _go_env(workdir: Path, cgo: bool) -> dict[str, str]:
+    env = dict(os.environ)
+    root = cache_root()
+    env.update(
+        GOMODCACHE=str(root / "gomod"),
+        GOCACHE=str(root / "gobuild"),
+        GOFLAGS="-buildvcs=false -mod=mod",
+        CGO_ENABLED="1" if cgo else "0",
+        GOTOOLCHAIN="local",
+        GOPATH=str(root / "gopath"),
+    )
+    env.setdefault("GOMAXPROCS", str(os.cpu_count() or 2))
+    return env
+
+
+def _go(args: list[str], workdir: Path, cgo: bool = False) -> str:
+    LOG.info("go %s (in %s)", " ".join(args), workdir)
+    proc = subprocess.run(
+        ["go", *args], cwd=workdir, env=_go_env(workdir, cgo), capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout + proc.stderr)
+        raise RuntimeError(f"go {' '.join(args[:2])} failed (exit {proc.returncode})")
+    return proc.stdout
+
+
+def _wrapper(work: Path, module_path: str, requires: list[str], replaces: list[str]) -> None:
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    lines = [f"module {module_path}", "", "go 1.26", ""]
+    lines += [f"require {r}" for r in requires]
+    lines += [""] + [f"replace {r}" for r in replaces]
+    (work / "go.mod").write_text("\n".join(lines) + "\n")
+
+
+def _staging_replaces(work: Path, module: str, version: str, staging: str) -> list[str]:
+    """Every k8s.io/* module the kubernetes go.mod requires at v0.0.0, replaced by `staging`."""
+    info = json.loads(_go(["mod", "download", "-json", f"{module}@{version}"], work))
+    gomod = Path(info["GoMod"]).read_text()
+    names = sorted(set(re.findall(r"^\s*(k8s\.io/[\w./-]+) v0\.0\.0\s*$", gomod, re.M)))
+    if not names:
+        raise RuntimeError(f"no v0.0.0 staging requirements found in {info['GoMod']}")
+    return [f"{n} => {n} {staging}" for n in names]
+
+
+def _version_ldflags(version: str) -> str:
+    major, minor = version.lstrip("v").split(".")[:2]
+    date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    flags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.gitCommit=0000000000000000000000000000000000000000",
+            f"-X {pkg}.buildDate={date}",
+        ]
+    return " ".join(["-s", "-w", *flags])
+
+
+def build_kubernetes(pin: dict[str, object], out: Path, work: Path) -> None:
+    module, version, staging = str(pin["module"]), str(pin["version"]), str(pin["staging"])
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "go.mod").write_text("module dmnlab/probe\n\ngo 1.26\n")
+    replaces = _staging_replaces(work, module, version, staging)
+    _wrapper(work, "dmnlab/kubernetes", [f"{module} {version}"], replaces)
+    commands = [f"{module}/cmd/{c}" for c in pin["commands"]]  # type: ignore[attr-defined]
+    imports = "\n".join(f'\t_ "{c}"' for c in commands)
+    (work / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
+    _go(["mod", "tidy", "-e"], work)
+    _go(["build", "-trimpath", "-ldflags", _version_ldflags(version), "-o", f"{out}/", *commands],
+        work)
+
+
+def build_etcd(pin: dict[str, object], out: Path, work: Path) -> None:
+    module, version = str(pin["module"]), str(pin["version"])
+    _wrapper(work, "dmnlab/etcd", [f"{module} {version}"], [])
+    (work / "tools.go").write_text(f'//go:build tools\n\npackage tools\n\nimport _ "{module}"\n')
+    _go(["mod", "tidy", "-e"], work)
+    _go(["build", "-trimpath", "-ldflags", "-s -w", "-o", f"{out}/etcd", module], work)
+
+
+def _install(pkgs: list[str], version: str, out: Path, work: Path, cgo: bool = False,
+             tags: str = "") -> None:
+    work.mkdir(parents=True, exist_ok=True)
+    env_args = ["install", "-trimpath", "-ldflags", "-s -w"]
+    if tags:
+        env_args += ["-tags", tags]
+    os.environ["GOBIN"] = str(out)
+    try:
+        _go([*env_args, *[f"{p}@{version}" for p in pkgs]], work, cgo=cgo)
+    finally:
+        os.environ.pop("GOBIN", None)
+
+
+def build_containerd(pin: dict[str, object], out: Path, work: Path) -> None:
+    module, version = str(pin["module"]), str(pin["version"])
+    pkgs = [f"{module}/cmd/{c}" for c in pin["commands"]]  # type: ignore[attr-defined]
+    _install(pkgs, version, out, work)
+
+
+def build_runc(pin: dict[str, object], out: Path, work: Path) -> None:
+    _install([str(pin["module"])], str(pin["version"]), out, work, cgo=True, tags="seccomp")
+
+
+def build_cni(pin: dict[str, object], out: Path, work: Path) -> None:
+    module, version = str(pin["module"]), str(pin["version"])
+    pkgs = [f"{module}/plugins/{p}" for p in pin["plugins"]]  # type: ignore[attr-defined]
+    _install(pkgs, version, out, work)
+
+
+def build_helm(pin: dict[str, object], out: Path, work: Path) -> None:
+    _install([f"{pin['module']}/cmd/helm"], str(pin["version"]), out, work)
+
+
+BUILDERS = {
+    "kubernetes": build_kubernetes,
+    "etcd": build_etcd,
+    "containerd": build_containerd,
+    "runc": build_runc,
+    "cni": build_cni,
+    "helm": build_helm,
+}
+
+
+def ensure(names: list[str]) -> dict[str, float]:
+    """Build each named component unless its stamp exists; return seconds spent per component."""
+    pins, gover = load_pins(), go_version()
+    spent: dict[str, float] = {}
+    for name in names:
+        base = component_dir(name, pins, gover)
+        stamp = base / ".complete"
+        started = time.monotonic()
+        if not stamp.exists():
+            out = base / "bin"
+            shutil.rmtree(base, ignore_errors=True)
+            out.mkdir(parents=True)
+            BUILDERS[name](pins[name], out, cache_root() / "work" / name)
+            stamp.write_text(json.dumps({"version": pins[name]["version"], "go": gover}) + "\n")
+        spent[name] = round(time.monotonic() - started, 1)
+        LOG.info("component=%s dir=%s seconds=%s", name, base, spent[name])
+    return spent
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("components", nargs="*", default=list(COMPONENTS), choices=COMPONENTS)
+    parser.add_argument("--print-bin", metavar="NAME", choices=COMPONENTS)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.print_bin:
+        print(bin_dir(args.print_bin))
+        return 0
+    try:
+        spent = ensure(args.components)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        LOG.error("E_UPSTREAM_BUILD %s", exc)
+        return 1
+    print(json.dumps({"seconds": spent}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
