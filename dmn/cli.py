@@ -17,7 +17,10 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "lint": ("dmn.interpreter.lint_cli", "check hook programs, NetworkPlugins and topologies"),
     "compile": ("dmn.controller.compile.cli", "compile a NetworkTopology to a revision + classes"),
+    "explain": ("dmn.controller.compile.explain_cli", "dry run: what a topology will do on a node"),
     "generate": ("dmn.generate", "regenerate CRDs, builtin NetworkPlugin CRs and protobuf modules"),
+    "opcodes": ("dmn.opcodes.reference_cli", "describe the opcodes a HookProgram may use"),
+    "schema": ("dmn.api.schema_cli", "JSON Schema of a document kind, for editors"),
     "journal": ("dmn.agent.journal.cli", "inspect a node journal (read-only)"),
     "inventory": ("dmn.agent.inventory.cli", "scan this node's hardware and preview its slices"),
     "node": ("dmn.agent.main", "run the node agent"),

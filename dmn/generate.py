@@ -16,6 +16,7 @@ GENERATORS: list[str] = [
     "dmn.api.crdgen:generate",
     "dmn.api.builtin_plugins:generate",
     "dmn.agent.protos.generate:generate",
+    "dmn.reference_docs:generate",
 ]
 
 

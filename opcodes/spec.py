@@ -76,6 +76,11 @@ class OpcodeSpec:
     postconditions: frozenset[str] = frozenset()
     mutates_parent: bool = False
     extra: Mapping[str, str] = field(default_factory=dict)
+    #: What running the effect changes on the node, for operators and plugin authors
+    #: (``dmn opcodes``, ``dmn explain``); every builtin spec has one (tested).
+    changes: str = ""
+    #: What undoing the recorded effect does on the node (removal, unprepare, recovery).
+    undo: str = ""
 
     @property
     def family(self) -> str:

@@ -24,7 +24,7 @@ from dmn.controller.compile.compiler import compile_topology
 from dmn.interpreter.diagnostics import Code, Diagnostic, SourceSpan, has_errors
 from dmn.interpreter.lint import LintResult, render_human
 from dmn.interpreter.loader import Plugin, load_builtin_plugins, load_plugins, read_file
-from dmn.interpreter.source import load_yaml_documents
+from dmn.interpreter.source import YamlDocument, load_yaml_documents
 from dmn.opcodes.registry import default_registry
 
 PREVIEW_UID = "<assigned-on-create>"
@@ -54,26 +54,64 @@ def _emit(result: LintResult, fmt: str) -> None:
         sys.stdout.write(render_human(result) + "\n")
 
 
-def run(argv: list[str]) -> int:
-    fmt = "json" if "json" in argv else "human"
+def parse_or_usage(parser: _Parser, argv: list[str]) -> argparse.Namespace | int:
+    """Parsed arguments, or exit status 2 after printing an ``E_USAGE`` diagnostic (in
+    JSON when the command line asked for it)."""
     try:
-        args = _parser().parse_args(argv)
+        return parser.parse_args(argv)
     except _UsageError as exc:
-        usage = Diagnostic(Code.E_USAGE, f"{exc} ({_parser().format_usage().strip()})")
-        _emit(LintResult([usage], [], {}), fmt)
+        usage = Diagnostic(Code.E_USAGE, f"{exc} ({parser.format_usage().strip()})")
+        _emit(LintResult([usage], [], {}), "json" if "json" in argv else "human")
         return 2
-    file = Path(args.topology)
+
+
+def run(argv: list[str]) -> int:
+    args = parse_or_usage(_parser(), argv)
+    if isinstance(args, int):
+        return args
+    loaded = load_topology_inputs(args.topology, args.plugins, args.format)
+    if isinstance(loaded, int):
+        return loaded
+    plugins, topologies, diagnostics, sources, file = loaded
+    out: list[dict[str, Any]] = []
+    registry = default_registry()
+    for doc in topologies:
+        result = compile_topology(doc.data, plugins, registry, source=doc.source)
+        diagnostics += result.diagnostics
+        if result.compiled is not None:
+            out.append(result.compiled.revision)
+            out += result.compiled.device_classes(PREVIEW_UID)
+    if has_errors(diagnostics):
+        _emit(LintResult(diagnostics, [str(file)], sources), args.format)
+        return 1
+    sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False, width=100))
+    return 0
+
+
+TopologyInputs = tuple[
+    dict[str, Plugin], list[YamlDocument], list[Diagnostic], dict[str, str], Path
+]
+
+
+def load_topology_inputs(topology: str, plugin_dirs: list[str], fmt: str) -> TopologyInputs | int:
+    """Read a topology file and the plugins it may use (builtins plus ``plugin_dirs``).
+
+    Returns the plugins, the NetworkTopology documents, the diagnostics found so far and the
+    sources for rendering; or the exit status (2) after printing an unreadable-input error.
+    Shared by ``dmn compile`` and ``dmn explain``.
+    """
+    file = Path(topology)
     data, io = read_file(file)
     if data is None:
-        _emit(LintResult(io, [str(file)], {}), args.format)
+        _emit(LintResult(io, [str(file)], {}), fmt)
         return 2
     sources = {str(file): data.decode("utf-8", errors="replace")}
     plugins: dict[str, Plugin] = load_builtin_plugins()
     diagnostics: list[Diagnostic] = []
-    for d in args.plugins:
+    for d in plugin_dirs:
         found, problems = load_plugins(d)
         if any(p.code is Code.E_IO for p in problems):
-            _emit(LintResult(problems, [str(file)], sources), args.format)
+            _emit(LintResult(problems, [str(file)], sources), fmt)
             return 2
         diagnostics += problems
         plugins.update(found)
@@ -90,16 +128,4 @@ def run(argv: list[str]) -> int:
                 Code.E_SCHEMA, "no NetworkTopology document found", SourceSpan(str(file), 1, 1)
             )
         )
-    out: list[dict[str, Any]] = []
-    registry = default_registry()
-    for doc in topologies:
-        result = compile_topology(doc.data, plugins, registry, source=doc.source)
-        diagnostics += result.diagnostics
-        if result.compiled is not None:
-            out.append(result.compiled.revision)
-            out += result.compiled.device_classes(PREVIEW_UID)
-    if has_errors(diagnostics):
-        _emit(LintResult(diagnostics, [str(file)], sources), args.format)
-        return 1
-    sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False, width=100))
-    return 0
+    return plugins, topologies, diagnostics, sources, file

@@ -135,8 +135,10 @@ def build_kubernetes(pin: dict[str, object], out: Path, work: Path) -> None:
     imports = "\n".join(f'\t_ "{c}"' for c in commands)
     (work / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
     _go(["mod", "tidy", "-e"], work)
-    _go(["build", "-trimpath", "-ldflags", _version_ldflags(version), "-o", f"{out}/", *commands],
-        work)
+    _go(
+        ["build", "-trimpath", "-ldflags", _version_ldflags(version), "-o", f"{out}/", *commands],
+        work,
+    )
 
 
 def build_etcd(pin: dict[str, object], out: Path, work: Path) -> None:
@@ -147,8 +149,9 @@ def build_etcd(pin: dict[str, object], out: Path, work: Path) -> None:
     _go(["build", "-trimpath", "-ldflags", "-s -w", "-o", f"{out}/etcd", module], work)
 
 
-def _install(pkgs: list[str], version: str, out: Path, work: Path, cgo: bool = False,
-             tags: str = "") -> None:
+def _install(
+    pkgs: list[str], version: str, out: Path, work: Path, cgo: bool = False, tags: str = ""
+) -> None:
     work.mkdir(parents=True, exist_ok=True)
     env_args = ["install", "-trimpath", "-ldflags", "-s -w"]
     if tags:

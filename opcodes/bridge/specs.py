@@ -75,6 +75,11 @@ class SharedUplinkVlanParameters(ParameterModel):
 PORT_ATTACH = OpcodeSpec(
     name="bridge/port-attach/v1",
     summary="Attach a verified host representor, kept down, to an approved Linux bridge.",
+    changes=(
+        "Makes the host representor a port of the approved Linux bridge (resolved from "
+        "the administrator alias), keeping it down."
+    ),
+    undo="Removes the representor from the bridge, restoring its recorded membership.",
     parameters=PortAttachParameters,
     inputs={"representor": _representor(Access.EXCLUSIVE_CONFIGURE)},
     outputs={"representor": _REPRESENTOR_OUT},
@@ -90,6 +95,11 @@ PORT_ATTACH = OpcodeSpec(
 PORT_VLAN = OpcodeSpec(
     name="bridge/port-vlan/v1",
     summary="Install permitted access/trunk VLANs on a representor's bridge port.",
+    changes=(
+        "Installs the access VLAN (PVID) and/or tagged VLANs on the representor's bridge "
+        "port; the original VLAN table is recorded."
+    ),
+    undo="Restores the port's recorded VLAN table.",
     parameters=PortVlanParameters,
     inputs={"representor": _representor(Access.EXCLUSIVE_CONFIGURE)},
     outputs={"representor": _REPRESENTOR_OUT},
@@ -103,6 +113,14 @@ PORT_VLAN = OpcodeSpec(
 SHARED_UPLINK_VLAN = OpcodeSpec(
     name="bridge/shared-uplink-vlan/v1",
     summary="Reference-count one permitted VLAN on an approved bridge uplink for this representor.",
+    changes=(
+        "Adds one VLAN to the approved bridge uplink if it is not there yet, under a "
+        "journaled per-VLAN reference count."
+    ),
+    undo=(
+        "Releases this reference; the VLAN is removed from the uplink only when the last "
+        "reference goes and only if this driver created it."
+    ),
     parameters=SharedUplinkVlanParameters,
     inputs={"representor": _representor(Access.READ)},
     outputs={},

@@ -27,6 +27,14 @@ class EswitchConfigureParameters(ParameterModel):
 ESWITCH_CONFIGURE = OpcodeSpec(
     name="devlink/eswitch-configure/v1",
     summary="Set a drained PF's devlink eswitch mode, recording the original for restoration.",
+    changes=(
+        "Switches a drained physical function's eswitch between legacy and switchdev; VFs "
+        "and representors are recreated by the driver."
+    ),
+    undo=(
+        "Restores the recorded eswitch mode under a renewed drain and rediscovers VFs and "
+        "representors."
+    ),
     parameters=EswitchConfigureParameters,
     inputs={
         "function": PortSpec(

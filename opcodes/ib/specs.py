@@ -43,6 +43,11 @@ class PortConfigureParameters(ParameterModel):
 PORT_CONFIGURE = OpcodeSpec(
     name="ib/port-configure/v1",
     summary="Set IPoIB transport mode and MTU of a sandbox InfiniBand interface.",
+    changes=(
+        "Sets the IPoIB transport mode (datagram/connected) and/or MTU of an InfiniBand "
+        "interface in the Pod's namespace; the originals are recorded."
+    ),
+    undo="Restores the recorded IPoIB mode and MTU.",
     parameters=PortConfigureParameters,
     inputs={
         "interface": PortSpec(

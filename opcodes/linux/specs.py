@@ -92,6 +92,14 @@ class AttachMasterParameters(ParameterModel):
 LINK_MOVE = OpcodeSpec(
     name="linux/link-move/v1",
     summary="Move a host link the call exclusively owns into the verified sandbox, renaming it.",
+    changes=(
+        "Moves the granted host link into the Pod's network namespace and renames it to "
+        "ifName there; the host namespace loses the link."
+    ),
+    undo=(
+        "Moves the link back to the host namespace under its recorded original name "
+        "(found by the ownership the journal recorded, never by name)."
+    ),
     parameters=LinkMoveParameters,
     inputs={
         "interface": PortSpec(
@@ -119,6 +127,11 @@ LINK_MOVE = OpcodeSpec(
 LINK_CONFIGURE = OpcodeSpec(
     name="linux/link-configure/v1",
     summary="Set MTU and admin state of a sandbox link the call exclusively configures.",
+    changes=(
+        "Sets the MTU and/or administrative state (up/down) of a link inside the Pod's "
+        "namespace; the original values are recorded first."
+    ),
+    undo="Restores the recorded MTU and administrative state.",
     parameters=LinkConfigureParameters,
     inputs={
         "interface": PortSpec(
@@ -148,6 +161,14 @@ def _shared_parent_child(kind: str, parameters: type[ParameterModel]) -> OpcodeS
     return OpcodeSpec(
         name=f"linux/create-{kind}/v1",
         summary=f"Create one owned {kind} child of a held shared parent, in the host namespace.",
+        changes=(
+            f"Creates a new {kind} link on the held host parent, in the host namespace, named "
+            "from its ownership alias; the parent itself is not changed."
+        ),
+        undo=(
+            f"Deletes the {kind} child it created (identified by the recorded ownership alias); "
+            "the parent is left as it is."
+        ),
         parameters=parameters,
         inputs={
             "parent": PortSpec(
@@ -181,6 +202,8 @@ CREATE_IPVLAN = _shared_parent_child("ipvlan", CreateIpvlanParameters)
 CREATE_VLAN = OpcodeSpec(
     name="linux/create-vlan/v1",
     summary="Create an owned 802.1Q child of an Ethernet parent already in the same sandbox.",
+    changes=("Creates a new 802.1Q VLAN link named ifName on a parent inside the Pod's namespace."),
+    undo="Deletes the VLAN link it created; the parent is left as it is.",
     parameters=CreateVlanParameters,
     inputs={
         "parent": PortSpec(
@@ -204,6 +227,14 @@ CREATE_VLAN = OpcodeSpec(
 CREATE_BOND = OpcodeSpec(
     name="linux/create-bond/v1",
     summary="Create an owned active-backup bond (no members yet) in the verified sandbox.",
+    changes=(
+        "Creates a new active-backup bond named ifName, without members, inside the Pod's "
+        "namespace."
+    ),
+    undo=(
+        "Deletes the bond it created (members attached by later effects are released by "
+        "their own undo first)."
+    ),
     parameters=CreateBondParameters,
     inputs={},
     outputs={
@@ -224,6 +255,8 @@ CREATE_BOND = OpcodeSpec(
 ATTACH_MASTER = OpcodeSpec(
     name="linux/attach-master/v1",
     summary="Enslave one sandbox Ethernet member to a bond this step created.",
+    changes="Enslaves one link in the Pod's namespace to a bond this step created.",
+    undo="Releases the member from the bond, restoring its recorded state.",
     parameters=AttachMasterParameters,
     inputs={
         "master": PortSpec(

@@ -36,6 +36,14 @@ class PortAttachParameters(ParameterModel):
 PORT_ATTACH = OpcodeSpec(
     name="ovs/port-attach/v1",
     summary="Add a verified host representor as an owned port of an approved OVS bridge.",
+    changes=(
+        "Adds the host representor as a port of the approved Open vSwitch bridge over "
+        "OVSDB, with optional access tag and trunks and this operation's external IDs."
+    ),
+    undo=(
+        "Deletes the OVS port row it created (found by its external IDs); foreign ports "
+        "are never touched."
+    ),
     parameters=PortAttachParameters,
     inputs={
         "representor": PortSpec(

@@ -41,6 +41,14 @@ DRIVER_BIND = OpcodeSpec(
     name="pci/driver-bind/v1",
     summary="Bind an exclusively granted PCI function to an allowlisted driver, recording the "
     "original.",
+    changes=(
+        "Unbinds the PCI function from its current driver and binds it to the allowlisted "
+        "driver (for example vfio-pci); the function's netdevice disappears or changes."
+    ),
+    undo=(
+        "Rebinds the function to its recorded original driver and rediscovers its "
+        "dependents by stable identity."
+    ),
     parameters=DriverBindParameters,
     inputs={
         "function": PortSpec(
@@ -68,6 +76,14 @@ DRIVER_BIND = OpcodeSpec(
 FUNCTION_RESET = OpcodeSpec(
     name="pci/function-reset/v1",
     summary="Reset an exclusively granted PCI function whose reset domain is quiescent.",
+    changes=(
+        "Resets the PCI function (FLR, PM or bus reset, or the kernel's first supported "
+        "method); its device state is lost."
+    ),
+    undo=(
+        "Nothing: a reset cannot be undone; after an uncertain outcome it is observed or "
+        "quarantined, never repeated blindly."
+    ),
     parameters=FunctionResetParameters,
     inputs={
         "function": PortSpec(

@@ -46,6 +46,11 @@ class RdmaDeviceAccessParameters(ParameterModel):
 NETNS_ASSIGN = OpcodeSpec(
     name="rdma/netns-assign/v1",
     summary="Move an exclusively allocated RDMA device into the verified sandbox's namespace.",
+    changes=(
+        "Moves the allocated RDMA device into the Pod's network namespace (exclusive RDMA "
+        "netns mode); the original association is recorded."
+    ),
+    undo="Moves the RDMA device back to its recorded original namespace.",
     parameters=NetnsAssignParameters,
     inputs={
         "rdma": PortSpec(HandleType.RDMA_DEVICE, None, ScopeKind.HOST, Access.EXCLUSIVE_CONFIGURE)
@@ -74,6 +79,11 @@ NETNS_ASSIGN = OpcodeSpec(
 DEVICE_ACCESS = OpcodeSpec(
     name="rdma/device-access/v1",
     summary="Grant the verified sandbox the allocated RDMA device's character nodes only.",
+    changes=(
+        "Changes nothing in the kernel: records the allocated RDMA device's character "
+        "nodes (uverbs, rdma_cm, umad) that the sandbox's containers may open."
+    ),
+    undo=("Drops the recorded grant; containers started afterwards no longer get those nodes."),
     parameters=RdmaDeviceAccessParameters,
     inputs={
         "rdma": PortSpec(HandleType.RDMA_DEVICE, None, ScopeKind.SANDBOX, Access.DEVICE_ACCESS)

@@ -31,6 +31,11 @@ class RepresentorConfigureParameters(ParameterModel):
 CONFIGURE = OpcodeSpec(
     name="representor/configure/v1",
     summary="Set MTU and admin state of a verified host representor, recording the original.",
+    changes=(
+        "Sets the MTU and/or administrative state of a switchdev host representor; the "
+        "originals are recorded."
+    ),
+    undo="Restores the representor's recorded MTU and administrative state.",
     parameters=RepresentorConfigureParameters,
     inputs={
         "representor": PortSpec(

@@ -37,6 +37,11 @@ class HoldParentParameters(ParameterModel):
 HOLD_PARENT = OpcodeSpec(
     name="share/hold-parent/v1",
     summary="Hold this allocation's share of a host parent and record the parent baseline.",
+    changes=(
+        "Changes nothing in the kernel: records this allocation's share of the host "
+        "parent and the parent's baseline (mode, MTU) in the journal."
+    ),
+    undo="Releases the recorded share; the parent is not touched.",
     parameters=HoldParentParameters,
     inputs={
         "parent": PortSpec(

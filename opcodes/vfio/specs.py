@@ -25,6 +25,14 @@ class DeviceAccessParameters(ParameterModel):
 DEVICE_ACCESS = OpcodeSpec(
     name="vfio/device-access/v1",
     summary="Grant the verified sandbox access to exactly one VFIO-bound function's device node.",
+    changes=(
+        "Changes nothing in the kernel: verifies the VFIO group or cdev node and records "
+        "the Pod sandbox as its single consumer, so its containers get exactly that "
+        "device node."
+    ),
+    undo=(
+        "Drops the recorded consumer; containers started afterwards no longer get the device node."
+    ),
     parameters=DeviceAccessParameters,
     inputs={
         "function": PortSpec(HandleType.PCI_FUNCTION, None, ScopeKind.HOST, Access.DEVICE_ACCESS)
