@@ -58,9 +58,8 @@ from dmn.interpreter.handles import (
 from dmn.interpreter.journal import MemoryJournal
 from dmn.interpreter.loader import load_builtin_plugins
 from dmn.interpreter.runner import Runner
-from dmn.opcodes.linux.executors import EXECUTORS as LINUX
+from dmn.opcodes.executor_table import default_executors
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
-from dmn.opcodes.share.executors import EXECUTORS as SHARE
 
 CNI_DIR = Path("/usr/lib/cni")
 CLONE_NEWNET = 0x40000000
@@ -161,8 +160,8 @@ class Ours:
         self.host = host
         self.journal = JournalStore.open(state_dir)
         self.pins = NamespacePins(state_dir, host_netns=ns_path(host))
-        self.durable = Runner(self.journal, {**LINUX, **SHARE})
-        self.volatile = Runner(MemoryJournal(), {**LINUX, **SHARE})
+        self.durable = Runner(self.journal, default_executors())
+        self.volatile = Runner(MemoryJournal(), default_executors())
         self.runner = self.durable
         self.plugins = load_builtin_plugins()
 

@@ -91,13 +91,12 @@ from dmn.interpreter.handles import (
 from dmn.interpreter.loader import Plugin, load_builtin_plugins
 from dmn.interpreter.runner import BoundaryHook, Runner, RunRefused, RunResult
 from dmn.opcodes.executor import Executor
-from dmn.opcodes.linux.executors import EXECUTORS as LINUX_EXECUTORS
+from dmn.opcodes.executor_table import default_executors
 from dmn.opcodes.linux.netns import (
     NamespaceRef,
     current_boot_id,
     identity_of,
 )
-from dmn.opcodes.share.executors import EXECUTORS as SHARE_EXECUTORS
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +156,7 @@ class Coordinator:
         self.journal = JournalStore.open(config.state_dir)
         self.runner = Runner(
             self.journal,
-            executors if executors is not None else {**LINUX_EXECUTORS, **SHARE_EXECUTORS},
+            executors if executors is not None else default_executors(),
             env_factory=lambda op: self.pins.link_environment(),
             boundary=boundary,
         )

@@ -38,10 +38,9 @@ def _executors(kind: str, world: World) -> dict[str, Any]:
 
         return builtin_executors(world)
     if kind == "kernel":
-        from dmn.opcodes.linux.executors import EXECUTORS as LINUX
-        from dmn.opcodes.share.executors import EXECUTORS as SHARE
+        from dmn.opcodes.executor_table import default_executors
 
-        return {**LINUX, **SHARE}
+        return default_executors()
     return world_executors(world)
 
 

@@ -26,13 +26,12 @@ from dmn.interpreter.handles import (
     ScopeKind,
 )
 from dmn.opcodes.executor import EffectContext, Executor, Observed
-from dmn.opcodes.linux.executors import EXECUTORS as LINUX
+from dmn.opcodes.executor_table import default_executors
 from dmn.opcodes.linux.links import LinkState, all_links, by_name
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
-from dmn.opcodes.share.executors import EXECUTORS as SHARE
 from tests.kernel.scratch import netns_path, scratch_netns, unique
 
-EXECUTORS: dict[str, Executor] = {**LINUX, **SHARE}
+EXECUTORS: dict[str, Executor] = default_executors()
 
 
 @dataclass

@@ -1,0 +1,23 @@
+"""The table of native executors this build can run, keyed by opcode name (DESIGN §3.6).
+
+Why one function: the agent, the crash tests and the benchmarks all need "every executor
+that exists", and each used to assemble ``{**LINUX, **SHARE}`` itself; a family added to
+one copy but not another would make a test or benchmark run a different node than ships.
+
+Contract: :func:`default_executors` returns a fresh, caller-owned mapping from opcode name
+to executor; every key is the name of a spec in :func:`dmn.opcodes.registry.default_registry`.
+Opcodes whose executors are not built yet (OVS, bridge, PCI/VFIO, RDMA, devlink) are absent,
+so the runner refuses programs that use them. Unlike ``registry``, importing this module
+imports the native executor modules (pyroute2), so pure code must not import it.
+"""
+
+from __future__ import annotations
+
+from dmn.opcodes.executor import Executor
+from dmn.opcodes.linux.executors import EXECUTORS as LINUX
+from dmn.opcodes.share.executors import EXECUTORS as SHARE
+
+
+def default_executors() -> dict[str, Executor]:
+    """Every builtin executor, keyed by opcode name; a new dict on every call."""
+    return {**LINUX, **SHARE}
