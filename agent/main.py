@@ -2,7 +2,7 @@
 
     dmn node [--url URL | --kubeconfig FILE [--context NAME]] [--node-name NAME]
              [--state-dir DIR] [--kubelet-registry-dir DIR] [--kubelet-plugins-dir DIR]
-             [--nri-socket PATH] [--sysfs DIR] [--host-netns PATH]
+             [--nri-socket PATH] [--sysfs DIR] [--host-netns PATH] [--lab-link NAME]...
 
 Connects through the official client (``--url``, ``--kubeconfig``, else in-cluster config),
 reads this node's ``Node`` object (its UID keys the journal's identities), scans the node's
@@ -82,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nri-socket", default=DEFAULT_SOCKET_PATH)
     p.add_argument("--sysfs", type=Path, default=Path("/sys"))
     p.add_argument("--host-netns", default="/proc/1/ns/net", help="the host network namespace")
+    p.add_argument(
+        "--lab-link",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a non-PCI link (veth end) to inventory as a NIC; repeatable (labs and tests)",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -196,6 +203,7 @@ def build_agent(args: argparse.Namespace, cluster: Cluster) -> NodeAgent:
             node_uid=uid,
             links=Pyroute2Links(),
             devlink=Pyroute2Devlink(),
+            lab_links=list(args.lab_link),
         )
     )
     try:

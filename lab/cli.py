@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 
 START_TIMEOUT = 60.0
 LINK_MODES = ("recorded", "netns")  # = dmn.lab.cluster.LINK_MODES (not imported: startup cost)
+BACKENDS = ("embedded", "upstream")
+BACKEND_HELP = "embedded (Python stand-ins) or upstream (real Kubernetes, built by lab/upstream)"
 LINKS_HELP = "the lab node's links: recorded facts, or a real veth pair in a lab-owned netns"
 STOP_TIMEOUT = 30.0
 
@@ -74,8 +76,16 @@ def _logging(level: int) -> None:
 # --- up / down ---------------------------------------------------------------------------
 
 
+def _upstream_lab(state_dir: Path) -> Any:
+    from dmn.lab.upstream.cluster import UpstreamLab
+
+    return UpstreamLab(state_dir)
+
+
 def _up(args: argparse.Namespace) -> int:
     state = StateDir(args.state_dir)
+    if args.backend == "upstream":
+        return _up_upstream(state)
     running = state.running_pid()
     if running is not None:
         raise _Failure("E_LAB_RUNNING", f"a lab is already running (pid {running}) in {state.root}")
@@ -109,6 +119,23 @@ def _up(args: argparse.Namespace) -> int:
         lab.stop()
         state.clear_runtime(pid)
     _out("lab down")
+    return 0
+
+
+def _up_upstream(state: StateDir) -> int:
+    from dmn.lab.cluster import LabError
+
+    if os.geteuid() != 0:
+        raise _Failure("E_NOT_ROOT", "the upstream backend needs root (kubelet, containerd)")
+    if state.running_pid() is not None:
+        raise _Failure("E_LAB_RUNNING", f"an embedded lab is running in {state.root}")
+    _logging(logging.INFO)
+    lab = _upstream_lab(state.root)
+    try:
+        url = lab.up()
+    except LabError as exc:
+        raise _Failure(exc.code, exc.message, 1) from exc
+    _out(f"lab up backend=upstream url={url} kubeconfig={lab.admin_kubeconfig}")
     return 0
 
 
@@ -148,6 +175,14 @@ def _tail(path: Path, lines: int = 3) -> str:
 
 def _down(args: argparse.Namespace) -> int:
     state = StateDir(args.state_dir)
+    upstream = _upstream_lab(state.root)
+    if upstream.layout.root.exists():
+        _logging(logging.WARNING)
+        problems = upstream.down()
+        if problems:
+            raise _Failure("E_LAB_STOP", "; ".join(problems), 1)
+        _out("lab down backend=upstream")
+        return 0
     pid = state.running_pid()
     if pid is None:
         raise _Failure("E_LAB_NOT_RUNNING", f"no lab is running in {state.root}")
@@ -165,9 +200,31 @@ def _down(args: argparse.Namespace) -> int:
 # --- clients -----------------------------------------------------------------------------
 
 
+def _kubeconfig(args: argparse.Namespace) -> int:
+    state = StateDir(args.state_dir)
+    upstream = _upstream_lab(state.root)
+    if upstream.running():
+        _out(str(upstream.admin_kubeconfig))
+        return 0
+    if state.running_pid() is None:
+        raise _Failure("E_LAB_NOT_RUNNING", f"no lab is running in {state.root}")
+    _out(str(state.kubeconfig))
+    return 0
+
+
 @contextmanager
 def _client(state_dir: Path) -> Iterator[Cluster]:
     state = StateDir(state_dir)
+    upstream = _upstream_lab(state_dir)
+    if upstream.running():
+        cluster = upstream.admin()
+        try:
+            yield cluster
+        except Unavailable as exc:
+            raise _Failure("E_LAB_NOT_RUNNING", f"the API server is not reachable: {exc}") from exc
+        finally:
+            cluster.close()
+        return
     if state.running_pid() is None or state.server_url() is None:
         raise _Failure(
             "E_LAB_NOT_RUNNING", f"no lab is running in {state.root} (start it: dmn lab up)"
@@ -354,8 +411,28 @@ def render(report: DemoReport) -> list[str]:
     return lines
 
 
+def _demo_upstream(args: argparse.Namespace) -> int:
+    from dmn.lab.cluster import LabError
+    from dmn.lab.upstream.demo import run_upstream_demo
+
+    if os.geteuid() != 0:
+        raise _Failure("E_NOT_ROOT", "the upstream backend needs root (kubelet, containerd)")
+    _logging(logging.INFO if args.verbose else logging.WARNING)
+    try:
+        report = run_upstream_demo(timeout=max(args.timeout, 120.0))
+    except LabError as exc:
+        raise _Failure(exc.code, exc.message, 1) from exc
+    for line in report.lines:
+        _out(line)
+    _out("demo: OK" if report.ok else "demo: FAILED")
+    return 0 if report.ok else 1
+
+
 def _demo(args: argparse.Namespace) -> int:
     from dmn.lab.cluster import LabError
+
+    if args.backend == "upstream":
+        return _demo_upstream(args)
     from dmn.lab.demo import run_demo
 
     _logging(logging.INFO if args.verbose else logging.WARNING)
@@ -387,7 +464,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=0, help="API server port (0: any free port)")
     up.add_argument("--detach", action="store_true", help="run in the background")
     up.add_argument("--links", choices=LINK_MODES, default="recorded", help=LINKS_HELP)
+    up.add_argument("--backend", choices=BACKENDS, default="embedded", help=BACKEND_HELP)
     with_state(sub.add_parser("down", help="stop a running lab"))
+    with_state(sub.add_parser("kubeconfig", help="print the running lab's admin kubeconfig path"))
     apply = with_state(sub.add_parser("apply", help="create or update objects from manifests"))
     apply.add_argument("-f", "--filename", required=True, help="a manifest file or directory")
     get = with_state(sub.add_parser("get", help="show objects"))
@@ -399,6 +478,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--timeout", type=float, default=60.0, help="bound on each wait (s)")
     demo.add_argument("-v", "--verbose", action="store_true")
     demo.add_argument("--links", choices=LINK_MODES, default="recorded", help=LINKS_HELP)
+    demo.add_argument("--backend", choices=BACKENDS, default="embedded", help=BACKEND_HELP)
     return p
 
 
@@ -408,7 +488,14 @@ def _error(failure: _Failure) -> None:
 
 def run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"up": _up, "down": _down, "apply": _apply, "get": _get, "demo": _demo}
+    handlers = {
+        "up": _up,
+        "down": _down,
+        "apply": _apply,
+        "get": _get,
+        "demo": _demo,
+        "kubeconfig": _kubeconfig,
+    }
     try:
         return handlers[args.command](args)
     except _Failure as failure:

@@ -38,7 +38,7 @@ from pathlib import Path
 LOG = logging.getLogger("dmn.lab.upstream.build")
 VERSIONS = Path(__file__).with_name("versions.toml")
 DEFAULT_CACHE = Path("/var/cache/dmn-upstream")
-COMPONENTS = ("kubernetes", "etcd", "containerd", "runc", "cni", "helm")
+COMPONENTS = ("kubernetes", "etcd", "containerd", "runc", "cni", "helm", "pause")
 
 
 def cache_root() -> Path:
@@ -183,6 +183,16 @@ def build_helm(pin: dict[str, object], out: Path, work: Path) -> None:
     _install([f"{pin['module']}/cmd/helm"], str(pin["version"]), out, work)
 
 
+def build_pause(pin: dict[str, object], out: Path, work: Path) -> None:
+    """The lab's own pause program (``pause/main.go``): no module dependencies, static."""
+    source = Path(__file__).with_name("pause") / "main.go"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    (work / "go.mod").write_text("module dmnlab/pause\n\ngo 1.26\n")
+    shutil.copyfile(source, work / "main.go")
+    _go(["build", "-trimpath", "-ldflags", "-s -w", "-o", f"{out}/pause", "."], work)
+
+
 BUILDERS = {
     "kubernetes": build_kubernetes,
     "etcd": build_etcd,
@@ -190,6 +200,7 @@ BUILDERS = {
     "runc": build_runc,
     "cni": build_cni,
     "helm": build_helm,
+    "pause": build_pause,
 }
 
 

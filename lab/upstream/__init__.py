@@ -1,0 +1,1 @@
+"""The upstream lab backend: real Kubernetes components built from their Go modules."""

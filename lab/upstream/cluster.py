@@ -1,0 +1,363 @@
+"""``dmn lab up --backend upstream``: real Kubernetes on this one machine, and our driver on it.
+
+:class:`UpstreamLab` starts, as detached processes recorded in ``<lab>/procs.json``: etcd,
+kube-apiserver (Node+RBAC authorization, NodeRestriction, the DRA compatibility-groups
+gate), kube-controller-manager, kube-scheduler, containerd (NRI on, runc, the reference
+``bridge`` + ``host-local`` CNI plugins as the primary network), kubelet as node
+``lab-node``; imports the lab's two images; then hands over to a
+:class:`~dmn.lab.upstream.driver.DriverDeployment` for our CRDs, controller, webhook and
+node agent. ``up`` returns when all of that is ready; the processes keep running.
+
+Everything lives below ``<state dir>/up``; what cannot (links in the host namespace, cgroup
+roots, kernel settings kubelet writes, fixed host paths) is recorded in ``host.json``
+before it is changed (:mod:`~dmn.lab.upstream.host_changes`). :meth:`down` stops every
+recorded process, detaches every mount below the lab directory, kills what is left in the
+lab's cgroups, removes them, the recorded links and created paths, restores the kernel
+settings and removes the lab directory. A killed lab is cleaned by the next ``down`` (or
+``up``, which runs ``down`` first over any record without live processes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import ssl
+import time
+import urllib.request
+from dataclasses import asdict
+from pathlib import Path
+
+from dmn.api.cluster import ApiFailure, Cluster, NotFound, connect
+from dmn.api.cluster import resources as r
+from dmn.lab.cluster import LabError
+from dmn.lab.upstream import build, configs, host_changes, images
+from dmn.lab.upstream.configs import NODE_IP, NODE_NAME, NODE_PEER_IP, Layout, Ports
+from dmn.lab.upstream.driver import (
+    LAB_LINKS,
+    DriverContext,
+    DriverDeployment,
+    DriverError,
+    ProcessDriver,
+)
+from dmn.lab.upstream.host_changes import CGROUP_NAME, HostRecord
+from dmn.lab.upstream.pki import LabCA
+from dmn.lab.upstream.processes import ProcessTable
+
+log = logging.getLogger(__name__)
+
+NODE_LINKS = ("dmnlab-n0", "dmnlab-n1")  # the pair carrying the node's address
+COMPONENTS = ("kubernetes", "etcd", "containerd", "runc", "cni", "pause")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class UpstreamLab:
+    def __init__(
+        self, state_root: Path, driver: DriverDeployment | None = None, timeout: float = 180.0
+    ) -> None:
+        self.layout = Layout(state_root / "up")
+        self.procs = ProcessTable(self.layout.root)
+        self.driver = driver or ProcessDriver()
+        self.timeout = timeout
+        self.host_file = self.layout.root / "host.json"
+        self.lab_file = self.layout.root / "lab.json"
+
+    # --- state ---------------------------------------------------------------------------
+
+    def running(self) -> list[str]:
+        """Names of recorded processes that are still alive."""
+        return [p.name for p in self.procs.load() if p.alive()]
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.layout.kubeconfig("admin")
+
+    def admin(self) -> Cluster:
+        return Cluster(connect(kubeconfig=str(self.admin_kubeconfig)))
+
+    def info(self) -> dict[str, object]:
+        try:
+            return dict(json.loads(self.lab_file.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    # --- up ------------------------------------------------------------------------------
+
+    def up(self) -> str:
+        """Start everything; returns the API server URL. Raises :class:`LabError`."""
+        alive = self.running()
+        if alive:
+            raise LabError(
+                "E_LAB_RUNNING",
+                f"an upstream lab is already running in {self.layout.root} ({', '.join(alive)})",
+            )
+        if self.layout.root.exists():
+            self.down()  # leftovers of a killed lab
+        bins = self._binaries()
+        try:
+            return self._up(bins)
+        except (LabError, DriverError, images.ImageError) as exc:
+            code, message = exc.code, exc.message
+        except (ApiFailure, OSError) as exc:
+            code, message = "E_LAB_START", str(exc)
+        log.error("event=lab-up-failed code=%s message=%s", code, message)
+        self.down()
+        raise LabError(code, message)
+
+    def _binaries(self) -> dict[str, Path]:
+        out = {}
+        for name in COMPONENTS:
+            directory = build.bin_dir(name)
+            if not (directory.parent / ".complete").exists():
+                raise LabError(
+                    "E_UPSTREAM_NOT_BUILT",
+                    f"{name} is not built ({directory}); run: python3 lab/upstream/build.py",
+                )
+            out[name] = directory
+        return out
+
+    def _up(self, bins: dict[str, Path]) -> str:
+        layout = self.layout
+        layout.root.mkdir(parents=True, exist_ok=True)
+        record = HostRecord()
+        host_changes.snapshot_host(record)
+        record.save(self.host_file)
+        self._links(record)
+        host_changes.create_cgroups(record, self.host_file)
+        ports = Ports(*(_free_port() for _ in range(6)))
+        server = f"https://127.0.0.1:{ports.apiserver}"
+        ca = self._pki(server)
+        self.lab_file.write_text(json.dumps({"server": server, "ports": asdict(ports)}))
+        k8s = bins["kubernetes"]
+        self._start("etcd", configs.etcd_argv(bins["etcd"] / "etcd", layout, ports))
+        self._wait("etcd", lambda: _http_ok(f"http://127.0.0.1:{ports.etcd_client}/health"))
+        self._start("kube-apiserver", configs.apiserver_argv(k8s / "kube-apiserver", layout, ports))
+        ctx = ssl.create_default_context(cafile=str(ca.ca_cert))
+        admin_cred = (layout.pki / "admin.crt", layout.pki / "admin.key")
+        ctx.load_cert_chain(*map(str, admin_cred))
+        self._wait("kube-apiserver", lambda: _http_ok(f"{server}/readyz", ctx), "kube-apiserver")
+        self._start(
+            "kube-controller-manager",
+            configs.controller_manager_argv(k8s / "kube-controller-manager", layout),
+        )
+        self._start("kube-scheduler", configs.scheduler_argv(k8s / "kube-scheduler", layout))
+        self._containerd(bins, record)
+        layout.kubelet_config.write_text(configs.kubelet_config(layout, ports, "/" + CGROUP_NAME))
+        self._start("kubelet", configs.kubelet_argv(k8s / "kubelet", layout))
+        admin = self.admin()
+        try:
+            self._wait("node lab-node Ready", lambda: _node_ready(admin), "kubelet")
+            self.driver.install(
+                DriverContext(
+                    layout=layout,
+                    ca=ca,
+                    admin=admin,
+                    procs=self.procs,
+                    webhook_port=ports.webhook,
+                    server=server,
+                    kubeconfig=lambda name, user, groups: self._kubeconfig(
+                        ca, server, name, user, groups
+                    ),
+                )
+            )
+        finally:
+            admin.close()
+        log.info("event=lab-up server=%s root=%s", server, layout.root)
+        return server
+
+    def _links(self, record: HostRecord) -> None:
+        from pyroute2 import IPRoute
+
+        with IPRoute() as ip:
+            existing = {link.get_attr("IFLA_IFNAME") for link in ip.get_links()}
+            for pair in (LAB_LINKS, NODE_LINKS):
+                clash = [n for n in pair if n in existing]
+                if clash:
+                    raise LabError("E_LAB_LINK_EXISTS", f"link {clash[0]} exists and is not ours")
+                record.links.append(pair[0])  # deleting one end of a veth deletes both
+                record.save(self.host_file)
+                ip.link("add", ifname=pair[0], kind="veth", peer=pair[1])
+                for name in pair:
+                    ip.link("set", index=ip.link_lookup(ifname=name)[0], state="up")
+            n0 = ip.link_lookup(ifname=NODE_LINKS[0])[0]
+            ip.addr("add", index=n0, address=NODE_IP, prefixlen=32)
+            n1 = ip.link_lookup(ifname=NODE_LINKS[1])[0]
+            ip.addr("add", index=n1, address=NODE_PEER_IP, prefixlen=32)
+            if configs.CNI_BRIDGE not in existing:
+                record.links.append(configs.CNI_BRIDGE)  # the bridge plugin creates it
+                record.save(self.host_file)
+
+    def _pki(self, server: str) -> LabCA:
+        pki = self.layout.pki
+        ca = LabCA(pki)
+        ca.service_account_keys()
+        ca.issue(
+            "apiserver",
+            "kube-apiserver",
+            server_ips=("127.0.0.1", NODE_IP, "10.96.0.1"),
+            server_names=(
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+            ),
+        )
+        ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",))
+        ca.issue(
+            "kubelet", f"system:node:{NODE_NAME}", server_ips=(NODE_IP,), server_names=(NODE_NAME,)
+        )
+        for name, user, groups in (
+            ("admin", "kubernetes-admin", ("system:masters",)),
+            ("controller-manager", "system:kube-controller-manager", ()),
+            ("scheduler", "system:kube-scheduler", ()),
+            ("kubelet", f"system:node:{NODE_NAME}", ("system:nodes",)),
+        ):
+            self._kubeconfig(ca, server, name, user, groups)
+        return ca
+
+    def _kubeconfig(
+        self, ca: LabCA, server: str, name: str, user: str, groups: tuple[str, ...]
+    ) -> Path:
+        cred = ca.issue(f"{name}-client", user, groups)
+        path = self.layout.kubeconfig(name)
+        path.write_text(configs.kubeconfig(server, ca.ca_cert, cred.cert, cred.key, user))
+        return path
+
+    def _containerd(self, bins: dict[str, Path], record: HostRecord) -> None:
+        layout = self.layout
+        layout.containerd.mkdir(parents=True, exist_ok=True)
+        layout.nri_socket.parent.mkdir(parents=True, exist_ok=True)
+        layout.cni_conf.mkdir(parents=True, exist_ok=True)
+        (layout.cni_conf / "10-dmn-lab.conflist").write_text(configs.cni_conflist(layout))
+        layout.containerd_config.write_text(
+            configs.containerd_config(layout, bins["runc"] / "runc", bins["cni"])
+        )
+        env = dict(os.environ)
+        env["PATH"] = f"{bins['containerd']}:{env.get('PATH', '/usr/bin:/bin')}"
+        argv = [str(bins["containerd"] / "containerd"), "--config", str(layout.containerd_config)]
+        self._start("containerd", argv, env)
+        self._wait("containerd", layout.containerd_socket.exists, "containerd")
+        archives = images.write_archives(layout.images, bins["pause"] / "pause")
+        images.import_images(bins["containerd"] / "ctr", str(layout.containerd_socket), archives)
+
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.procs.start(name, argv, env)
+
+    def _wait(self, what: str, check: object, proc: str | None = None) -> None:
+        assert callable(check)
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ApiFailure):
+                if check():
+                    return
+            if proc is not None:
+                record = self.procs.get(proc)
+                if record is None or not record.alive():
+                    raise LabError("E_LAB_START", f"{proc} exited: {self.procs.tail(proc)}")
+            time.sleep(0.3)
+        where = f"; {self.procs.tail(proc)}" if proc else ""
+        raise LabError("E_LAB_START", f"{what}: not ready after {self.timeout:.0f}s{where}")
+
+    # --- down ----------------------------------------------------------------------------
+
+    def down(self) -> list[str]:
+        """Stop and remove everything the lab made; returns what could not be removed."""
+        problems: list[str] = []
+        if not self.layout.root.exists():
+            return problems
+        record = HostRecord.load(self.host_file)
+        if self.procs.get("kube-apiserver") and "kube-apiserver" in self.running():
+            with contextlib.suppress(Exception):
+                self._delete_pods()
+        for name in (
+            "dmn-node",
+            "dmn-controller",
+            "kubelet",
+            "kube-scheduler",
+            "kube-controller-manager",
+        ):
+            self.procs.stop(name)
+        self.procs.stop("containerd")
+        self._kill_shims()
+        host_changes.kill_cgroup_processes(record)
+        self.procs.stop_all()
+        problems += [f"still mounted: {p}" for p in host_changes.unmount_under(self.layout.root)]
+        problems += [f"cgroup not removed: {c}" for c in host_changes.remove_cgroups(record)]
+        problems += self._remove_links(record)
+        host_changes.restore_sysctls(record)
+        host_changes.remove_created_paths(record)
+        if not problems:
+            shutil.rmtree(self.layout.root, ignore_errors=True)
+        for p in problems:
+            log.error("event=lab-down-problem detail=%s", p)
+        return problems
+
+    def _delete_pods(self, timeout: float = 90.0) -> None:
+        admin = self.admin()
+        try:
+            for pod in admin.list(r.PODS).items:
+                meta = pod["metadata"]
+                with contextlib.suppress(NotFound):
+                    admin.delete(r.PODS, meta["name"], meta["namespace"])
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and admin.list(r.PODS).items:
+                time.sleep(0.5)
+        finally:
+            admin.close()
+
+    def _kill_shims(self) -> None:
+        """The runc shims of *our* containerd (their ``-address`` is our socket)."""
+        ours = str(self.layout.containerd_socket)
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if not argv or not argv[0].endswith(b"containerd-shim-runc-v2"):
+                continue
+            if ours.encode() in argv:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(proc.name), signal.SIGKILL)
+
+    def _remove_links(self, record: HostRecord) -> list[str]:
+        from pyroute2 import IPRoute
+
+        problems = []
+        with IPRoute() as ip:
+            for name in record.links:
+                index = ip.link_lookup(ifname=name)
+                if not index:
+                    continue
+                try:
+                    ip.link("del", index=index[0])
+                except Exception as exc:  # netlink errors
+                    problems.append(f"link {name} not removed: {exc}")
+        return problems
+
+
+def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as resp:
+            return int(resp.status) == 200
+    except (OSError, ValueError):
+        return False
+
+
+def _node_ready(admin: Cluster) -> bool:
+    try:
+        node = admin.get(r.NODES, NODE_NAME)
+    except NotFound:
+        return False
+    conds = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)

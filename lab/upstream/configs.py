@@ -1,0 +1,334 @@
+"""Configuration files and command lines of the upstream lab's components (pure rendering).
+
+Every listener is on loopback except kubelet's, which binds the lab node's own address
+(:data:`NODE_IP` on a veth pair the lab creates; kubelet refuses a loopback node IP), and
+every path is below the lab directory ``Layout.root``. Facts these follow:
+kube-apiserver/kubelet/containerd flags and config fields of v1.37.2 / v2.3 (see
+``docs/upstream-lab.md``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from dmn.lab.upstream.images import PAUSE_IMAGE
+
+NODE_NAME = "lab-node"
+NODE_IP = "10.254.254.1"  # host-side address of the lab's node-address veth pair
+NODE_PEER_IP = "10.254.254.2"
+SERVICE_CIDR = "10.96.0.0/24"
+POD_CIDR = "10.244.0.0/24"
+CNI_BRIDGE = "dmnlab-cni0"
+FEATURE_GATES = "DRADeviceCompatibilityGroups=true"
+DRIVER_NAMESPACE = "dra-multi-network"
+
+
+@dataclass(frozen=True)
+class Ports:
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    kubelet: int
+    kubelet_healthz: int
+    webhook: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where every component keeps its files, below ``root``."""
+
+    root: Path
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.root / "etcd"
+
+    @property
+    def containerd(self) -> Path:
+        return self.root / "containerd"
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.root / "containerd" / "containerd.sock"
+
+    @property
+    def containerd_config(self) -> Path:
+        return self.root / "containerd" / "config.toml"
+
+    @property
+    def nri_socket(self) -> Path:
+        return self.root / "nri" / "nri.sock"
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.root / "kubelet"
+
+    @property
+    def kubelet_config(self) -> Path:
+        return self.root / "kubelet.yaml"
+
+    @property
+    def cni_conf(self) -> Path:
+        return self.root / "cni" / "net.d"
+
+    @property
+    def cni_data(self) -> Path:
+        return self.root / "cni" / "ipam"
+
+    @property
+    def images(self) -> Path:
+        return self.root / "images"
+
+    @property
+    def agent_state(self) -> Path:
+        return self.root / "agent"
+
+    @property
+    def pod_logs(self) -> Path:
+        return self.root / "pod-logs"
+
+    def kubeconfig(self, who: str) -> Path:
+        return self.root / f"{who}.kubeconfig"
+
+
+def kubeconfig(server: str, ca: Path, cert: Path, key: Path, user: str) -> str:
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "dmn-lab", "cluster": {"server": server, "certificate-authority": str(ca)}}
+        ],
+        "users": [
+            {"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}
+        ],
+        "contexts": [{"name": "dmn-lab", "context": {"cluster": "dmn-lab", "user": user}}],
+        "current-context": "dmn-lab",
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def etcd_argv(etcd: Path, layout: Layout, ports: Ports) -> list[str]:
+    client = f"http://127.0.0.1:{ports.etcd_client}"
+    peer = f"http://127.0.0.1:{ports.etcd_peer}"
+    return [
+        str(etcd),
+        "--name=dmn-lab",
+        f"--data-dir={layout.etcd_data}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=dmn-lab={peer}",
+        "--unsafe-no-fsync",  # a throwaway lab: speed over durability
+        "--log-level=warn",
+    ]
+
+
+def apiserver_argv(binary: Path, layout: Layout, ports: Ports) -> list[str]:
+    pki = layout.pki
+    return [
+        str(binary),
+        f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ports.apiserver}",
+        f"--advertise-address={NODE_IP}",
+        "--endpoint-reconciler-type=none",
+        f"--tls-cert-file={pki / 'apiserver.crt'}",
+        f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}",
+        "--authorization-mode=Node,RBAC",
+        "--enable-admission-plugins=NodeRestriction",
+        f"--service-account-issuer=https://127.0.0.1:{ports.apiserver}",
+        f"--service-account-key-file={pki / 'sa.pub'}",
+        f"--service-account-signing-key-file={pki / 'sa.key'}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+        f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+        f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+        "--kubelet-preferred-address-types=InternalIP",
+        "--allow-privileged=true",
+        f"--feature-gates={FEATURE_GATES}",
+        "--profiling=false",
+        "--v=1",
+    ]
+
+
+def controller_manager_argv(binary: Path, layout: Layout) -> list[str]:
+    pki = layout.pki
+    kc = layout.kubeconfig("controller-manager")
+    return [
+        str(binary),
+        f"--kubeconfig={kc}",
+        f"--authentication-kubeconfig={kc}",
+        f"--authorization-kubeconfig={kc}",
+        "--bind-address=127.0.0.1",
+        "--secure-port=0",
+        "--leader-elect=false",
+        "--use-service-account-credentials=true",
+        f"--service-account-private-key-file={pki / 'sa.key'}",
+        f"--root-ca-file={pki / 'ca.crt'}",
+        "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-csrsigning",
+        f"--feature-gates={FEATURE_GATES}",
+        "--profiling=false",
+        "--v=1",
+    ]
+
+
+def scheduler_argv(binary: Path, layout: Layout) -> list[str]:
+    kc = layout.kubeconfig("scheduler")
+    return [
+        str(binary),
+        f"--kubeconfig={kc}",
+        f"--authentication-kubeconfig={kc}",
+        f"--authorization-kubeconfig={kc}",
+        "--bind-address=127.0.0.1",
+        "--secure-port=0",
+        "--leader-elect=false",
+        f"--feature-gates={FEATURE_GATES}",
+        "--profiling=false",
+        "--v=1",
+    ]
+
+
+def containerd_config(layout: Layout, runc: Path, cni_bin: Path) -> str:
+    """containerd 2.x config version 3; every path below the lab directory."""
+    c = layout.containerd
+    return f"""version = 3
+root = "{c / "root"}"
+state = "{c / "state"}"
+
+[grpc]
+  address = "{layout.containerd_socket}"
+
+[ttrpc]
+  address = "{layout.containerd_socket}.ttrpc"
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins]
+  [plugins.'io.containerd.internal.v1.opt']
+    path = "{c / "opt"}"
+
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = "overlayfs"
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = "{PAUSE_IMAGE}"
+
+  [plugins.'io.containerd.cri.v1.runtime']
+    enable_selinux = false
+    netns_mounts_under_state_dir = true
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = "runc"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          BinaryName = "{runc}"
+          Root = "{c / "runc"}"
+          SystemdCgroup = false
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ["{cni_bin}"]
+      conf_dir = "{layout.cni_conf}"
+      max_conf_num = 1
+
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = false
+    socket_path = "{layout.nri_socket}"
+    plugin_path = "{layout.root / "nri" / "plugins"}"
+    plugin_config_path = "{layout.root / "nri" / "conf.d"}"
+"""
+
+
+def cni_conflist(layout: Layout) -> str:
+    """The primary Pod network: the reference bridge + host-local plugins, no masquerade,
+    no gateway (the bridge gets no address: nothing is routed to or from the host)."""
+    doc = {
+        "cniVersion": "1.0.0",
+        "name": "dmn-lab",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": CNI_BRIDGE,
+                "isGateway": False,
+                "ipMasq": False,
+                "hairpinMode": False,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": str(layout.cni_data),
+                    "ranges": [[{"subnet": POD_CIDR}]],
+                },
+            }
+        ],
+    }
+    return json.dumps(doc, indent=2)
+
+
+def kubelet_config(layout: Layout, ports: Ports, cgroup_root: str) -> str:
+    pki = layout.pki
+    doc = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": NODE_IP,
+        "port": ports.kubelet,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": ports.kubelet_healthz,
+        "tlsCertFile": str(pki / "kubelet.crt"),
+        "tlsPrivateKeyFile": str(pki / "kubelet.key"),
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(pki / "ca.crt")},
+        },
+        "authorization": {"mode": "Webhook"},
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": cgroup_root,
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "containerRuntimeEndpoint": f"unix://{layout.containerd_socket}",
+        "podLogsDir": str(layout.pod_logs),
+        "volumePluginDir": str(layout.root / "volume-plugins"),
+        "registerNode": True,
+        "resolvConf": "/etc/resolv.conf",
+        "evictionHard": {
+            "memory.available": "1Mi",
+            "nodefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+            "imagefs.available": "1%",
+        },
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "serializeImagePulls": False,
+        "localStorageCapacityIsolation": False,
+        "syncFrequency": "10s",
+        "nodeStatusUpdateFrequency": "5s",
+        "shutdownGracePeriod": "0s",
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def kubelet_argv(binary: Path, layout: Layout) -> list[str]:
+    return [
+        str(binary),
+        f"--config={layout.kubelet_config}",
+        f"--kubeconfig={layout.kubeconfig('kubelet')}",
+        f"--root-dir={layout.kubelet_root}",
+        f"--hostname-override={NODE_NAME}",
+        f"--node-ip={NODE_IP}",
+        "--v=1",
+    ]

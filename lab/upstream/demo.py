@@ -1,0 +1,303 @@
+"""``dmn lab demo --backend upstream``: Pods getting networks on real Kubernetes.
+
+In a fresh upstream lab: every example topology compiled to Ready by our controller; the
+negative example refused (by the webhook or the controller, with its reason code); two
+Pods, each with a ResourceClaim from the shared-macvlan class, scheduled by the real
+scheduler, prepared by the real kubelet and connected through containerd's NRI; ``net1``
+shown from inside each Pod (``kubectl exec``), an address given to each from inside, one
+pings the other over it; both deleted; a host-device Pod gets a whole lab link as ``net1``;
+deleted; the node's links are as before. Then the lab goes down. Every step's outcome is a
+line; the demo holds (exit 0) only if all of them held.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dmn.api.cluster import ApiFailure, Cluster, NotFound
+from dmn.api.cluster import resources as r
+from dmn.lab import manifests
+from dmn.lab.demo import _EXPECT, NEGATIVE, TOPOLOGIES, wait_settled
+from dmn.lab.upstream import build
+from dmn.lab.upstream.cluster import UpstreamLab
+from dmn.lab.upstream.driver import LAB_LINKS
+from dmn.lab.upstream.images import BUSYBOX_IMAGE
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "default"
+HOST_DEVICE_TOPOLOGY = {
+    "apiVersion": "networking.dra-multi-network.schseba.github.io/v1alpha1",
+    "kind": "NetworkTopology",
+    "metadata": {"name": "lab-host-device"},
+    "spec": {
+        "effectBudget": {"allow": ["linux/link-move/v1", "linux/link-configure/v1"]},
+        "steps": [
+            {
+                "id": "nic",
+                "kind": "Allocation",
+                "pluginRef": {"name": "host-cni"},
+                "config": {"mode": "kernel", "ifName": "net1", "mtu": 1500, "up": True},
+            }
+        ],
+    },
+}
+
+
+@dataclass
+class UpstreamDemoReport:
+    lines: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def say(self, line: str) -> None:
+        self.lines.append(line)
+        log.info("demo %s", line)
+
+    def check(self, ok: bool, line: str, problem: str = "") -> bool:
+        self.say(("ok   " if ok else "FAIL ") + line)
+        if not ok:
+            self.problems.append(problem or line)
+        return ok
+
+
+class Kubectl:
+    def __init__(self, kubeconfig: Path) -> None:
+        self.binary = build.bin_dir("kubernetes") / "kubectl"
+        self.kubeconfig = kubeconfig
+
+    def run(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        argv = [str(self.binary), "--kubeconfig", str(self.kubeconfig), *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+    def exec(self, pod: str, *command: str) -> subprocess.CompletedProcess[str]:
+        return self.run("exec", "-n", NAMESPACE, pod, "--", *command)
+
+
+def claim_template(name: str, device_class: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "net", "exactly": {"deviceClassName": device_class}}]
+                }
+            }
+        },
+    }
+
+
+def pod(name: str, template: str) -> dict[str, Any]:
+    """A busybox Pod with one claim from ``template`` (NET_ADMIN: it addresses its net1)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "resourceClaims": [{"name": "net", "resourceClaimTemplateName": template}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "3600"],
+                    "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_RAW"]}},
+                    "resources": {"claims": [{"name": "net"}]},
+                }
+            ],
+        },
+    }
+
+
+def wait_for(check: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return True
+        except ApiFailure:
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def pod_phase(cluster: Cluster, name: str) -> str:
+    try:
+        return str((cluster.get(r.PODS, name, NAMESPACE).get("status") or {}).get("phase", ""))
+    except NotFound:
+        return "Gone"
+
+
+def _phase_is(cluster: Cluster, name: str, phase: str) -> Callable[[], bool]:
+    return lambda: pod_phase(cluster, name) == phase
+
+
+def pod_events(cluster: Cluster, name: str) -> str:
+    events = cluster.list(r.EVENTS, NAMESPACE).items
+    mine = [e for e in events if (e.get("involvedObject") or {}).get("name") == name]
+    return " | ".join(f"{e.get('reason')}: {e.get('message')}" for e in mine[-4:])
+
+
+def node_links() -> dict[str, tuple[str, int, str]]:
+    """Name → (kind, MTU, operstate) of the lab's NIC links and every macvlan on the host."""
+    from pyroute2 import IPRoute
+
+    out = {}
+    with IPRoute() as ip:
+        for link in ip.get_links():
+            name = link.get_attr("IFLA_IFNAME")
+            info = link.get_attr("IFLA_LINKINFO")
+            kind = info.get_attr("IFLA_INFO_KIND") if info else ""
+            if name in LAB_LINKS or kind == "macvlan":
+                out[name] = (kind, link.get_attr("IFLA_MTU"), link.get_attr("IFLA_OPERSTATE"))
+    return out
+
+
+def _class_of(results: list[Any], topology: str) -> str:
+    found = next((t for t in results if t.name == topology), None)
+    return found.device_classes[0] if found and found.device_classes else ""
+
+
+def _run_pods(
+    lab: UpstreamLab, cluster: Cluster, report: UpstreamDemoReport, timeout: float
+) -> None:
+    kubectl = Kubectl(lab.admin_kubeconfig)
+    topologies = manifests.load(TOPOLOGIES)
+    for doc in topologies:
+        cluster.apply(doc.doc)
+    cluster.apply(HOST_DEVICE_TOPOLOGY)
+    names = [d.name for d in topologies if d.kind == "NetworkTopology"] + ["lab-host-device"]
+    results = wait_settled(cluster, names, timeout)
+    for t in results:
+        report.check(
+            t.ready == "True",
+            f"topology {t.name}: Ready={t.ready} revision={t.revision or '-'} "
+            f"classes={','.join(t.device_classes) or '-'}",
+        )
+    _negative(cluster, report, timeout)
+    before = node_links()
+    report.say(f"node links before: {sorted(before)}")
+    macvlan_class = _class_of(results, "shared-macvlan")
+    host_class = _class_of(results, "lab-host-device")
+    if not (macvlan_class and host_class):
+        report.check(False, "device classes for shared-macvlan and lab-host-device exist")
+        return
+    cluster.apply(claim_template("shared-macvlan", macvlan_class))
+    cluster.apply(claim_template("lab-host-device", host_class))
+    pods = ["demo-a", "demo-b"]
+    for name in pods:
+        cluster.create(r.PODS, pod(name, "shared-macvlan"), NAMESPACE)
+    for name in pods:
+        running = wait_for(_phase_is(cluster, name, "Running"), timeout)
+        if not report.check(
+            running, f"pod {name} Running", f"pod {name}: {pod_events(cluster, name)}"
+        ):
+            return
+    addresses = {"demo-a": "10.93.0.1", "demo-b": "10.93.0.2"}
+    for name in pods:
+        shown = kubectl.exec(name, "ip", "-o", "link", "show", "net1")
+        report.check(
+            shown.returncode == 0,
+            f"{name}: net1 inside: {shown.stdout.strip() or shown.stderr.strip()}",
+        )
+        added = kubectl.exec(name, "ip", "addr", "add", f"{addresses[name]}/24", "dev", "net1")
+        report.check(
+            added.returncode == 0,
+            f"{name}: address {addresses[name]}/24 on net1 {added.stderr.strip()}",
+        )
+    pinged = kubectl.exec("demo-a", "ping", "-c", "2", "-W", "3", addresses["demo-b"])
+    last = (pinged.stdout.strip().splitlines() or [pinged.stderr.strip()])[-2:]
+    report.check(pinged.returncode == 0, f"demo-a pings demo-b over net1: {' / '.join(last)}")
+    _show_claims(cluster, report)
+    for name in pods:
+        cluster.delete(r.PODS, name, NAMESPACE)
+    gone = wait_for(lambda: all(pod_phase(cluster, n) == "Gone" for n in pods), timeout)
+    report.check(gone, "shared-macvlan pods deleted")
+    cluster.create(r.PODS, pod("demo-host", "lab-host-device"), NAMESPACE)
+    running = wait_for(lambda: pod_phase(cluster, "demo-host") == "Running", timeout)
+    if report.check(
+        running, "pod demo-host Running", f"pod demo-host: {pod_events(cluster, 'demo-host')}"
+    ):
+        shown = kubectl.exec("demo-host", "ip", "-o", "link", "show", "net1")
+        report.check(
+            shown.returncode == 0,
+            f"demo-host: net1 inside: {shown.stdout.strip() or shown.stderr.strip()}",
+        )
+        moved = sorted(set(before) - set(node_links()))
+        report.check(len(moved) == 1, f"host-device: {moved} left the host namespace")
+    cluster.delete(r.PODS, "demo-host", NAMESPACE)
+    report.check(
+        wait_for(lambda: pod_phase(cluster, "demo-host") == "Gone", timeout),
+        "pod demo-host deleted",
+    )
+    claims_gone = wait_for(lambda: not cluster.list(r.RESOURCE_CLAIMS, NAMESPACE).items, timeout)
+    report.check(claims_gone, "every ResourceClaim deleted")
+    settled = wait_for(lambda: node_links() == before, timeout)
+    report.check(settled, f"node links as before: {sorted(node_links())}")
+
+
+def _show_claims(cluster: Cluster, report: UpstreamDemoReport) -> None:
+    for claim in cluster.list(r.RESOURCE_CLAIMS, NAMESPACE).items:
+        status = claim.get("status") or {}
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        devices = [f"{x.get('pool')}/{x.get('device')}" for x in results]
+        entries = status.get("devices") or []
+        iface = [((e.get("networkData") or {}).get("interfaceName")) for e in entries]
+        report.say(
+            f"claim {claim['metadata']['name']}: devices={devices} "
+            f"status.devices.interfaceName={iface}"
+        )
+
+
+def _negative(cluster: Cluster, report: UpstreamDemoReport, timeout: float) -> None:
+    match = _EXPECT.search(NEGATIVE.read_text())
+    expected = match.group(1) if match else ""
+    doc = manifests.load(NEGATIVE)[0]
+    try:
+        cluster.apply(doc.doc)
+    except ApiFailure as exc:
+        report.check(
+            expected in str(exc), f"negative {doc.name}: denied at admission ({expected})", str(exc)
+        )
+        return
+    got = wait_settled(cluster, [doc.name], timeout)[0]
+    report.check(
+        got.ready == "False" and expected in got.codes,
+        f"negative {doc.name}: Ready={got.ready} codes={','.join(got.codes)} (expect {expected})",
+    )
+
+
+def run_upstream_demo(
+    *, timeout: float = 120.0, state_root: Path | None = None
+) -> UpstreamDemoReport:
+    report = UpstreamDemoReport()
+    with tempfile.TemporaryDirectory(prefix="dmn-demo-", dir="/tmp") as tmp:
+        lab = UpstreamLab(state_root or Path(tmp))
+        started = time.monotonic()
+        url = lab.up()
+        report.say(f"lab up backend=upstream url={url} ({time.monotonic() - started:.0f}s)")
+        try:
+            cluster = lab.admin()
+            try:
+                _run_pods(lab, cluster, report, timeout)
+            finally:
+                cluster.close()
+        except (ApiFailure, OSError, subprocess.SubprocessError) as exc:
+            report.check(False, f"demo aborted: {exc}")
+        finally:
+            problems = lab.down()
+            report.check(not problems, f"lab down {'; '.join(problems)}".rstrip())
+    return report

@@ -1,0 +1,256 @@
+"""How the upstream lab brings up *our* driver: the one replaceable piece of ``up``.
+
+:class:`ProcessDriver` (the default) installs what the Helm chart would — generated CRDs,
+the builtin NetworkPlugins, the namespace and the chart's controller RBAC, a ClusterRole
+for the node agent — then runs ``dmn controller`` (webhook on 127.0.0.1 with a serving
+certificate from the lab CA) and registers the chart's ValidatingWebhookConfiguration
+pointed at it by URL, applies the lab node's DeviceExposurePolicies, and runs ``dmn node``
+against the lab's kubelet and containerd. Each runs as a host process under the identity
+the chart gives it (a client certificate whose CN is the service account's user name).
+
+Another way to install (``helm install`` of the chart) is a second class with the same two
+methods, ``install`` and ``uninstall``; the lab takes any :class:`DriverDeployment`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import re
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from dmn.api.cluster import AlreadyExists, Cluster
+from dmn.api.cluster import resources as r
+from dmn.api.identity import DRIVER
+from dmn.lab import node
+from dmn.lab.cluster import CHART, CRD_DIR, PLUGIN_DIR, chart_manifests
+from dmn.lab.upstream.configs import DRIVER_NAMESPACE, NODE_NAME, Layout
+from dmn.lab.upstream.pki import LabCA
+from dmn.lab.upstream.processes import ProcessTable
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_SA = "dra-multi-network-controller"
+NODE_SA = "dra-multi-network-node"
+LAB_LINKS = ("dmnlab0", "dmnlab1")  # the node's "NICs": a veth pair the lab creates
+
+
+def sa_user(name: str) -> str:
+    return f"system:serviceaccount:{DRIVER_NAMESPACE}:{name}"
+
+
+SA_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{DRIVER_NAMESPACE}")
+
+
+class DriverError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code, self.message = code, message
+
+
+@dataclass(frozen=True)
+class DriverContext:
+    """What a deployment gets from the lab."""
+
+    layout: Layout
+    ca: LabCA
+    admin: Cluster
+    procs: ProcessTable
+    webhook_port: int
+    server: str  # the API server URL
+    kubeconfig: Callable[[str, str, tuple[str, ...]], Path]  # (file name, user, groups)
+
+
+class DriverDeployment(Protocol):
+    def install(self, ctx: DriverContext) -> None: ...
+
+    def uninstall(self, ctx: DriverContext) -> None: ...
+
+
+def _render(path: Path) -> list[dict[str, Any]]:
+    """The chart template's documents with the release namespace filled in (other template
+    expressions become empty strings: only RBAC and webhook documents are used)."""
+    text = path.read_text().replace("{{ .Release.Namespace }}", DRIVER_NAMESPACE)
+    text = re.sub(r"\{\{[^}]*\}\}", '""', text)
+    docs = []
+    for part in re.split(r"^---\s*$", text, flags=re.M):
+        try:
+            doc = yaml.safe_load(part)
+        except yaml.YAMLError:
+            continue
+        if isinstance(doc, dict):
+            docs.append(doc)
+    return docs
+
+
+RBAC_KINDS = ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def node_agent_rbac() -> list[dict[str, Any]]:
+    """The node agent's permissions (the chart has no agent DaemonSet yet)."""
+    group = "networking.dra-multi-network.schseba.github.io"
+    rules = [
+        {"apiGroups": [group], "resources": ["*"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": [group],
+            "resources": ["networkattachmentstatuses", "networkattachmentstatuses/status"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+        },
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+        },
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims", "deviceclasses"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/status"],
+            "verbs": ["get", "update", "patch"],
+        },
+        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    ]
+    meta = {"name": NODE_SA}
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": meta,
+            "rules": rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": meta,
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": NODE_SA,
+            },
+            "subjects": [
+                {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": sa_user(NODE_SA)}
+            ],
+        },
+    ]
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    raise DriverError("E_LAB_START", f"{what}: not ready after {timeout:.0f}s")
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class ProcessDriver:
+    """Our controller and node agent as host processes (see the module docstring)."""
+
+    def __init__(self, timeout: float = 120.0) -> None:
+        self.timeout = timeout
+
+    def install(self, ctx: DriverContext) -> None:
+        admin = ctx.admin
+        for doc in chart_manifests(CRD_DIR):
+            admin.apply(doc)
+        _wait("CRDs established", lambda: _crds_established(admin), self.timeout)
+        namespace = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": DRIVER_NAMESPACE},
+        }
+        with contextlib.suppress(AlreadyExists):
+            admin.create(r.NAMESPACES, namespace)
+        for doc in _render(CHART / "templates" / "controller.yaml"):
+            if doc.get("kind") in RBAC_KINDS:
+                admin.apply(doc)
+        for doc in node_agent_rbac():
+            admin.apply(doc)
+        for doc in chart_manifests(PLUGIN_DIR):
+            admin.apply(doc)
+        self._controller(ctx)
+        self._webhook(ctx)
+        for doc in node.policies():
+            admin.apply(doc)
+        self._agent(ctx)
+
+    def _controller(self, ctx: DriverContext) -> None:
+        user = sa_user(CONTROLLER_SA)
+        kc = ctx.kubeconfig("controller", user, SA_GROUPS)
+        serving = ctx.ca.issue("webhook", "dmn-webhook", server_ips=("127.0.0.1",))
+        argv = [sys.executable, "-m", "dmn", "controller", "--kubeconfig", str(kc)]
+        argv += ["--no-leader-election", "--resync", "10"]
+        argv += ["--webhook-cert", str(serving.cert), "--webhook-key", str(serving.key)]
+        argv += ["--webhook-host", "127.0.0.1", "--webhook-port", str(ctx.webhook_port)]
+        argv += ["--controller-user", user]
+        ctx.procs.start("dmn-controller", argv)
+        _wait("our admission webhook", lambda: _listening(ctx.webhook_port), self.timeout)
+
+    def _webhook(self, ctx: DriverContext) -> None:
+        bundle = base64.b64encode(ctx.ca.ca_cert.read_bytes()).decode()
+        url = f"https://127.0.0.1:{ctx.webhook_port}/validate"
+        for doc in _render(CHART / "templates" / "webhook.yaml"):
+            if doc.get("kind") != "ValidatingWebhookConfiguration":
+                continue
+            for hook in doc["webhooks"]:
+                hook["clientConfig"] = {"url": url, "caBundle": bundle}
+            ctx.admin.apply(doc)
+
+    def _agent(self, ctx: DriverContext) -> None:
+        kc = ctx.kubeconfig("node-agent", sa_user(NODE_SA), SA_GROUPS)
+        kubelet = ctx.layout.kubelet_root
+        argv = [sys.executable, "-m", "dmn", "node", "--kubeconfig", str(kc)]
+        argv += ["--node-name", NODE_NAME, "--state-dir", str(ctx.layout.agent_state)]
+        argv += ["--kubelet-registry-dir", str(kubelet / "plugins_registry")]
+        argv += ["--kubelet-plugins-dir", str(kubelet / "plugins")]
+        argv += ["--nri-socket", str(ctx.layout.nri_socket)]
+        for link in LAB_LINKS:
+            argv += ["--lab-link", link]
+        ctx.procs.start("dmn-node", argv)
+
+        def published() -> bool:
+            record = ctx.procs.get("dmn-node")
+            if record is None or not record.alive():
+                raise DriverError("E_LAB_START", f"dmn node exited: {ctx.procs.tail('dmn-node')}")
+            slices = ctx.admin.list(r.RESOURCE_SLICES).items
+            return any((s.get("spec") or {}).get("driver") == DRIVER for s in slices)
+
+        _wait("the node agent's ResourceSlices", published, self.timeout)
+        sock = kubelet / "plugins_registry" / f"{DRIVER}-reg.sock"
+        _wait("the node agent's kubelet registration socket", sock.exists, self.timeout)
+
+    def uninstall(self, ctx: DriverContext) -> None:
+        ctx.procs.stop("dmn-node")
+        ctx.procs.stop("dmn-controller")
+
+
+def _crds_established(admin: Cluster) -> bool:
+    crds = admin.list(r.CUSTOM_RESOURCE_DEFINITIONS).items
+    ours = [c for c in crds if c["spec"]["group"].endswith("dra-multi-network.schseba.github.io")]
+
+    def established(c: dict[str, Any]) -> bool:
+        conds = (c.get("status") or {}).get("conditions") or []
+        return any(x.get("type") == "Established" and x.get("status") == "True" for x in conds)
+
+    return bool(ours) and all(established(c) for c in ours)
