@@ -17,7 +17,7 @@ setup: $(VENV_STAMP)
 # rejected, lab down; exit 0 only if all of that held).
 lab: setup
 	$(PY) -m dmn lint programs examples/topologies
-	$(PY) -m dmn lab demo
+	$(PY) -m dmn lab demo $(if $(filter 0,$(shell id -u)),--links netns,)
 
 lint: setup
 	$(PY) -m ruff check .

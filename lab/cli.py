@@ -405,6 +405,9 @@ def render(report: DemoReport) -> list[str]:
             else n.api_error
         )
         lines.append(f"negative {n.source} ({n.name}): {verdict}: {detail} (expect {n.expected})")
+    if report.pods:
+        lines.append("pods:")
+        lines += [f"  {line}" for line in report.pods]
     lines.append("lab down")
     lines += [f"problem: {p}" for p in report.problems]
     lines.append("demo: OK" if report.ok else "demo: FAILED")

@@ -79,6 +79,7 @@ class DemoReport:
     topologies: list[TopologyResult] = field(default_factory=list)
     allocation: AllocationResult | None = None
     negative: NegativeResult | None = None
+    pods: list[str] = field(default_factory=list)  # the Pod part's lines (--links netns)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -232,6 +233,10 @@ def run_demo(
                     )
             _allocate(lab, report)
             _negative(cluster, negative, timeout, report)
+            if lab.netns:
+                from dmn.lab.pod_demo import run_pods
+
+                run_pods(lab, Path(tmp) / "pods", report, timeout)
         finally:
             lab.stop()
     log.info("lab demo finished ok=%s problems=%d", report.ok, len(report.problems))

@@ -119,3 +119,23 @@ def node_object() -> dict[str, Any]:
             "labels": {"kubernetes.io/hostname": NODE_NAME, "dra-multi-network/lab": "true"},
         },
     }
+
+
+#: A whole lab link handed to a Pod (the example host-device topology selects one NIC
+#: model by vendor; lab links have no vendor)
+HOST_DEVICE_TOPOLOGY = {
+    "apiVersion": "networking.dra-multi-network.schseba.github.io/v1alpha1",
+    "kind": "NetworkTopology",
+    "metadata": {"name": "lab-host-device"},
+    "spec": {
+        "effectBudget": {"allow": ["linux/link-move/v1", "linux/link-configure/v1"]},
+        "steps": [
+            {
+                "id": "nic",
+                "kind": "Allocation",
+                "pluginRef": {"name": "host-cni"},
+                "config": {"mode": "kernel", "ifName": "net1", "mtu": 1500, "up": True},
+            }
+        ],
+    },
+}

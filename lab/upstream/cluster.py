@@ -142,7 +142,7 @@ class UpstreamLab:
         self._wait("etcd", lambda: _http_ok(f"http://127.0.0.1:{ports.etcd_client}/health"))
         self._start("kube-apiserver", configs.apiserver_argv(k8s / "kube-apiserver", layout, ports))
         ctx = ssl.create_default_context(cafile=str(ca.ca_cert))
-        admin_cred = (layout.pki / "admin.crt", layout.pki / "admin.key")
+        admin_cred = (layout.pki / "admin-client.crt", layout.pki / "admin-client.key")
         ctx.load_cert_chain(*map(str, admin_cred))
         self._wait("kube-apiserver", lambda: _http_ok(f"{server}/readyz", ctx), "kube-apiserver")
         self._start(

@@ -25,30 +25,14 @@ from dmn.api.cluster import ApiFailure, Cluster, NotFound
 from dmn.api.cluster import resources as r
 from dmn.lab import manifests
 from dmn.lab.demo import _EXPECT, NEGATIVE, TOPOLOGIES, wait_settled
+from dmn.lab.node import HOST_DEVICE_TOPOLOGY
+from dmn.lab.pod_demo import NAMESPACE, claim_template, pod_manifest
 from dmn.lab.upstream import build
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.driver import LAB_LINKS
 from dmn.lab.upstream.images import BUSYBOX_IMAGE
 
 log = logging.getLogger(__name__)
-
-NAMESPACE = "default"
-HOST_DEVICE_TOPOLOGY = {
-    "apiVersion": "networking.dra-multi-network.schseba.github.io/v1alpha1",
-    "kind": "NetworkTopology",
-    "metadata": {"name": "lab-host-device"},
-    "spec": {
-        "effectBudget": {"allow": ["linux/link-move/v1", "linux/link-configure/v1"]},
-        "steps": [
-            {
-                "id": "nic",
-                "kind": "Allocation",
-                "pluginRef": {"name": "host-cni"},
-                "config": {"mode": "kernel", "ifName": "net1", "mtu": 1500, "up": True},
-            }
-        ],
-    },
-}
 
 
 @dataclass
@@ -84,42 +68,9 @@ class Kubectl:
         return self.run("exec", "-n", NAMESPACE, pod, "--", *command)
 
 
-def claim_template(name: str, device_class: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "net", "exactly": {"deviceClassName": device_class}}]
-                }
-            }
-        },
-    }
-
-
 def pod(name: str, template: str) -> dict[str, Any]:
-    """A busybox Pod with one claim from ``template`` (NET_ADMIN: it addresses its net1)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "resourceClaims": [{"name": "net", "resourceClaimTemplateName": template}],
-            "containers": [
-                {
-                    "name": "main",
-                    "image": BUSYBOX_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["sleep", "3600"],
-                    "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_RAW"]}},
-                    "resources": {"claims": [{"name": "net"}]},
-                }
-            ],
-        },
-    }
+    """A busybox Pod (the lab's own image, never pulled) with one claim from ``template``."""
+    return pod_manifest(name, template, BUSYBOX_IMAGE)
 
 
 def wait_for(check: Callable[[], bool], timeout: float) -> bool:
