@@ -22,6 +22,11 @@ def test_demo_on_real_links_removes_its_namespace() -> None:
     assert report.ok, report.problems
     assert report.links.startswith("netns:dmn-lab-")
     assert report.devices == 6
+    # Pods ran through the real node agent: net1 inside each, traffic, a whole-link handoff
+    assert all(line.startswith("ok") for line in report.pods), report.pods
+    assert any("pings demo-b over net1" in line for line in report.pods)
+    assert any("handed off whole" in line for line in report.pods)
+    assert len(report.pods) == 11
     # (other namespaces on this host come and go with other tests: check only our own)
     assert report.links.removeprefix("netns:") not in netns.listnetns()
 
