@@ -44,8 +44,10 @@ from pyroute2 import IPRoute, netns
 
 from dmn.agent.journal.store import JournalStore
 from dmn.agent.netns.pins import NamespacePins
-from dmn.interpreter.binder import Call, bind_program
-from dmn.interpreter.bound import BoundProgram
+from dmn.engine.binder import Call, bind_program
+from dmn.engine.bound import BoundProgram
+from dmn.engine.journal import MemoryJournal
+from dmn.engine.runner import Runner
 from dmn.interpreter.handles import (
     Access,
     Handle,
@@ -55,9 +57,7 @@ from dmn.interpreter.handles import (
     Scope,
     ScopeKind,
 )
-from dmn.interpreter.journal import MemoryJournal
 from dmn.interpreter.loader import load_builtin_plugins
-from dmn.interpreter.runner import Runner
 from dmn.opcodes.executor_table import default_executors
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 

@@ -32,10 +32,10 @@ from pydantic import BaseModel
 from rocksdict import Options, Rdict, WriteOptions
 
 from dmn.agent.journal.store import JournalStore
-from dmn.interpreter.bound import BoundEffect, BoundProgram
+from dmn.engine.bound import BoundEffect, BoundProgram
+from dmn.engine.journal import MemoryJournal
+from dmn.engine.runner import Runner
 from dmn.interpreter.handles import Handle
-from dmn.interpreter.journal import MemoryJournal
-from dmn.interpreter.runner import Runner
 from dmn.opcodes.executor import EffectContext, Observed, RecoveryObservation
 from dmn.opcodes.spec import Hook, OpcodeSpec, RecoveryStrategy, Reversibility
 

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dmn.interpreter.binder import Call, bind_program
-from dmn.interpreter.bound import BoundProgram
+from dmn.engine.binder import Call, bind_program
+from dmn.engine.bound import BoundProgram
 from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.handles import (
     Access,

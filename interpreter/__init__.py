@@ -1,4 +1,4 @@
-"""dmn.interpreter — the effect language (DESIGN §2, §3): load, parse, check, bind, run.
+"""dmn.interpreter — the static effect language (DESIGN §2, §3): load, parse, check, lint.
 
 Public surface of the language core (import the modules; nothing is re-exported here so
 that importing one part never pays for the others):
@@ -14,9 +14,13 @@ that importing one part never pays for the others):
 * ``checker.check_plugin(plugin, registry, config=None)``,
   ``checker.check_program(plugin, hook, registry, config=None)``,
   ``checker.resolve_outputs(plugin, config)``;
-* ``binder.Call``, ``binder.bind_program(plugin, hook, call, registry=None)``;
+* ``canonical_json`` — the canonical JSON bytes and ``sha256:`` digest every content
+  digest uses;
 * ``lint.lint_paths``, ``lint.register_kind`` (or the ``dmn.lint_kinds`` entry points),
   ``lint_cli.run`` (``dmn lint``).
 
 Every entry point returns diagnostics for bad input and never raises.
+
+Binding, running and recovery (the runtime) are ``dmn.engine``, which imports this package;
+this package never imports the engine.
 """

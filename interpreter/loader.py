@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path as FsPath
 from typing import Any
 
-from dmn.interpreter.bound import sha256_digest
+from dmn.interpreter.canonical_json import sha256_digest
 from dmn.interpreter.diagnostics import Code, Diagnostic, SourceSpan
 from dmn.interpreter.documents import (
     HOOKS,

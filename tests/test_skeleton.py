@@ -9,10 +9,12 @@ from dmn.cli import dispatch, main
 
 
 def test_subpackages_live_under_one_namespace() -> None:
+    import dmn.engine
     import dmn.interpreter
     import dmn.opcodes
 
     assert dmn.interpreter.__name__ == "dmn.interpreter"
+    assert dmn.engine.__name__ == "dmn.engine"
     assert dmn.opcodes.__name__ == "dmn.opcodes"
     assert dmn.DRIVER_NAME == "dra-multi-network.schseba.github.io"
 

@@ -81,15 +81,15 @@ from dmn.agent.netns.pins import NamespacePins, PinError
 from dmn.api.cluster import ApiFailure, Cluster, NotFound
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
-from dmn.interpreter.binder import Call, bind_program
-from dmn.interpreter.bound import BoundProgram
+from dmn.engine.binder import Call, bind_program
+from dmn.engine.bound import BoundProgram
+from dmn.engine.runner import BoundaryHook, Runner, RunRefused, RunResult
 from dmn.interpreter.handles import (
     Handle,
     Scope,
     ScopeKind,
 )
 from dmn.interpreter.loader import Plugin, load_builtin_plugins
-from dmn.interpreter.runner import BoundaryHook, Runner, RunRefused, RunResult
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.executor_table import default_executors
 from dmn.opcodes.linux.netns import (

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from dmn.agent.personas.model import Persona, PersonaSet
 from dmn.agent.slices import node_allocation_check
 from dmn.api.root_config import TopologyRootConfiguration
-from dmn.interpreter.bound import sha256_digest
+from dmn.interpreter.canonical_json import sha256_digest
 from dmn.interpreter.loader import Plugin
 
 ROOT_CONFIG_KIND = "TopologyRootConfiguration"

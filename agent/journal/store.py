@@ -18,7 +18,7 @@ Contract:
   read-only (falling back to a RocksDB secondary instance) without the writer lock, so
   ``dmn journal show`` works while an agent holds the journal.
 
-The store implements :class:`dmn.interpreter.journal.Journal` for the runner and offers
+The store implements :class:`dmn.engine.journal.Journal` for the runner and offers
 typed access to the coordinator's records (:mod:`dmn.agent.journal.records`); the key
 layout is documented in :mod:`dmn.agent.journal.keys`. Group coordinator writes with
 :meth:`JournalStore.batch` to keep one synced commit per state transition.
@@ -49,8 +49,7 @@ from dmn.agent.journal.records import (
     Reservation,
     ShareRef,
 )
-from dmn.interpreter.bound import canonical_json
-from dmn.interpreter.journal import (
+from dmn.engine.journal import (
     SCHEMA_VERSION,
     UNFINISHED_STATES,
     EffectRecord,
@@ -59,6 +58,7 @@ from dmn.interpreter.journal import (
     OperationRecord,
     OperationState,
 )
+from dmn.interpreter.canonical_json import canonical_json
 
 _log = logging.getLogger(__name__)
 

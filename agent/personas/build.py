@@ -52,7 +52,7 @@ from dmn.agent.personas.model import (
     PersonaSet,
 )
 from dmn.api.policy import DeviceExposurePolicy, Exposure, HardwareSelector, NodeSelector
-from dmn.interpreter.bound import canonical_json
+from dmn.interpreter.canonical_json import canonical_json
 from dmn.interpreter.handles import Access, HandleType
 
 log = logging.getLogger(__name__)

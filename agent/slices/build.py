@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dmn.agent.personas.model import DRIVER, MEMBERS, PersonaSet
-from dmn.interpreter.bound import canonical_json
+from dmn.interpreter.canonical_json import canonical_json
 
 log = logging.getLogger(__name__)
 

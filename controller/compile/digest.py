@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dmn.interpreter.bound import canonical_json, sha256_digest
+from dmn.interpreter.canonical_json import canonical_json, sha256_digest
 
 #: Bumped whenever compilation output for the same input may change.
 COMPILER_VERSION = "dmn-topology-compiler/v1"

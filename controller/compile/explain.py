@@ -21,8 +21,8 @@ from typing import Any
 
 from dmn.controller.compile.compiler import compile_topology
 from dmn.controller.compile.programs import guard_holds
-from dmn.interpreter.binder import Call, bind_program
-from dmn.interpreter.bound import BoundEffect, BoundInput, BoundProgram, EffectOutputRef
+from dmn.engine.binder import Call, bind_program
+from dmn.engine.bound import BoundEffect, BoundInput, BoundProgram, EffectOutputRef
 from dmn.interpreter.diagnostics import Diagnostic
 from dmn.interpreter.documents import InputPort
 from dmn.interpreter.handles import (

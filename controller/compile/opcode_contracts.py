@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from dmn.interpreter.bound import sha256_digest
+from dmn.interpreter.canonical_json import sha256_digest
 from dmn.opcodes.spec import OpcodeRegistry, OpcodeSpec, PortSpec
 
 

@@ -30,7 +30,7 @@ from dmn.api.policy import DeviceExposurePolicy
 from dmn.controller.compile.compiler import compile_topology
 from dmn.controller.compile.digest import semantic_digest
 from dmn.controller.compile.plugin_sources import plugin_from_object, same_contract
-from dmn.interpreter.bound import sha256_digest
+from dmn.interpreter.canonical_json import sha256_digest
 from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
 from dmn.interpreter.loader import Plugin, load_builtin_plugins

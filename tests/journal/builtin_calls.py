@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dmn.interpreter.binder import Call, bind_program
-from dmn.interpreter.bound import BoundProgram
+from dmn.engine.binder import Call, bind_program
+from dmn.engine.bound import BoundProgram
 from dmn.interpreter.handles import (
     Access,
     Handle,

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from dmn.agent.journal.store import JournalStore
-from dmn.interpreter.bound import BoundProgram
-from dmn.interpreter.runner import Runner, RunRefused
+from dmn.engine.bound import BoundProgram
+from dmn.engine.runner import Runner, RunRefused
 from tests.journal.world import World, world_executors
 
 

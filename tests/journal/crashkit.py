@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dmn.interpreter.bound import BoundProgram
+from dmn.engine.bound import BoundProgram
 
 ROOT = Path(__file__).resolve().parents[2]
 

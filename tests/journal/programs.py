@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dmn.interpreter.bound import BoundEffect, BoundProgram, EffectOutputRef
+from dmn.engine.bound import BoundEffect, BoundProgram, EffectOutputRef
 from dmn.interpreter.handles import Access
 from tests.journal.world import host_handle
 

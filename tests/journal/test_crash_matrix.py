@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from dmn.interpreter.bound import BoundProgram
+from dmn.engine.bound import BoundProgram
 from tests.journal.builtin_calls import FOREIGN_WORLD, SCENARIOS, bind_scenario, covered_effects
 from tests.journal.crashkit import Case, Server, op_of
 from tests.journal.programs import child_program, foreign_world, reset_program

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from dmn.interpreter.bound import BoundProgram
+from dmn.engine.bound import BoundProgram
+from dmn.engine.journal import MemoryJournal
 from dmn.interpreter.handles import Access, Scope, ScopeKind
-from dmn.interpreter.journal import MemoryJournal
 
 pytestmark = [pytest.mark.crash, pytest.mark.netns]
 
@@ -31,9 +31,9 @@ if os.geteuid() != 0:  # pragma: no cover
 
 pyroute2 = pytest.importorskip("pyroute2")
 
-from dmn.interpreter.binder import Call, bind_program  # noqa: E402
+from dmn.engine.binder import Call, bind_program  # noqa: E402
+from dmn.engine.runner import Runner  # noqa: E402
 from dmn.interpreter.loader import load_builtin_plugins  # noqa: E402
-from dmn.interpreter.runner import Runner  # noqa: E402
 from dmn.opcodes.linux.netns import NamespaceRef  # noqa: E402
 from tests.journal.crashkit import Case, Server, op_of  # noqa: E402
 from tests.kernel.scratch import netns_path  # noqa: E402

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from dmn.interpreter.bound import BoundEffect, BoundProgram
-from dmn.interpreter.handles import Access
-from dmn.interpreter.journal import (
+from dmn.engine.bound import BoundEffect, BoundProgram
+from dmn.engine.journal import (
     EffectState,
     MemoryJournal,
     OperationState,
     RecoveryPolicy,
     RunCode,
 )
-from dmn.interpreter.mutation_lock import MutationLockTimeout, NodeMutationLock
-from dmn.interpreter.runner import Runner, RunRefused
+from dmn.engine.mutation_lock import MutationLockTimeout, NodeMutationLock
+from dmn.engine.runner import Runner, RunRefused
+from dmn.interpreter.handles import Access
 from tests.journal.programs import PARENT, child_program, foreign_world, reset_program
 from tests.journal.world import World, host_handle, world_executors
 

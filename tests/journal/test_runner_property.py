@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dmn.interpreter.bound import BoundEffect, BoundProgram, EffectOutputRef
-from dmn.interpreter.journal import MemoryJournal, OperationState
-from dmn.interpreter.runner import Runner
+from dmn.engine.bound import BoundEffect, BoundProgram, EffectOutputRef
+from dmn.engine.journal import MemoryJournal, OperationState
+from dmn.engine.runner import Runner
 from tests.journal.programs import DEVICE, PARENT, foreign_world
 from tests.journal.world import World, world_executors
 

@@ -36,8 +36,8 @@ from dmn.agent.journal.store import (
     JournalStore,
     ReservationConflict,
 )
-from dmn.interpreter.journal import OperationState
-from dmn.interpreter.runner import Runner
+from dmn.engine.journal import OperationState
+from dmn.engine.runner import Runner
 from tests.journal.programs import child_program
 from tests.journal.world import World, world_executors
 
@@ -47,7 +47,7 @@ HOLDER = """
 import sys
 from dmn.agent.journal.store import JournalStore
 from dmn.agent.journal.records import PreparationRecord
-from dmn.interpreter.runner import Runner
+from dmn.engine.runner import Runner
 from tests.journal.programs import child_program
 from tests.journal.world import World, world_executors
 store = JournalStore.open(sys.argv[1])
@@ -217,7 +217,7 @@ SYNC_PROBE = """
 import os, sys
 from dmn.agent.journal.store import JournalStore
 from dmn.agent.journal.records import Reservation
-from dmn.interpreter.runner import Runner
+from dmn.engine.runner import Runner
 from tests.journal.programs import child_program
 from tests.journal.world import World, world_executors
 store = JournalStore.open(sys.argv[1])

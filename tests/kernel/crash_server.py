@@ -24,8 +24,8 @@ from typing import Any
 
 from dmn.agent.journal.store import JournalStore
 from dmn.agent.netns.pins import NamespacePins
-from dmn.interpreter.bound import BoundProgram
-from dmn.interpreter.runner import Runner
+from dmn.engine.bound import BoundProgram
+from dmn.engine.runner import Runner
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from tests.kernel.world import EXECUTORS
 

@@ -20,11 +20,11 @@ from typing import Any
 
 from dmn.agent.journal.store import JournalStore
 from dmn.agent.netns.pins import NamespacePins
-from dmn.interpreter.binder import Call, bind_program
-from dmn.interpreter.bound import BoundProgram
+from dmn.engine.binder import Call, bind_program
+from dmn.engine.bound import BoundProgram
+from dmn.engine.runner import Runner, RunResult
 from dmn.interpreter.handles import Handle, Scope, ScopeKind
 from dmn.interpreter.loader import load_builtin_plugins
-from dmn.interpreter.runner import Runner, RunResult
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS

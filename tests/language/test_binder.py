@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dmn.interpreter.binder import Call, bind_program
-from dmn.interpreter.bound import BoundProgram, EffectOutputRef
+from dmn.engine.binder import Call, bind_program
+from dmn.engine.bound import BoundProgram, EffectOutputRef
 from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.handles import (
     Access,

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dmn.interpreter.binder import Call, bind_program
-from dmn.interpreter.bound import BoundProgram
+from dmn.engine.binder import Call, bind_program
+from dmn.engine.bound import BoundProgram
 from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.config_schema import ObjectSchema, validate_config
 from dmn.interpreter.diagnostics import Code

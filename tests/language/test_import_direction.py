@@ -5,6 +5,8 @@
   ``.parameter_types``, ``.executor`` — the executor *protocol* — and
   ``dmn.opcodes.<family>.specs``); never a native or cluster library.
 * opcode spec modules import no native library (so importing specs is always safe).
+* ``engine`` (bind/run/recover) imports only ``interpreter``, data and opcode specs plus
+  the executor protocol; never a native or cluster library.
 * ``opcodes`` never imports ``api``, ``agent``, ``controller`` or ``lab``.
 * ``api`` imports only ``interpreter`` (and ``opcodes`` specs) of the project.
 * ``controller`` and ``agent`` never import each other, nor ``lab``.
@@ -21,7 +23,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("interpreter", "opcodes", "api", "controller", "agent", "lab", "grammar", "programs")
+FOLDERS = (
+    "interpreter",
+    "engine",
+    "opcodes",
+    "api",
+    "controller",
+    "agent",
+    "lab",
+    "grammar",
+    "programs",
+)
 NATIVE = ("pyroute2", "kubernetes", "grpc", "rocksdict", "pyudev", "ovs", "cel", "cryptography")
 SPEC_MODULES = (
     "dmn.opcodes.spec",
@@ -94,13 +106,14 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "grammar": (),
     "programs": (),
     "interpreter": ("grammar", "programs", "opcodes"),
+    "engine": ("grammar", "programs", "interpreter", "opcodes"),
     "opcodes": ("interpreter",),
     "api": ("interpreter", "opcodes"),
-    "controller": ("api", "interpreter", "opcodes"),
-    "agent": ("api", "interpreter", "opcodes"),
+    "controller": ("api", "interpreter", "engine", "opcodes"),
+    "agent": ("api", "interpreter", "engine", "opcodes"),
     "lab": FOLDERS,
 }
-SPECS_ONLY = ("interpreter", "api")
+SPECS_ONLY = ("interpreter", "engine", "api")
 
 
 def forbidden(folder: str, mod: str) -> bool:
@@ -120,7 +133,7 @@ def violations(folder: str) -> list[str]:
             t = top(mod)
             project = mod == "dmn" or mod.startswith("dmn.")
             if not project and t in NATIVE:
-                if folder in ("interpreter", "grammar", "programs"):
+                if folder in ("interpreter", "engine", "grammar", "programs"):
                     out.append(where)
                 if folder == "opcodes" and (path.name == "specs.py" or own in SPEC_MODULES):
                     out.append(where)
@@ -154,6 +167,11 @@ def test_the_checker_sees_imports() -> None:
         ("interpreter", "dmn.opcodes.linux.specs", False),
         ("interpreter", "dmn.opcodes.registry.default_registry", False),
         ("interpreter", "dmn.api.crds", True),
+        ("interpreter", "dmn.engine.runner", True),
+        ("engine", "dmn.opcodes.executor", False),
+        ("engine", "dmn.opcodes.linux.executors", True),
+        ("agent", "dmn.engine.runner", False),
+        ("controller", "dmn.engine.binder", False),
         ("opcodes", "dmn.interpreter.handles", False),
         ("opcodes", "dmn.controller", True),
         ("api", "dmn.interpreter.documents", False),
@@ -181,4 +199,4 @@ def test_import_linter_contracts_hold() -> None:
         [str(tool), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "Contracts: 6 kept, 0 broken." in done.stdout
+    assert "Contracts: 8 kept, 0 broken." in done.stdout

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from dmn.interpreter.binder import Call, bind_program
-from dmn.interpreter.bound import BoundProgram
+from dmn.engine.binder import Call, bind_program
+from dmn.engine.bound import BoundProgram
 from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.diagnostics import Code, Diagnostic
 from dmn.interpreter.handles import (

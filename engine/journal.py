@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from dmn.interpreter.bound import BoundProgram, JSONValue, sha256_digest
+from dmn.engine.bound import BoundProgram
+from dmn.interpreter.canonical_json import JSONValue, sha256_digest
 from dmn.interpreter.handles import Handle
 
 SCHEMA_VERSION = 1

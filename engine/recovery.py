@@ -21,7 +21,7 @@ An undo that raises leaves the effect Quarantined. Quarantined effects are never
 undone again automatically; they stay visible (``dmn journal show``) and keep their
 resources reserved until an operator resolves them.
 
-Operation level (:meth:`dmn.interpreter.runner.Runner.recover`): a ``Running`` operation
+Operation level (:meth:`dmn.engine.runner.Runner.recover`): a ``Running`` operation
 whose effects all prove Applied is rolled forward to Completed; otherwise it is rolled back
 (``RollBack`` policy, the default) or finished (``RollForward``, only when nothing is
 uncertain). ``Compensating`` and ``Undoing`` operations continue their reverse pass. Every
@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from dmn.interpreter.bound import JSONValue
-from dmn.interpreter.journal import EffectState
+from dmn.engine.journal import EffectState
+from dmn.interpreter.canonical_json import JSONValue
 from dmn.opcodes.executor import EffectContext, Executor, RecoveryObservation
 from dmn.opcodes.spec import RecoveryStrategy, Reversibility
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dmn.interpreter.bound import BoundEffect, BoundInput, BoundProgram, EffectOutputRef
+from dmn.engine.bound import BoundEffect, BoundInput, BoundProgram, EffectOutputRef
 from dmn.interpreter.checker import (
     MAX_EFFECTS,
     check_program,

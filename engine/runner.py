@@ -36,9 +36,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from dmn.interpreter.bound import BoundEffect, BoundInput, BoundProgram, EffectOutputRef, JSONValue
-from dmn.interpreter.handles import Handle
-from dmn.interpreter.journal import (
+from dmn.engine.bound import BoundEffect, BoundInput, BoundProgram, EffectOutputRef
+from dmn.engine.journal import (
     UNFINISHED_STATES,
     EffectRecord,
     EffectState,
@@ -50,8 +49,10 @@ from dmn.interpreter.journal import (
     RecoveryPolicy,
     RunCode,
 )
-from dmn.interpreter.mutation_lock import NodeMutationLock
-from dmn.interpreter.recovery import UndoAction, decide_compensation, observation_of
+from dmn.engine.mutation_lock import NodeMutationLock
+from dmn.engine.recovery import UndoAction, decide_compensation, observation_of
+from dmn.interpreter.canonical_json import JSONValue
+from dmn.interpreter.handles import Handle
 from dmn.opcodes.executor import EffectContext, Executor, ExecutorError, RecoveryObservation
 
 _log = logging.getLogger(__name__)
@@ -568,7 +569,7 @@ class Runner:
     # ------------------------------------------------------------------ recovery
 
     def _recover(self, op: OperationRecord) -> None:
-        """Reconcile one unfinished operation; see :mod:`dmn.interpreter.recovery`."""
+        """Reconcile one unfinished operation; see :mod:`dmn.engine.recovery`."""
         _log.info("operation=%s state=%s event=recover", op.operation_id, op.state.value)
         if op.state is not OperationState.RUNNING:
             self._compensate(op, None)

@@ -1,6 +1,6 @@
 """Bound programs: one hook program bound to the grants of one concrete call.
 
-Binding (``dmn.interpreter.binder``) is pure; its result is this serialisable value.
+Binding (``dmn.engine.binder``) is pure; its result is this serialisable value.
 Inputs are either concrete :class:`Handle` values taken from the call, or
 :class:`EffectOutputRef` placeholders for outputs of earlier effects in the same
 program, which only exist once the runner has applied those effects. Parameters are
@@ -10,26 +10,12 @@ what the journal stores and what :attr:`BoundProgram.digest` hashes.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dmn.interpreter.canonical_json import JSONValue, canonical_json, sha256_digest
 from dmn.interpreter.handles import Handle
-
-JSONValue = Any  # None | bool | int | float | str | list[JSONValue] | dict[str, JSONValue]
-
-
-def canonical_json(value: JSONValue) -> bytes:
-    """Deterministic JSON bytes: sorted keys, no insignificant whitespace, UTF-8."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
-
-
-def sha256_digest(value: JSONValue) -> str:
-    return "sha256:" + hashlib.sha256(canonical_json(value)).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
