@@ -16,7 +16,8 @@ Where a link is not where it was left, undo and recovery search the host, the re
 sandbox and every pinned namespace the environment lists, rather than assuming it is gone.
 
 The executors live in one module per family — :mod:`link_move`, :mod:`link_configure`,
-:mod:`child_links` (macvlan/ipvlan/vlan), :mod:`bond` (bond + attach-master) — over the
+:mod:`child_links` (macvlan/ipvlan/vlan), :mod:`sandbox_child` (macvlan/ipvlan ``/v2``
+created directly in the sandbox), :mod:`bond` (bond + attach-master) — over the
 shared :mod:`created_link` lifecycle, :mod:`link_ownership` proofs and
 :mod:`effect_handles` lookups. This module is their registry, and re-exports every name it
 held before the split so importers do not change.
@@ -57,6 +58,7 @@ from dmn.opcodes.linux.effect_handles import (
 from dmn.opcodes.linux.link_configure import LinkConfigure
 from dmn.opcodes.linux.link_move import LinkMove, restore_root
 from dmn.opcodes.linux.link_ownership import delete_owned, find_owned, find_owned_in, set_alias
+from dmn.opcodes.linux.sandbox_child import CreateIpvlanInSandbox, CreateMacvlanInSandbox
 
 __all__ = [
     "BOND_MODE_ACTIVE_BACKUP",
@@ -68,7 +70,9 @@ __all__ = [
     "AttachMaster",
     "CreateBond",
     "CreateIpvlan",
+    "CreateIpvlanInSandbox",
     "CreateMacvlan",
+    "CreateMacvlanInSandbox",
     "CreateVlan",
     "LinkConfigure",
     "LinkMove",
@@ -96,6 +100,8 @@ EXECUTORS: Mapping[str, Executor] = {
     specs.LINK_CONFIGURE.name: LinkConfigure(),
     specs.CREATE_MACVLAN.name: CreateMacvlan(),
     specs.CREATE_IPVLAN.name: CreateIpvlan(),
+    specs.CREATE_MACVLAN_IN_SANDBOX.name: CreateMacvlanInSandbox(),
+    specs.CREATE_IPVLAN_IN_SANDBOX.name: CreateIpvlanInSandbox(),
     specs.CREATE_VLAN.name: CreateVlan(),
     specs.CREATE_BOND.name: CreateBond(),
     specs.ATTACH_MASTER.name: AttachMaster(),

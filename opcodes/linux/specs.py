@@ -2,11 +2,18 @@
 
 Why these hooks: every ``linux/*`` opcode acts on a link the workload will use, so each runs
 in ``connect`` (seed 000 §8.2: "Kernel connect moves the allocated netdevice and applies its
-sandbox config"). Shared-parent children (macvlan, ipvlan) are created on the host parent and
-moved into the sandbox by a separate ``linux/link-move/v1`` effect, so both phases are
-journaled and recoverable (seed 002 §8.4). The creating opcodes in the host namespace take no
-name from configuration: the executor names the temporary link from the ownership alias, and
-``link-move`` gives it the workload's name inside the sandbox.
+sandbox config").
+
+Shared-parent children (macvlan, ipvlan) have two designs. ``/v1`` creates the child on the
+host parent and a separate ``linux/link-move/v1`` effect moves it into the sandbox (seed 002
+§8.4). ``/v2`` (issue 15, the design the builtin programs use) creates the child directly in
+the call's verified, pinned sandbox in one journaled effect, as the reference CNI plugins do:
+the before-image records the random nonce name and the target pin before the create, the
+child is claimed there (ownership alias, the workload's name, admin state — one request),
+recovery finds it by that recorded identity in the pinned namespace or on the host, and undo
+deletes it in place (no move back). This avoids the kernel's namespace move, which alone
+costs more than the whole attach of the reference plugin. No opcode takes a namespace or a
+device name from configuration; the temporary link name is the executor's nonce.
 """
 
 from __future__ import annotations
@@ -65,6 +72,24 @@ class CreateIpvlanParameters(ParameterModel):
 
     mode: Literal["l2", "l3", "l3s"]
     mtu: Mtu
+
+
+class CreateMacvlanInSandboxParameters(ParameterModel):
+    """``/v2``: the child's name in the sandbox, macvlan mode, MTU and admin state."""
+
+    ifName: IfName
+    mode: Literal["bridge", "private", "vepa", "passthru"]
+    mtu: Mtu
+    up: bool
+
+
+class CreateIpvlanInSandboxParameters(ParameterModel):
+    """``/v2``: the child's name in the sandbox, ipvlan mode, MTU and admin state."""
+
+    ifName: IfName
+    mode: Literal["l2", "l3", "l3s"]
+    mtu: Mtu
+    up: bool
 
 
 class CreateVlanParameters(ParameterModel):
@@ -199,6 +224,43 @@ def _shared_parent_child(kind: str, parameters: type[ParameterModel]) -> OpcodeS
 CREATE_MACVLAN = _shared_parent_child("macvlan", CreateMacvlanParameters)
 CREATE_IPVLAN = _shared_parent_child("ipvlan", CreateIpvlanParameters)
 
+
+def _sandbox_child(kind: str, parameters: type[ParameterModel]) -> OpcodeSpec:
+    """``/v2`` of a shared-parent child: created in the verified sandbox in one effect."""
+    return OpcodeSpec(
+        name=f"linux/create-{kind}/v2",
+        summary=f"Create one owned {kind} child of a held host parent directly in the sandbox.",
+        parameters=parameters,
+        inputs={
+            "parent": PortSpec(
+                HandleType.SHARED_PARENT, _ETHERNET, ScopeKind.HOST, Access.CREATE_CHILD
+            )
+        },
+        outputs={
+            "interface": PortSpec(
+                HandleType.KERNEL_INTERFACE, _ETHERNET, ScopeKind.SANDBOX, grants=_CHILD_GRANTS
+            )
+        },
+        hooks=_CONNECT,
+        reversibility=Reversibility.REVERSIBLE,
+        recovery=_CREATED,
+        requires=frozenset(
+            {
+                "host-scope",
+                "create-child-grant",
+                "share-entitlement",
+                "parent-mode-compatible",
+                "mtu-within-parent",
+                "name-free",
+            }
+        ),
+        postconditions=frozenset({f"{kind}-mode-match", "link-in-sandbox", "link-state-match"}),
+    )
+
+
+CREATE_MACVLAN_IN_SANDBOX = _sandbox_child("macvlan", CreateMacvlanInSandboxParameters)
+CREATE_IPVLAN_IN_SANDBOX = _sandbox_child("ipvlan", CreateIpvlanInSandboxParameters)
+
 CREATE_VLAN = OpcodeSpec(
     name="linux/create-vlan/v1",
     summary="Create an owned 802.1Q child of an Ethernet parent already in the same sandbox.",
@@ -279,6 +341,8 @@ SPECS: tuple[OpcodeSpec, ...] = (
     LINK_CONFIGURE,
     CREATE_MACVLAN,
     CREATE_IPVLAN,
+    CREATE_MACVLAN_IN_SANDBOX,
+    CREATE_IPVLAN_IN_SANDBOX,
     CREATE_VLAN,
     CREATE_BOND,
     ATTACH_MASTER,

@@ -121,10 +121,10 @@ def test_killed_during_prepare(node: LabNode, crash_at: str) -> None:
 @pytest.mark.parametrize(
     "crash_at",
     [
+        "after-intent",
+        "after-before-image:create",
         "after-apply:create",
         "after-outcome:create",
-        "after-apply:move",
-        "after-apply:state",
         "before-completed",
     ],
 )

@@ -18,6 +18,8 @@ VALID: dict[str, dict[str, Any]] = {
     "linux/link-configure/v1": {"mtu": 1500, "up": True},
     "linux/create-macvlan/v1": {"mode": "bridge", "mtu": 1500},
     "linux/create-ipvlan/v1": {"mode": "l2", "mtu": 1500},
+    "linux/create-macvlan/v2": {"ifName": "net1", "mode": "bridge", "mtu": 1500, "up": True},
+    "linux/create-ipvlan/v2": {"ifName": "net1", "mode": "l2", "mtu": 1500, "up": False},
     "linux/create-vlan/v1": {"ifName": "tenant100", "vlanId": 100, "mtu": 1500},
     "linux/create-bond/v1": {
         "ifName": "bond0",

@@ -19,6 +19,8 @@ VOCABULARY = {
     "linux/link-configure/v1",
     "linux/create-macvlan/v1",
     "linux/create-ipvlan/v1",
+    "linux/create-macvlan/v2",
+    "linux/create-ipvlan/v2",
     "linux/create-vlan/v1",
     "linux/create-bond/v1",
     "linux/attach-master/v1",
@@ -46,6 +48,8 @@ CONTRACT = {
     "linux/link-configure/v1": ({C}, REV),
     "linux/create-macvlan/v1": ({C}, REV),
     "linux/create-ipvlan/v1": ({C}, REV),
+    "linux/create-macvlan/v2": ({C}, REV),
+    "linux/create-ipvlan/v2": ({C}, REV),
     "linux/create-vlan/v1": ({C}, REV),
     "linux/create-bond/v1": ({C}, REV),
     "linux/attach-master/v1": ({C}, REV),
@@ -94,7 +98,7 @@ def test_hooks_and_reversibility(spec: OpcodeSpec) -> None:
 @pytest.mark.parametrize("spec", SPECS, ids=ids)
 def test_name_and_summary(spec: OpcodeSpec) -> None:
     family, verb, version = spec.name.split("/")
-    assert spec.family == family and spec.version == version == "v1"
+    assert spec.family == family and spec.version == version and version in ("v1", "v2")
     assert verb and verb == verb.lower()
     # the spec lives in its family's module
     assert spec.parameters.__module__ == f"dmn.opcodes.{family}.specs"

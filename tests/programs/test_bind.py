@@ -215,12 +215,14 @@ def test_shared_parent_root(name: str, mode: str, plugins: dict[str, Plugin]) ->
             Call(config=config, prepared={"parent": (SHARE,)}, sandbox=SANDBOX),
         )
     )
-    assert kinds(connect) == [
-        ("create", f"linux/create-{kind}/v1"),
-        ("move", "linux/link-move/v1"),
-        ("state", "linux/link-configure/v1"),
-    ]
-    assert connect.effects[0].parameters == {"mode": mode, "mtu": 1400}
+    # one effect: the child is created directly in the sandbox (issue 15)
+    assert kinds(connect) == [("create", f"linux/create-{kind}/v2")]
+    assert connect.effects[0].parameters == {
+        "ifName": "net1",
+        "mode": mode,
+        "mtu": 1400,
+        "up": True,
+    }
 
 
 BOND = {
