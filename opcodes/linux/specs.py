@@ -255,6 +255,15 @@ def _sandbox_child(kind: str, parameters: type[ParameterModel]) -> OpcodeSpec:
             }
         ),
         postconditions=frozenset({f"{kind}-mode-match", "link-in-sandbox", "link-state-match"}),
+        changes=(
+            f"Creates a new {kind} link on the held host parent directly inside the Pod's "
+            "namespace, named ifName, with the requested MTU and admin state; the parent "
+            "itself is not changed."
+        ),
+        undo=(
+            f"Deletes the {kind} child it created in place (identified by the recorded "
+            "ownership alias or nonce identity); the parent is left as it is."
+        ),
     )
 
 
