@@ -11,8 +11,9 @@ from the cluster's DeviceExposurePolicies, then starts the real :class:`NodeAgen
 recovery, kubelet DRA and registration sockets, NRI plugin; ``NRI_PLUGIN_SOCKET`` is
 honoured as the NRI plugin does). SIGTERM/SIGINT stop it in reverse order and exit 0.
 
-Bad arguments exit 2 and an unreachable or refusing API server exits 1, each with one line
-``dmn node: error[CODE]: message`` on stderr, never a traceback.
+Bad arguments exit 2 (reported by :mod:`dmn.command_line` as
+``dmn node: error[E_USAGE]: ...``) and an unreachable or refusing API server exits 1, each
+with one line ``dmn node: error[CODE]: message`` on stderr, never a traceback.
 
 Not done here (said plainly): the slices are published once at start — no republication
 on policy, claim or inventory change, and the publication state is not persisted.
@@ -29,7 +30,6 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn
 
 from pydantic import ValidationError
 
@@ -47,6 +47,7 @@ from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, NotFound, connec
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
 from dmn.api.policy import DeviceExposurePolicy
+from dmn.command_line import CommandParser, UsageError, run_command
 
 log = logging.getLogger("dmn.agent")
 
@@ -62,13 +63,8 @@ class NodeStartError(Exception):
         self.code, self.message, self.status = code, message, status
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise NodeStartError("E_ARGS", message, 2)
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description=(__doc__ or "").split("\n")[0])
+def _parser() -> CommandParser:
+    p = CommandParser(prog=PROG, description=(__doc__ or "").split("\n")[0])
     access = p.add_mutually_exclusive_group()
     access.add_argument("--url", help="API server URL (the lab, or a cluster without kubeconfig)")
     access.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
@@ -93,19 +89,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    """Parse and check arguments; raises :class:`NodeStartError` (status 2)."""
-    args = _parser().parse_args(argv)
+def check_arguments(args: argparse.Namespace) -> None:
+    """Check parsed arguments: :class:`UsageError` (E_USAGE) or :class:`NodeStartError`."""
     if not args.node_name:
-        raise NodeStartError("E_ARGS", "--node-name: must not be empty", 2)
+        raise UsageError("--node-name: must not be empty")
     if not args.sysfs.is_dir():
-        raise NodeStartError("E_ARGS", f"--sysfs {args.sysfs}: not a directory", 2)
+        raise UsageError(f"--sysfs {args.sysfs}: not a directory")
     if args.kubeconfig is not None and not Path(args.kubeconfig).is_file():
         raise NodeStartError("E_KUBECONFIG", f"--kubeconfig {args.kubeconfig}: no such file", 2)
     level = logging.getLevelName(args.log_level.upper())
     if not isinstance(level, int):
-        raise NodeStartError("E_ARGS", f"--log-level {args.log_level}: unknown level", 2)
-    return args
+        raise UsageError(f"--log-level {args.log_level}: unknown level")
 
 
 def open_cluster(args: argparse.Namespace) -> Cluster:
@@ -231,8 +225,12 @@ def _fail(error: NodeStartError) -> int:
 
 
 def run(argv: list[str]) -> int:
+    return run_command(_parser(), argv, _serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
     try:
-        args = parse(argv)
+        check_arguments(args)
     except NodeStartError as exc:
         return _fail(exc)
     logging.basicConfig(

@@ -18,6 +18,7 @@ import threading
 from types import FrameType
 
 from dmn.api.cluster import Cluster, connect
+from dmn.command_line import CommandParser, run_command
 from dmn.controller.leader import LeaderElector
 from dmn.controller.manager import Controller
 from dmn.opcodes.registry import default_registry
@@ -25,8 +26,8 @@ from dmn.opcodes.registry import default_registry
 log = logging.getLogger("dmn.controller")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dmn controller", description=__doc__.split("\n")[0])
+def _parser() -> CommandParser:
+    p = CommandParser(prog="dmn controller", description=__doc__.split("\n")[0])
     p.add_argument("--url", help="API server URL (the lab, or a cluster without kubeconfig)")
     p.add_argument("--kubeconfig", help="kubeconfig file")
     p.add_argument("--context", help="kubeconfig context")
@@ -55,7 +56,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    return run_command(_parser(), argv, _serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )

@@ -12,6 +12,8 @@ import importlib
 import sys
 from pathlib import Path
 
+from dmn.command_line import CommandParser, UsageError, run_command
+
 GENERATORS: list[str] = [
     "dmn.api.crdgen:generate",
     "dmn.api.builtin_plugins:generate",
@@ -25,14 +27,16 @@ def repo_root() -> Path:
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="dmn generate", description=__doc__)
+    parser = CommandParser(prog="dmn generate", description=__doc__)
     parser.add_argument("--check", action="store_true", help="report drift, write nothing")
     parser.add_argument("--root", type=Path, default=repo_root(), help="repository root")
-    args = parser.parse_args(argv)
+    return run_command(parser, argv, _generate)
+
+
+def _generate(args: argparse.Namespace) -> int:
     root: Path = args.root
     if not (root / "pyproject.toml").is_file() or not (root / "dmn").is_dir():
-        sys.stderr.write(f"dmn generate: error[E_USAGE]: {root} is not the repository root\n")
-        return 2
+        raise UsageError(f"{root} is not the repository root")
     drift: list[str] = []
     for entry in GENERATORS:
         module_name, func_name = entry.split(":")

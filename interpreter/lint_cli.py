@@ -1,7 +1,8 @@
 """``dmn lint PATH... [--plugins DIR]... [--format human|json]``.
 
 Exit status: 0 no errors, 1 errors found, 2 usage errors or unreadable input (reported
-as diagnostics ``E_USAGE`` / ``E_IO``, never as a traceback). ``--format json`` prints
+as diagnostics ``E_USAGE`` / ``E_IO``, never as a traceback; bad arguments are reported
+by :mod:`dmn.command_line` like every command's). ``--format json`` prints
 one JSON array of objects with exactly the keys code, severity, file, line, column,
 path, message (line and column 1-based).
 """
@@ -9,26 +10,15 @@ path, message (line and column 1-based).
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
-from typing import NoReturn
 
-from dmn.interpreter.diagnostics import Code, Diagnostic
+from dmn.command_line import CommandParser, UsageError, add_format_option, run_command
 from dmn.interpreter.lint import LintResult, lint_paths, render_human
 
 
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise _UsageError(message)
-
-
-def _parser() -> _Parser:
-    parser = _Parser(
+def _parser() -> CommandParser:
+    parser = CommandParser(
         prog="dmn lint",
         description="Check hook programs, NetworkPlugin CRs and registered document kinds.",
     )
@@ -40,7 +30,7 @@ def _parser() -> _Parser:
         metavar="DIR",
         help="extra plugins (plugin directories or NetworkPlugin CRs) to resolve programs",
     )
-    parser.add_argument("--format", choices=("human", "json"), default="human")
+    add_format_option(parser)
     parser.add_argument(
         "--no-builtins", action="store_true", help="do not resolve against the builtin plugins"
     )
@@ -54,23 +44,16 @@ def _emit(result: LintResult, fmt: str) -> None:
         sys.stdout.write(render_human(result) + "\n")
 
 
-def run(argv: list[str]) -> int:
-    fmt = "json" if "--format=json" in argv or _follows(argv, "--format", "json") else "human"
-    try:
-        args = _parser().parse_args(argv)
-        if not args.paths:
-            raise _UsageError("at least one PATH is required")
-    except _UsageError as exc:
-        usage = Diagnostic(code=Code.E_USAGE, message=f"{exc} ({_parser().format_usage().strip()})")
-        _emit(LintResult([usage], [], {}), fmt)
-        return 2
+def _lint(args: argparse.Namespace) -> int:
+    if not args.paths:
+        raise UsageError("at least one PATH is required")
     result = lint_paths(args.paths, plugin_dirs=args.plugins, include_builtins=not args.no_builtins)
     _emit(result, args.format)
     return result.exit_code
 
 
-def _follows(argv: list[str], flag: str, value: str) -> bool:
-    return any(a == flag and b == value for a, b in itertools.pairwise(argv))
+def run(argv: list[str]) -> int:
+    return run_command(_parser(), argv, _lint)
 
 
 def main() -> int:  # pragma: no cover - convenience for `python -m`

@@ -37,6 +37,7 @@ import yaml
 
 from dmn.api.cluster import ApiFailure, Cluster, Invalid, NotFound, Unavailable, connect
 from dmn.api.cluster import resources as r
+from dmn.command_line import CommandParser, run_command
 from dmn.lab import manifests
 from dmn.lab.state_dir import StateDir, default_state_dir
 
@@ -455,8 +456,8 @@ def _demo(args: argparse.Namespace) -> int:
 # --- entry -------------------------------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dmn lab", description=__doc__.split("\n")[0])
+def _parser() -> CommandParser:
+    p = CommandParser(prog="dmn lab", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     def with_state(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -490,7 +491,10 @@ def _error(failure: _Failure) -> None:
 
 
 def run(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    return run_command(_parser(), argv, _dispatch)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     handlers = {
         "up": _up,
         "down": _down,

@@ -25,6 +25,7 @@ from ruamel.yaml.error import YAMLError
 from dmn.agent.inventory.live import Pyroute2Devlink, Pyroute2Links
 from dmn.agent.inventory.scan import ScanConfig, scan
 from dmn.api.policy import DeviceExposurePolicy
+from dmn.command_line import CommandParser, run_command
 
 
 def _fail(code: str, message: str) -> int:
@@ -53,7 +54,7 @@ def _load_policies(paths: list[Path]) -> list[DeviceExposurePolicy] | tuple[str,
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="dmn inventory", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="dmn inventory", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sysfs", type=Path, default=Path("/sys"))
     parser.add_argument("--node-uid", default="")
     parser.add_argument("--node-name", default=socket.gethostname())
@@ -62,8 +63,10 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--policy", action="append", type=Path, default=[])
     parser.add_argument("--label", action="append", default=[], help="node label k=v")
     parser.add_argument("--slices", action="store_true")
-    args = parser.parse_args(argv)
+    return run_command(parser, argv, _scan)
 
+
+def _scan(args: argparse.Namespace) -> int:
     loaded = _load_policies(args.policy)
     if isinstance(loaded, tuple):
         return _fail(*loaded)

@@ -15,14 +15,15 @@ import sys
 from typing import Any
 
 from dmn.agent.journal.store import JournalError, JournalStore
+from dmn.command_line import CommandParser, add_format_option, run_command
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dmn journal", description=__doc__.splitlines()[0])
+def _parser() -> CommandParser:
+    parser = CommandParser(prog="dmn journal", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     show = sub.add_parser("show", help="show the journal's contents (read-only)")
     show.add_argument("--state-dir", required=True, help="the agent's state directory")
-    show.add_argument("--format", choices=("text", "json"), default="text")
+    add_format_option(show, ("text", "json"))
     return parser
 
 
@@ -76,10 +77,10 @@ def _text(dump: dict[str, Any]) -> str:
 
 
 def run(argv: list[str]) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0) if exc.code in (0, None) else 2
+    return run_command(_parser(), argv, _show)
+
+
+def _show(args: argparse.Namespace) -> int:
     try:
         store = JournalStore.open_read_only(args.state_dir)
     except JournalError as exc:

@@ -2,7 +2,8 @@
 (= ``network-topology-compile``).
 
 Offline preview of what the controller would publish: the normalized revision and one
-DeviceClass per root as YAML on stdout (exit 0); or the diagnostics exactly as ``dmn
+DeviceClass per root as YAML on stdout (with ``--format json``: one JSON array of those
+objects; exit 0); or the diagnostics exactly as ``dmn
 lint`` prints them — same renderer, same ``--format json`` array — with exit 1 for
 errors and 2 for usage errors or unreadable input. Plugins are the shipped builtins plus
 any ``--plugins`` directories (plugin folders or NetworkPlugin CR files). Not a
@@ -16,10 +17,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import yaml
 
+from dmn.command_line import CommandParser, add_format_option, run_command
 from dmn.controller.compile.compiler import compile_topology
 from dmn.interpreter.diagnostics import Code, Diagnostic, SourceSpan, has_errors
 from dmn.interpreter.lint import LintResult, render_human
@@ -30,20 +32,13 @@ from dmn.opcodes.registry import default_registry
 PREVIEW_UID = "<assigned-on-create>"
 
 
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise _UsageError(message)
-
-
-def _parser() -> _Parser:
-    p = _Parser(prog="dmn compile", description="Compile a NetworkTopology (offline preview).")
+def _parser(
+    prog: str = "dmn compile", description: str = "Compile a NetworkTopology (offline preview)."
+) -> CommandParser:
+    p = CommandParser(prog=prog, description=description)
     p.add_argument("topology", metavar="TOPOLOGY.yaml")
     p.add_argument("--plugins", action="append", default=[], metavar="DIR")
-    p.add_argument("--format", choices=("human", "json"), default="human")
+    add_format_option(p)
     return p
 
 
@@ -54,21 +49,11 @@ def _emit(result: LintResult, fmt: str) -> None:
         sys.stdout.write(render_human(result) + "\n")
 
 
-def parse_or_usage(parser: _Parser, argv: list[str]) -> argparse.Namespace | int:
-    """Parsed arguments, or exit status 2 after printing an ``E_USAGE`` diagnostic (in
-    JSON when the command line asked for it)."""
-    try:
-        return parser.parse_args(argv)
-    except _UsageError as exc:
-        usage = Diagnostic(Code.E_USAGE, f"{exc} ({parser.format_usage().strip()})")
-        _emit(LintResult([usage], [], {}), "json" if "json" in argv else "human")
-        return 2
-
-
 def run(argv: list[str]) -> int:
-    args = parse_or_usage(_parser(), argv)
-    if isinstance(args, int):
-        return args
+    return run_command(_parser(), argv, _compile)
+
+
+def _compile(args: argparse.Namespace) -> int:
     loaded = load_topology_inputs(args.topology, args.plugins, args.format)
     if isinstance(loaded, int):
         return loaded
@@ -84,7 +69,10 @@ def run(argv: list[str]) -> int:
     if has_errors(diagnostics):
         _emit(LintResult(diagnostics, [str(file)], sources), args.format)
         return 1
-    sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False, width=100))
+    if args.format == "json":
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False, width=100))
     return 0
 
 

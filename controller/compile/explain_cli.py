@@ -9,10 +9,12 @@ diagnostics as ``dmn compile`` (exit 1); usage errors and unreadable files exit 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-from dmn.controller.compile.cli import _emit, _parser, load_topology_inputs, parse_or_usage
+from dmn.command_line import run_command
+from dmn.controller.compile.cli import _emit, _parser, load_topology_inputs
 from dmn.controller.compile.explain import explain_topology, render_text
 from dmn.interpreter.diagnostics import has_errors
 from dmn.interpreter.lint import LintResult
@@ -20,12 +22,11 @@ from dmn.opcodes.registry import default_registry
 
 
 def run(argv: list[str]) -> int:
-    parser = _parser()
-    parser.prog = "dmn explain"
-    parser.description = "Show what a NetworkTopology will do on a node (dry run)."
-    args = parse_or_usage(parser, argv)
-    if isinstance(args, int):
-        return args
+    parser = _parser("dmn explain", "Show what a NetworkTopology will do on a node (dry run).")
+    return run_command(parser, argv, _explain)
+
+
+def _explain(args: argparse.Namespace) -> int:
     loaded = load_topology_inputs(args.topology, args.plugins, args.format)
     if isinstance(loaded, int):
         return loaded

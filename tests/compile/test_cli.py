@@ -35,7 +35,7 @@ def test_missing_file_is_usage_error(capsys, tmp_path) -> None:  # type: ignore[
     assert main(["compile", str(tmp_path / "nope.yaml")]) == 2
     assert "E_IO" in capsys.readouterr().out
     assert main(["compile"]) == 2
-    assert "E_USAGE" in capsys.readouterr().out
+    assert "dmn compile: error[E_USAGE]: " in capsys.readouterr().err
 
 
 def test_plugins_dir(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -137,7 +137,7 @@ def test_exit_code_2_for_usage_and_unreadable_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run([]) == 2
-    assert "E_USAGE" in capsys.readouterr().out
+    assert "dmn lint: error[E_USAGE]: " in capsys.readouterr().err
     assert run(["--format", "xml", "x"]) == 2
     capsys.readouterr()
     assert run([str(tmp_path / "missing.yaml"), "--format", "json"]) == 2

@@ -146,11 +146,11 @@ def test_sigint_before_nri_runtime_exists_exits_zero(root: Path, server: LabApiS
 @pytest.mark.parametrize(
     ("argv", "code"),
     [
-        (["--no-such-flag"], "E_ARGS"),
-        (["--url", "http://127.0.0.1:1", "--kubeconfig", "/x"], "E_ARGS"),
+        (["--no-such-flag"], "E_USAGE"),
+        (["--url", "http://127.0.0.1:1", "--kubeconfig", "/x"], "E_USAGE"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], "E_KUBECONFIG"),
-        (["--url", "http://127.0.0.1:1", "--sysfs", "/nonexistent/sys"], "E_ARGS"),
-        (["--url", "http://127.0.0.1:1", "--node-name", ""], "E_ARGS"),
+        (["--url", "http://127.0.0.1:1", "--sysfs", "/nonexistent/sys"], "E_USAGE"),
+        (["--url", "http://127.0.0.1:1", "--node-name", ""], "E_USAGE"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(argv: list[str], code: str) -> None:
