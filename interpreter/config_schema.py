@@ -12,8 +12,9 @@ The subset (every keyword not listed is an error, ``E_UNKNOWN_FIELD``):
 * a property is one of
 
   - ``{type: string, minLength?, maxLength?, pattern?, enum?, default?}``
-    (``pattern`` is a Python ``re`` full-match pattern; ``enum`` a non-empty list of
-    distinct strings),
+    (``pattern`` is an RE2 full-match pattern, matched in linear time — a pattern RE2
+    does not accept is ``E_PATTERN``, see :mod:`dmn.interpreter.patterns`; ``enum`` a
+    non-empty list of distinct strings),
   - ``{type: integer, minimum?, maximum?, enum?, default?}``,
   - ``{type: boolean, default?}``,
   - ``{type: array, items: <string|integer|boolean property>, minItems?, maxItems?,
@@ -48,13 +49,17 @@ does not parse or evaluate is treated as not holding here (the checker reports i
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from dmn.interpreter.diagnostics import Code, Diagnostic
+from dmn.interpreter.patterns import full_match, pattern_problem
+
+#: pydantic error type of a pattern RE2 refuses; reported as ``E_PATTERN``
+PATTERN_ERROR_TYPE = "pattern_not_re2"
 
 
 class _Strict(BaseModel):
@@ -77,13 +82,17 @@ class StringSchema(_Property):
     enum: list[str] | None = Field(default=None, min_length=1)
     default: str | None = None
 
+    @field_validator("pattern")
+    @classmethod
+    def _linear_time(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            problem = pattern_problem(pattern)
+            if problem is not None:
+                raise PydanticCustomError(PATTERN_ERROR_TYPE, problem)
+        return pattern
+
     @model_validator(mode="after")
     def _coherent(self) -> StringSchema:
-        if self.pattern is not None:
-            try:
-                re.compile(self.pattern)
-            except re.error as exc:
-                raise ValueError(f"invalid pattern: {exc}") from exc
         if self.enum is not None and len(set(self.enum)) != len(self.enum):
             raise ValueError("enum values must be distinct")
         if (
@@ -213,7 +222,7 @@ def _validate_scalar(
         bad(f"{value!r} is shorter than {schema.min_length} characters")
     if schema.max_length is not None and len(value) > schema.max_length:
         bad(f"{value!r} is longer than {schema.max_length} characters")
-    if schema.pattern is not None and re.fullmatch(schema.pattern, value) is None:
+    if schema.pattern is not None and not full_match(schema.pattern, value):
         bad(f"{value!r} does not match the pattern {schema.pattern!r}")
     return errs
 

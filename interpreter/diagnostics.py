@@ -55,6 +55,8 @@ class Code(StrEnum):
     #: A pre-existing object conflicts with what would be generated (never overwritten).
     E_CONFLICT = "E_CONFLICT"
     E_USAGE = "E_USAGE"
+    #: A configSchema pattern that RE2 (linear-time matching) does not accept.
+    E_PATTERN = "E_PATTERN"
 
 
 @dataclass(frozen=True, slots=True)

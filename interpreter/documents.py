@@ -52,7 +52,7 @@ from pydantic import (
     model_validator,
 )
 
-from dmn.interpreter.config_schema import ObjectSchema
+from dmn.interpreter.config_schema import PATTERN_ERROR_TYPE, ObjectSchema
 from dmn.interpreter.diagnostics import Code, Diagnostic
 from dmn.interpreter.source import Path, SourceMap, YamlDocument, path_text
 
@@ -263,8 +263,25 @@ class NetworkPlugin(_Strict):
 _UNION_TAGS = {"<ref>", "<refs>"}
 
 
+#: tags pydantic puts in ``loc`` for the configSchema property union (discriminated by
+#: ``type``): ``properties.<name>.<tag>.…`` and ``items.<tag>.…``; not YAML keys
+_SCHEMA_TYPE_TAGS = {"string", "integer", "boolean", "array", "object"}
+
+
+def _is_schema_tag(loc: tuple[int | str, ...], index: int) -> bool:
+    if loc[index] not in _SCHEMA_TYPE_TAGS:
+        return False
+    return (index >= 2 and loc[index - 2] == "properties") or (
+        index >= 1 and loc[index - 1] == "items"
+    )
+
+
 def _loc_path(loc: tuple[int | str, ...]) -> Path:
-    return tuple(part for part in loc if part not in _UNION_TAGS)
+    return tuple(
+        part
+        for index, part in enumerate(loc)
+        if part not in _UNION_TAGS and not _is_schema_tag(loc, index)
+    )
 
 
 def validation_diagnostics(
@@ -280,6 +297,10 @@ def validation_diagnostics(
             code = Code.E_UNKNOWN_FIELD
             message = f"unknown field {path[-1]!r}" if path else "unknown field"
             span = source.key_span(path)
+        elif kind == PATTERN_ERROR_TYPE:
+            code = Code.E_PATTERN
+            message = str(err["msg"])
+            span = source.span(path)
         elif kind == "missing":
             code = Code.E_SCHEMA
             message = f"required field {path[-1]!r} is missing" if path else "missing value"

@@ -8,7 +8,8 @@ becomes one field cause of a 422 Invalid.
 Supported keywords: ``type``, ``nullable``, ``properties``, ``additionalProperties``,
 ``items``, ``required``, ``enum``, ``minimum``/``maximum`` (+ ``exclusiveMinimum`` /
 ``exclusiveMaximum`` booleans), ``multipleOf``, ``minLength``/``maxLength``, ``pattern``
-(Python ``re`` — a superset of RE2 for the patterns CRDs use), ``minItems``/``maxItems``,
+(RE2, linear time, as the real API server: :mod:`dmn.interpreter.patterns`),
+``minItems``/``maxItems``,
 ``minProperties``/``maxProperties``, ``allOf``/``anyOf``/``oneOf``/``not``, ``default``,
 ``x-kubernetes-preserve-unknown-fields``, ``x-kubernetes-int-or-string``,
 ``x-kubernetes-embedded-resource``, ``x-kubernetes-list-type`` (``set`` / ``map`` with
@@ -21,10 +22,10 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Any
+
+from dmn.interpreter.patterns import pattern_problem, search
 
 from . import errors
 from .errors import Cause
@@ -119,11 +120,6 @@ def _type_ok(expected: str, value: Any) -> bool:
     return actual == expected or (expected == "number" and actual == "integer")
 
 
-@lru_cache(maxsize=512)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
-
-
 def _fmt(number: Any) -> str:
     return json.dumps(number)
 
@@ -212,8 +208,12 @@ def _validate_string(schema: Schema, value: str, path: str, out: list[Cause]) ->
             )
         )
     pattern = schema.get("pattern")
-    if pattern is not None and not _compiled(pattern).search(value):
-        out.append(errors.invalid(path, value, f"{path} in body should match '{pattern}'"))
+    if pattern is not None:
+        problem = pattern_problem(pattern)
+        if problem is not None:
+            out.append(errors.invalid(path, value, f"{path}: schema {problem}"))
+        elif not search(pattern, value):
+            out.append(errors.invalid(path, value, f"{path} in body should match '{pattern}'"))
 
 
 def _validate_number(schema: Schema, value: float, path: str, out: list[Cause]) -> None:
