@@ -11,23 +11,23 @@ import json
 import sys
 
 from dmn.api.editor_schema import KINDS, editor_schema
+from dmn.command_line import CommandParser, UsageError, run_command
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="dmn schema",
         description="JSON Schema of HookProgram, NetworkPlugin or NetworkTopology documents "
         "(for YAML language servers: '# yaml-language-server: $schema=FILE').",
     )
     parser.add_argument("kind", metavar="KIND", help=", ".join(KINDS))
-    args = parser.parse_args(argv)
+    return run_command(parser, argv, _schema)
+
+
+def _schema(args: argparse.Namespace) -> int:
     by_lower = {k.lower(): k for k in KINDS}
     kind = by_lower.get(str(args.kind).lower())
     if kind is None:
-        sys.stderr.write(
-            f"dmn schema: error[E_USAGE]: unknown kind {args.kind!r} "
-            f"(expected one of {', '.join(KINDS)})\n"
-        )
-        return 2
+        raise UsageError(f"unknown kind {args.kind!r} (expected one of {', '.join(KINDS)})")
     sys.stdout.write(json.dumps(editor_schema(kind), indent=2) + "\n")
     return 0

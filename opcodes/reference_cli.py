@@ -2,7 +2,7 @@
 
 ``NAME`` is an opcode (``linux/link-move/v1``) or a family (``linux``); without it every
 opcode is listed. Exit 0 on success, 1 when ``NAME`` matches no opcode (``E_UNKNOWN_OPCODE``),
-2 on usage errors (argparse).
+2 on usage errors (:mod:`dmn.command_line`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 
+from dmn.command_line import CommandParser, add_format_option, run_command
 from dmn.opcodes.reference import describe, render_document, render_markdown
 from dmn.opcodes.registry import default_registry
 from dmn.opcodes.spec import OpcodeSpec
@@ -30,12 +31,15 @@ def select(name: str | None) -> list[OpcodeSpec]:
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="dmn opcodes", description="Describe the opcodes a HookProgram may use."
     )
     parser.add_argument("name", nargs="?", metavar="NAME", help="an opcode or a family")
-    parser.add_argument("--format", choices=("markdown", "json"), default="markdown")
-    args = parser.parse_args(argv)
+    add_format_option(parser, ("markdown", "json"))
+    return run_command(parser, argv, _describe)
+
+
+def _describe(args: argparse.Namespace) -> int:
     specs = select(args.name)
     if not specs:
         known = ", ".join(default_registry().names())
