@@ -42,6 +42,7 @@ from dmn.agent.inventory.scan import ScanConfig, scan
 from dmn.agent.journal.store import JournalError, JournalHeldError
 from dmn.agent.kubelet.server import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, SocketPathError
 from dmn.agent.nri.plugin import DEFAULT_SOCKET_PATH, PluginConfig
+from dmn.agent.readiness import DEFAULT_INTERVAL, ReadinessReporter
 from dmn.agent.slices import NodePublication, allocated_devices
 from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, NotFound, connect
 from dmn.api.cluster import resources as r
@@ -84,6 +85,12 @@ def _parser() -> CommandParser:
         default=[],
         metavar="NAME",
         help="a non-PCI link (veth end) to inventory as a NIC; repeatable (labs and tests)",
+    )
+    p.add_argument(
+        "--readiness-interval",
+        type=float,
+        default=DEFAULT_INTERVAL,
+        help="seconds between writes of <state-dir>/readiness.json (dmn node-ready reads it)",
     )
     p.add_argument("--log-level", default="INFO")
     return p
@@ -249,6 +256,7 @@ def _serve(args: argparse.Namespace) -> int:
     except NodeStartError as exc:
         return _fail(exc)
     agent: NodeAgent | None = None
+    reporter: ReadinessReporter | None = None
     failure: NodeStartError | None = None
     try:
         agent = build_agent(args, cluster)
@@ -261,6 +269,9 @@ def _serve(args: argparse.Namespace) -> int:
             raise NodeStartError("E_JOURNAL", f"opening the journal: {exc}", 1) from exc
         except (OSError, SocketPathError) as exc:
             raise NodeStartError("E_IO", f"starting the agent: {exc}", 1) from exc
+        reporter = ReadinessReporter(
+            args.state_dir, agent.readiness, args.readiness_interval
+        ).start()
         log.info(
             "event=node-running node=%s state_dir=%s nri_socket=%s",
             args.node_name,
@@ -271,6 +282,8 @@ def _serve(args: argparse.Namespace) -> int:
     except NodeStartError as exc:
         failure = exc
     finally:
+        if reporter is not None:
+            reporter.stop()
         if agent is not None:
             agent.stop()
         cluster.close()

@@ -10,6 +10,7 @@ instead of a traceback.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 
@@ -24,13 +25,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "journal": ("dmn.agent.journal.cli", "inspect a node journal (read-only)"),
     "inventory": ("dmn.agent.inventory.cli", "scan this node's hardware and preview its slices"),
     "node": ("dmn.agent.main", "run the node agent"),
+    "node-ready": ("dmn.agent.readiness", "exit 0 if this node's agent reports ready (probe)"),
     "controller": ("dmn.controller.main", "run the controller"),
     "lab": ("dmn.lab.cli", "run the embedded single-node lab cluster"),
 }
 
 
+def version() -> str:
+    """The installed distribution's version (what an image or wheel was built from)."""
+    try:
+        return importlib.metadata.version("dra-multi-network")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def _usage() -> str:
-    lines = ["usage: dmn <command> [options]", "", "commands:"]
+    lines = ["usage: dmn [--version] <command> [options]", "", "commands:"]
     lines += [f"  {name:<11} {help_}" for name, (_, help_) in COMMANDS.items()]
     return "\n".join(lines)
 
@@ -55,6 +65,9 @@ def dispatch(name: str, argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in {"-V", "--version"}:
+        sys.stdout.write(f"dmn {version()}\n")
+        return 0
     if not args or args[0] in {"-h", "--help", "help"}:
         sys.stdout.write(_usage() + "\n")
         return 0 if args else 2

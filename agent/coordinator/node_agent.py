@@ -22,6 +22,7 @@ from dmn.agent.kubelet.server import (
     KubeletPluginServer,
 )
 from dmn.agent.nri.plugin import NriPlugin, PluginConfig, PluginThread
+from dmn.agent.readiness import Readiness
 from dmn.api.cluster import Cluster
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,19 @@ class NodeAgent:
             raise
         log.info("event=agent-started node=%s", self.config.node_name)
         return self
+
+    def readiness(self) -> Readiness:
+        """The facts the readiness probe reports (see :mod:`dmn.agent.readiness`)."""
+        kubelet = self.kubelet is not None and self.kubelet.registration.registered.is_set()
+        nri = self.plugin is not None and self.plugin.ready.is_set()
+        journal = False
+        if self.coordinator is not None:
+            try:
+                self.coordinator.journal.schema_version  # noqa: B018 - a read that must answer
+                journal = True
+            except Exception as exc:  # closed or failing store: not writable either
+                log.warning("event=journal-unreadable error=%s", exc)
+        return Readiness(kubelet, nri, journal)
 
     def wait_nri_ready(self) -> bool:
         """True once the NRI plugin registered and its first Synchronize completed."""

@@ -192,3 +192,63 @@ def test_second_agent_on_a_held_journal_exits_1(root: Path, server: LabApiServer
     last = second.stderr.strip().splitlines()[-1]
     assert last.startswith("dmn node: error[E_JOURNAL_HELD]: "), last
     assert first.returncode == 0
+
+
+def _ready(state: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "dmn", "node-ready", "--state-dir", str(state), "--max-age", "10"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def _notify_registration(reg_sock: Path, registered: bool) -> None:
+    """What kubelet's plugin watcher does after GetInfo: report the registration outcome."""
+    import grpc
+
+    from dmn.agent.protos import pluginregistration_v1_pb2 as pb
+    from dmn.agent.protos import pluginregistration_v1_pb2_grpc as pb_grpc
+
+    with grpc.insecure_channel(f"unix://{reg_sock}") as ch:
+        stub = pb_grpc.RegistrationStub(ch)
+        stub.GetInfo(pb.InfoRequest(), timeout=WAIT)
+        error = "" if registered else "rejected by the test kubelet"
+        status = pb.RegistrationStatus(plugin_registered=registered, error=error)
+        stub.NotifyRegistrationStatus(status, timeout=WAIT)
+
+
+def test_readiness_follows_kubelet_registration_nri_and_stop(
+    root: Path, server: LabApiServer
+) -> None:
+    """``dmn node-ready`` (the DaemonSet's probe) is ready only while kubelet has registered
+    the plugin AND the NRI runtime is connected AND the journal is open; a stopped agent
+    withdraws its readiness."""
+    nri = root / "nri.sock"
+    state = root / "state"
+    runtime = LabNriRuntime(str(nri), request_timeout=30.0, registration_timeout=20.0).start()
+    reg_sock = root / "reg" / f"{DRIVER}-reg.sock"
+    argv = ["--url", server.url, "--node-name", NODE, "--state-dir", str(state)]
+    argv += ["--kubelet-registry-dir", str(root / "reg")]
+    argv += ["--kubelet-plugins-dir", str(root / "plugins"), "--nri-socket", str(nri)]
+    proc = _node([*argv, "--readiness-interval", "0.2"])
+    try:
+        assert _wait_for(reg_sock.is_socket), proc.poll()
+        assert runtime.wait_ready(1, WAIT)
+        assert _wait_for(lambda: "kubeletRegistered" in _ready(state).stderr)
+        first = _ready(state)
+        assert first.returncode == 1 and "nriConnected" not in first.stderr, first.stderr
+        _notify_registration(reg_sock, registered=True)
+        assert _wait_for(lambda: _ready(state).returncode == 0)
+        _notify_registration(reg_sock, registered=False)  # kubelet withdrew it
+        assert _wait_for(lambda: _ready(state).returncode == 1)
+        _notify_registration(reg_sock, registered=True)
+        assert _wait_for(lambda: _ready(state).returncode == 0)
+        runtime.stop()  # the runtime connection drops
+        assert _wait_for(lambda: "nriConnected" in _ready(state).stderr)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=WAIT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        runtime.stop()
+    assert proc.returncode == 0, err
+    gone = _ready(state)
+    assert gone.returncode == 1 and "does not exist" in gone.stderr, gone.stderr
