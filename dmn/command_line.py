@@ -26,7 +26,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 USAGE_EXIT = 2
 USAGE_CODE = "E_USAGE"
@@ -53,8 +53,25 @@ class CommandParser(argparse.ArgumentParser):
     """``argparse`` that raises instead of printing to stderr and exiting.
 
     Sub-command parsers made with ``add_subparsers`` are of the same class, so their
-    errors are raised too.
+    errors are raised too. ``intermixed=True`` lets options sit between positionals
+    (``get KIND -n NS NAME``, as kubectl accepts).
     """
+
+    def __init__(self, *args: Any, intermixed: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.intermixed = intermixed
+        self._mixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self.intermixed and not self._mixing:
+            self._mixing = True  # parse_known_intermixed_args calls back into this method
+            try:
+                return self.parse_known_intermixed_args(args, namespace)
+            finally:
+                self._mixing = False
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
         usage = " ".join(self.format_usage().split())  # one line, however long

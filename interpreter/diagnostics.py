@@ -57,6 +57,10 @@ class Code(StrEnum):
     E_USAGE = "E_USAGE"
     #: A configSchema pattern that RE2 (linear-time matching) does not accept.
     E_PATTERN = "E_PATTERN"
+    #: A document over a loader bound: size, nesting depth, node count, aliases, digits.
+    E_LIMIT = "E_LIMIT"
+    #: An input that holds no document at all (an empty file, only comments).
+    E_EMPTY = "E_EMPTY"
 
 
 @dataclass(frozen=True, slots=True)

@@ -216,6 +216,12 @@ def lint_paths(
             continue
         docs, diags = load_yaml_documents(data, str(file))
         diagnostics += diags
+        if not docs and not diags:
+            diagnostics.append(
+                Diagnostic.at(
+                    Code.E_EMPTY, "file holds no YAML document", SourceSpan(str(file), 1, 1)
+                )
+            )
         rest: list[tuple[object, YamlDocument]] = []
         for doc in docs:
             kind = document_kind(doc)

@@ -35,7 +35,13 @@ from dmn.interpreter.documents import (
     ProgramBody,
     parse_document,
 )
-from dmn.interpreter.source import Path, SourceMap, YamlDocument, load_yaml_documents
+from dmn.interpreter.source import (
+    Path,
+    SourceMap,
+    YamlDocument,
+    load_yaml_documents,
+    size_problem,
+)
 
 PLUGIN_FILE = "plugin.yaml"
 
@@ -155,7 +161,12 @@ def load_text(
 
 
 def read_file(path: FsPath) -> tuple[bytes | None, list[Diagnostic]]:
+    """The file's bytes, or None and the reason: ``E_IO``, or ``E_LIMIT`` for a file over
+    the loader's size bound (checked before reading it)."""
     try:
+        too_large = size_problem(path.stat().st_size, str(path))
+        if too_large is not None:
+            return None, [too_large]
         return path.read_bytes(), []
     except OSError as exc:
         return None, [

@@ -9,6 +9,15 @@ checker and the expression parser use to point diagnostics at the exact characte
 
 Contract: :func:`load_yaml_documents` never raises for any input text; every problem
 (syntax, unsupported tags, non-JSON scalars, oversize documents) is a diagnostic.
+
+It is the one bounded loader of every document the project reads (``dmn lint``,
+``dmn compile``, the lab's ``apply``/``delete``): the input size is checked before any
+parsing (:data:`MAX_BYTES`); then one streaming pass over the parser's events (no
+recursion, no alias expansion) checks nesting depth, node count and aliases and reports
+the first bound crossed at its exact line and column (``E_LIMIT``) — nothing is composed
+after such a structural error, so no cascade of secondary errors follows it. Bytes that
+are not UTF-8 are ``E_SYNTAX`` at the line and column of the first bad byte. An integer
+literal with more digits than Python converts is ``E_LIMIT`` (not "a string").
 """
 
 from __future__ import annotations
@@ -27,6 +36,15 @@ Path = tuple[str | int, ...]
 #: Upper bound on nodes converted per document (aliases are expanded, so this also
 #: stops "billion laughs" documents).
 MAX_NODES = 200_000
+#: Upper bound on the input size, checked before parsing (the API server's request limit
+#: is 3 MiB; no document of this project comes close to it).
+MAX_BYTES = 3 * 1024 * 1024
+#: Upper bound on mapping/sequence nesting (the composer and converter recurse).
+MAX_DEPTH = 100
+#: Upper bound on alias references per document (Kubernetes manifests use none).
+MAX_ALIASES = 100
+#: Digits Python converts to an int by default (``sys.get_int_max_str_digits``).
+MAX_INT_DIGITS = 4300
 
 _INT = "tag:yaml.org,2002:int"
 _FLOAT = "tag:yaml.org,2002:float"
@@ -196,8 +214,8 @@ class _Converter:
             if not self.too_large:
                 self.too_large = True
                 self.error(
-                    Code.E_SCHEMA,
-                    f"document has more than {MAX_NODES} nodes",
+                    Code.E_LIMIT,
+                    f"document has more than {MAX_NODES} nodes (aliases expanded)",
                     self.mark(node),
                     path,
                 )
@@ -253,6 +271,16 @@ class _Converter:
             return raw.lower() == "true"
         if tag == _INT:
             text = raw.replace("_", "")
+            digits = len(text.lstrip("+-"))
+            if digits > MAX_INT_DIGITS:
+                self.error(
+                    Code.E_LIMIT,
+                    f"integer literal with {digits} digits is out of range "
+                    f"(at most {MAX_INT_DIGITS} digits)",
+                    span,
+                    path,
+                )
+                return None
             try:
                 if text.lower().startswith(("0x", "+0x", "-0x")):
                     return int(text, 16)
@@ -311,19 +339,20 @@ def load_yaml_documents(
     Empty documents (only comments) are skipped.
     """
     diagnostics: list[Diagnostic] = []
+    size = len(text) if isinstance(text, bytes) else len(text.encode("utf-8", "surrogatepass"))
+    too_large = size_problem(size, file)
+    if too_large is not None:
+        return [], [too_large]
     if isinstance(text, bytes):
+        raw = text
         try:
-            text = text.decode("utf-8")
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            diagnostics.append(
-                Diagnostic.at(
-                    Code.E_SYNTAX,
-                    f"file is not valid UTF-8 (byte offset {exc.start})",
-                    SourceSpan(file, 1, 1),
-                )
-            )
-            return [], diagnostics
+            return [], [_encoding_error(raw, exc, file)]
     yaml = _composer()
+    bound = _bounds_problem(yaml, text, file)
+    if bound is not None:
+        return [], [bound]
     documents: list[YamlDocument] = []
     try:
         for index, node in enumerate(yaml.compose_all(io.StringIO(text))):
@@ -345,3 +374,68 @@ def load_yaml_documents(
         message = f"invalid YAML: {problem}" if problem else f"invalid YAML ({type(exc).__name__})"
         diagnostics.append(Diagnostic.at(Code.E_SYNTAX, message, _yaml_error_span(file, exc)))
     return documents, diagnostics
+
+
+def size_problem(size: int, file: str) -> Diagnostic | None:
+    """``E_LIMIT`` when an input of ``size`` bytes is over :data:`MAX_BYTES`, else None.
+
+    Callers that read files check the size (``stat``) before reading them.
+    """
+    if size <= MAX_BYTES:
+        return None
+    return Diagnostic.at(
+        Code.E_LIMIT,
+        f"input is {size} bytes; the limit is {MAX_BYTES} bytes",
+        SourceSpan(file, 1, 1),
+    )
+
+
+def _encoding_error(data: bytes, exc: UnicodeDecodeError, file: str) -> Diagnostic:
+    """``E_SYNTAX`` at the line and column (in characters) of the first byte that is not
+    UTF-8."""
+    before = data[: exc.start]
+    line = before.count(b"\n") + 1
+    line_start = before.rfind(b"\n") + 1
+    column = len(before[line_start:].decode("utf-8", errors="replace")) + 1
+    return Diagnostic.at(
+        Code.E_SYNTAX,
+        f"not valid UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start}",
+        SourceSpan(file, line, column),
+    )
+
+
+def _bounds_problem(yaml: YAML, text: str, file: str) -> Diagnostic | None:
+    """The first nesting, node-count or alias bound crossed, at its position; None when the
+    text stays within them. Streams the parser's events: no recursion, no alias expansion.
+    A syntax error ends the pass silently — composing reports it with its position."""
+    depth = nodes = aliases = 0
+
+    def at(event: Any, message: str) -> Diagnostic:
+        mark = event.start_mark
+        return Diagnostic.at(
+            Code.E_LIMIT, message, SourceSpan(file, int(mark.line) + 1, int(mark.column) + 1)
+        )
+
+    try:
+        for event in yaml.parse(io.StringIO(text)):
+            name = type(event).__name__
+            if name == "DocumentStartEvent":
+                depth = nodes = aliases = 0
+            elif name in ("MappingStartEvent", "SequenceStartEvent"):
+                depth += 1
+                nodes += 1
+                if depth > MAX_DEPTH:
+                    return at(event, f"document nests deeper than {MAX_DEPTH} levels")
+            elif name in ("MappingEndEvent", "SequenceEndEvent"):
+                depth -= 1
+            elif name == "ScalarEvent":
+                nodes += 1
+            elif name == "AliasEvent":
+                aliases += 1
+                if aliases > MAX_ALIASES:
+                    return at(event, f"document uses more than {MAX_ALIASES} aliases")
+            if nodes > MAX_NODES:
+                return at(event, f"document has more than {MAX_NODES} nodes")
+    except Exception:  # ruamel raises many types for bad input; composing reports them
+        return None
+    return None

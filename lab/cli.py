@@ -2,15 +2,18 @@
 
     dmn lab up [--state-dir DIR] [--port N] [--detach] [--links recorded|netns]
     dmn lab apply -f FILE|DIR [--state-dir DIR]
-    dmn lab get KIND [NAME] [-n NAMESPACE] [-o yaml|json|name] [--state-dir DIR]
+    dmn lab get KIND [NAME] | KIND/NAME [-n NAMESPACE] [-o yaml|json|name] [--state-dir DIR]
+    dmn lab delete -f FILE|DIR | KIND NAME | KIND/NAME [-n NAMESPACE] [--ignore-not-found]
     dmn lab down [--state-dir DIR]
     dmn lab demo [--timeout SECONDS] [--links recorded|netns] [-v]
 
 ``up`` runs the lab API server, installs the CRDs and builtin NetworkPlugins, starts the
 controller and publishes the lab node's ResourceSlices; it writes ``kubeconfig`` and
 ``lab.pid`` under the state directory and stays in the foreground until SIGINT/SIGTERM
-(or, with ``--detach``, runs in the background, logging to ``lab.log``). ``apply``,
-``get`` and ``down`` are clients of a running lab through the official Kubernetes client.
+(or, with ``--detach``, runs in the background, logging to ``lab.log``). ``apply``
+(``kubectl apply``'s client-side semantics: fields a previous apply set and the manifest
+dropped are removed), ``get``, ``delete`` (arguments in kubectl's orders, options
+anywhere) and ``down`` are clients of a running lab through the official Kubernetes client.
 ``demo`` is the main job (see :mod:`dmn.lab.demo`). Failures are reported as
 ``dmn lab: error[CODE]: message`` (exit 2 for bad input or no running lab, 1 when the API
 server refuses a request or the demo does not hold), never as a traceback.
@@ -37,7 +40,7 @@ import yaml
 
 from dmn.api.cluster import ApiFailure, Cluster, Invalid, NotFound, Unavailable, connect
 from dmn.api.cluster import resources as r
-from dmn.command_line import CommandParser, run_command
+from dmn.command_line import CommandParser, UsageError, run_command
 from dmn.lab import manifests
 from dmn.lab.state_dir import StateDir, default_state_dir
 
@@ -281,6 +284,48 @@ def _apply(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _delete(args: argparse.Namespace) -> int:
+    """``delete -f FILE|DIR`` (every manifest's object) or ``delete KIND NAME``."""
+    if (args.filename is None) == (not args.target):
+        raise UsageError("give either -f FILE|DIR or KIND NAME (KIND/NAME)")
+    targets: list[tuple[r.Resource | str, str, str | None, str]] = []
+    if args.filename is not None:
+        try:
+            docs = manifests.load(Path(args.filename))
+        except manifests.ManifestError as exc:
+            raise _Failure(exc.code, exc.message) from exc
+        for m in docs:
+            ns = (m.doc.get("metadata") or {}).get("namespace") or args.namespace
+            targets.append((m.doc["apiVersion"], m.kind, ns, m.name))
+    else:
+        kind, name = kind_and_name(args.target, name_required=True)
+        res = resolve_kind(kind)
+        assert name is not None
+        targets.append((res, res.kind, args.namespace, name))
+    failures = 0
+    with _client(args.state_dir) as cluster:
+        for api, kind, ns, name in targets:
+            what = f"{kind}/{name}"
+            try:
+                res = api if isinstance(api, r.Resource) else cluster.resource_for(api, kind)
+                namespace = (ns or "default") if res.namespaced else None
+                cluster.delete(res, name, namespace)
+            except Unavailable:
+                raise
+            except NotFound as exc:
+                if args.ignore_not_found:
+                    continue
+                _error(_api_failure(what, exc))
+                failures += 1
+                continue
+            except ApiFailure as exc:
+                _error(_api_failure(what, exc))
+                failures += 1
+                continue
+            _out(f"{what} deleted")
+    return 1 if failures else 0
+
+
 #: short names for the project's kinds and the DRA kinds (kind and plural always work)
 SHORT_NAMES: dict[str, r.Resource] = {
     "topology": r.NETWORK_TOPOLOGIES,
@@ -328,9 +373,25 @@ def _summary(obj: dict[str, Any]) -> str:
     return name
 
 
+def kind_and_name(words: list[str], *, name_required: bool) -> tuple[str, str | None]:
+    """kubectl's argument orders: ``KIND``, ``KIND NAME`` or ``KIND/NAME``."""
+    if len(words) == 1 and "/" in words[0]:
+        kind, _, name = words[0].partition("/")
+        if kind and name:
+            return kind, name
+    if len(words) == 2 and "/" not in words[0]:
+        return words[0], words[1]
+    if len(words) == 1 and not name_required:
+        return words[0], None
+    wanted = "KIND NAME or KIND/NAME" if name_required else "KIND, KIND NAME or KIND/NAME"
+    raise UsageError(f"expected {wanted}, got {' '.join(words) or 'nothing'}")
+
+
 def _get(args: argparse.Namespace) -> int:
-    res = resolve_kind(args.kind)
+    kind, name = kind_and_name(args.target, name_required=False)
+    res = resolve_kind(kind)
     namespace = args.namespace if res.namespaced else None
+    args.name = name
     with _client(args.state_dir) as cluster:
         try:
             if args.name:
@@ -473,11 +534,17 @@ def _parser() -> CommandParser:
     with_state(sub.add_parser("kubeconfig", help="print the running lab's admin kubeconfig path"))
     apply = with_state(sub.add_parser("apply", help="create or update objects from manifests"))
     apply.add_argument("-f", "--filename", required=True, help="a manifest file or directory")
-    get = with_state(sub.add_parser("get", help="show objects"))
-    get.add_argument("kind")
-    get.add_argument("name", nargs="?")
+    get = with_state(sub.add_parser("get", help="show objects", intermixed=True))
+    get.add_argument("target", nargs="+", metavar="KIND [NAME] | KIND/NAME")
     get.add_argument("-n", "--namespace", default=None)
     get.add_argument("-o", "--output", choices=["yaml", "json", "name"])
+    delete = with_state(sub.add_parser("delete", help="delete objects", intermixed=True))
+    delete.add_argument("target", nargs="*", metavar="KIND NAME | KIND/NAME")
+    delete.add_argument(
+        "-f", "--filename", help="delete the objects of a manifest file or directory"
+    )
+    delete.add_argument("-n", "--namespace", default=None)
+    delete.add_argument("--ignore-not-found", action="store_true")
     demo = sub.add_parser("demo", help="the main job: up, examples, a claim, down")
     demo.add_argument("--timeout", type=float, default=60.0, help="bound on each wait (s)")
     demo.add_argument("-v", "--verbose", action="store_true")
@@ -500,6 +567,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         "down": _down,
         "apply": _apply,
         "get": _get,
+        "delete": _delete,
         "demo": _demo,
         "kubeconfig": _kubeconfig,
     }

@@ -27,6 +27,7 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from .apply_patch import previous_apply, three_way_patch, with_last_applied
 from .errors import (
     AlreadyExists,
     ApiFailure,
@@ -302,11 +303,12 @@ class Cluster:
         return cached[kind]
 
     def apply(self, manifest: Mapping[str, Any], namespace: str | None = None) -> Obj:
-        """Create the object, or merge-patch it to the manifest if it exists (client-side apply).
-
-        Not server-side apply: fields removed from the manifest are not removed from the
-        object, and there is no field ownership. The namespace defaults to the manifest's,
-        then ``namespace``, then ``default`` for namespaced kinds.
+        """Create the object, or patch it to the manifest with ``kubectl apply``'s client-side
+        semantics (:mod:`.apply_patch`): fields an earlier apply set that the manifest no
+        longer has are removed, fields other writers added are kept, and the manifest is
+        recorded in the ``last-applied-configuration`` annotation. Not server-side apply
+        (no field ownership). The namespace defaults to the manifest's, then
+        ``namespace``, then ``default`` for namespaced kinds.
         """
         res = self.resource_for(str(manifest.get("apiVersion", "")), str(manifest.get("kind", "")))
         meta = dict(manifest.get("metadata") or {})
@@ -314,16 +316,16 @@ class Cluster:
         if res.namespaced:
             ns = meta.get("namespace") or namespace or "default"
             meta["namespace"] = ns
-        body = {**manifest, "metadata": meta}
+        body = with_last_applied({**manifest, "metadata": meta})
         try:
             return self.create(res, body, ns)
         except AlreadyExists:
-            patch = {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "status")}
-            patch["metadata"] = {
-                k: v
-                for k, v in meta.items()
-                if k in ("labels", "annotations", "finalizers", "ownerReferences")
-            }
+            current = self.get(res, meta["name"], ns)
+            patch = three_way_patch(previous_apply(current), body, current)
+            for key in ("apiVersion", "kind"):
+                patch.pop(key, None)
+            if not patch:
+                return current
             return self.patch(res, meta["name"], patch, ns)
 
     # --- watch -------------------------------------------------------------------------------

@@ -111,9 +111,12 @@ def load_topology_inputs(topology: str, plugin_dirs: list[str], fmt: str) -> Top
         if isinstance(doc.data, dict) and doc.data.get("kind") == "NetworkTopology"
     ]
     if not problems and not topologies:
+        empty = not docs
         diagnostics.append(
             Diagnostic.at(
-                Code.E_SCHEMA, "no NetworkTopology document found", SourceSpan(str(file), 1, 1)
+                Code.E_EMPTY if empty else Code.E_SCHEMA,
+                "file holds no YAML document" if empty else "no NetworkTopology document found",
+                SourceSpan(str(file), 1, 1),
             )
         )
     return plugins, topologies, diagnostics, sources, file

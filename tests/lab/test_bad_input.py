@@ -123,3 +123,55 @@ def test_detached_start_failure_is_reported_with_the_log(tmp_path: Path) -> None
     assert result.returncode == 2 and "error[E_LAB_START]" in result.stderr
     assert "E_LAB_START" in (tmp_path / "lab.log").read_text()
     assert StateDir(tmp_path).running_pid() is None
+
+
+@pytest.mark.adversarial
+@pytest.mark.parametrize(
+    ("data", "code", "where"),
+    [
+        (b"", "E_EMPTY", ":1:1"),
+        (b"# only a comment\n", "E_EMPTY", ":1:1"),
+        (("[" * 5000 + "]" * 5000).encode(), "E_LIMIT", ":1:101: document nests deeper"),
+        (
+            b"a: &a [x, x, x, x, x, x, x, x, x]\n"
+            + b"".join(
+                b"k%d: &k%d [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n" % (i, i) for i in range(30)
+            ),
+            "E_LIMIT",
+            "aliases",
+        ),
+        (b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: \xff}\n", "E_SYNTAX", ":3:18"),
+        (b"n: " + b"9" * 5000 + b"\n", "E_LIMIT", ":1:4: integer literal with 5000 digits"),
+        (b"a: 1\na: 2\n", "E_DUPLICATE_KEY", ":2:1"),
+    ],
+    ids=["empty", "comment-only", "deep", "bomb", "not-utf8", "big-int", "duplicate-key"],
+)
+def test_every_manifest_goes_through_the_bounded_loader(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: bytes, code: str, where: str
+) -> None:
+    """Deep nesting, alias bombs, bad bytes: one reason-coded line at the exact place."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(data)
+    with pytest.raises(ManifestError) as info:
+        load(bad)
+    assert info.value.code == code and where in info.value.message, info.value.message
+    for command in ("apply", "delete"):
+        rc, err = _run(capsys, command, "-f", str(bad), "--state-dir", str(tmp_path / "none"))
+        assert rc == 2 and err.count("\n") == 1 and f"error[{code}]" in err, err
+        assert "Traceback" not in err
+
+
+def test_oversized_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as f:
+        f.truncate(10 * 1024 * 1024)  # 10 MB of NULs: never parsed
+    with pytest.raises(ManifestError) as info:
+        load(big)
+    assert info.value.code == "E_LIMIT" and "10485760 bytes" in info.value.message
+
+
+def test_directory_without_manifests_is_empty_input(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a manifest")
+    with pytest.raises(ManifestError) as info:
+        load(tmp_path)
+    assert info.value.code == "E_EMPTY"

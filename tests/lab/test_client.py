@@ -84,3 +84,69 @@ def test_corrupt_state_file_is_a_start_error(tmp_path: Path) -> None:
     with pytest.raises(LabError) as info:
         LabCluster(state).start()
     assert info.value.code == "E_LAB_START" and "apiserver.json" in info.value.message
+
+
+TOPOLOGY = """\
+apiVersion: networking.dra-multi-network.schseba.github.io/v1alpha1
+kind: NetworkTopology
+metadata: {name: apply-semantics, namespace: default}
+spec:
+  steps:
+    - id: net
+      kind: Allocation
+      pluginRef: {name: macvlan-cni}
+      config: {mode: bridge%s}
+"""
+
+
+def test_apply_removes_what_the_previous_apply_set(
+    lab: StateDir, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """kubectl apply semantics: a stale (here misspelt) field dropped from the manifest
+    is removed from the object; a label another writer added is kept."""
+    from dmn.api.cluster import Cluster, connect
+    from dmn.api.cluster import resources as r
+
+    manifest = tmp_path / "topology.yaml"
+    manifest.write_text(TOPOLOGY % ", mtuu: 1500")
+    rc, out, err = _run(capsys, lab, "apply", "-f", str(manifest))
+    assert rc == 0, err
+    cluster = Cluster(connect(kubeconfig=str(lab.kubeconfig)))
+    try:
+        cluster.patch(
+            r.NETWORK_TOPOLOGIES,
+            "apply-semantics",
+            {"metadata": {"labels": {"team": "other-writer"}}},
+            "default",
+        )
+        manifest.write_text(TOPOLOGY % "")
+        rc, out, err = _run(capsys, lab, "apply", "-f", str(manifest))
+        assert rc == 0, err
+        obj = cluster.get(r.NETWORK_TOPOLOGIES, "apply-semantics", "default")
+        assert obj["spec"]["steps"][0]["config"] == {"mode": "bridge"}
+        assert obj["metadata"]["labels"] == {"team": "other-writer"}
+    finally:
+        cluster.close()
+    # kubectl's argument orders, options anywhere
+    for argv in (
+        ["get", "topology", "apply-semantics", "-n", "default", "-o", "name"],
+        ["get", "topology", "-n", "default", "apply-semantics", "-o", "name"],
+        ["get", "-n", "default", "topology/apply-semantics", "-o", "name"],
+    ):
+        rc, out, err = _run(capsys, lab, *argv)
+        assert (rc, out.strip()) == (0, "apply-semantics"), (argv, err)
+    rc, out, err = _run(capsys, lab, "delete", "topology", "-n", "default", "apply-semantics")
+    assert rc == 0 and "NetworkTopology/apply-semantics deleted" in out, err
+    rc, _, err = _run(capsys, lab, "get", "topology", "apply-semantics")
+    assert rc == 1 and "error[E_NOT_FOUND]" in err
+    # delete -f: the manifest's objects; a missing one is E_NOT_FOUND unless ignored
+    rc, _, err = _run(capsys, lab, "apply", "-f", str(manifest))
+    assert rc == 0, err
+    rc, out, err = _run(capsys, lab, "delete", "-f", str(manifest))
+    assert rc == 0 and "deleted" in out, err
+    rc, _, err = _run(capsys, lab, "delete", "-f", str(manifest))
+    assert rc == 1 and "error[E_NOT_FOUND]" in err
+    rc, _, err = _run(capsys, lab, "delete", "-f", str(manifest), "--ignore-not-found")
+    assert rc == 0, err
+    rc, _, err = _run(capsys, lab, "delete", "topology")
+    assert rc == 2 and "error[E_USAGE]" in err
