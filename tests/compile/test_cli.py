@@ -53,7 +53,9 @@ def test_garbage_bytes_and_directories_are_diagnostics(capsys, tmp_path) -> None
     garbage.write_bytes(bytes(range(256)) * 4)
     assert main(["compile", str(garbage)]) == 1
     out = capsys.readouterr()
-    assert out.out.startswith(f"{garbage}:1:") and "error[E_SYNTAX]" in out.out
+    # the first byte that is not UTF-8 (0x80, offset 128) at its line and column: line 2
+    # starts after the 0x0a at offset 10
+    assert out.out.startswith(f"{garbage}:2:118:") and "error[E_SYNTAX]" in out.out
     assert "Traceback" not in out.out + out.err
     assert main(["compile", str(tmp_path)]) == 2
     out = capsys.readouterr()
