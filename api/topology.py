@@ -63,10 +63,10 @@ class Step(ApiModel):
     )
     inputs: dict[str, Any] | None = Field(
         default=None,
-        json_schema_extra={
-            "maxProperties": 16,
-            "additionalProperties": {"x-kubernetes-preserve-unknown-fields": True},
-        },
+        # an object that preserves unknown fields, like config: kube-apiserver declares an
+        # untyped additionalProperties schema to CEL as no field at all, so the rule
+        # `!has(self.inputs)` failed to compile ("undefined field 'inputs'")
+        json_schema_extra=PAYLOAD_EXTRA | {"maxProperties": 16},
     )
     hardware_selectors: list[HardwareSelector] | None = Field(default=None, max_length=4)
 
