@@ -74,7 +74,7 @@ def walk(node: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
 
 #: The bounded payloads whose unknown fields are kept for the language checker/compiler.
 PRESERVE = {
-    "NetworkTopology": {".spec.steps[].config", ".spec.steps[].inputs.*"},
+    "NetworkTopology": {".spec.steps[].config", ".spec.steps[].inputs"},
     "NetworkPlugin": {
         ".spec.configSchema",
         ".spec.hooks.*",
