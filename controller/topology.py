@@ -176,7 +176,8 @@ class TopologyReconciler:
                 Diagnostic(
                     Code.E_CONFLICT,
                     f"revision {compiled.revision_name} exists with different content "
-                    f"(digest {spec.get('digest')}, expected {compiled.digest})",
+                    f"(digest {spec.get('digest')}, expected {compiled.digest}): an earlier "
+                    "topology of this name whose revision is still held, or a name collision",
                     path="metadata.name",
                 )
             )

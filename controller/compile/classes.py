@@ -100,15 +100,17 @@ def device_class(
     revision: RevisionRef,
     sel: RootSelector,
     plugin_contract_digest: str,
+    naming_digest: str,
 ) -> dict[str, Any]:
-    """The DeviceClass (resource.k8s.io/v1) for one root of ``revision``."""
+    """The DeviceClass (resource.k8s.io/v1) for one root of ``revision``; named from
+    ``naming_digest`` like the revision (offline and in-cluster names agree)."""
     selectors = [{"cel": {"expression": selector_expression(sel)}}]
     selectors += [{"cel": {"expression": expr}} for expr in sel.hardware]
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
         "metadata": {
-            "name": class_name(topology, sel.root_step, revision.digest),
+            "name": class_name(topology, sel.root_step, naming_digest),
             "labels": {
                 LABEL_MANAGED_BY: MANAGED_BY,
                 LABEL_TOPOLOGY: topology[:63].rstrip("-."),

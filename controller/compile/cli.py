@@ -7,8 +7,11 @@ objects; exit 0); or the diagnostics exactly as ``dmn
 lint`` prints them — same renderer, same ``--format json`` array — with exit 1 for
 errors and 2 for usage errors or unreadable input. Plugins are the shipped builtins plus
 any ``--plugins`` directories (plugin folders or NetworkPlugin CR files). Not a
-publisher: nothing is written to a cluster. The revision UID does not exist offline, so
-the classes carry the placeholder ``<assigned-on-create>``.
+publisher: nothing is written to a cluster. The revision and DeviceClass names are the
+ones the controller creates for the same documents (they are made from the topology's
+name, not its UID: :func:`~dmn.controller.compile.digest.naming_digest`); the revision
+UID and the semantic digest (over the topology UID) do not exist offline, so the classes
+carry the placeholder ``<assigned-on-create>``.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from dmn.controller.compile.classes import RootSelector, device_class, revision_
 from dmn.controller.compile.digest import (
     COMPILER_VERSION,
     encoded_size,
+    naming_digest,
     normalize_spec,
     semantic_digest,
 )
@@ -77,6 +78,8 @@ class CompiledTopology:
     name: str
     uid: str
     digest: str
+    #: what the revision and class names are made from (no UID): see ``naming_digest``
+    naming_digest: str
     revision_name: str
     revision: dict[str, Any]
     roots: tuple[RootSelector, ...]
@@ -94,6 +97,7 @@ class CompiledTopology:
                 revision=ref,
                 sel=sel,
                 plugin_contract_digest=self.root_contracts[sel.root_step],
+                naming_digest=self.naming_digest,
             )
             for sel in self.roots
         ]
@@ -413,7 +417,8 @@ def compile_topology(
 
     op_digest = opcode_contracts_digest(registry, used_opcodes)
     digest = semantic_digest(topo_uid, normalized, contracts, op_digest)
-    rev_name = revision_name(name, digest)
+    names = naming_digest(name, normalized, contracts, op_digest)
+    rev_name = revision_name(name, names)
     selectors: list[RootSelector] = []
     root_entries: list[dict[str, Any]] = []
     from dmn.controller.compile.classes import class_name
@@ -443,7 +448,7 @@ def compile_topology(
             "rootStep": s.id,
             "plugin": s.plugin,
             "mode": mode,
-            "deviceClassName": class_name(name, s.id, digest),
+            "deviceClassName": class_name(name, s.id, names),
             "pluginContractDigest": contracts[s.plugin],
             "shared": shared,
         }
@@ -497,6 +502,7 @@ def compile_topology(
         name=name,
         uid=topo_uid,
         digest=digest,
+        naming_digest=names,
         revision_name=rev_name,
         revision=revision,
         roots=tuple(selectors),

@@ -71,5 +71,32 @@ def semantic_digest(
     )
 
 
+def naming_digest(
+    topology_name: str,
+    normalized: Mapping[str, Any],
+    plugin_contracts: Mapping[str, str],
+    opcode_contracts_digest: str,
+) -> str:
+    """The digest the revision and DeviceClass *names* are made from: the semantic digest's
+    inputs with the topology's name in place of its UID.
+
+    Why not the semantic digest: the UID exists only once the API server has created the
+    topology, so ``dmn compile`` could never print the names the controller will use and
+    an administrator could not know the class to put in a claim. The semantic digest
+    (with the UID) stays the revision's identity: it is pinned in claims, and a revision
+    found under the expected name with a different semantic digest (an earlier topology
+    of the same name whose revision is still held) is a conflict, never adopted.
+    """
+    return sha256_digest(
+        {
+            "topologyName": topology_name,
+            "spec": dict(normalized),
+            "plugins": dict(sorted(plugin_contracts.items())),
+            "opcodes": opcode_contracts_digest,
+            "compiler": COMPILER_VERSION,
+        }
+    )
+
+
 def encoded_size(values: Sequence[Any]) -> int:
     return sum(len(canonical_json(v)) for v in values)

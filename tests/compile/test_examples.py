@@ -43,7 +43,7 @@ def test_example_compiles(path: Path, plugins: dict[str, Any]) -> None:
     rev = NetworkTopologyRevision.model_validate(compiled.revision)
     assert rev.spec.digest == compiled.digest
     assert compiled.revision_name.startswith(data["metadata"]["name"] + "-")
-    assert compiled.revision_name.endswith(compiled.digest[7:17])
+    assert compiled.revision_name.endswith(compiled.naming_digest[7:17])
     roots = sorted(
         (s for s in data["spec"]["steps"] if s["kind"] == "Allocation"), key=lambda s: s["id"]
     )

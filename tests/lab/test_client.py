@@ -150,3 +150,38 @@ def test_apply_removes_what_the_previous_apply_set(
     assert rc == 0, err
     rc, _, err = _run(capsys, lab, "delete", "topology")
     assert rc == 2 and "error[E_USAGE]" in err
+
+
+def test_offline_compile_names_are_the_controllers(
+    lab: StateDir, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``dmn compile`` prints the revision and DeviceClass names the controller creates for
+    the same documents (applied through the lab API server, CRD defaults applied)."""
+    import time
+
+    from dmn.cli import main
+
+    sources = sorted((REPO / "examples" / "topologies").glob("*.yaml"))
+    offline: dict[str, tuple[str, list[str]]] = {}
+    for path in sources:
+        assert main(["compile", str(path), "--format", "json"]) == 0
+        objs = json.loads(capsys.readouterr().out)
+        revision = next(o for o in objs if o["kind"] == "NetworkTopologyRevision")
+        classes = sorted(o["metadata"]["name"] for o in objs if o["kind"] == "DeviceClass")
+        topology = revision["spec"]["topologyRef"]["name"]
+        offline[topology] = (revision["metadata"]["name"], classes)
+    rc, _, err = _run(capsys, lab, "apply", "-f", str(REPO / "examples" / "topologies"))
+    assert rc == 0, err
+    in_cluster: dict[str, tuple[str, list[str]]] = {}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(in_cluster) < len(offline):
+        rc, out, _ = _run(capsys, lab, "get", "topologies", "-o", "json")
+        for topo in json.loads(out)["items"]:
+            status = topo.get("status") or {}
+            revision = (status.get("revision") or {}).get("name")
+            name = topo["metadata"]["name"]
+            if revision and name in offline:
+                classes = sorted(c["deviceClassName"] for c in status.get("roots") or [])
+                in_cluster[name] = (revision, classes)
+        time.sleep(0.2)
+    assert in_cluster == offline
