@@ -110,7 +110,7 @@ class LabSession:
         except ImageError as exc:
             self.error = f"kernel lab image could not be prepared: {exc}"
             return
-        runs = CACHE_ROOT / "runs"
+        runs = CACHE_ROOT.resolve() / "runs"  # resolved: see image.prepare
         runs.mkdir(parents=True, exist_ok=True)
         for old in sorted(runs.iterdir())[:-KEEP_RUNS]:
             shutil.rmtree(old, ignore_errors=True)

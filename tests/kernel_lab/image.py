@@ -8,6 +8,8 @@ that boot needs, once per cache directory (``<repo>/.kernel-lab/``, git-ignored)
   ``apt-get download`` and unpacked with ``dpkg -x`` (never installed), ``depmod`` run on it;
 * an uncompressed ELF ``vmlinux`` cut out of the xz-compressed bzImage, because qemu boots it
   directly (PVH) and skips the in-guest decompression that is slow under TCG;
+* ``netdevsim.ko`` built out of tree for that exact kernel (``extra_modules.py``), so the
+  device opcodes have a real SR-IOV/devlink/switchdev substrate;
 * an initramfs (newc cpio, gzip) holding static busybox, the virtio/9p/overlay modules in
   dependency order and ``guest_init.sh`` as ``/init``.
 
@@ -29,6 +31,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.kernel_lab.extra_modules import ModuleBuildError, build_netdevsim
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +196,9 @@ def build_initramfs(modules_dir: Path, target: Path) -> None:
 def prepare(cache_root: Path = CACHE_ROOT) -> BootImage:
     """Return the cached boot image, building whatever part is missing. Idempotent, locked."""
     cache_root.mkdir(parents=True, exist_ok=True)
+    # a worktree may link .kernel-lab to a shared cache: the guest's initramfs cannot follow
+    # an absolute symlink of the host tree, so every path handed to the VM is resolved
+    cache_root = cache_root.resolve()
     package = resolve_kernel_package()
     base = cache_root / package
     base.mkdir(exist_ok=True)
@@ -216,6 +223,15 @@ def prepare(cache_root: Path = CACHE_ROOT) -> BootImage:
             raise ImageError(f"{tree}/lib/modules is empty")
         release = releases[-1]
         modules_dir = tree / "lib/modules" / release
+        extra = modules_dir / "extra" / "netdevsim.ko"
+        if not extra.is_file():
+            try:
+                build_netdevsim(
+                    base, sorted(base.glob(f"{package}_*.deb"))[-1], release, modules_dir
+                )
+            except (ModuleBuildError, IndexError, subprocess.TimeoutExpired) as exc:
+                raise ImageError(f"netdevsim for {release}: {exc}") from None
+            (modules_dir / "modules.dep").unlink(missing_ok=True)
         if not (modules_dir / "modules.dep").is_file():
             _run(["depmod", "-b", str(tree), release])
         vmlinux = base / f"vmlinux-{release}"
