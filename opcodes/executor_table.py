@@ -6,7 +6,8 @@ one copy but not another would make a test or benchmark run a different node tha
 
 Contract: :func:`default_executors` returns a fresh, caller-owned mapping from opcode name
 to executor; every key is the name of a spec in :func:`dmn.opcodes.registry.default_registry`.
-Opcodes whose executors are not built yet (OVS, bridge, PCI/VFIO, RDMA, devlink) are absent,
+Opcodes whose executors are not built yet (OVS, PCI/VFIO, RDMA, IB, devlink, and
+``bridge/shared-uplink-vlan``) are absent,
 so the runner refuses programs that use them. Unlike ``registry``, importing this module
 imports the native executor modules (pyroute2), so pure code must not import it.
 """
@@ -16,8 +17,9 @@ from __future__ import annotations
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.linux.executors import EXECUTORS as LINUX
 from dmn.opcodes.share.executors import EXECUTORS as SHARE
+from dmn.opcodes.sriov.executors import EXECUTORS as SRIOV
 
 
 def default_executors() -> dict[str, Executor]:
     """Every builtin executor, keyed by opcode name; a new dict on every call."""
-    return {**LINUX, **SHARE}
+    return {**LINUX, **SHARE, **SRIOV}

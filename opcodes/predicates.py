@@ -47,6 +47,8 @@ REQUIRES: Mapping[str, str] = MappingProxyType(
         "uplink-grant": "the uplink alias names an approved member of the approved bridge",
         "ovs-bridge-grant": "the OVS bridge alias is approved by the exposure policy",
         "device-node-identity": "the character device's major/minor match the allocated device",
+        "vf-mapping-verified": "the VF index and its PF are verified from sysfs/rtnetlink to be "
+        "the allocated function, and the PF's kernel identity is recorded",
     }
 )
 
@@ -74,5 +76,7 @@ POSTCONDITIONS: Mapping[str, str] = MappingProxyType(
         "bridge-vlan-match": "the port VLAN table equals the requested entries",
         "uplink-vlan-present": "the uplink carries the VLAN and the reference is journaled",
         "ovs-port-owned": "the OVS port/interface rows exist with this operation's external IDs",
+        "vf-settings-match": "the PF reports the VF's requested MAC, VLAN/QoS, spoof checking, "
+        "trust, TX rates and link state",
     }
 )

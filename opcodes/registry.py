@@ -6,7 +6,8 @@ and cached; it is immutable by convention (callers never register into it).
 
 Hook placement, in short (each family's module says why in full): ``prepare`` holds what
 changes what the node exposes before a sandbox exists — ``share/hold-parent``,
-``pci/driver-bind``, ``pci/function-reset``, ``devlink/eswitch-configure``; ``connect`` holds
+``pci/driver-bind``, ``pci/function-reset``, ``devlink/eswitch-configure``,
+``sriov/vf-configure``; ``connect`` holds
 everything that acts toward the verified sandbox — ``linux/*``, ``vfio/device-access``,
 ``rdma/*``, ``ib/port-configure``, ``bridge/*``, ``ovs/port-attach``;
 ``representor/configure`` is legal in both because a representor is a host resource that a
@@ -27,6 +28,7 @@ from dmn.opcodes.rdma import specs as rdma
 from dmn.opcodes.representor import specs as representor
 from dmn.opcodes.share import specs as share
 from dmn.opcodes.spec import OpcodeRegistry, OpcodeSpec
+from dmn.opcodes.sriov import specs as sriov
 from dmn.opcodes.vfio import specs as vfio
 
 ALL_SPECS: tuple[OpcodeSpec, ...] = (
@@ -40,6 +42,7 @@ ALL_SPECS: tuple[OpcodeSpec, ...] = (
     *representor.SPECS,
     *bridge.SPECS,
     *ovs.SPECS,
+    *sriov.SPECS,
 )
 
 

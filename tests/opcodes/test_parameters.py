@@ -42,6 +42,7 @@ VALID: dict[str, dict[str, Any]] = {
     "bridge/port-vlan/v1": {"pvid": 100, "tagged": [200, 300]},
     "bridge/shared-uplink-vlan/v1": {"bridge": "tenant-br", "uplink": "uplink-a", "vlanId": 100},
     "ovs/port-attach/v1": {"bridge": "br-int", "tag": 100, "trunks": []},
+    "sriov/vf-configure/v1": {"mac": "02:00:00:00:00:01", "vlan": 100, "qos": 3, "trust": True},
 }
 
 #: Values each field must refuse (beyond wrong JSON types, tested generically).
@@ -157,6 +158,14 @@ def test_required_fields(name: str) -> None:
         ("bridge/port-vlan/v1", {"pvid": 100, "tagged": [100]}),
         ("ovs/port-attach/v1", {"bridge": "br", "tag": 10, "trunks": [20]}),
         ("linux/create-bond/v1", {**VALID["linux/create-bond/v1"], "mode": "802.3ad"}),
+        ("sriov/vf-configure/v1", {}),
+        ("sriov/vf-configure/v1", {"qos": 3}),
+        ("sriov/vf-configure/v1", {"vlan": 0, "qos": 3}),
+        ("sriov/vf-configure/v1", {"mac": "03:00:00:00:00:01"}),
+        ("sriov/vf-configure/v1", {"mac": "00:00:00:00:00:00"}),
+        ("sriov/vf-configure/v1", {"mac": "02:AA:00:00:00:01"}),
+        ("sriov/vf-configure/v1", {"minTxRate": 200, "maxTxRate": 100}),
+        ("sriov/vf-configure/v1", {"linkState": "up"}),
     ],
 )
 def test_cross_field_rules(name: str, payload: dict[str, Any]) -> None:
@@ -181,6 +190,11 @@ def test_cross_field_rules(name: str, payload: dict[str, Any]) -> None:
         ("bridge/port-vlan/v1", {"tagged": [1, 4094]}),
         ("ovs/port-attach/v1", {"bridge": "br-int", "trunks": [10, 20]}),
         ("ovs/port-attach/v1", {"bridge": "b"}),
+        ("sriov/vf-configure/v1", {"vlan": 0}),
+        ("sriov/vf-configure/v1", {"vlan": 4094, "qos": 7}),
+        ("sriov/vf-configure/v1", {"maxTxRate": 100}),
+        ("sriov/vf-configure/v1", {"minTxRate": 0, "maxTxRate": 0, "linkState": "auto"}),
+        ("sriov/vf-configure/v1", {"spoofCheck": False}),
     ],
 )
 def test_boundaries_accepted(name: str, payload: dict[str, Any]) -> None:

@@ -37,6 +37,7 @@ VOCABULARY = {
     "bridge/port-vlan/v1",
     "bridge/shared-uplink-vlan/v1",
     "ovs/port-attach/v1",
+    "sriov/vf-configure/v1",
 }
 
 P, C = Hook.PREPARE, Hook.CONNECT
@@ -66,6 +67,7 @@ CONTRACT = {
     "bridge/port-vlan/v1": ({C}, REV),
     "bridge/shared-uplink-vlan/v1": ({C}, REV),
     "ovs/port-attach/v1": ({C}, REV),
+    "sriov/vf-configure/v1": ({P}, REV),
 }
 
 SPECS = sorted(ALL_SPECS, key=lambda s: s.name)
@@ -197,6 +199,7 @@ def test_connect_prepare_split() -> None:
         "pci/driver-bind/v1",
         "pci/function-reset/v1",
         "devlink/eswitch-configure/v1",
+        "sriov/vf-configure/v1",
     }
 
 

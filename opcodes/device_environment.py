@@ -1,0 +1,76 @@
+"""The environment of device executors: namespaces plus the node facts they may not guess.
+
+A :class:`DeviceEnvironment` is a :class:`~dmn.opcodes.linux.netns.LinkEnvironment` (host,
+sandbox and pinned namespaces) that also carries what the node agent resolved from its
+DeviceExposurePolicies — the approved Linux bridges by administrator alias — and the sysfs
+root to read. Executors never take a bridge name or a path from workload config: an alias in
+a parameter is only a key into :attr:`bridge_grants`. Tests build one directly; the agent
+builds one per call. A plain ``LinkEnvironment`` works for executors that need neither
+(their lookups fall back to ``/sys`` and "no grants").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dmn.opcodes.linux.netns import LinkEnvironment
+
+SYSFS = Path("/sys")
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeGrant:
+    """One ``exposure.allowedHostBridges`` entry: an existing bridge the policy approves."""
+
+    alias: str
+    name: str
+    vlans: frozenset[int]
+    mac: str
+    """The administrator-set MAC the bridge must still carry (its incarnation check)."""
+
+    def to_json(self) -> dict[str, Any]:
+        vlans = sorted(self.vlans)
+        return {"alias": self.alias, "name": self.name, "vlans": vlans, "mac": self.mac}
+
+    @classmethod
+    def from_json(cls, data: Any) -> BridgeGrant:
+        return cls(
+            alias=str(data["alias"]),
+            name=str(data["name"]),
+            vlans=frozenset(int(v) for v in data["vlans"]),
+            mac=str(data["mac"]).lower(),
+        )
+
+
+@dataclass
+class DeviceEnvironment(LinkEnvironment):
+    sysfs_root: Path = SYSFS
+    bridge_grants: Mapping[str, BridgeGrant] = field(default_factory=dict)
+
+    @classmethod
+    def extend(
+        cls,
+        env: LinkEnvironment,
+        sysfs_root: Path = SYSFS,
+        bridge_grants: Mapping[str, BridgeGrant] | None = None,
+    ) -> DeviceEnvironment:
+        """The same namespaces as ``env`` (sockets are not shared), plus device facts."""
+        return cls(
+            host=env.host,
+            sandbox=env.sandbox,
+            pins=env.pins,
+            state_dir=env.state_dir,
+            sysfs_root=sysfs_root,
+            bridge_grants=dict(bridge_grants or {}),
+        )
+
+
+def sysfs_root(env: Any) -> Path:
+    return env.sysfs_root if isinstance(env, DeviceEnvironment) else SYSFS
+
+
+def bridge_grants(env: Any) -> Mapping[str, BridgeGrant]:
+    return env.bridge_grants if isinstance(env, DeviceEnvironment) else {}
