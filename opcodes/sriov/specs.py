@@ -95,6 +95,14 @@ VF_CONFIGURE = OpcodeSpec(
     ),
     requires=frozenset({"exclusive-grant", "vf-mapping-verified"}),
     postconditions=frozenset({"vf-settings-match"}),
+    changes=(
+        "The PF's settings for one VF: the MAC it assigns, the VLAN/QoS it tags with, spoof "
+        "checking, trust, min/max TX rate and link state (only the parameters that are set)."
+    ),
+    undo=(
+        "Writes the recorded value of every setting it changed back through the same PF "
+        "(same ifindex, name and bus device); a replaced PF is left alone."
+    ),
 )
 
 SPECS: tuple[OpcodeSpec, ...] = (VF_CONFIGURE,)

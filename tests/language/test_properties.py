@@ -223,6 +223,8 @@ def sample(prop: Any, name: str) -> Any:
             return prop.enum[0]
         if name.lower().endswith("ifname"):
             return "net1"
+        if name.lower().endswith("mac"):
+            return "02:00:00:00:00:01"
         return "a" * max(prop.min_length or 1, 1)
     if isinstance(prop, ArraySchema):
         return [sample(prop.items, name)] * (prop.min_items or 0)
