@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.linux.executors import EXECUTORS as LINUX
+from dmn.opcodes.representor.executors import EXECUTORS as REPRESENTOR
 from dmn.opcodes.share.executors import EXECUTORS as SHARE
 from dmn.opcodes.sriov.executors import EXECUTORS as SRIOV
 
 
 def default_executors() -> dict[str, Executor]:
     """Every builtin executor, keyed by opcode name; a new dict on every call."""
-    return {**LINUX, **SHARE, **SRIOV}
+    return {**LINUX, **SHARE, **SRIOV, **REPRESENTOR}
