@@ -3,13 +3,16 @@
     dmn node [--url URL | --kubeconfig FILE [--context NAME]] [--node-name NAME]
              [--state-dir DIR] [--kubelet-registry-dir DIR] [--kubelet-plugins-dir DIR]
              [--nri-socket PATH] [--sysfs DIR] [--host-netns PATH] [--lab-link NAME]...
+             [--health-address ADDR] [--health-port N] [--log-format text|json]
 
 Connects through the official client (``--url``, ``--kubeconfig``, else in-cluster config),
 reads this node's ``Node`` object (its UID keys the journal's identities), scans the node's
 inventory once (sysfs, rtnetlink, devlink), plans and writes the node's ResourceSlices once
 from the cluster's DeviceExposurePolicies, then starts the real :class:`NodeAgent` (journal
 recovery, kubelet DRA and registration sockets, NRI plugin; ``NRI_PLUGIN_SOCKET`` is
-honoured as the NRI plugin does). SIGTERM/SIGINT stop it in reverse order and exit 0.
+honoured as the NRI plugin does), and serves ``/metrics``, ``/livez`` (journal writable) and
+``/readyz`` (journal writable, kubelet registered, NRI connected, API server reachable) on
+``--health-address:--health-port``. SIGTERM/SIGINT stop it in reverse order and exit 0.
 
 Bad arguments exit 2 (reported by :mod:`dmn.command_line` as
 ``dmn node: error[E_USAGE]: ...``) and an unreachable or refusing API server exits 1, each
@@ -49,6 +52,10 @@ from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
 from dmn.api.policy import DeviceExposurePolicy
 from dmn.command_line import CommandParser, UsageError, run_command
+from dmn.observability import json_logs
+from dmn.observability.health import HealthServer
+from dmn.observability.health import add_arguments as add_health_arguments
+from dmn.observability.metrics import PUBLISHED_DEVICES, PUBLISHED_SLICES
 
 log = logging.getLogger("dmn.agent")
 
@@ -93,6 +100,7 @@ def _parser() -> CommandParser:
         help="seconds between writes of <state-dir>/readiness.json (dmn node-ready reads it)",
     )
     p.add_argument("--log-level", default="INFO")
+    add_health_arguments(p)
     return p
 
 
@@ -184,6 +192,8 @@ def publish_once(cluster: Cluster, node_name: str, inventory: Inventory) -> Node
     for name in plan.obsolete(s["metadata"]["name"] for s in existing):
         with contextlib.suppress(NotFound):
             cluster.delete(r.RESOURCE_SLICES, name)
+    PUBLISHED_SLICES.set(len(stored))
+    PUBLISHED_DEVICES.set(len(plan.personas.personas))
     if publication.verify(plan.slices, stored):
         log.warning("event=slices-degraded node=%s", node_name)
     log.info(
@@ -240,9 +250,7 @@ def _serve(args: argparse.Namespace) -> int:
         check_arguments(args)
     except NodeStartError as exc:
         return _fail(exc)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    json_logs.configure(args.log_level, args.log_format)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -257,6 +265,7 @@ def _serve(args: argparse.Namespace) -> int:
         return _fail(exc)
     agent: NodeAgent | None = None
     reporter: ReadinessReporter | None = None
+    health: HealthServer | None = None
     failure: NodeStartError | None = None
     try:
         agent = build_agent(args, cluster)
@@ -272,6 +281,22 @@ def _serve(args: argparse.Namespace) -> int:
         reporter = ReadinessReporter(
             args.state_dir, agent.readiness, args.readiness_interval
         ).start()
+        try:
+            health = (
+                None
+                if args.health_port is None
+                else HealthServer(
+                    args.health_address,
+                    args.health_port,
+                    liveness=agent.liveness_conditions(),
+                    readiness=agent.readiness_conditions(),
+                )
+            )
+            if health is not None:
+                health.start()
+        except OSError as exc:
+            message = f"serving health on port {args.health_port}: {exc}"
+            raise NodeStartError("E_IO", message, 1) from exc
         log.info(
             "event=node-running node=%s state_dir=%s nri_socket=%s",
             args.node_name,
@@ -284,6 +309,8 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         if reporter is not None:
             reporter.stop()
+        if health is not None:
+            health.stop()
         if agent is not None:
             agent.stop()
         cluster.close()

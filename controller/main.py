@@ -4,7 +4,9 @@ Connects through the official client (``--url`` for the lab or any API server,
 ``--kubeconfig``, or in-cluster config), waits for leadership of a
 ``coordination.k8s.io`` Lease, then runs the reconcilers; with ``--webhook-cert`` and
 ``--webhook-key`` it also serves the admission webhook (on every replica — admission
-must not depend on who leads). SIGTERM releases the Lease and exits 0.
+must not depend on who leads). Every replica serves ``/metrics``, ``/livez`` (reconcile
+workers alive once started) and ``/readyz`` (API server reachable) on
+``--health-address:--health-port``. SIGTERM releases the Lease and exits 0.
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ import threading
 from types import FrameType
 
 from dmn.api.cluster import Cluster, connect
+from dmn.api.cluster.reachability import ApiReachability
 from dmn.command_line import CommandParser, run_command
 from dmn.controller.leader import LeaderElector
 from dmn.controller.manager import Controller
+from dmn.observability import json_logs
+from dmn.observability.health import HealthServer
+from dmn.observability.health import add_arguments as add_health_arguments
 from dmn.opcodes.registry import default_registry
 
 log = logging.getLogger("dmn.controller")
@@ -52,6 +58,7 @@ def _parser() -> CommandParser:
         help="identity allowed to write generated DeviceClasses and revisions (repeatable)",
     )
     p.add_argument("--log-level", default="INFO")
+    add_health_arguments(p)
     return p
 
 
@@ -60,9 +67,7 @@ def run(argv: list[str]) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    json_logs.configure(args.log_level, args.log_format)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -95,6 +100,16 @@ def _serve(args: argparse.Namespace) -> int:
         )
         webhook.start()
     controller = Controller(cluster, registry, workers=args.workers, resync=args.resync)
+    # every replica serves probes and metrics; readiness is "the API server answers"
+    # (a replica waiting for the Lease is ready to take over)
+    health = None
+    if args.health_port is not None:
+        health = HealthServer(
+            args.health_address,
+            args.health_port,
+            liveness={"workers": controller.workers_alive},
+            readiness={"api-reachable": ApiReachability(cluster)},
+        ).start()
     try:
         if args.no_leader_election:
             controller.start()
@@ -120,6 +135,8 @@ def _serve(args: argparse.Namespace) -> int:
                 return 1
     finally:
         controller.stop()
+        if health is not None:
+            health.stop()
         if webhook is not None:
             webhook.stop()
         cluster.close()

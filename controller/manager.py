@@ -24,6 +24,7 @@ from dmn.controller.plugin_status import PluginStatusReconciler, PolicyStatusRec
 from dmn.controller.revision_gc import RevisionCollector
 from dmn.controller.topology import TopologyReconciler
 from dmn.controller.workqueue import RateLimitedQueue, RetryLater
+from dmn.observability.metrics import RECONCILES
 from dmn.opcodes.spec import OpcodeRegistry
 
 log = logging.getLogger(__name__)
@@ -117,11 +118,14 @@ class Controller:
             self.queue.forget(key)
             if kind == "revision" and result is False:
                 self.queue.add_after(key, self.resync)
+            RECONCILES.labels(kind=kind, result="ok").inc()
         except (ApiFailure, RetryLater) as exc:
             delay = self.queue.retry(key)
+            RECONCILES.labels(kind=kind, result="retry").inc()
             log.info("reconcile retry kind=%s name=%s error=%s delay=%.2f", kind, name, exc, delay)
         except Exception:
             delay = self.queue.retry(key)
+            RECONCILES.labels(kind=kind, result="error").inc()
             log.exception("reconcile failed kind=%s name=%s delay=%.2f", kind, name, delay)
         finally:
             self.processed += 1
@@ -182,6 +186,14 @@ class Controller:
             self._spawn(self._worker, f"worker-{i}")
         self._spawn(self._resync_loop, "resync")
         log.info("controller started workers=%d resync=%.1f", self.workers, self.resync)
+
+    def workers_alive(self) -> tuple[bool, str]:
+        """Liveness: every thread this controller started is still running (true before it
+        started: a replica waiting for the Lease is alive)."""
+        dead = [t.name for t in self._threads if not t.is_alive()]
+        if dead and not self._stop.is_set():
+            return False, f"threads stopped: {', '.join(sorted(dead))}"
+        return True, ""
 
     def stop(self) -> None:
         self._stop.set()

@@ -31,12 +31,14 @@ from typing import Any
 
 from dmn.api.cluster import AlreadyExists, Cluster, Forbidden, Invalid, NotFound
 from dmn.api.cluster import resources as r
+from dmn.api.cluster.events import EventRecorder
 from dmn.api.identity import LABEL_MANAGED_BY, MANAGED_BY, REVISION_FINALIZER
 from dmn.controller.compile.compiler import CompiledTopology, compile_topology
 from dmn.controller.compile.plugin_sources import plugins_from_objects
 from dmn.controller.conditions import diagnostic_entries, set_condition, summary
 from dmn.controller.workqueue import RetryLater
 from dmn.interpreter.diagnostics import Code, Diagnostic
+from dmn.observability.metrics import EVENTS_RECORDED
 from dmn.opcodes.spec import OpcodeRegistry
 
 log = logging.getLogger(__name__)
@@ -118,6 +120,8 @@ class TopologyReconciler:
     #: the revision collector so a revision being published is never collected between
     #: its creation and the topology status naming it.
     latest: dict[str, str] = field(default_factory=dict)
+    #: Events about the topologies it rejects (created on first use)
+    events: EventRecorder | None = None
 
     def reconcile(self, name: str) -> None:
         try:
@@ -286,6 +290,17 @@ class TopologyReconciler:
             r.NETWORK_TOPOLOGIES, topo["metadata"]["name"], {"status": new}, status=True
         )
 
+    def _event(self, topo: dict[str, Any], diagnostics: list[Diagnostic]) -> None:
+        """One Warning Event per distinct reason code of a newly reported failure."""
+        if self.events is None:
+            self.events = EventRecorder(self.cluster, "dra-multi-network-controller")
+        by_code: dict[str, list[Diagnostic]] = {}
+        for diag in diagnostics:
+            by_code.setdefault(diag.code.value, []).append(diag)
+        for code, group in by_code.items():
+            if self.events.record(topo, "Warning", code, summary(group)) is not None:
+                EVENTS_RECORDED.labels(kind="NetworkTopology", reason=code).inc()
+
     def _report_failure(
         self, topo: dict[str, Any], diagnostics: list[Diagnostic], reason: str
     ) -> None:
@@ -309,6 +324,7 @@ class TopologyReconciler:
             generation,
             ",".join(d.code.value for d in diagnostics),
         )
+        self._event(topo, diagnostics)
         self.cluster.patch(
             r.NETWORK_TOPOLOGIES, topo["metadata"]["name"], {"status": new}, status=True
         )

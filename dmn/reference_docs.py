@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from dmn import reason_codes
 from dmn.opcodes.reference import describe, render_document
 from dmn.opcodes.registry import default_registry
 
@@ -21,6 +22,7 @@ def opcodes_page() -> str:
 
 PAGES: dict[str, Callable[[], str]] = {
     "docs/opcodes.md": opcodes_page,
+    "docs/reason-codes.md": reason_codes.render_markdown,
 }
 
 

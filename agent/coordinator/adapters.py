@@ -26,15 +26,23 @@ from dmn.agent.nri.handler import (
     HookTimeout,
     PodSandbox,
 )
+from dmn.agent.refusal_events import RefusalReporter, claim_object, pod_object, reason_of
 
 log = logging.getLogger(__name__)
 
 
 class DraAdapter:
-    """Implements :class:`dmn.agent.kubelet.handler.DraHandler`."""
+    """Implements :class:`dmn.agent.kubelet.handler.DraHandler`.
 
-    def __init__(self, coordinator: Coordinator) -> None:
+    Every refused or failed claim is reported (metric + Event on the ResourceClaim)."""
+
+    def __init__(self, coordinator: Coordinator, reporter: RefusalReporter | None = None) -> None:
         self.coordinator = coordinator
+        self.reporter = reporter or RefusalReporter(None, "")
+
+    def _report(self, request: str, claim: ClaimRef, error: str) -> None:
+        obj = claim_object(claim.namespace, claim.name, claim.uid)
+        self.reporter.refused(request, reason_of(error), error, obj)
 
     def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
         out: dict[str, PrepareResult] = {}
@@ -44,10 +52,12 @@ class DraAdapter:
             except Refusal as exc:
                 log.warning("event=prepare-refused claim=%s code=%s", c.uid, exc.code)
                 out[c.uid] = PrepareResult(error=str(exc))
+                self._report("NodePrepareResources", c, str(exc))
                 continue
             except Exception as exc:  # one claim's failure never fails the batch
                 log.exception("event=prepare-failed claim=%s", c.uid)
                 out[c.uid] = PrepareResult(error=f"E_INTERNAL: {type(exc).__name__}: {exc}")
+                self._report("NodePrepareResources", c, out[c.uid].error or "")
                 continue
             out[c.uid] = PrepareResult(
                 devices=tuple(
@@ -71,17 +81,27 @@ class DraAdapter:
             except Refusal as exc:
                 log.warning("event=unprepare-refused claim=%s code=%s", c.uid, exc.code)
                 out[c.uid] = UnprepareResult(error=str(exc))
+                self._report("NodeUnprepareResources", c, str(exc))
             except Exception as exc:  # retried by the kubelet; the journal keeps the state
                 log.exception("event=unprepare-failed claim=%s", c.uid)
                 out[c.uid] = UnprepareResult(error=f"E_INTERNAL: {type(exc).__name__}: {exc}")
+                self._report("NodeUnprepareResources", c, out[c.uid].error or "")
         return out
 
 
 class NriAdapter:
-    """Implements :class:`dmn.agent.nri.handler.NriHandler`."""
+    """Implements :class:`dmn.agent.nri.handler.NriHandler`.
 
-    def __init__(self, coordinator: Coordinator) -> None:
+    Every refused hook is reported (metric + Event on the Pod) before the runtime is told."""
+
+    def __init__(self, coordinator: Coordinator, reporter: RefusalReporter | None = None) -> None:
         self.coordinator = coordinator
+        self.reporter = reporter or RefusalReporter(None, "")
+
+    def _refuse(self, request: str, pod: PodSandbox, exc: Refusal) -> HookRefused:
+        obj = pod_object(pod.namespace, pod.name, pod.uid)
+        self.reporter.refused(request, exc.code, str(exc), obj)
+        return HookRefused(str(exc))
 
     def synchronize(self, pods: Sequence[PodSandbox], containers: Sequence[Container]) -> None:
         log.info("event=synchronize pods=%d containers=%d", len(pods), len(containers))
@@ -91,32 +111,32 @@ class NriAdapter:
         try:
             self.coordinator.run_pod(pod.namespace, pod.name, pod.uid, pod.id, pod.netns_path)
         except Refusal as exc:
-            raise HookRefused(str(exc)) from exc
+            raise self._refuse("RunPodSandbox", pod, exc) from exc
 
     def stop_pod_sandbox(self, pod: PodSandbox) -> None:
         try:
             self.coordinator.stop_pod(pod.uid, pod.id)
         except Refusal as exc:
-            raise HookRefused(str(exc)) from exc
+            raise self._refuse("StopPodSandbox", pod, exc) from exc
 
     def remove_pod_sandbox(self, pod: PodSandbox) -> None:
         try:
             self.coordinator.remove_pod(pod.uid, pod.id)
         except Refusal as exc:
-            raise HookRefused(str(exc)) from exc
+            raise self._refuse("RemovePodSandbox", pod, exc) from exc
 
     def create_container(self, pod: PodSandbox, container: Container) -> ContainerAdjustment:
-        self._gate(pod)
+        self._gate(pod, "CreateContainer")
         return ContainerAdjustment()
 
     def start_container(self, pod: PodSandbox, container: Container) -> None:
-        self._gate(pod)
+        self._gate(pod, "StartContainer")
 
-    def _gate(self, pod: PodSandbox) -> None:
+    def _gate(self, pod: PodSandbox, request: str) -> None:
         try:
             self.coordinator.gate(pod.namespace, pod.name, pod.uid, pod.id)
         except Refusal as exc:
-            raise HookRefused(str(exc)) from exc
+            raise self._refuse(request, pod, exc) from exc
 
     def shutdown(self) -> None:
         log.info("event=runtime-shutdown")

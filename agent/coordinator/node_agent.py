@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dmn.agent.coordinator.adapters import DraAdapter, NriAdapter
@@ -23,7 +24,9 @@ from dmn.agent.kubelet.server import (
 )
 from dmn.agent.nri.plugin import NriPlugin, PluginConfig, PluginThread
 from dmn.agent.readiness import Readiness
+from dmn.agent.refusal_events import RefusalReporter
 from dmn.api.cluster import Cluster
+from dmn.api.cluster.reachability import ApiReachability
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +56,17 @@ class NodeAgent:
         self.nri: NriAdapter | None = None
         self.kubelet: KubeletPluginServer | None = None
         self.plugin: PluginThread | None = None
+        self.reporter = RefusalReporter(cluster, config.node_name)
+        self.api_reachable = ApiReachability(cluster)
 
     def start(self) -> NodeAgent:
         """Start everything; on a failure what was started is stopped again and it raises."""
         try:
             self.coordinator = Coordinator(self.config, self.cluster, self.devices)
             self.coordinator.start()
-            self.dra, self.nri = DraAdapter(self.coordinator), NriAdapter(self.coordinator)
+            self.reporter.start()
+            self.dra = DraAdapter(self.coordinator, self.reporter)
+            self.nri = NriAdapter(self.coordinator, self.reporter)
             self.kubelet = KubeletPluginServer(
                 self.config.driver,
                 self.dra,
@@ -90,6 +97,38 @@ class NodeAgent:
         """True once the NRI plugin registered and its first Synchronize completed."""
         return self.plugin is not None and self.plugin.wait_ready(self.sockets.nri_ready_timeout)
 
+    # ---- health conditions (served by dmn.observability.health)
+
+    def journal_writable(self) -> tuple[bool, str]:
+        coordinator = self.coordinator
+        if coordinator is None:
+            return False, "the coordinator is not running"
+        return coordinator.journal.writable()
+
+    def kubelet_registered(self) -> tuple[bool, str]:
+        if self.kubelet is None:
+            return False, "the kubelet plugin server is not running"
+        if not self.kubelet.registration.registered.is_set():
+            return False, "the kubelet has not confirmed the plugin registration"
+        return True, ""
+
+    def nri_connected(self) -> tuple[bool, str]:
+        if self.plugin is None or not self.plugin.ready.is_set():
+            return False, "not registered and synchronized with the runtime's NRI"
+        return True, ""
+
+    def liveness_conditions(self) -> dict[str, Callable[[], tuple[bool, str]]]:
+        """A failed journal commit stops mutation: restarting the agent recovers it."""
+        return {"journal-writable": self.journal_writable}
+
+    def readiness_conditions(self) -> dict[str, Callable[[], tuple[bool, str]]]:
+        return {
+            "journal-writable": self.journal_writable,
+            "kubelet-registered": self.kubelet_registered,
+            "nri-connected": self.nri_connected,
+            "api-reachable": self.api_reachable,
+        }
+
     def restart_coordinator(self) -> Coordinator:
         """Close the journal and open a new coordinator on the same state dir (recovering),
         as a restarted agent would; the protocol adapters switch to it."""
@@ -113,4 +152,5 @@ class NodeAgent:
             self.kubelet = None
         if self.coordinator is not None:
             self.coordinator.close()
+        self.reporter.stop()
         log.info("event=agent-stopped node=%s", self.config.node_name)

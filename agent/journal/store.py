@@ -34,6 +34,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -59,6 +60,8 @@ from dmn.engine.journal import (
     OperationState,
 )
 from dmn.interpreter.canonical_json import canonical_json
+from dmn.observability.journal_observer import JournalObserver
+from dmn.observability.metrics import JOURNAL_COMMIT_FAILURES
 
 _log = logging.getLogger(__name__)
 
@@ -228,6 +231,10 @@ class JournalStore:
         self._sync.sync = True
         self.commits = 0
         self._closed = False
+        #: the error of the last failed write (None after a successful one): the agent's
+        #: liveness and readiness report the journal unwritable while it is set
+        self.write_error: str | None = None
+        self.observer = JournalObserver()
 
     # ------------------------------------------------------------------ opening
 
@@ -376,8 +383,24 @@ class JournalStore:
             batch.delete(k)
         for k, v in puts.items():
             batch.put(k, v)
-        self._db.write(batch, self._sync)
+        try:
+            self._db.write(batch, self._sync)
+        except Exception as exc:
+            self.write_error = f"{type(exc).__name__}: {exc}"
+            JOURNAL_COMMIT_FAILURES.inc()
+            raise
+        self.write_error = None
         self.commits += 1
+
+    def writable(self) -> tuple[bool, str]:
+        """Health condition: open as the writer and the last write succeeded."""
+        if self._closed:
+            return False, "journal is closed"
+        if self.read_only:
+            return False, "journal is open read-only"
+        if self.write_error is not None:
+            return False, f"last commit failed: {self.write_error}"
+        return True, ""
 
     def _get(self, key: bytes) -> Any:
         raw = self._db.get(key)
@@ -447,7 +470,9 @@ class JournalStore:
                 puts[keys.effect_key(op_id, e.index)] = _dumps(e.to_json())
         for f in fences:
             puts[keys.key("fence", f.scope)] = _dumps(f.to_json())
+        started = time.perf_counter()
         self._write(puts, deletes)
+        self.observer.committed(operation, effects, time.perf_counter() - started)
 
     def fence(self, scope: str) -> Fence | None:
         return self._get_record(keys.key("fence", scope), Fence.from_json)

@@ -52,6 +52,7 @@ from dmn.agent.nri.handler import (
 from dmn.agent.nri.transport import MuxTransport, TtrpcClient, TtrpcServer
 from dmn.agent.nri.ttrpc_frame import Code, TtrpcError
 from dmn.agent.protos import nri_api_pb2 as api
+from dmn.observability.metrics import NRI_CONNECTS, NRI_RECONNECTS
 
 log = logging.getLogger(__name__)
 
@@ -251,6 +252,9 @@ class NriPlugin:
         """One connection's lifetime; returns True if it got as far as synchronised."""
         reader, writer = await self._connect()
         self.stats.connects += 1
+        NRI_CONNECTS.inc()
+        if self.stats.connects > 1:
+            NRI_RECONNECTS.inc()
         transport = MuxTransport(reader, writer)
         self._transport = transport
         self._synced.clear()

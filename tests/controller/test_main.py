@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 
@@ -17,8 +20,22 @@ from tests.controller.support import example, topology_settled, wait_for
 pytestmark = pytest.mark.slow
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _get(port: int, path: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+        body: str = response.read().decode()
+        return body
+
+
 def test_controller_process(lab: LabApiServer, cluster: Cluster) -> None:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    port = _free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -33,6 +50,12 @@ def test_controller_process(lab: LabApiServer, cluster: Cluster) -> None:
             "proc-1",
             "--resync",
             "2",
+            "--health-address",
+            "127.0.0.1",
+            "--health-port",
+            str(port),
+            "--log-format",
+            "json",
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -48,9 +71,15 @@ def test_controller_process(lab: LabApiServer, cluster: Cluster) -> None:
         assert done["status"]["conditions"][0]["status"] == "True"
         lease = cluster.get(r.LEASES, "dra-multi-network-controller", "default")
         assert lease["spec"]["holderIdentity"] == "proc-1"
+        assert _get(port, "/readyz") == "[+]api-reachable ok\nok\n"
+        assert _get(port, "/livez").endswith("ok\n")
+        metrics = _get(port, "/metrics")
+        assert 'dmn_reconciles_total{kind="topology",result="ok"}' in metrics
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out.decode()[-2000:]
+    lines = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
+    assert any(line.get("logger") == "dmn.controller" for line in lines), out.decode()[-2000:]
     lease = cluster.get(r.LEASES, "dra-multi-network-controller", "default")
     assert lease["spec"]["holderIdentity"] == ""  # released on shutdown

@@ -146,6 +146,15 @@ def test_invalid_update_then_semantic_change_and_gc(
     assert cond is not None and cond["status"] == "False" and cond["reason"] == "CompileFailed"
     assert failed["status"]["diagnostics"][0]["code"] == "E_SCHEMA"
     assert failed["status"]["diagnostics"][0]["path"] == "spec.steps[3].config.vlanId"
+    events = [
+        e
+        for e in cluster.list(r.EVENTS, namespace="default").items
+        if e["involvedObject"].get("uid") == failed["metadata"]["uid"]
+    ]
+    assert [(e["type"], e["reason"], e["involvedObject"]["kind"]) for e in events] == [
+        ("Warning", "E_SCHEMA", "NetworkTopology")
+    ]
+    assert "vlanId" in events[0]["message"]
     assert failed["status"]["revision"] == old_ref
     again = cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, old_ref["name"])
     assert again["metadata"]["resourceVersion"] == old_rev["metadata"]["resourceVersion"]

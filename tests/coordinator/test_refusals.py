@@ -202,3 +202,41 @@ def test_one_bad_claim_never_fails_the_kubelet_batch(node: LabNode) -> None:
         assert resp.claims["no-such-uid"].error.startswith("E_CLAIM_NOT_FOUND")
         req = dra_v1_pb2.NodeUnprepareResourcesRequest(claims=refs[:1])
         assert stub.NodeUnprepareResources(req).claims[meta["uid"]].error == ""
+
+
+def test_refusals_become_events_on_the_claim_and_metrics(node: LabNode) -> None:
+    from prometheus_client import REGISTRY
+
+    claim = bent(node, lambda d: params(d)["revisionRef"].update(digest=OTHER_DIGEST))
+    meta = claim["metadata"]
+    labels = {"request": "NodePrepareResources", "code": "E_REVISION_DIGEST"}
+    before = REGISTRY.get_sample_value("dmn_refusals_total", labels) or 0.0
+    ref = dra_v1_pb2.Claim(namespace=meta["namespace"], uid=meta["uid"], name=meta["name"])
+    with grpc.insecure_channel(f"unix://{node.kubelet.dra_socket}") as channel:
+        stub = dra_v1_pb2_grpc.DRAPluginStub(channel)
+        req = dra_v1_pb2.NodePrepareResourcesRequest(claims=[ref])
+        resp = stub.NodePrepareResources(req)
+    assert resp.claims[meta["uid"]].error.startswith("E_REVISION_DIGEST")
+    assert REGISTRY.get_sample_value("dmn_refusals_total", labels) == before + 1
+    assert node.agent.reporter.flush()
+    events = [
+        e
+        for e in node.cluster.list(r.EVENTS, namespace=meta["namespace"]).items
+        if e["involvedObject"].get("uid") == meta["uid"]
+    ]
+    (event,) = events
+    assert event["type"] == "Warning" and event["reason"] == "E_REVISION_DIGEST"
+    assert event["involvedObject"]["kind"] == "ResourceClaim"
+    assert event["message"].startswith("NodePrepareResources: E_REVISION_DIGEST")
+
+
+def test_readiness_conditions_are_honest(node: LabNode) -> None:
+    ready = node.agent.readiness_conditions()
+    assert ready["journal-writable"]() == (True, "")
+    assert ready["api-reachable"]() == (True, "")
+    # no kubelet runs in the lab: nothing confirmed the registration, and readiness says so
+    assert ready["kubelet-registered"]() == (
+        False,
+        "the kubelet has not confirmed the plugin registration",
+    )
+    assert node.agent.liveness_conditions()["journal-writable"]() == (True, "")

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -199,4 +200,4 @@ def test_import_linter_contracts_hold() -> None:
         [str(tool), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "Contracts: 8 kept, 0 broken." in done.stdout
+    assert re.search(r"Contracts: \d+ kept, 0 broken\.", done.stdout), done.stdout[-3000:]

@@ -11,15 +11,20 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
+from dmn.agent.protos import pluginregistration_v1_pb2, pluginregistration_v1_pb2_grpc
 from dmn.api.cluster import Cluster, connect
 from dmn.api.identity import DRIVER
 from dmn.lab.apiserver import LabApiServer
@@ -66,6 +71,21 @@ def _kubelet(root: Path, suffix: str) -> list[str]:
     return ["--kubelet-registry-dir", reg, "--kubelet-plugins-dir", plugins]
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _http(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
 def _wait_for(predicate: object, timeout: float = WAIT) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -80,6 +100,7 @@ def test_node_runs_agent_and_stops_on_sigterm(root: Path, server: LabApiServer) 
     runtime = LabNriRuntime(str(nri), request_timeout=30.0, registration_timeout=20.0).start()
     reg_sock = root / "reg" / f"{DRIVER}-reg.sock"
     dra_sock = root / "plugins" / DRIVER / "dra.sock"
+    port = _free_port()
     proc = _node(
         [
             "--url",
@@ -94,12 +115,32 @@ def test_node_runs_agent_and_stops_on_sigterm(root: Path, server: LabApiServer) 
             str(root / "plugins"),
             "--nri-socket",
             str(nri),
+            "--health-address",
+            "127.0.0.1",
+            "--health-port",
+            str(port),
         ]
     )
     try:
         assert _wait_for(lambda: reg_sock.is_socket() and dra_sock.is_socket()), proc.poll()
         assert runtime.wait_ready(1, WAIT), "the NRI plugin did not register and synchronize"
         assert (root / "state").is_dir()
+        # readiness is honest: no kubelet has confirmed the registration yet
+        code, ready = _http(port, "/readyz")
+        assert code == 503, ready
+        assert "[+]journal-writable ok" in ready and "[+]nri-connected ok" in ready
+        assert "[+]api-reachable ok" in ready and "[-]kubelet-registered" in ready
+        assert _http(port, "/livez") == (200, "[+]journal-writable ok\nok\n")
+        # the kubelet's side of plugin registration, over the real registration socket
+        with grpc.insecure_channel(f"unix://{reg_sock}") as channel:
+            stub = pluginregistration_v1_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
+            stub.GetInfo(pluginregistration_v1_pb2.InfoRequest())
+            status = pluginregistration_v1_pb2.RegistrationStatus(plugin_registered=True)
+            stub.NotifyRegistrationStatus(status)
+        assert _http(port, "/readyz")[0] == 200
+        metrics = _http(port, "/metrics")[1]
+        assert "dmn_nri_connections_total 1.0" in metrics
+        assert "dmn_published_devices " in metrics
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=WAIT)
     finally:

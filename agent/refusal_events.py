@@ -1,0 +1,119 @@
+"""Refusals and failures of the node agent as metrics and Kubernetes Events.
+
+The kubelet and NRI adapters call :meth:`RefusalReporter.refused` for every request the
+coordinator refuses or fails: the ``dmn_refusals_total{request, code}`` counter is bumped at
+once, and a ``Warning`` Event whose reason is the reason code is written about the object the
+request concerns — the ResourceClaim for NodePrepare/NodeUnprepare, the Pod for sandbox and
+container hooks — so ``kubectl describe`` shows why. Events are written by a background
+thread from a bounded queue: a runtime hook must answer within its deadline and must never
+wait on the API server; when the queue is full the Event is dropped and counted, never the
+refusal itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from dmn.api.cluster import Cluster
+from dmn.api.cluster.events import EventRecorder
+from dmn.observability.metrics import EVENTS_RECORDED, REFUSALS
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "dra-multi-network-node"
+QUEUE_SIZE = 1024
+
+
+def claim_object(namespace: str, name: str, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": namespace, "name": name, "uid": uid},
+    }
+
+
+def pod_object(namespace: str, name: str, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": namespace, "name": name, "uid": uid},
+    }
+
+
+def reason_of(error: str) -> str:
+    """The reason code a refusal message starts with (``E_X: ...``), else ``E_INTERNAL``."""
+    head = error.split(":", 1)[0].strip()
+    return (
+        head if head.startswith(("E_", "W_")) and head.replace("_", "").isalnum() else "E_INTERNAL"
+    )
+
+
+class RefusalReporter:
+    def __init__(self, cluster: Cluster | None, node_name: str) -> None:
+        self.recorder = EventRecorder(cluster, COMPONENT, node_name) if cluster else None
+        # an Event to write, a flush marker to set, or None to stop
+        self._queue: queue.Queue[tuple[Mapping[str, Any], str, str] | threading.Event | None] = (
+            queue.Queue(QUEUE_SIZE)
+        )
+        self.dropped = 0
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> RefusalReporter:
+        if self.recorder is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._drain, name="refusal-events", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+
+    def refused(self, request: str, code: str, message: str, obj: Mapping[str, Any]) -> None:
+        """Count the refusal and queue its Event (never blocks, never raises)."""
+        REFUSALS.labels(request=request, code=code).inc()
+        meta = obj.get("metadata") or {}
+        log.warning(
+            "event=refused request=%s code=%s kind=%s namespace=%s name=%s uid=%s",
+            request,
+            code,
+            obj.get("kind"),
+            meta.get("namespace"),
+            meta.get("name"),
+            meta.get("uid"),
+        )
+        if self.recorder is None:
+            return
+        try:
+            self._queue.put_nowait((obj, code, f"{request}: {message}"))
+        except queue.Full:
+            self.dropped += 1
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every queued Event was written (tests); False on timeout."""
+        if self._thread is None:
+            return True
+        done = threading.Event()
+        try:
+            self._queue.put(done, timeout=timeout)
+        except queue.Full:
+            return False
+        return done.wait(timeout)
+
+    def _drain(self) -> None:
+        assert self.recorder is not None
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            obj, code, message = item
+            if self.recorder.record(obj, "Warning", code, message) is not None:
+                EVENTS_RECORDED.labels(kind=str(obj.get("kind")), reason=code).inc()

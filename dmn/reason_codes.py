@@ -1,0 +1,931 @@
+"""The registry of every reason code the program emits: what it means and what to do.
+
+Reason codes are public API (CLI output, admission responses, topology and attachment status,
+Kubernetes Events, metrics labels, logs). This table is the single place that explains them;
+``docs/reason-codes.md`` is generated from it (``dmn generate``), and a test scans the source
+for every code literal and fails when one is missing here or an entry is no longer emitted.
+Codes that carry a number (``E_NETLINK_<errno>``) are registered as patterns.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ReasonCode:
+    code: str
+    area: str
+    meaning: str
+    action: str
+
+
+DOC = "documents"
+TOPO = "topology compiler"
+ADMIT = "controller and webhook"
+AGENT = "node agent"
+EXEC = "executors"
+RUN = "runner and journal"
+INV = "inventory and slices"
+CLI = "command line and lab"
+
+
+def _r(code: str, area: str, meaning: str, action: str) -> ReasonCode:
+    return ReasonCode(code, area, meaning, action)
+
+
+REGISTRY: tuple[ReasonCode, ...] = (
+    # ---- documents: loader, document models, checker (dmn lint, webhook, compiler)
+    _r(
+        "E_SCHEMA",
+        DOC,
+        "A document, config or field has the wrong shape, type or value "
+        "(missing required field, value out of range, wrong enum).",
+        "Fix the field the diagnostic points at; `dmn schema KIND` shows the allowed shape.",
+    ),
+    _r(
+        "E_UNKNOWN_FIELD",
+        DOC,
+        "A field that the document kind or the plugin's configSchema does not define.",
+        "Remove or rename the field (check its spelling and nesting).",
+    ),
+    _r(
+        "E_DUPLICATE_KEY",
+        DOC,
+        "The same key appears twice in one YAML mapping.",
+        "Keep one of the two keys.",
+    ),
+    _r(
+        "E_SYNTAX",
+        DOC,
+        "A YAML document, guard, reference or CEL expression does not parse.",
+        "Fix the expression at the reported column.",
+    ),
+    _r(
+        "E_UNKNOWN_OPCODE",
+        DOC,
+        "An effect names an opcode that does not exist.",
+        "Use a name from `dmn opcodes`.",
+    ),
+    _r(
+        "E_EFFECT_DENIED",
+        DOC,
+        "An effect (or a step's program) uses an opcode the plugin's "
+        "allowedEffects or the topology's effectBudget does not grant.",
+        "Add the opcode to allowedEffects / spec.effectBudget.allow if it is intended.",
+    ),
+    _r(
+        "E_WRONG_HOOK",
+        DOC,
+        "An opcode is used in a hook it may not run in.",
+        "Move the effect to the hook `dmn opcodes NAME` lists.",
+    ),
+    _r(
+        "E_REF_UNRESOLVED",
+        DOC,
+        "A reference names a port, effect, step or plugin that does "
+        "not exist (or an input whose producing step has not run on the node).",
+        "Point the reference at an existing name; check the plugin is installed.",
+    ),
+    _r(
+        "E_REF_FORWARD",
+        DOC,
+        "A reference points at an effect that runs later.",
+        "Reorder the effects so every reference points backwards.",
+    ),
+    _r(
+        "E_PORT_TYPE",
+        DOC,
+        "A handle of the wrong type or link type is wired to a port.",
+        "Wire an output of the port's type (`dmn opcodes NAME` lists port types).",
+    ),
+    _r(
+        "E_CARDINALITY",
+        DOC,
+        "A port receives fewer or more handles than its minItems/maxItems.",
+        "Wire the number of handles the port declares.",
+    ),
+    _r(
+        "E_ACCESS",
+        DOC,
+        "A handle does not grant the access an input needs, or exclusive access is used twice.",
+        "Use a handle whose grant includes the access.",
+    ),
+    _r(
+        "E_PARAM_TYPE",
+        DOC,
+        "An opcode parameter is missing, of the wrong type or out of "
+        "bounds for some config the schema allows.",
+        "Fix the parameter or narrow configSchema so every allowed config binds.",
+    ),
+    _r(
+        "E_PARAM_CONFLICT",
+        DOC,
+        "A parameter is both written literally and bound from config.",
+        "Keep one of parameters / parameterBindings for the field.",
+    ),
+    _r(
+        "E_DUPLICATE_ID",
+        DOC,
+        "Two effects or two topology steps share an id.",
+        "Give each one a unique id.",
+    ),
+    _r(
+        "E_EXPORT_MISSING",
+        DOC,
+        "An output the descriptor declares (and turns on for this config) is not exported.",
+        "Export the output from the last hook program.",
+    ),
+    _r(
+        "E_EXPORT_TYPE",
+        DOC,
+        "An export's handle type differs from the declared output.",
+        "Export a handle of the declared type.",
+    ),
+    _r(
+        "E_EXPORT_UNDECLARED",
+        DOC,
+        "A program exports a port the descriptor does not declare.",
+        "Declare the output in spec.outputs or drop the export.",
+    ),
+    _r(
+        "E_NO_RECOVERY",
+        DOC,
+        "An effect asks for a recovery strategy its opcode does not support.",
+        "Pick a strategy `dmn opcodes NAME` lists.",
+    ),
+    _r(
+        "E_BUDGET",
+        DOC,
+        "A limit is exceeded (effects per program, steps, roots, size).",
+        "Split the work or remove steps.",
+    ),
+    _r(
+        "E_SHARED_PARENT_MUTATION",
+        DOC,
+        "A program would configure, move or reset a shared parent it only holds a share of.",
+        "Act only on the child created from the share.",
+    ),
+    _r(
+        "E_CYCLE",
+        TOPO,
+        "Topology steps depend on each other in a cycle.",
+        "Break the cycle in the steps' inputs.",
+    ),
+    _r(
+        "E_ROOT_COVERAGE",
+        TOPO,
+        "A topology has no Allocation root, or a claim covers a root more than once.",
+        "Add an Allocation step / request each root's class once.",
+    ),
+    _r(
+        "E_FAMILY_CONFLICT",
+        DOC,
+        "Two effects on one device belong to incompatible families "
+        "(or a parent already carries children of another kind).",
+        "Use one child kind per parent.",
+    ),
+    _r(
+        "E_RESET_DOMAIN_BUSY",
+        DOC,
+        "A PCI reset's domain is not quiescent.",
+        "Drain the other functions of the reset domain first.",
+    ),
+    _r(
+        "E_IFNAME",
+        DOC,
+        "An interface name is invalid, reserved (lo, eth0) or used twice in one Pod.",
+        "Choose a distinct name of 1-15 characters from [A-Za-z0-9_.-].",
+    ),
+    _r(
+        "E_PREDICATE",
+        DOC,
+        "An effect names a precondition or postcondition its opcode does not define.",
+        "Use the predicates `dmn opcodes NAME` lists.",
+    ),
+    _r(
+        "E_GUARD_TYPE",
+        DOC,
+        "A `when`/requiredWhen guard compares values of different types "
+        "or reads a config field that does not exist.",
+        "Fix the guard against configSchema.",
+    ),
+    _r(
+        "E_IO",
+        CLI,
+        "A file or directory could not be read or written.",
+        "Check the path and permissions.",
+    ),
+    _r(
+        "E_CONFLICT",
+        ADMIT,
+        "An existing object conflicts with what would be created "
+        "(never overwritten), or an update raced another writer.",
+        "Delete or rename the conflicting object; retried automatically for update races.",
+    ),
+    _r("E_USAGE", CLI, "Bad command-line arguments.", "See the command's --help."),
+    # ---- node agent refusals (NodePrepare, RunPodSandbox, CreateContainer, removal)
+    _r(
+        "E_ADMIN_ACCESS",
+        AGENT,
+        "The claim requests adminAccess, which this driver does not support.",
+        "Remove adminAccess from the ResourceClaim.",
+    ),
+    _r(
+        "E_ALLOCATION_CHANGED",
+        AGENT,
+        "A prepared claim now has a different allocation.",
+        "Delete and recreate the claim; the old preparation is undone first.",
+    ),
+    _r(
+        "E_ALLOCATION_MODE",
+        AGENT,
+        "The claim uses an allocation mode the initial profile "
+        "refuses (All, count > 1, firstAvailable).",
+        "Request exactly one device per request.",
+    ),
+    _r(
+        "E_API",
+        AGENT,
+        "A Kubernetes API call failed (retried).",
+        "Check API server health and the agent's RBAC; it retries by itself.",
+    ),
+    _r(
+        "E_API_UNREACHABLE",
+        AGENT,
+        "The API server could not be reached at start.",
+        "Check --url/--kubeconfig and network policy to the API server.",
+    ),
+    _r("E_ARGS", AGENT, "Bad arguments to `dmn node`.", "Fix the flag named in the message."),
+    _r(
+        "E_ATTACHED",
+        AGENT,
+        "A claim cannot be unprepared while a live attachment uses it.",
+        "Delete the Pod first; unprepare is retried by kubelet.",
+    ),
+    _r(
+        "E_ATTACHMENT",
+        AGENT,
+        "An attachment failed; its status carries the underlying code.",
+        "Read the attachment status and the Pod's Events for the underlying code.",
+    ),
+    _r(
+        "E_ATTACHMENT_STATE",
+        AGENT,
+        "The sandbox's attachment is in a state that does not allow the request.",
+        "Wait for the previous operation to finish or remove the Pod.",
+    ),
+    _r(
+        "E_CLAIM_IN_USE",
+        AGENT,
+        "The claim is already attached to another sandbox.",
+        "Use one claim per Pod (a claim reserved for one consumer).",
+    ),
+    _r(
+        "E_CLAIM_NOT_FOUND",
+        AGENT,
+        "The ResourceClaim does not exist.",
+        "Check the Pod's resourceClaims; the claim may have been deleted.",
+    ),
+    _r(
+        "E_CLAIM_ORIGIN_CONFIG",
+        AGENT,
+        "The claim carries opaque config for this driver that did not come from its DeviceClass.",
+        "Remove driver config from the claim itself.",
+    ),
+    _r(
+        "E_CLAIM_UID",
+        AGENT,
+        "The claim's UID differs from the one kubelet asked for (recreated under the same name).",
+        "Nothing: the request refers to an old object.",
+    ),
+    _r(
+        "E_CLEANUP_INCOMPLETE",
+        AGENT,
+        "Undo of a claim's recorded effects did not finish (retried).",
+        "Check quarantined effects with `dmn journal show`; see the agent log.",
+    ),
+    _r(
+        "E_CONNECT_FAILED",
+        AGENT,
+        "A connect program failed and was rolled back.",
+        "Read the Pod's Events for the effect's code; fix the topology or node and retry.",
+    ),
+    _r(
+        "E_CONTRACT_MISMATCH",
+        AGENT,
+        "The plugin contract on the node differs from the one the revision locked.",
+        "Upgrade the node agent or the NetworkPlugin to match.",
+    ),
+    _r(
+        "E_DEVICE_GONE",
+        AGENT,
+        "The allocated device has no kernel link on this node any more.",
+        "Check the hardware; the agent republishes its devices.",
+    ),
+    _r(
+        "E_DEVICE_IDENTITY",
+        AGENT,
+        "The allocated device's identity no longer matches what was published.",
+        "Let the agent republish; reallocate the claim.",
+    ),
+    _r(
+        "E_HOST_NETNS",
+        AGENT,
+        "The runtime offered the host network namespace as a sandbox.",
+        "Pods with network claims must not use hostNetwork.",
+    ),
+    _r(
+        "E_HOST_NETWORK",
+        AGENT,
+        "A hostNetwork Pod asked for network claims.",
+        "Remove hostNetwork or the claims.",
+    ),
+    _r(
+        "E_INTERNAL",
+        AGENT,
+        "An unexpected error in one claim (a bug); other claims continue.",
+        "Report it with the agent log lines carrying the claim id.",
+    ),
+    _r(
+        "E_JOURNAL",
+        AGENT,
+        "The journal could not be opened or written.",
+        "Check the state directory's disk, permissions and free space.",
+    ),
+    _r(
+        "E_JOURNAL_CORRUPT",
+        RUN,
+        "A journal record cannot be decoded.",
+        "Keep the state directory for analysis; do not delete it while effects are recorded.",
+    ),
+    _r(
+        "E_JOURNAL_HELD",
+        AGENT,
+        "Another agent process holds the journal.",
+        "Run one agent per node; stop the other process.",
+    ),
+    _r(
+        "E_JOURNAL_MISSING",
+        RUN,
+        "No journal exists in the given state directory.",
+        "Check --state-dir.",
+    ),
+    _r(
+        "E_JOURNAL_SCHEMA",
+        RUN,
+        "The journal was written by an incompatible version.",
+        "Run the agent version that wrote it, or follow the upgrade notes.",
+    ),
+    _r(
+        "E_KUBECONFIG",
+        AGENT,
+        "The kubeconfig file does not exist or cannot be used.",
+        "Fix --kubeconfig.",
+    ),
+    _r(
+        "E_MIXED_REVISIONS",
+        AGENT,
+        "One claim's results reference more than one topology revision.",
+        "Recreate the claim from one DeviceClass set.",
+    ),
+    _r(
+        "E_MULTIPLE_CONSUMERS",
+        AGENT,
+        "A claim is reserved for more than one Pod.",
+        "Use a ResourceClaimTemplate or one Pod per claim.",
+    ),
+    _r(
+        "E_NETNS_GONE",
+        AGENT,
+        "The sandbox's network namespace disappeared.",
+        "The Pod is being torn down; nothing to do.",
+    ),
+    _r(
+        "E_NODE_NOT_FOUND",
+        AGENT,
+        "The Node object for --node-name does not exist or has no UID.",
+        "Check --node-name (defaults to the hostname).",
+    ),
+    _r(
+        "E_NOT_ALLOCATED",
+        AGENT,
+        "The claim has no allocation yet.",
+        "Wait for the scheduler; check the claim's DeviceClass exists.",
+    ),
+    _r(
+        "E_NOT_PREPARED",
+        AGENT,
+        "A sandbox needs a claim this node has not prepared.",
+        "Check kubelet's NodePrepareResources result for the claim.",
+    ),
+    _r(
+        "E_NOT_PUBLISHED",
+        AGENT,
+        "This node has not published its devices yet.",
+        "Wait for the agent's ResourceSlices; retry.",
+    ),
+    _r(
+        "E_NOT_READY",
+        AGENT,
+        "A container start was refused because its sandbox's networks are not Ready.",
+        "Read the sandbox's earlier refusal in the Pod's Events.",
+    ),
+    _r(
+        "E_NOT_RESERVED",
+        AGENT,
+        "The claim is not reserved for this Pod.",
+        "Check the claim's status.reservedFor.",
+    ),
+    _r(
+        "E_NOT_THIS_NODE",
+        AGENT,
+        "The allocated device is not in this node's pool.",
+        "Reallocate the claim; check nodeSelector and slices.",
+    ),
+    _r(
+        "E_NO_NETNS",
+        AGENT,
+        "The runtime supplied no network namespace for the sandbox.",
+        "Check the container runtime's NRI configuration.",
+    ),
+    _r(
+        "E_PERSONA_MISMATCH",
+        AGENT,
+        "The allocated device's persona differs from what the root's plugin and mode need.",
+        "Check DeviceExposurePolicies and the DeviceClass.",
+    ),
+    _r(
+        "E_PIN_MISSING",
+        AGENT,
+        "A sandbox lost its namespace pin.",
+        "Remove the Pod; check that nothing unmounts the agent's state directory.",
+    ),
+    _r(
+        "E_PLUGIN_UNSUPPORTED",
+        AGENT,
+        "The node agent cannot run this plugin or persona yet (for example VFIO, RDMA).",
+        "Use a supported plugin; see the README's status.",
+    ),
+    _r("E_POD_NODE", AGENT, "The Pod is not bound to this node.", "Nothing: a stale request."),
+    _r("E_POD_NOT_FOUND", AGENT, "The Pod does not exist (retried).", "Nothing if it was deleted."),
+    _r(
+        "E_POD_UID",
+        AGENT,
+        "The Pod's UID differs from the sandbox's.",
+        "Nothing: the Pod was recreated under the same name.",
+    ),
+    _r(
+        "E_PREPARE_FAILED",
+        AGENT,
+        "A root's prepare program failed and was rolled back.",
+        "Read the claim's Events for the effect's code.",
+    ),
+    _r(
+        "E_RESERVED",
+        AGENT,
+        "A device is held exclusively by another claim (or the journal reserves it).",
+        "Wait for the other claim to be released.",
+    ),
+    _r(
+        "E_REVISION_DIGEST",
+        AGENT,
+        "The revision's digest differs from the one the DeviceClass pinned.",
+        "Recreate the claim against the current DeviceClass.",
+    ),
+    _r(
+        "E_REVISION_NOT_FOUND",
+        AGENT,
+        "The pinned NetworkTopologyRevision does not exist.",
+        "Check the topology's status; revisions in use are kept by a finalizer.",
+    ),
+    _r(
+        "E_REVISION_NOT_READY",
+        AGENT,
+        "The pinned revision is not Ready.",
+        "Read the NetworkTopology's status and Events.",
+    ),
+    _r(
+        "E_REVISION_UID",
+        AGENT,
+        "The revision was recreated under the same name.",
+        "Recreate the claim.",
+    ),
+    _r(
+        "E_ROOT_CONFIG",
+        AGENT,
+        "The DeviceClass's root config for this driver is invalid.",
+        "Let the controller regenerate the DeviceClass (do not edit it).",
+    ),
+    _r(
+        "E_SHARE",
+        AGENT,
+        "A shared allocation's shareID does not match its sharing.",
+        "Reallocate the claim.",
+    ),
+    _r(
+        "E_SHARED_BUSY",
+        AGENT,
+        "An exclusive allocation targets a parent that still has shares.",
+        "Wait for the shared claims to be released.",
+    ),
+    # ---- executors (node effects)
+    _r("E_ENV", EXEC, "An executor was called without its environment (a bug).", "Report it."),
+    _r(
+        "E_FOREIGN_MASTER",
+        EXEC,
+        "A bond member already has a master we did not set.",
+        "Release the link from its current master.",
+    ),
+    _r(
+        "E_LINK_CHANGED",
+        EXEC,
+        "A link is no longer the one captured before the effect.",
+        "The effect is refused; check what else manages the link.",
+    ),
+    _r(
+        "E_LINK_LOST",
+        EXEC,
+        "A link this driver created cannot be found.",
+        "Recovery quarantines it if needed; see `dmn journal show`.",
+    ),
+    _r(
+        "E_LINK_NOT_FOUND",
+        EXEC,
+        "The handle's link does not exist.",
+        "Check the device; the agent republishes its inventory.",
+    ),
+    _r(
+        "E_MTU_EXCEEDS_PARENT",
+        EXEC,
+        "A child's MTU is larger than its parent's.",
+        "Lower the child's mtu or raise the parent's.",
+    ),
+    _r(
+        "E_MTU_MISMATCH",
+        EXEC,
+        "A bond member's MTU differs from the bond's.",
+        "Give members and bond the same mtu.",
+    ),
+    _r(
+        "E_NAME_TAKEN",
+        EXEC,
+        "The interface name is already used in the target namespace.",
+        "Choose another ifName.",
+    ),
+    _r(
+        "E_NETNS_ENTER",
+        EXEC,
+        "Entering a network namespace failed.",
+        "The Pod is probably gone; check the agent log.",
+    ),
+    _r(
+        "E_NETNS_MISMATCH",
+        EXEC,
+        "A namespace path no longer holds the recorded namespace.",
+        "The effect is refused; the sandbox was replaced.",
+    ),
+    _r(
+        "E_NETNS_UNKNOWN",
+        EXEC,
+        "A namespace identity is not one the call knows.",
+        "The effect is refused (a stale record).",
+    ),
+    _r(
+        "E_NOT_OWNED",
+        EXEC,
+        "The link was not created by this driver (ownership is proven "
+        "from the journal, never from names).",
+        "Nothing: foreign links are never touched.",
+    ),
+    _r(
+        "E_NOT_SAME_SANDBOX",
+        EXEC,
+        "Two handles of one effect are in different namespaces.",
+        "Wire handles from the same Pod.",
+    ),
+    _r(
+        "E_NO_SANDBOX",
+        EXEC,
+        "An opcode that needs the verified sandbox ran without one.",
+        "Use it only in connect programs.",
+    ),
+    _r(
+        "E_OWNERSHIP_CONFLICT",
+        EXEC,
+        "More than one link claims the same ownership alias.",
+        "Remove the duplicate link by hand after checking `dmn journal show`.",
+    ),
+    _r("E_PORT", EXEC, "An executor input got the wrong number of handles (a bug).", "Report it."),
+    _r(
+        "E_SCOPE",
+        EXEC,
+        "A handle is in the wrong namespace for the opcode.",
+        "Check the program's wiring with `dmn explain`.",
+    ),
+    _r(
+        "E_VLAN_TAKEN",
+        EXEC,
+        "The VLAN already exists on the parent.",
+        "Choose another vlanId or remove the existing VLAN link.",
+    ),
+    # ---- namespace pins
+    _r(
+        "E_NOT_A_NETNS",
+        AGENT,
+        "The path given as a sandbox namespace is not a namespace file.",
+        "Check the runtime's sandbox namespace path.",
+    ),
+    _r(
+        "E_NETNS_STALE",
+        AGENT,
+        "A namespace pin comes from an earlier boot.",
+        "Nothing: stale pins are cleaned up.",
+    ),
+    _r(
+        "E_PIN_BUSY",
+        AGENT,
+        "A namespace pin is kept because cleanup is not verified.",
+        "Check quarantined effects with `dmn journal show`.",
+    ),
+    _r(
+        "E_PIN_CONFLICT",
+        AGENT,
+        "The pin path already pins another namespace.",
+        "Check the state directory for leftovers of another agent.",
+    ),
+    _r("E_PIN_ID", AGENT, "An attachment id is not a valid pin name.", "Report it."),
+    _r(
+        "E_PIN_MISMATCH",
+        AGENT,
+        "A pin does not hold the namespace after mounting.",
+        "Check mount propagation of the state directory.",
+    ),
+    _r(
+        "E_PIN_MOUNT",
+        AGENT,
+        "Bind-mounting the namespace pin failed.",
+        "The agent needs CAP_SYS_ADMIN and a writable state directory.",
+    ),
+    _r(
+        "E_PIN_UMOUNT",
+        AGENT,
+        "Unmounting a namespace pin failed.",
+        "Check for processes holding the pin; the agent retries.",
+    ),
+    # ---- runner and journal
+    _r(
+        "E_APPLY",
+        RUN,
+        "An effect's executor failed while applying; the operation rolls back.",
+        "Read the effect's message; fix the node or topology.",
+    ),
+    _r(
+        "E_CAPTURE",
+        RUN,
+        "Recording an effect's before-image failed; nothing was changed.",
+        "Read the message; the device may have changed under us.",
+    ),
+    _r(
+        "E_FENCED",
+        RUN,
+        "The operation's scope is fenced after an uncertain failure.",
+        "Resolve quarantined effects (`dmn journal show`) before retrying.",
+    ),
+    _r(
+        "E_NOT_FOUND",
+        RUN,
+        "A journal record or lab object does not exist.",
+        "Check the id or name.",
+    ),
+    _r(
+        "E_NO_EXECUTOR",
+        RUN,
+        "This node has no executor for an opcode the program uses.",
+        "Upgrade the node agent or avoid the opcode.",
+    ),
+    _r(
+        "E_OBSERVE",
+        RUN,
+        "Observing an effect's result failed.",
+        "Recovery decides from the journal; check quarantine.",
+    ),
+    _r(
+        "E_OPERATION_CONFLICT",
+        RUN,
+        "An operation id was reused with a different program.",
+        "Report it (a bug).",
+    ),
+    _r(
+        "E_OUTPUT_MISSING",
+        RUN,
+        "An effect did not produce an output a later effect needs.",
+        "Report it with the effect id.",
+    ),
+    _r(
+        "E_POSTCONDITION",
+        RUN,
+        "An effect applied but its postcondition does not hold; the operation rolls back.",
+        "Check what else changes the device.",
+    ),
+    _r(
+        "E_QUARANTINED",
+        RUN,
+        "An effect's outcome could not be proven and undone; its resource "
+        "is quarantined and never touched again automatically.",
+        "Inspect with `dmn journal show`, fix the node by hand, then release the claim.",
+    ),
+    _r(
+        "E_RECHECK",
+        RUN,
+        "Identity, ownership or access re-verification refused the effect right before it ran.",
+        "The device changed since allocation; reallocate.",
+    ),
+    _r(
+        "E_RECOVERED",
+        RUN,
+        "The operation was rolled back by recovery after a restart.",
+        "Nothing: kubelet or the runtime retries.",
+    ),
+    _r(
+        "E_UNDO",
+        RUN,
+        "Undoing a recorded effect failed.",
+        "Check quarantine with `dmn journal show`; the agent retries.",
+    ),
+    # ---- inventory, personas, slices
+    _r(
+        "E_ATTRIBUTE_LIMIT",
+        INV,
+        "A device would exceed the ResourceSlice attribute limits.",
+        "Reduce custom attributes in the DeviceExposurePolicy.",
+    ),
+    _r(
+        "E_CLEANUP_PENDING",
+        INV,
+        "A published device still has undo work pending.",
+        "Wait for cleanup; check quarantine.",
+    ),
+    _r(
+        "E_IOMMU_GROUP_BUSY",
+        INV,
+        "A VFIO persona's IOMMU group has a kernel-bound or protected peer.",
+        "Expose the whole group or choose another function.",
+    ),
+    _r(
+        "E_ISOLATION_UNREPRESENTED",
+        INV,
+        "A shared IOMMU group has no isolation domain to publish.",
+        "Fix the exposure policy for that group.",
+    ),
+    _r(
+        "E_POLICY_CONFLICT",
+        INV,
+        "Two equal-priority DeviceExposurePolicies give one device different personas.",
+        "Give the policies different priorities.",
+    ),
+    _r(
+        "E_POLICY_INVALID",
+        INV,
+        "An exposure cannot apply to this device.",
+        "Fix the DeviceExposurePolicy's selector or action.",
+    ),
+    _r(
+        "E_PREREQUISITE_STRIPPED",
+        INV,
+        "The API server dropped fields the slices need (a feature gate is off).",
+        "Enable the DRA features the chart's notes list.",
+    ),
+    _r(
+        "E_RESERVED_ATTRIBUTE",
+        INV,
+        "A custom attribute uses a reserved name.",
+        "Rename the attribute.",
+    ),
+    _r(
+        "E_SLICE_LIMIT",
+        INV,
+        "The node's devices cannot be published within the ResourceSlice limits.",
+        "Expose fewer personas per device.",
+    ),
+    _r(
+        "E_THIRD_DOMAIN",
+        INV,
+        "More than two compatibility domains: not representable.",
+        "Simplify the exposure policies.",
+    ),
+    _r(
+        "E_UNKNOWN_DEVICE",
+        INV,
+        "A slice lists a device this node did not publish.",
+        "Delete stale slices; the agent republishes.",
+    ),
+    _r(
+        "W_PENDING_DRAIN",
+        INV,
+        "A declaration is kept until the device is drained.",
+        "Drain the device's claims.",
+    ),
+    _r(
+        "W_PROTECTED",
+        INV,
+        "Protected hardware (for example the node's primary NIC) is never exposed.",
+        "Nothing.",
+    ),
+    _r(
+        "W_UNKNOWN_STATE",
+        INV,
+        "Facts about a device are unknown, so it cannot be proven free and is not exposed.",
+        "Check the device's sysfs state.",
+    ),
+    # ---- command line and lab
+    _r("E_INVALID", CLI, "The lab API server rejected an object.", "Fix the object."),
+    _r("E_LAB_NOT_RUNNING", CLI, "No lab is running in the state directory.", "Run `dmn lab up`."),
+    _r(
+        "E_LAB_RUNNING",
+        CLI,
+        "A lab is already running in the state directory.",
+        "Use it, or `dmn lab down` first.",
+    ),
+    _r("E_LAB_START", CLI, "The lab exited while starting.", "Read the lab log tail printed."),
+    _r("E_LAB_STOP", CLI, "The lab did not stop in time.", "Stop its process by its pid."),
+    _r(
+        "E_MANIFEST",
+        CLI,
+        "A manifest document is not an object with apiVersion and kind.",
+        "Fix the manifest.",
+    ),
+    _r(
+        "E_NETNS",
+        CLI,
+        "Creating or removing the lab's namespace failed.",
+        "Run as root or use --links recorded.",
+    ),
+    _r(
+        "E_UNKNOWN_KIND",
+        CLI,
+        "An unknown resource kind was asked for.",
+        "Use a kind `dmn lab get` lists.",
+    ),
+    _r(
+        "E_UPSTREAM_BUILD",
+        CLI,
+        "Building the pinned upstream components failed.",
+        "Read the build log; check Go module proxy access.",
+    ),
+)
+
+#: Codes that carry a number: (regex, entry describing the family).
+PATTERNS: tuple[tuple[re.Pattern[str], ReasonCode], ...] = (
+    (
+        re.compile(r"E_NETLINK_\d+"),
+        _r(
+            "E_NETLINK_<errno>",
+            EXEC,
+            "A netlink request failed with this errno (for example "
+            "E_NETLINK_95 = EOPNOTSUPP: the kernel lacks the link type; E_NETLINK_17 = EEXIST).",
+            "Look the errno up (`errno -l`); check kernel modules and the device.",
+        ),
+    ),
+)
+
+_BY_CODE = {entry.code: entry for entry in REGISTRY}
+
+
+def lookup(code: str) -> ReasonCode | None:
+    """The registry entry for ``code`` (patterns included), or None if unregistered."""
+    entry = _BY_CODE.get(code)
+    if entry is not None:
+        return entry
+    for pattern, family in PATTERNS:
+        if pattern.fullmatch(code):
+            return family
+    return None
+
+
+def render_markdown() -> str:
+    """``docs/reason-codes.md``: every code, grouped by area, as tables."""
+    lines = [
+        "<!-- Generated by `dmn generate` from dmn/reason_codes.py. Do not edit. -->",
+        "# Reason codes",
+        "",
+        "Every refusal and failure carries one of these codes: in `dmn` output, admission",
+        "responses, NetworkTopology and attachment status, Kubernetes Events (as the Event",
+        "reason), metrics labels and the JSON logs. `E_` codes are errors, `W_` warnings.",
+        "",
+    ]
+    areas: dict[str, list[ReasonCode]] = {}
+    for entry in [*REGISTRY, *(family for _, family in PATTERNS)]:
+        areas.setdefault(entry.area, []).append(entry)
+    for area, entries in areas.items():
+        lines += [
+            f"## {area[0].upper()}{area[1:]}",
+            "",
+            "| code | meaning | what to do |",
+            "|---|---|---|",
+        ]
+        for entry in sorted(entries, key=lambda e: e.code):
+            lines.append(f"| `{entry.code}` | {entry.meaning} | {entry.action} |")
+        lines.append("")
+    return "\n".join(lines)
