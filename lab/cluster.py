@@ -28,14 +28,14 @@ from dmn.controller.manager import Controller
 from dmn.lab import node, node_netns
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.apiserver import LabApiServer
+from dmn.lab.shipped import chart_dir
 from dmn.lab.slice_publication import LabSlicePublication
 from dmn.lab.state_dir import StateDir
 from dmn.opcodes.registry import default_registry
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[1]
-CHART = REPO / "charts" / "dra-multi-network"
+CHART = chart_dir()
 CRD_DIR = CHART / "crds"
 PLUGIN_DIR = CHART / "templates" / "plugins"
 LINK_MODES = ("recorded", "netns")

@@ -21,13 +21,14 @@ from dmn.api.cluster import ApiFailure, Cluster, NotFound
 from dmn.api.cluster import resources as r
 from dmn.lab import manifests
 from dmn.lab.allocator import AllocationError
-from dmn.lab.cluster import REPO, LabCluster
+from dmn.lab.cluster import LabCluster
+from dmn.lab.shipped import data_root, examples_dir
 from dmn.lab.state_dir import StateDir
 
 log = logging.getLogger(__name__)
 
-TOPOLOGIES = REPO / "examples" / "topologies"
-NEGATIVE = REPO / "examples" / "negative" / "topologies" / "effect-denied.yaml"
+TOPOLOGIES = examples_dir() / "topologies"
+NEGATIVE = examples_dir() / "negative" / "topologies" / "effect-denied.yaml"
 CLAIM_TOPOLOGY = "shared-macvlan"
 CLAIM_NAME = "lab-demo-claim"
 CLAIM_NAMESPACE = "default"
@@ -184,7 +185,8 @@ def _negative(cluster: Cluster, path: Path, timeout: float, report: DemoReport) 
     match = _EXPECT.search(path.read_text())
     docs = manifests.load(path)
     name = docs[0].name
-    shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+    root = data_root()
+    shown = path.relative_to(root) if path.is_relative_to(root) else path
     neg = NegativeResult(str(shown), name, match.group(1) if match else "")
     report.negative = neg
     try:
