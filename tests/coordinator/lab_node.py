@@ -26,13 +26,14 @@ from dmn.agent.nri.plugin import PluginConfig
 from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
 from dmn.lab import manifests
-from dmn.lab.cluster import REPO, LabCluster
+from dmn.lab.cluster import LabCluster
 from dmn.lab.demo import wait_settled
 from dmn.lab.node import NODE_NAME, NODE_UID
 from dmn.lab.runtime.nri_runtime import LabNriRuntime
+from dmn.lab.shipped import examples_dir
 from dmn.lab.state_dir import StateDir
 
-TOPOLOGY = REPO / "examples" / "topologies" / "shared-macvlan.yaml"
+TOPOLOGY = examples_dir() / "topologies" / "shared-macvlan.yaml"
 WAIT = 60.0
 
 
