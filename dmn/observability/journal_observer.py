@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from dmn.interpreter.journal import (
+from dmn.engine.journal import (
     TERMINAL_STATES,
     EffectRecord,
     EffectState,

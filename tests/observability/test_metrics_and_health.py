@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from dmn.agent.journal.store import JournalStore
-from dmn.interpreter.runner import Runner
+from dmn.engine.runner import Runner
 from dmn.observability.health import HealthServer
 from dmn.observability.json_logs import JsonFormatter, fields_of
 from tests.journal.programs import child_program
@@ -117,7 +117,7 @@ def test_json_log_lines_carry_the_ids_of_the_message() -> None:
         "code": "E_RESERVED",
     }
     record = logging.LogRecord(
-        "dmn.interpreter.runner",
+        "dmn.engine.runner",
         logging.WARNING,
         __file__,
         1,
@@ -127,7 +127,7 @@ def test_json_log_lines_carry_the_ids_of_the_message() -> None:
     )
     record.claim = "uid-1"
     line = json.loads(JsonFormatter().format(record))
-    assert line["level"] == "warning" and line["logger"] == "dmn.interpreter.runner"
+    assert line["level"] == "warning" and line["logger"] == "dmn.engine.runner"
     assert line["operation"] == "op-1" and line["effect"] == "create"
     assert line["claim"] == "uid-1" and line["msg"].startswith("operation=op-1")
     assert line["ts"].endswith("Z")
