@@ -10,7 +10,8 @@ from dmn.generate import repo_root
 from dmn.reason_codes import PATTERNS, REGISTRY, lookup, render_markdown
 
 ROOT = repo_root()
-PACKAGES = ("grammar", "interpreter", "opcodes", "programs", "api", "controller", "agent", "lab")
+#: every package of the distribution (the folders dmn/ links to, and dmn's own subpackages)
+PACKAGES = sorted(p.resolve() for p in (ROOT / "dmn").iterdir() if (p / "__init__.py").is_file())
 CODE = re.compile(r"\b[EW]_[A-Z][A-Z0-9_]*[A-Z0-9]\b")
 
 
@@ -28,7 +29,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
 def emitted_codes() -> dict[str, str]:
     """Every code-shaped string constant (outside docstrings) -> one file that has it."""
     found: dict[str, str] = {}
-    files = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")]
+    files = [p for pkg in PACKAGES for p in pkg.rglob("*.py")]
     files += list((ROOT / "dmn").glob("*.py"))
     for path in files:
         if path.name.endswith(("_pb2.py", "_pb2_grpc.py")) or path.name == "reason_codes.py":
