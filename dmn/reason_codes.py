@@ -212,6 +212,13 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Fix the guard against configSchema.",
     ),
     _r(
+        "E_PATTERN",
+        DOC,
+        "A configSchema pattern is not a regular expression RE2 accepts "
+        "(no backreferences or lookaround; matching is linear-time).",
+        "Rewrite the pattern in RE2 syntax.",
+    ),
+    _r(
         "E_IO",
         CLI,
         "A file or directory could not be read or written.",
@@ -257,7 +264,6 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "The API server could not be reached at start.",
         "Check --url/--kubeconfig and network policy to the API server.",
     ),
-    _r("E_ARGS", AGENT, "Bad arguments to `dmn node`.", "Fix the flag named in the message."),
     _r(
         "E_ATTACHED",
         AGENT,
