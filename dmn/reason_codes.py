@@ -219,6 +219,18 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Rewrite the pattern in RE2 syntax.",
     ),
     _r(
+        "E_LIMIT",
+        DOC,
+        "A document exceeds a loader bound (size, nesting depth, node count, aliases, digits).",
+        "Make the document smaller or flatter.",
+    ),
+    _r(
+        "E_EMPTY",
+        DOC,
+        "The input holds no document (an empty file, or only comments).",
+        "Point the command at a file with a document.",
+    ),
+    _r(
         "E_IO",
         CLI,
         "A file or directory could not be read or written.",
@@ -353,6 +365,13 @@ REGISTRY: tuple[ReasonCode, ...] = (
         AGENT,
         "An unexpected error in one claim (a bug); other claims continue.",
         "Report it with the agent log lines carrying the claim id.",
+    ),
+    _r(
+        "E_READINESS_STALE",
+        AGENT,
+        "The agent's readiness report is older than the probe allows "
+        "(the agent is hung or stopped).",
+        "Check the agent's log; restart it if it hangs.",
     ),
     _r(
         "E_JOURNAL",
