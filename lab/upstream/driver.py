@@ -17,8 +17,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
-import re
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -33,6 +33,7 @@ from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
 from dmn.lab import node
 from dmn.lab.cluster import CHART, CRD_DIR, PLUGIN_DIR, chart_manifests
+from dmn.lab.upstream import build
 from dmn.lab.upstream.configs import DRIVER_NAMESPACE, NODE_NAME, Layout
 from dmn.lab.upstream.pki import LabCA
 from dmn.lab.upstream.processes import ProcessTable
@@ -77,19 +78,17 @@ class DriverDeployment(Protocol):
 
 
 def _render(path: Path) -> list[dict[str, Any]]:
-    """The chart template's documents with the release namespace filled in (other template
-    expressions become empty strings: only RBAC and webhook documents are used)."""
-    text = path.read_text().replace("{{ .Release.Namespace }}", DRIVER_NAMESPACE)
-    text = re.sub(r"\{\{[^}]*\}\}", '""', text)
-    docs = []
-    for part in re.split(r"^---\s*$", text, flags=re.M):
-        try:
-            doc = yaml.safe_load(part)
-        except yaml.YAMLError:
-            continue
-        if isinstance(doc, dict):
-            docs.append(doc)
-    return docs
+    """The chart template's documents as the real Helm renders them (default values, release
+    namespace = the lab's driver namespace); only RBAC and webhook documents are used."""
+    helm = build.bin_dir("helm") / "helm"
+    show = str(path.relative_to(CHART))
+    argv = [str(helm), "template", "dmn", str(CHART), "--namespace", DRIVER_NAMESPACE]
+    proc = subprocess.run(
+        [*argv, "--show-only", show], capture_output=True, text=True, timeout=120, check=False
+    )
+    if proc.returncode != 0:
+        raise DriverError("E_CHART", f"helm template --show-only {show}: {proc.stderr.strip()}")
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if isinstance(doc, dict)]
 
 
 RBAC_KINDS = ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")

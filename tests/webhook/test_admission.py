@@ -7,7 +7,6 @@ import base64
 import copy
 import http.client
 import json
-import re
 import ssl
 import uuid
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from dmn.interpreter.loader import load_builtin_plugins
 from dmn.lab.apiserver import LabApiServer
 from dmn.lab.apiserver.identity import UserInfo
 from dmn.opcodes.registry import default_registry
+from tests.chart.helm import find, render
 from tests.controller.support import PLUGIN_DIR, example, install, topology_settled, wait_for
 from tests.webhook.certs import ThrowawayCA
 
@@ -262,19 +262,9 @@ def test_certificate_rotation(
 
 
 def _register(cluster: Cluster, webhook: WebhookServer, ca_file: Path) -> None:
-    chart = (
-        Path(__file__).resolve().parents[2]
-        / "charts"
-        / "dra-multi-network"
-        / "templates"
-        / "webhook.yaml"
-    ).read_text()
-    docs = [
-        d
-        for d in yaml.safe_load_all(re.sub(r"\{\{[^}]*\}\}", "placeholder", chart))
-        if d and d.get("kind") == "ValidatingWebhookConfiguration"
-    ]
-    config = docs[0]
+    """The chart's ValidatingWebhookConfiguration (rendered by the real Helm), pointed at
+    the test's webhook server."""
+    config = find(render(), "ValidatingWebhookConfiguration")
     bundle = base64.b64encode(ca_file.read_bytes()).decode()
     for hook in config["webhooks"]:
         hook["clientConfig"] = {"url": webhook.url + "/validate", "caBundle": bundle}

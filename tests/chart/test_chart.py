@@ -1,0 +1,347 @@
+"""The Helm chart through the real Helm: ``helm lint --strict``, ``helm template`` for the
+default values and for values files that turn every option on, every rendered object
+validated strictly (core kinds with ``kubernetes-validate`` 1.37, our custom resources
+against our CRDs), the values schema refusing bad values, and the chart's admission CEL
+(DeviceClass webhook matchConditions, node ResourceSlice policy) evaluated with a real
+CEL implementation."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import cel
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from cryptography import x509
+
+from dmn.api.identity import DRIVER, GROUP
+from dmn.controller.webhook.review import _is_generated_class
+
+from .helm import CHART, VALUES, find, helm, render
+
+VALUE_SETS = [(), ("all-options.yaml",), ("secret-certs.yaml",), ("issuer-ref.yaml",)]
+CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
+
+
+def _crd_schemas() -> dict[str, dict[str, Any]]:
+    out = {}
+    for path in sorted((CHART / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        out[crd["spec"]["names"]["kind"]] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return out
+
+
+def test_values_files_cover_every_value() -> None:
+    """all-options.yaml sets every leaf of values.yaml (so 'every option' stays true)."""
+
+    def leaves(node: Any, prefix: str = "") -> set[str]:
+        if isinstance(node, dict) and node:
+            return set().union(*(leaves(v, f"{prefix}.{k}") for k, v in node.items()))
+        return {prefix}
+
+    defaults = leaves(yaml.safe_load((CHART / "values.yaml").read_text()))
+    covered: set[str] = set()
+    for name in ("all-options.yaml", "secret-certs.yaml", "issuer-ref.yaml"):
+        covered |= leaves(yaml.safe_load((VALUES / name).read_text()))
+    # a leaf is covered if the values files set it or something below it
+    missing = {d for d in defaults if not any(c == d or c.startswith(d + ".") for c in covered)}
+    assert missing == set()
+
+
+@pytest.mark.parametrize("values", VALUE_SETS, ids=lambda v: v[0] if v else "defaults")
+def test_helm_lint_strict(values: tuple[str, ...]) -> None:
+    args = ["lint", "--strict", str(CHART), "--namespace", "dmn-system"]
+    for name in values:
+        args += ["--values", str(VALUES / name)]
+    helm(*args)
+
+
+@pytest.mark.parametrize("values", VALUE_SETS, ids=lambda v: v[0] if v else "defaults")
+def test_every_rendered_object_is_valid(values: tuple[str, ...]) -> None:
+    docs = render(values)
+    crds = _crd_schemas()
+    kinds = set()
+    for doc in docs:
+        kinds.add(doc["kind"])
+        group = doc["apiVersion"].split("/")[0]
+        if group == GROUP:
+            jsonschema.validate(doc, crds[doc["kind"]])
+        elif group == "cert-manager.io":
+            # no cert-manager schema is available here: its objects are checked by shape
+            assert doc["kind"] in CERT_MANAGER_KINDS and doc["apiVersion"] == "cert-manager.io/v1"
+            assert set(doc) == {"apiVersion", "kind", "metadata", "spec"}
+        else:
+            kubernetes_validate.validate(doc, "1.37.0", strict=True)
+    assert "CustomResourceDefinition" in kinds and "NetworkPlugin" in kinds
+
+
+def test_default_install_objects() -> None:
+    docs = render()
+    ds = find(docs, "DaemonSet", "dra-multi-network-node")["spec"]["template"]["spec"]
+    assert ds["hostNetwork"] is True
+    assert ds["priorityClassName"] == "system-node-critical"
+    assert ds["tolerations"] == [{"operator": "Exists"}]
+    agent = ds["containers"][0]
+    assert agent["securityContext"]["privileged"] is True
+    mounts = {m["name"]: m for m in agent["volumeMounts"]}
+    assert mounts["state"]["mountPropagation"] == "Bidirectional"
+    assert mounts["state"]["mountPath"] == "/var/lib/dra-multi-network"
+    assert {m["mountPath"] for m in mounts.values()} >= {
+        "/var/lib/kubelet/plugins",
+        "/var/lib/kubelet/plugins_registry",
+        "/var/run/nri",
+        "/var/run/netns",
+        "/sys",
+        "/dev/vfio",
+        "/dev/infiniband",
+    }
+    probe = agent["readinessProbe"]["exec"]["command"]
+    assert probe[:2] == ["/opt/dmn/bin/dmn", "node-ready"]
+    assert "--nri-socket=/var/run/nri/nri.sock" in agent["command"]
+
+    ctl = find(docs, "Deployment", "dra-multi-network-controller")["spec"]["template"]["spec"]
+    assert ctl["securityContext"]["runAsNonRoot"] is True
+    assert ctl["securityContext"]["runAsUser"] == 65532
+    assert ctl["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert find(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    lease = find(docs, "Role", "dra-multi-network-controller-lease")["rules"][0]
+    assert lease["resourceNames"] == ["dra-multi-network-controller"]
+
+    vwc = find(docs, "ValidatingWebhookConfiguration")
+    for hook in vwc["webhooks"]:
+        assert hook["failurePolicy"] == "Fail"
+        assert all("*" not in res for rule in hook["rules"] for res in rule["resources"])
+
+
+def test_chart_generates_a_serving_certificate_its_bundle_trusts() -> None:
+    docs = render()
+    secret = find(docs, "Secret", "dra-multi-network-webhook-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "dra-multi-network-webhook.dmn-system.svc" in names.get_values_for_type(x509.DNSName)
+    for hook in find(docs, "ValidatingWebhookConfiguration")["webhooks"]:
+        assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+
+
+def test_cert_manager_source() -> None:
+    docs = render(["all-options.yaml"])
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    vwc = find(docs, "ValidatingWebhookConfiguration")
+    ref = "dmn-system/dra-multi-network-webhook"
+    assert vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == ref
+    assert all("caBundle" not in h["clientConfig"] for h in vwc["webhooks"])
+    serving = find(docs, "Certificate", "dra-multi-network-webhook")["spec"]
+    assert serving["secretName"] == "dra-multi-network-webhook-tls"
+    assert serving["issuerRef"]["name"] == "dra-multi-network-ca"
+    issuer = find(render(["issuer-ref.yaml"]), "Certificate")["spec"]["issuerRef"]
+    assert issuer == {"name": "cluster-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+
+
+def test_all_options_reach_the_objects() -> None:
+    docs = render(["all-options.yaml"])
+    agent = find(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+    ctx = agent["securityContext"]
+    assert ctx["privileged"] is False and ctx["allowPrivilegeEscalation"] is False
+    assert ctx["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN", "SYS_ADMIN"]}
+    state = next(m for m in agent["volumeMounts"] if m["name"] == "state")
+    assert state["mountPropagation"] == "HostToContainer"
+    assert agent["image"] == "registry.example/dra-multi-network:0.1.0-test"
+    ctl = find(docs, "Deployment")["spec"]
+    assert ctl["replicas"] == 3
+    assert "--lease-name=dmn-leader" in ctl["template"]["spec"]["containers"][0]["command"]
+    assert "--webhook-port=10443" in ctl["template"]["spec"]["containers"][0]["command"]
+    assert find(docs, "Service")["spec"]["ports"][0]["targetPort"] == 10443
+    secret_docs = render(["secret-certs.yaml"])
+    assert not [d for d in secret_docs if d["kind"] in ("DaemonSet", "PodDisruptionBudget")]
+    ctl_volumes = find(secret_docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert ctl_volumes[0]["secret"]["secretName"] == "my-webhook-tls"
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("webhook.certificates.source=selfmade", "source"),
+        ("nodeAgent.capabilities={ALL}", "capabilities"),
+        ("nodeAgent.stateDir=relative/dir", "stateDir"),
+        ("nodeAgent.deviceDirs={/etc}", "deviceDirs"),
+        ("controller.replicas=0", "replicas"),
+        ("controller.unknownOption=1", "unknownOption"),
+        ("webhook.certificates.source=secret", "secretName"),
+    ],
+)
+def test_values_schema_refuses_bad_values(setting: str, message: str) -> None:
+    proc = helm("template", "dmn", str(CHART), "--set", setting, check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+
+
+# --- the DeviceClass webhook's matchConditions -------------------------------------------
+
+OURS_LABEL = {"app.kubernetes.io/managed-by": "dra-multi-network-controller"}
+
+
+def _class(labels: dict[str, str] | None = None, driver: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "c"}
+    if labels is not None:
+        meta["labels"] = labels
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": "true"}}]}
+    if driver is not None:
+        params = {"apiVersion": "x/v1", "kind": "TopologyRootConfiguration"}
+        spec["config"] = [{"opaque": {"driver": driver, "parameters": params}}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": meta,
+        "spec": spec,
+    }
+
+
+CLASSES = {
+    "other-driver": _class(),
+    "other-driver-labels": _class({"app": "gpu"}),
+    "other-driver-config": _class(driver="gpu.example.com"),
+    "ours-by-label": _class(OURS_LABEL),
+    "ours-by-config-unlabelled": _class(driver=DRIVER),
+    "ours-by-both": _class(OURS_LABEL, DRIVER),
+}
+
+
+@pytest.mark.parametrize("old", [None, *CLASSES], ids=lambda n: f"old={n}")
+@pytest.mark.parametrize("new", [None, *CLASSES], ids=lambda n: f"new={n}")
+def test_deviceclass_match_condition_equals_the_webhooks_own_test(
+    new: str | None, old: str | None
+) -> None:
+    """The API server sends a DeviceClass request to our webhook exactly when the webhook
+    would judge it ours (before or after the change): nothing of ours escapes it, nothing
+    of other drivers reaches it (and so nothing of theirs is blocked while it is down)."""
+    if new is None and old is None:
+        return
+    hook = next(
+        h
+        for h in find(render(), "ValidatingWebhookConfiguration")["webhooks"]
+        if h["name"].startswith("deviceclasses.")
+    )
+    (condition,) = hook["matchConditions"]
+    obj, old_obj = CLASSES.get(new or ""), CLASSES.get(old or "")
+    sent = cel.evaluate(condition["expression"], {"object": obj, "oldObject": old_obj})
+    assert sent is (_is_generated_class(obj) or _is_generated_class(old_obj))
+
+
+# --- the node agent's ResourceSlice policy -------------------------------------------------
+
+NODE_USER = "system:serviceaccount:dmn-system:dra-multi-network-node"
+
+
+def _slice(node: str | None, driver: str = DRIVER) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "driver": driver,
+        "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+    }
+    if node is not None:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "s"},
+        "spec": spec,
+    }
+
+
+def _policy_decision(user: str, bound_node: str | None, obj: Any, old: Any) -> str:
+    """'skip' (not matched), 'allow', or 'deny', as the API server evaluates the policy."""
+    policy = find(render(), "ValidatingAdmissionPolicy")["spec"]
+    extra = {} if bound_node is None else {"authentication.kubernetes.io/node-name": [bound_node]}
+    request = {"userInfo": {"username": user, "extra": extra}}
+    ctx: dict[str, Any] = {"request": request, "object": obj, "oldObject": old}
+    if not all(cel.evaluate(m["expression"], ctx) for m in policy["matchConditions"]):
+        return "skip"
+    variables = {v["name"]: cel.evaluate(v["expression"], ctx) for v in policy["variables"]}
+    ctx["variables"] = variables
+    ok = all(cel.evaluate(v["expression"], ctx) for v in policy["validations"])
+    return "allow" if ok else "deny"
+
+
+@pytest.mark.adversarial
+@pytest.mark.parametrize(
+    ("bound", "obj", "old", "decision"),
+    [
+        ("n1", _slice("n1"), None, "allow"),  # create own
+        ("n1", _slice("n1"), _slice("n1"), "allow"),  # update own
+        ("n1", None, _slice("n1"), "allow"),  # delete own
+        ("n1", _slice("n2"), None, "deny"),  # create for another node
+        ("n1", _slice("n1"), _slice("n2"), "deny"),  # take over another node's slice
+        ("n1", None, _slice("n2"), "deny"),  # delete another node's slice
+        ("n1", _slice("n1", driver="gpu.example.com"), None, "deny"),  # another driver
+        ("n1", _slice(None), None, "deny"),  # a node-less (network-wide) slice
+        (None, _slice("n1"), None, "deny"),  # a credential not bound to a node
+    ],
+)
+def test_node_agent_writes_only_its_own_slices(
+    bound: str | None, obj: Any, old: Any, decision: str
+) -> None:
+    assert _policy_decision(NODE_USER, bound, obj, old) == decision
+
+
+def test_policy_does_not_touch_other_writers() -> None:
+    other = "system:serviceaccount:kube-system:other-driver"
+    assert _policy_decision(other, None, _slice("n2", "gpu.example.com"), None) == "skip"
+    assert _policy_decision("system:node:n1", "n1", _slice("n2"), None) == "skip"
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        ((), "namespace pins survive agent restarts"),
+        (("nodeAgent.privileged=false",), "NET_ADMIN, SYS_ADMIN: namespace pins do NOT survive"),
+        (("nodeAgent.enabled=false",), "Node agent: not installed"),
+    ],
+)
+def test_notes_render(tmp_path: Path, sets: tuple[str, ...], expected: str) -> None:
+    """NOTES.txt rendered by Helm's own engine (``tpl`` over a copy of the chart: ``helm
+    install --dry-run`` would need a cluster)."""
+    import shutil
+
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    shutil.copy(CHART / "templates" / "NOTES.txt", chart / "notes-source.txt")
+    (chart / "templates" / "notes-check.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
+        'data:\n  notes: {{ tpl (.Files.Get "notes-source.txt") . | quote }}\n'
+    )
+    args = ["template", "dmn", str(chart), "-n", "dmn-system"]
+    args += ["--show-only", "templates/notes-check.yaml"]
+    for item in sets:
+        args += ["--set", item]
+    notes = yaml.safe_load(helm(*args).stdout)["data"]["notes"]
+    assert expected in notes
+    assert "kubectl -n dmn-system rollout status deployment/dra-multi-network-controller" in notes
+
+
+def test_chart_metadata() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2" and Path(CHART / "values.schema.json").is_file()
+
+
+def test_upstream_lab_takes_rbac_and_webhook_from_the_rendered_chart() -> None:
+    """The upstream lab's process driver applies the chart's RBAC and webhook configuration
+    as Helm renders them (lab/upstream/driver.py)."""
+    from dmn.lab.upstream import driver
+
+    controller = driver._render(CHART / "templates" / "controller.yaml")
+    kinds = {d["kind"] for d in controller}
+    assert {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} <= kinds
+    for doc in controller:
+        assert doc["metadata"].get("namespace") in (None, driver.DRIVER_NAMESPACE)
+    (vwc,) = [
+        d
+        for d in driver._render(CHART / "templates" / "webhook.yaml")
+        if d["kind"] == "ValidatingWebhookConfiguration"
+    ]
+    assert len(vwc["webhooks"]) == 3
