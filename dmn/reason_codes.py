@@ -655,6 +655,43 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "The VLAN already exists on the parent.",
         "Choose another vlanId or remove the existing VLAN link.",
     ),
+    _r(
+        "E_NETLINK",
+        EXEC,
+        "A netlink read failed (no errno to report).",
+        "Read the message; check the device still exists.",
+    ),
+    _r(
+        "E_VF_NOT_FOUND",
+        EXEC,
+        "The PF reports no settings for the VF.",
+        "Check the PF's sriov_numvfs; the agent republishes its devices.",
+    ),
+    _r(
+        "E_VF_MAPPING",
+        EXEC,
+        "The handle's VF is not (or no longer) that VF of its PF.",
+        "The VF changed since allocation; reallocate the claim.",
+    ),
+    _r(
+        "E_PF_NOT_FOUND",
+        EXEC,
+        "The VF's PF is not in the host namespace.",
+        "Check the PF; it must stay in the host namespace.",
+    ),
+    _r(
+        "E_PF_CHANGED",
+        EXEC,
+        "The recorded PF is gone or replaced; its VF settings are left alone.",
+        "Check the PF by hand; nothing was written.",
+    ),
+    _r(
+        "E_REPRESENTOR_MAPPING",
+        EXEC,
+        "The representor could not be proven to belong to the "
+        "handle's VF (switch ID and port name).",
+        "Check the eswitch; the effect is refused.",
+    ),
     # ---- namespace pins
     _r(
         "E_NOT_A_NETNS",
