@@ -931,6 +931,12 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Use a kind `dmn lab get` lists.",
     ),
     _r(
+        "E_CHART",
+        CLI,
+        "Rendering the Helm chart for the upstream lab failed.",
+        "Read Helm's error in the message.",
+    ),
+    _r(
         "E_NOT_ROOT",
         CLI,
         "The upstream lab backend needs root (kubelet, containerd).",
