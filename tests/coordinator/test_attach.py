@@ -279,3 +279,14 @@ def test_claim_with_two_consumers_refuses_the_sandbox(node: LabNode) -> None:
         with pytest.raises(HookFailed, match="E_MULTIPLE_CONSUMERS"):
             node.runtime.run_pod_sandbox(sb)
         assert names(sandbox) == ["lo"]
+    # the refusal is a Warning Event on the Pod, reason = the code
+    assert node.agent.reporter.flush()
+    events = [
+        e
+        for e in node.cluster.list(r.EVENTS, namespace="default").items
+        if e["involvedObject"].get("uid") == pod["metadata"]["uid"]
+    ]
+    assert [(e["type"], e["reason"], e["involvedObject"]["kind"]) for e in events] == [
+        ("Warning", "E_MULTIPLE_CONSUMERS", "Pod")
+    ]
+    assert events[0]["message"].startswith("RunPodSandbox: E_MULTIPLE_CONSUMERS")
