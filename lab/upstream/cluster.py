@@ -241,8 +241,7 @@ class UpstreamLab:
         layout.containerd_config.write_text(
             configs.containerd_config(layout, bins["runc"] / "runc", bins["cni"])
         )
-        env = dict(os.environ)
-        env["PATH"] = f"{bins['containerd']}:{env.get('PATH', '/usr/bin:/bin')}"
+        env = {"PATH": f"{bins['containerd']}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
         argv = [str(bins["containerd"] / "containerd"), "--config", str(layout.containerd_config)]
         self._start("containerd", argv, env)
         self._wait("containerd", layout.containerd_socket.exists, "containerd")

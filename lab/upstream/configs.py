@@ -175,7 +175,8 @@ def controller_manager_argv(binary: Path, layout: Layout) -> list[str]:
         "--use-service-account-credentials=true",
         f"--service-account-private-key-file={pki / 'sa.key'}",
         f"--root-ca-file={pki / 'ca.crt'}",
-        "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-csrsigning",
+        "--controllers=*,-node-ipam-controller,-node-lifecycle-controller,"
+        "-certificatesigningrequest-signing-controller",
         f"--feature-gates={FEATURE_GATES}",
         "--profiling=false",
         "--v=1",

@@ -119,6 +119,21 @@ def node_agent_rbac() -> list[dict[str, Any]]:
             "resources": ["resourceclaims/status"],
             "verbs": ["get", "update", "patch"],
         },
+        # kube-apiserver 1.37 authorizes every change of a driver's status.devices entries
+        # on the synthetic subresource resourceclaims/driver named after the driver, with
+        # verb "associated-node:<verb>" (a service account bound to the claim's node) or
+        # "arbitrary-node:<verb>" (pkg/registry/resource/utils.go AuthorizedForDeviceStatus)
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/driver"],
+            "resourceNames": [DRIVER],
+            "verbs": [
+                "associated-node:update",
+                "associated-node:patch",
+                "arbitrary-node:update",
+                "arbitrary-node:patch",
+            ],
+        },
         {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]

@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,8 @@ class ProcRecord:
     name: str
     pid: int
     started: int  # /proc/<pid>/stat start time, in clock ticks since boot
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] | None = None  # variables the lab set over the inherited ones
 
     def alive(self) -> bool:
         return start_time(self.pid) == self.started
@@ -73,11 +75,11 @@ class ProcessTable:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env=env,
+                env={**os.environ, **env} if env else None,
                 cwd=cwd,
             )
         started = start_time(child.pid)
-        record = ProcRecord(name, child.pid, started if started is not None else -1)
+        record = ProcRecord(name, child.pid, started if started is not None else -1, argv, env)
         records = [r for r in self.load() if r.name != name] + [record]
         self._save(records)
         log.info("event=process-started name=%s pid=%d", name, child.pid)
@@ -93,6 +95,14 @@ class ProcessTable:
             _terminate(record, timeout)
         self._save([r for r in self.load() if r.name != name])
         return was_alive
+
+    def restart(self, name: str, timeout: float = 20.0) -> ProcRecord:
+        """Stop the recorded process and start it again with the same command line."""
+        record = self.get(name)
+        if record is None:
+            raise KeyError(name)
+        self.stop(name, timeout)
+        return self.start(name, record.argv, record.env)
 
     def stop_all(self, timeout: float = 20.0) -> None:
         for record in reversed(self.load()):

@@ -1,0 +1,91 @@
+"""One upstream lab per pytest session for the ``e2e`` tests (started on first use).
+
+The lab is brought down at the end of the session, also after failures; the session's
+state directory is a short path under /tmp (unix socket paths must fit sockaddr_un).
+Never skipped: without the built components the fixture fails with the build command.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dmn.api.cluster import Cluster
+from dmn.lab.upstream import host_changes
+from dmn.lab.upstream.cluster import UpstreamLab
+
+
+def host_snapshot() -> dict[str, object]:
+    """What the lab may change on the host: links, mounts, cgroup roots, kernel settings.
+
+    Other engineers' tests run on this machine at the same time: only links and mounts the
+    lab could have made are compared (lab-named links, every veth and macvlan in the host
+    namespace, mounts of the lab's directories, containerd's and the netns directories)."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ip:
+        links = []
+        for link in ip.get_links():
+            name = link.get_attr("IFLA_IFNAME")
+            info = link.get_attr("IFLA_LINKINFO")
+            kind = info.get_attr("IFLA_INFO_KIND") if info else ""
+            if name.startswith("dmnlab") or kind in ("macvlan", "bridge"):
+                links.append(name)
+        links.sort()
+    mounts = sorted(
+        point
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if any(
+            m in (point := line.split()[4]) for m in ("/dmn-e2e-", "containerd", "kubelet", "/cni")
+        )
+    )
+    sysctls = {n: (Path("/proc/sys") / n).read_text() for n in host_changes.SYSCTLS}
+    cgroups = sorted(str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{host_changes.CGROUP_NAME}"))
+    paths = {p: os.path.lexists(p) for p in host_changes.FIXED_PATHS}
+    return {
+        "links": links,
+        "mounts": mounts,
+        "sysctls": sysctls,
+        "cgroups": cgroups,
+        "paths": paths,
+    }
+
+
+@dataclass
+class Session:
+    lab: UpstreamLab
+    before: dict[str, object]
+
+
+@pytest.fixture(scope="session")
+def upstream_session() -> Iterator[Session]:
+    root = Path(tempfile.mkdtemp(prefix="dmn-e2e-", dir="/tmp"))
+    lab = UpstreamLab(root)
+    before = host_snapshot()
+    try:
+        lab.up()
+        yield Session(lab, before)
+    finally:
+        problems = lab.down()  # a no-op when a test already brought it down
+        shutil.rmtree(root, ignore_errors=True)
+        assert not problems, problems
+
+
+@pytest.fixture
+def upstream_lab(upstream_session: Session) -> UpstreamLab:
+    return upstream_session.lab
+
+
+@pytest.fixture
+def admin(upstream_lab: UpstreamLab) -> Iterator[Cluster]:
+    cluster = upstream_lab.admin()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
