@@ -164,9 +164,6 @@ class UpstreamLab:
                     procs=self.procs,
                     webhook_port=ports.webhook,
                     server=server,
-                    kubeconfig=lambda name, user, groups: self._kubeconfig(
-                        ca, server, name, user, groups
-                    ),
                 )
             )
         finally:

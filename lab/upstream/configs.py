@@ -99,16 +99,20 @@ class Layout:
         return self.root / f"{who}.kubeconfig"
 
 
-def kubeconfig(server: str, ca: Path, cert: Path, key: Path, user: str) -> str:
+def kubeconfig(
+    server: str, ca: Path, cert: Path | None, key: Path | None, user: str, token: str = ""
+) -> str:
+    """A kubeconfig for ``user``: a client certificate, or a bearer token."""
+    credentials: dict[str, str] = (
+        {"token": token} if token else {"client-certificate": str(cert), "client-key": str(key)}
+    )
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
             {"name": "dmn-lab", "cluster": {"server": server, "certificate-authority": str(ca)}}
         ],
-        "users": [
-            {"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}
-        ],
+        "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": "dmn-lab", "context": {"cluster": "dmn-lab", "user": user}}],
         "current-context": "dmn-lab",
     }

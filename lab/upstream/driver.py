@@ -34,7 +34,7 @@ from dmn.api.identity import DRIVER
 from dmn.lab import node
 from dmn.lab.cluster import CHART, CRD_DIR, PLUGIN_DIR, chart_manifests
 from dmn.lab.upstream import build
-from dmn.lab.upstream.configs import DRIVER_NAMESPACE, NODE_NAME, Layout
+from dmn.lab.upstream.configs import DRIVER_NAMESPACE, NODE_NAME, Layout, kubeconfig
 from dmn.lab.upstream.pki import LabCA
 from dmn.lab.upstream.processes import ProcessTable
 
@@ -47,9 +47,6 @@ LAB_LINKS = ("dmnlab0", "dmnlab1")  # the node's "NICs": a veth pair the lab cre
 
 def sa_user(name: str) -> str:
     return f"system:serviceaccount:{DRIVER_NAMESPACE}:{name}"
-
-
-SA_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{DRIVER_NAMESPACE}")
 
 
 class DriverError(Exception):
@@ -68,7 +65,6 @@ class DriverContext:
     procs: ProcessTable
     webhook_port: int
     server: str  # the API server URL
-    kubeconfig: Callable[[str, str, tuple[str, ...]], Path]  # (file name, user, groups)
 
 
 class DriverDeployment(Protocol):
@@ -155,10 +151,33 @@ def node_agent_rbac() -> list[dict[str, Any]]:
                 "name": NODE_SA,
             },
             "subjects": [
-                {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": sa_user(NODE_SA)}
+                {"kind": "ServiceAccount", "name": NODE_SA, "namespace": DRIVER_NAMESPACE}
             ],
         },
     ]
+
+
+def sa_kubeconfig(ctx: DriverContext, name: str) -> Path:
+    """A kubeconfig carrying a real token of the service account ``name`` (TokenRequest,
+    24 h), so the process acts under exactly the identity the chart binds."""
+    sa = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": name, "namespace": DRIVER_NAMESPACE},
+    }
+    with contextlib.suppress(AlreadyExists):
+        ctx.admin.create(r.SERVICE_ACCOUNTS, sa, DRIVER_NAMESPACE)
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 86400},
+    }
+    path = f"/api/v1/namespaces/{DRIVER_NAMESPACE}/serviceaccounts/{name}/token"
+    token = str(ctx.admin.request("POST", path, body=request)["status"]["token"])
+    out = ctx.layout.kubeconfig(name)
+    out.write_text(kubeconfig(ctx.server, ctx.ca.ca_cert, None, None, sa_user(name), token))
+    out.chmod(0o600)
+    return out
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float) -> None:
@@ -211,7 +230,7 @@ class ProcessDriver:
 
     def _controller(self, ctx: DriverContext) -> None:
         user = sa_user(CONTROLLER_SA)
-        kc = ctx.kubeconfig("controller", user, SA_GROUPS)
+        kc = sa_kubeconfig(ctx, CONTROLLER_SA)
         serving = ctx.ca.issue("webhook", "dmn-webhook", server_ips=("127.0.0.1",))
         argv = [sys.executable, "-m", "dmn", "controller", "--kubeconfig", str(kc)]
         argv += ["--no-leader-election", "--resync", "10"]
@@ -232,7 +251,7 @@ class ProcessDriver:
             ctx.admin.apply(doc)
 
     def _agent(self, ctx: DriverContext) -> None:
-        kc = ctx.kubeconfig("node-agent", sa_user(NODE_SA), SA_GROUPS)
+        kc = sa_kubeconfig(ctx, NODE_SA)
         kubelet = ctx.layout.kubelet_root
         argv = [sys.executable, "-m", "dmn", "node", "--kubeconfig", str(kc)]
         argv += ["--node-name", NODE_NAME, "--state-dir", str(ctx.layout.agent_state)]
