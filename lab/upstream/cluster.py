@@ -51,7 +51,15 @@ from dmn.lab.upstream.processes import ProcessTable
 log = logging.getLogger(__name__)
 
 NODE_LINKS = ("dmnlab-n0", "dmnlab-n1")  # the pair carrying the node's address
-COMPONENTS = ("kubernetes", "etcd", "containerd", "runc", "cni", "pause")
+CONTROL_PLANE_BINARIES = {"etcd": ("etcd",), "kubernetes": ("kube-apiserver",)}
+NODE_BINARIES = {
+    "etcd": ("etcd",),
+    "kubernetes": ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet"),
+    "containerd": ("containerd", "containerd-shim-runc-v2", "ctr"),
+    "runc": ("runc",),
+    "cni": ("bridge", "host-local", "loopback"),
+    "pause": ("pause",),
+}
 
 
 def _free_port() -> int:
@@ -62,8 +70,15 @@ def _free_port() -> int:
 
 class UpstreamLab:
     def __init__(
-        self, state_root: Path, driver: DriverDeployment | None = None, timeout: float = 180.0
+        self,
+        state_root: Path,
+        driver: DriverDeployment | None = None,
+        timeout: float = 180.0,
+        with_node: bool = True,
     ) -> None:
+        """``with_node=False``: the control plane only (etcd, kube-apiserver, our controller
+        and webhook) — no controller manager, scheduler, containerd, kubelet or agent."""
+        self.with_node = with_node
         self.layout = Layout(state_root / "up")
         self.procs = ProcessTable(self.layout.root)
         self.driver = driver or ProcessDriver()
@@ -114,13 +129,16 @@ class UpstreamLab:
         raise LabError(code, message)
 
     def _binaries(self) -> dict[str, Path]:
+        needed = NODE_BINARIES if self.with_node else CONTROL_PLANE_BINARIES
         out = {}
-        for name in COMPONENTS:
+        for name, files in needed.items():
             directory = build.bin_dir(name)
-            if not (directory.parent / ".complete").exists():
+            missing = [f for f in files if not (directory / f).is_file()]
+            if missing:
                 raise LabError(
                     "E_UPSTREAM_NOT_BUILT",
-                    f"{name} is not built ({directory}); run: python3 lab/upstream/build.py",
+                    f"{name} is not built ({directory / missing[0]} is missing); "
+                    "run: python3 lab/upstream/build.py",
                 )
             out[name] = directory
         return out
@@ -145,17 +163,12 @@ class UpstreamLab:
         admin_cred = (layout.pki / "admin-client.crt", layout.pki / "admin-client.key")
         ctx.load_cert_chain(*map(str, admin_cred))
         self._wait("kube-apiserver", lambda: _http_ok(f"{server}/readyz", ctx), "kube-apiserver")
-        self._start(
-            "kube-controller-manager",
-            configs.controller_manager_argv(k8s / "kube-controller-manager", layout),
-        )
-        self._start("kube-scheduler", configs.scheduler_argv(k8s / "kube-scheduler", layout))
-        self._containerd(bins, record)
-        layout.kubelet_config.write_text(configs.kubelet_config(layout, ports, "/" + CGROUP_NAME))
-        self._start("kubelet", configs.kubelet_argv(k8s / "kubelet", layout))
+        if self.with_node:
+            self._node(bins, record, ports)
         admin = self.admin()
         try:
-            self._wait("node lab-node Ready", lambda: _node_ready(admin), "kubelet")
+            if self.with_node:
+                self._wait("node lab-node Ready", lambda: _node_ready(admin), "kubelet")
             self.driver.install(
                 DriverContext(
                     layout=layout,
@@ -164,12 +177,24 @@ class UpstreamLab:
                     procs=self.procs,
                     webhook_port=ports.webhook,
                     server=server,
+                    with_node=self.with_node,
                 )
             )
         finally:
             admin.close()
         log.info("event=lab-up server=%s root=%s", server, layout.root)
         return server
+
+    def _node(self, bins: dict[str, Path], record: HostRecord, ports: Ports) -> None:
+        layout, k8s = self.layout, bins["kubernetes"]
+        self._start(
+            "kube-controller-manager",
+            configs.controller_manager_argv(k8s / "kube-controller-manager", layout),
+        )
+        self._start("kube-scheduler", configs.scheduler_argv(k8s / "kube-scheduler", layout))
+        self._containerd(bins, record)
+        layout.kubelet_config.write_text(configs.kubelet_config(layout, ports, "/" + CGROUP_NAME))
+        self._start("kubelet", configs.kubelet_argv(k8s / "kubelet", layout))
 
     def _links(self, record: HostRecord) -> None:
         from pyroute2 import IPRoute

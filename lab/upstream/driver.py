@@ -65,6 +65,7 @@ class DriverContext:
     procs: ProcessTable
     webhook_port: int
     server: str  # the API server URL
+    with_node: bool = True  # False: a control-plane-only lab (no kubelet: no node agent)
 
 
 class DriverDeployment(Protocol):
@@ -226,7 +227,8 @@ class ProcessDriver:
         self._webhook(ctx)
         for doc in node.policies():
             admin.apply(doc)
-        self._agent(ctx)
+        if ctx.with_node:
+            self._agent(ctx)
 
     def _controller(self, ctx: DriverContext) -> None:
         user = sa_user(CONTROLLER_SA)

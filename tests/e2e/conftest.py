@@ -1,4 +1,4 @@
-"""One upstream lab per pytest session for the ``e2e`` tests (started on first use).
+"""Upstream labs for the ``e2e`` tests: one per test module (started on first use).
 
 The lab is brought down at the end of the session, also after failures; the session's
 state directory is a short path under /tmp (unix socket paths must fit sockaddr_un).
@@ -63,10 +63,9 @@ class Session:
     before: dict[str, object]
 
 
-@pytest.fixture(scope="session")
-def upstream_session() -> Iterator[Session]:
+def _session(with_node: bool) -> Iterator[Session]:
     root = Path(tempfile.mkdtemp(prefix="dmn-e2e-", dir="/tmp"))
-    lab = UpstreamLab(root)
+    lab = UpstreamLab(root, with_node=with_node)
     before = host_snapshot()
     try:
         lab.up()
@@ -75,6 +74,18 @@ def upstream_session() -> Iterator[Session]:
         problems = lab.down()  # a no-op when a test already brought it down
         shutil.rmtree(root, ignore_errors=True)
         assert not problems, problems
+
+
+@pytest.fixture(scope="module")
+def upstream_session() -> Iterator[Session]:
+    """The whole lab (node included), once for the module that uses it."""
+    yield from _session(with_node=True)
+
+
+@pytest.fixture(scope="module")
+def control_plane() -> Iterator[Session]:
+    """etcd, kube-apiserver, our controller and webhook only (fast; no kubelet)."""
+    yield from _session(with_node=False)
 
 
 @pytest.fixture
