@@ -2,13 +2,27 @@
 
 Protocol per operation (DESIGN §3.5, seed 000 §11.3)::
 
-    commit intent (bound program, digests, authorisations, every effect Planned)   1 commit
+    commit intent (bound program, digests, authorisations, every effect Planned)
     for each effect, in order:
         capture before-image        -> commit before-image + Applying             1 commit
+                                       (the first one together with the intent; later
+                                       ones with the previous effect's outcome: group commit)
         recheck scope fence, input accesses, caller's identity/ownership recheck
         apply (native)
-        observe + postconditions    -> commit Applied + typed outputs             1 commit
-    resolve and verify exports      -> commit Completed + result                  1 commit
+        observe + postconditions    -> Applied + typed outputs, pending (in memory)
+    resolve and verify exports      -> commit Completed + result + last outcome   1 commit
+
+Group commit (issue 15): an effect's outcome is not synced on its own; it rides in the next
+synced batch — the next effect's before-image, the completion record, or the first
+compensation commit. The intent, too, rides in the first effect's before-image batch
+(capture only reads, so nothing has changed before that batch is durable). An N-effect
+operation of reversible effects therefore costs N + 1 synced commits (budget N + 2); the
+outcome of an Irreversible or Rediscover effect, which recovery may not be able to observe
+again, is still synced on its own (one more commit each). What this
+gives up is only knowledge, never safety: an effect's outcome is durable before the next
+effect mutates anything (its before-image is in the same batch), and a crash that loses an
+outcome leaves that effect Applying in the journal, which recovery treats as Uncertain and
+*observes* (``recover``) — an outcome is never assumed.
 
 A failure compensates the attempted effects in reverse, the failed one included. Each undo
 costs one commit (the ``Undone`` of one effect is written together with the ``Undoing`` of
@@ -24,8 +38,10 @@ same commit so that an older run for that scope can never resurrect it.
 
 Crash boundaries: the runner calls ``boundary(name)`` at every journal boundary so that tests
 can kill the process exactly there. Names: ``before-intent``, ``after-intent``,
-``after-before-image:<effect>``, ``after-apply:<effect>``, ``after-outcome:<effect>``,
-``before-completed``, and on the undo path ``after-undoing:<effect>``, ``after-undo:<effect>``.
+``after-before-image:<effect>`` (this effect's before-image and the previous effect's outcome
+are durable), ``after-apply:<effect>``, ``after-outcome:<effect>`` (outcome observed, not yet
+durable: it is written with the next batch), ``before-completed``, and on the undo path
+``after-undoing:<effect>``, ``after-undo:<effect>``.
 """
 
 from __future__ import annotations
@@ -54,6 +70,7 @@ from dmn.engine.recovery import UndoAction, decide_compensation, observation_of
 from dmn.interpreter.canonical_json import JSONValue
 from dmn.interpreter.handles import Handle
 from dmn.opcodes.executor import EffectContext, Executor, ExecutorError, RecoveryObservation
+from dmn.opcodes.spec import Reversibility
 
 _log = logging.getLogger(__name__)
 
@@ -221,17 +238,9 @@ class Runner:
                 attempt=attempt,
                 effects=[EffectRecord(i, e.id, e.kind) for i, e in enumerate(program.effects)],
             )
-            self._boundary("before-intent")
-            self.journal.commit(op, op.effects)
-            self._boundary("after-intent")
-            _log.info(
-                "operation=%s scope=%s event=intent effects=%d attempt=%d",
-                operation_id,
-                scope,
-                len(op.effects),
-                attempt,
-            )
-            self._forward(op, 0)
+            # the intent is committed together with the first effect's before-image
+            # (capture only reads); see _apply_one
+            self._forward(op, 0, intent=True)
             return RunResult.of(op)
 
     def cleanup(
@@ -294,13 +303,35 @@ class Runner:
 
     # ------------------------------------------------------------------ forward path
 
-    def _forward(self, op: OperationRecord, start: int) -> None:
-        """Apply effects ``start..`` then Complete; compensate on the first failure."""
+    def _commit_intent(self, op: OperationRecord, *, first: EffectRecord | None = None) -> None:
+        """The intent: header and every effect record (``first`` already Applying with its
+        before-image when the batch carries it) in one synced commit."""
+        self._boundary("before-intent")
+        self.journal.commit(op, op.effects)
+        self._boundary("after-intent")
+        _log.info(
+            "operation=%s scope=%s event=intent effects=%d attempt=%d first_before_image=%s",
+            op.operation_id,
+            op.scope,
+            len(op.effects),
+            op.attempt,
+            first is not None,
+        )
+
+    def _forward(self, op: OperationRecord, start: int, *, intent: bool = False) -> None:
+        """Apply effects ``start..`` then Complete; compensate on the first failure.
+
+        ``intent``: the operation's intent is not committed yet; it goes into the first
+        effect's before-image batch (or is committed alone when there is no effect or the
+        first capture fails)."""
         program = op.program
+        pending: list[EffectRecord] = []  # an outcome waiting for the next synced batch
+        if intent and not program.effects:
+            self._commit_intent(op)
         for index in range(start, len(program.effects)):
             bound, rec = program.effects[index], op.effects[index]
             try:
-                self._apply_one(op, bound, rec)
+                self._apply_one(op, bound, rec, pending, intent=intent and index == start)
             except _EffectFailed as failed:
                 _log.warning(
                     "operation=%s effect=%s event=failed code=%s message=%s",
@@ -309,11 +340,24 @@ class Runner:
                     failed.failure.code,
                     failed.failure.message,
                 )
-                self._compensate(op, failed.failure)
+                # an outcome still pending is written by the first compensation commit
+                # (every effect compensation touches is written whole)
+                self._compensate(op, failed.failure, carry=pending)
                 return
-        self._complete(op)
+        self._complete(op, pending)
 
-    def _apply_one(self, op: OperationRecord, bound: BoundEffect, rec: EffectRecord) -> None:
+    def _apply_one(
+        self,
+        op: OperationRecord,
+        bound: BoundEffect,
+        rec: EffectRecord,
+        pending: list[EffectRecord],
+        *,
+        intent: bool = False,
+    ) -> None:
+        """Run one effect. ``pending`` holds the previous effect's outcome, committed here
+        with this effect's before-image; on return it holds this effect's outcome. With
+        ``intent`` the operation's intent rides in the same batch as the before-image."""
         executor = self.executors[bound.kind]
         inputs = self._resolve_inputs(op, bound.inputs, rec.id)
         ctx = EffectContext(op.operation_id, rec.id, inputs, bound.parameters, self._env(op))
@@ -322,11 +366,17 @@ class Runner:
         except Exception as exc:
             code, msg = _describe(exc)
             rec.failure = Failure(code or RunCode.E_CAPTURE.value, msg, rec.id)
+            if intent:
+                self._commit_intent(op)  # the refused attempt is recorded, then compensated
             raise _EffectFailed(rec.failure) from exc
         rec.before = before
         rec.inputs = dict(inputs)
         rec.state = EffectState.APPLYING
-        self.journal.commit(op, [rec], header=False)
+        if intent:
+            self._commit_intent(op, first=rec)
+        else:
+            self.journal.commit(op, [*pending, rec], header=False)
+        pending.clear()
         self._boundary(f"after-before-image:{rec.id}")
         try:
             self._recheck(op, bound, executor, ctx)
@@ -359,7 +409,12 @@ class Runner:
             raise _EffectFailed(rec.failure)
         rec.state = EffectState.APPLIED
         rec.outputs = dict(observed.outputs)
-        self.journal.commit(op, [rec], header=False)
+        if executor.spec.reversibility is Reversibility.REVERSIBLE:
+            pending.append(rec)  # durable with the next batch (group commit)
+        else:
+            # an irreversible or rediscover effect's outcome may not be observable again
+            # after a crash (Uncertain would quarantine it): it is synced on its own
+            self.journal.commit(op, [rec], header=False)
         self._boundary(f"after-outcome:{rec.id}")
 
     def _complete(self, op: OperationRecord, pending: Sequence[EffectRecord] = ()) -> None:
@@ -500,21 +555,25 @@ class Runner:
         failure: Failure | None,
         *,
         fences: Sequence[Fence] = (),
+        carry: Sequence[EffectRecord] = (),
     ) -> None:
         """Undo attempted effects in reverse; finish Undone or Quarantined.
 
         Used for a failed run (``failure`` set), for cleanup (op already Undoing) and by
         recovery. Effects already Undone/Quarantined or never started are skipped, which
-        makes a second pass a no-op.
+        makes a second pass a no-op. ``carry``: records whose outcome is not yet durable
+        (group commit); they ride in the first compensation commit.
         """
         if op.state is not OperationState.UNDOING:
             op.state = OperationState.COMPENSATING
         if failure is not None:
             op.failure = failure
-        pending: list[EffectRecord] = []
+        pending: list[EffectRecord] = list(carry)
         header_written = False
         fence_list = list(fences)
         for rec in reversed(op.effects):
+            if any(r is rec for r in pending):
+                pending.remove(rec)  # written below with its compensation state
             if rec.state in (EffectState.PLANNED, EffectState.UNDONE, EffectState.QUARANTINED):
                 continue
             executor = self.executors.get(rec.kind)

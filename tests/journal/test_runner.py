@@ -47,13 +47,69 @@ def test_happy_path_commits_and_exports() -> None:
     snap = state(world)
     assert snap["objects"]["vlan10"] == {"alias": "dmn:op1:create", "parent": "obj:eth0"}
     assert snap["attrs"]["obj:vlan10.mtu"] == 1400 and snap["attrs"]["obj:vlan10.up"] is True
-    # intent + 2 per effect + Completed
-    assert journal.commits == 2 + 2 * 3
+    # group commit: one per effect (before-image + intent or previous outcome) + Completed
+    assert journal.commits == 3 + 1
     op = journal.load_operation("op1")
     assert op is not None and op.state is OperationState.COMPLETED
     assert [e.state for e in op.effects] == [EffectState.APPLIED] * 3
     assert op.effects[1].before == {"attr": "obj:vlan10.mtu", "present": False, "value": None}
     assert op.effects[1].inputs["interface"][0].inventory_id == "obj:vlan10"
+
+
+def test_group_commit_outcome_rides_in_the_next_batch_and_is_never_assumed() -> None:
+    """An outcome is durable with the next effect's before-image (or the completion record);
+    until then the journal says Applying, so a crash there is recovered by observation."""
+    seen: dict[str, list[str]] = {}
+    journal = MemoryJournal()
+
+    def boundary(name: str) -> None:
+        op = journal.load_operation("op1")
+        if op is not None:
+            seen[name] = [e.state.value for e in op.effects]
+
+    runner, _, _ = make(journal=journal, boundary=boundary)
+    assert runner.run("op1", "att/a", child_program()).ok
+    create = "after-outcome:create"
+    assert seen[create][0] == "Applying"  # observed, not yet durable
+    second = [n for n in seen if n.startswith("after-before-image:")][1]
+    assert seen[second][:2] == ["Applied", "Applying"]  # one batch: outcome + before-image
+    assert seen["before-completed"][-1] == "Applying"  # the end record carries the last one
+    op = journal.load_operation("op1")
+    assert op is not None and [e.state for e in op.effects] == [EffectState.APPLIED] * 3
+
+
+def test_crash_with_an_outcome_pending_is_recovered_by_observation() -> None:
+    def boundary(name: str) -> None:
+        if name == "before-completed":
+            raise Crash
+
+    runner, journal, world = make(boundary=boundary)
+    with pytest.raises(Crash):
+        runner.run("op1", "att/a", child_program())
+    op = journal.load_operation("op1")
+    assert op is not None and op.effects[-1].state is EffectState.APPLYING
+    calls = len(world.calls)
+    runner2, _, _ = make(journal=journal, world=world)
+    (result,) = runner2.recover()
+    assert result.state is OperationState.COMPLETED  # observed Applied, not assumed
+    assert not [c for c in world.calls[calls:] if c.startswith("apply:")]  # nothing re-run
+
+
+def test_an_irreversible_outcome_is_synced_on_its_own() -> None:
+    """Recovery may not be able to observe an irreversible effect again: its outcome is not
+    deferred (a lost outcome would quarantine a reset that succeeded)."""
+    seen: dict[str, list[str]] = {}
+    journal = MemoryJournal()
+
+    def boundary(name: str) -> None:
+        op = journal.load_operation("op-r")
+        if op is not None:
+            seen[name] = [e.state.value for e in op.effects]
+
+    runner, _, _ = make(journal=journal, boundary=boundary)
+    assert runner.run("op-r", "prep/a", reset_program()).ok
+    assert seen["after-outcome:reset"][0] == "Applied"
+    assert seen["after-outcome:mode"] == ["Applied", "Applying"]  # reversible: deferred
 
 
 def test_replay_same_digest_returns_saved_result_without_effects() -> None:
@@ -300,7 +356,7 @@ def test_runner_on_rocksdb_store_keeps_commit_budget(tmp_path: Path) -> None:
             digests={"artifact": "sha256:a", "revision": "sha256:r"},
         )
         assert result.ok
-        assert store.commits - base == 2 + 2 * 3
+        assert store.commits - base == 3 + 1  # N + 1 synced commits (budget N + 2)
         assert [op.operation_id for op in store.operations("att/a")] == ["op1"]
         assert store.unfinished_operations() == []
     with JournalStore.open(tmp_path) as store:
