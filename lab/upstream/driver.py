@@ -78,7 +78,7 @@ def _render(path: Path) -> list[dict[str, Any]]:
     """The chart template's documents as the real Helm renders them (default values, release
     namespace = the lab's driver namespace); only RBAC and webhook documents are used."""
     helm = build.bin_dir("helm") / "helm"
-    show = str(path.relative_to(CHART))
+    show = str(path.resolve().relative_to(CHART.resolve()))
     argv = [str(helm), "template", "dmn", str(CHART), "--namespace", DRIVER_NAMESPACE]
     proc = subprocess.run(
         [*argv, "--show-only", show], capture_output=True, text=True, timeout=120, check=False
