@@ -61,6 +61,8 @@ class Code(StrEnum):
     E_LIMIT = "E_LIMIT"
     #: An input that holds no document at all (an empty file, only comments).
     E_EMPTY = "E_EMPTY"
+    #: A pinned plugin whose content does not digest to the contract digest it is pinned by.
+    E_CONTRACT_MISMATCH = "E_CONTRACT_MISMATCH"
 
 
 @dataclass(frozen=True, slots=True)

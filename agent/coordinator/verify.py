@@ -9,7 +9,12 @@ reason code and the field it concerns; nothing here performs I/O.
 Initial profile (seed 000 §9.2): one revision per claim, every root covered exactly once,
 one device per root, class-origin root bindings only (a claim-origin
 ``TopologyRootConfiguration`` is refused), builtin plugins whose contract digest equals this
-agent's own copy.
+agent's own copy, and ``EffectProgram`` plugins (an administrator's own) taken from the
+revision that pinned them (:func:`pinned_effect_program`): rebuilt and digest-checked
+(:mod:`dmn.interpreter.pinned_plugins`), then re-checked with this agent's own checker and
+opcode registry for the step's config — same budget, grants and reason codes as
+``dmn lint`` — so a program that does not check on the node is refused with its code before
+any mutation, even if the controller was bypassed.
 """
 
 from __future__ import annotations
@@ -24,7 +29,12 @@ from dmn.agent.personas.model import Persona, PersonaSet
 from dmn.agent.slices import node_allocation_check
 from dmn.api.root_config import TopologyRootConfiguration
 from dmn.interpreter.canonical_json import sha256_digest
+from dmn.interpreter.checker import check_plugin
+from dmn.interpreter.diagnostics import has_errors
 from dmn.interpreter.loader import Plugin
+from dmn.interpreter.pinned_plugins import plugin_from_pin
+from dmn.opcodes.registry import default_registry
+from dmn.opcodes.spec import OpcodeRegistry
 
 ROOT_CONFIG_KIND = "TopologyRootConfiguration"
 
@@ -191,6 +201,35 @@ def _ready(revision: Mapping[str, Any]) -> bool:
     )
 
 
+def pinned_effect_program(
+    pin: Mapping[str, Any], config: Mapping[str, Any], registry: OpcodeRegistry
+) -> Plugin | None:
+    """The ``EffectProgram`` plugin a revision pins, re-checked here for ``config``.
+
+    None when the pin is a ``Builtin`` (only this agent's own copies run builtins); a
+    :class:`Refusal` carrying the first diagnostic's reason code when the pin does not
+    rebuild to its digest or does not check with this agent's checker and registry.
+    """
+    name = str(pin.get("name", ""))
+    where = f"revision.spec.plugins[{name}]"
+    plugin, problems = plugin_from_pin(pin)
+    if plugin is None:
+        first = problems[0]
+        raise Refusal(first.code.value, f"pinned plugin {name}: {first.message}", where)
+    if plugin.descriptor.spec.implementation.type != "EffectProgram":
+        return None
+    problems = check_plugin(plugin, registry, config)
+    if has_errors(problems):
+        first = next(d for d in problems if d.severity.value == "error")
+        field = f" at {first.path}" if first.path else ""
+        raise Refusal(
+            first.code.value,
+            f"plugin {name} does not check on this node{field}: {first.message}",
+            where,
+        )
+    return plugin
+
+
 def verify_allocation(
     claim_uid: str,
     results: Sequence[DriverResult],
@@ -201,6 +240,7 @@ def verify_allocation(
     plugins: Mapping[str, Plugin],
     cleanup_pending: Sequence[str] = (),
     accept_superseded: bool = False,
+    registry: OpcodeRegistry | None = None,
 ) -> VerifiedClaim:
     """Check every driver-owned result against ``revision`` and this node (pure).
 
@@ -252,7 +292,8 @@ def verify_allocation(
         raise Refusal(str(f.code), f"{f.device}: {f.message}", "status.allocation")
     current = personas.by_name()
     steps = {str(s["id"]): s for s in (spec.get("normalizedSpec") or {}).get("steps") or []}
-    locked = {str(p["name"]): str(p["contractDigest"]) for p in spec.get("plugins") or []}
+    pins = {str(p["name"]): p for p in spec.get("plugins") or [] if isinstance(p, Mapping)}
+    locked = {name: str(p.get("contractDigest")) for name, p in pins.items()}
     verified: list[VerifiedRoot] = []
     for step_id in [s for s in spec.get("order") or [] if s in roots]:
         root, r = roots[step_id], by_step[step_id]
@@ -272,15 +313,16 @@ def verify_allocation(
         plugin = plugins.get(name)
         if digest != root.get("pluginContractDigest") or digest != locked.get(name):
             raise Refusal("E_CONTRACT_MISMATCH", f"root {step_id}: contract digest differs", where)
+        config = dict(steps[step_id].get("config") or {})
         if plugin is None or plugin.contract_digest != digest:
-            raise Refusal(
-                "E_PLUGIN_UNSUPPORTED",
-                f"plugin {name} with contract {digest} is not implemented by this agent",
-                where,
-            )
-        verified.append(
-            VerifiedRoot(step_id, plugin, dict(steps[step_id].get("config") or {}), r, persona)
-        )
+            plugin = pinned_effect_program(pins[name], config, registry or default_registry())
+            if plugin is None:
+                raise Refusal(
+                    "E_PLUGIN_UNSUPPORTED",
+                    f"plugin {name} with contract {digest} is not implemented by this agent",
+                    where,
+                )
+        verified.append(VerifiedRoot(step_id, plugin, config, r, persona))
     return VerifiedClaim(
         claim_uid=claim_uid,
         fingerprint=fingerprint(claim_uid, results),
