@@ -33,6 +33,7 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -45,10 +46,12 @@ from dmn.agent.inventory.scan import ScanConfig, scan
 from dmn.agent.journal.store import JournalError, JournalHeldError
 from dmn.agent.kubelet.server import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, SocketPathError
 from dmn.agent.nri.plugin import DEFAULT_SOCKET_PATH, PluginConfig
+from dmn.agent.personas.status_report import report_policy_statuses
 from dmn.agent.readiness import DEFAULT_INTERVAL, ReadinessReporter
 from dmn.agent.slices import NodePublication, allocated_devices
 from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, NotFound, connect
 from dmn.api.cluster import resources as r
+from dmn.api.cluster.events import EventRecorder
 from dmn.api.identity import DRIVER
 from dmn.api.policy import DeviceExposurePolicy
 from dmn.command_line import CommandParser, UsageError, run_command
@@ -145,12 +148,15 @@ def node_uid(cluster: Cluster, node_name: str) -> str:
     return uid
 
 
-def _policies(cluster: Cluster) -> list[DeviceExposurePolicy]:
+def _policy_objects(cluster: Cluster) -> list[dict[str, Any]]:
     try:
-        docs = cluster.list(r.DEVICE_EXPOSURE_POLICIES).items
+        return list(cluster.list(r.DEVICE_EXPOSURE_POLICIES).items)
     except NotFound:  # CRD not installed: nothing is exposed
         log.warning("event=no-policy-crd resource=%s", r.DEVICE_EXPOSURE_POLICIES.plural)
         return []
+
+
+def _policies(docs: list[dict[str, Any]]) -> list[DeviceExposurePolicy]:
     out: list[DeviceExposurePolicy] = []
     for doc in docs:
         try:
@@ -177,8 +183,9 @@ def publish_once(cluster: Cluster, node_name: str, inventory: Inventory) -> Node
     node = cluster.get(r.NODES, node_name)
     labels = dict((node.get("metadata") or {}).get("labels") or {})
     claims = cluster.list(r.RESOURCE_CLAIMS).items
+    policy_docs = _policy_objects(cluster)
     plan = publication.plan(
-        inventory, _policies(cluster), labels, allocated_devices(claims, DRIVER, node_name)
+        inventory, _policies(policy_docs), labels, allocated_devices(claims, DRIVER, node_name)
     )
     stored = []
     for doc in plan.slices:
@@ -196,6 +203,8 @@ def publish_once(cluster: Cluster, node_name: str, inventory: Inventory) -> Node
     PUBLISHED_DEVICES.set(len(plan.personas.personas))
     if publication.verify(plan.slices, stored):
         log.warning("event=slices-degraded node=%s", node_name)
+    events = EventRecorder(cluster, "dra-multi-network-node", node_name)
+    report_policy_statuses(cluster, events, plan.personas, policy_docs)
     log.info(
         "event=slices-published node=%s slices=%d devices=%d",
         node_name,

@@ -21,9 +21,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from dmn.agent.inventory import Inventory
+from dmn.agent.personas.status_report import report_policy_statuses
 from dmn.agent.slices import NodePublication, allocated_devices
 from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, ListWatch, NotFound
 from dmn.api.cluster import resources as r
+from dmn.api.cluster.events import EventRecorder
 from dmn.api.identity import DRIVER
 from dmn.api.policy import DeviceExposurePolicy
 
@@ -41,6 +43,7 @@ class LabSlicePublication:
         self.inventory = inventory
         self.resync = resync
         self.publication = NodePublication(node_name)
+        self.events = EventRecorder(cluster, "dra-multi-network-node", node_name)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -55,9 +58,9 @@ class LabSlicePublication:
             and (s.get("spec") or {}).get("nodeName") == self.node_name
         ]
 
-    def _policies(self) -> list[DeviceExposurePolicy]:
+    def _policies(self, docs: list[Obj]) -> list[DeviceExposurePolicy]:
         out: list[DeviceExposurePolicy] = []
-        for doc in self.cluster.list(r.DEVICE_EXPOSURE_POLICIES).items:
+        for doc in docs:
             try:
                 out.append(DeviceExposurePolicy.model_validate(doc))
             except ValidationError as exc:
@@ -75,9 +78,10 @@ class LabSlicePublication:
                     int(s["spec"]["pool"]["generation"]) for s in existing
                 )
             claims = self.cluster.list(r.RESOURCE_CLAIMS).items
+            policy_docs = self.cluster.list(r.DEVICE_EXPOSURE_POLICIES).items
             plan = self.publication.plan(
                 self.inventory,
-                self._policies(),
+                self._policies(policy_docs),
                 {},
                 allocated_devices(claims, DRIVER, self.node_name),
             )
@@ -89,6 +93,7 @@ class LabSlicePublication:
                     self.cluster.delete(r.RESOURCE_SLICES, name)
             if self.publication.verify(plan.slices, stored):
                 log.warning("lab slices degraded node=%s", self.node_name)
+            report_policy_statuses(self.cluster, self.events, plan.personas, policy_docs)
             log.info(
                 "lab slices published node=%s slices=%d devices=%d generation=%d",
                 self.node_name,

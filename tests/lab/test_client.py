@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -185,3 +187,68 @@ def test_offline_compile_names_are_the_controllers(
                 in_cluster[name] = (revision, classes)
         time.sleep(0.2)
     assert in_cluster == offline
+
+
+def test_policy_conflict_is_visible_on_both_policies_and_as_events(
+    lab: StateDir, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A second policy exposing the lab links as macvlan at equal priority: both policies
+    say Conflict=True with E_POLICY_CONFLICT, name each other and the devices, and a
+    Warning Event with that reason is recorded on each (issue 12.3)."""
+    import time
+
+    from dmn.api.cluster import Cluster, connect
+    from dmn.api.cluster import resources as r
+    from dmn.lab.node import policies
+
+    rival = copy.deepcopy(
+        next(p for p in policies() if p["metadata"]["name"] == "lab-link-macvlan")
+    )
+    rival["metadata"]["name"] = "rival-macvlan"
+    manifest = tmp_path / "rival.yaml"
+    manifest.write_text(json.dumps(rival))
+    rc, _, err = _run(capsys, lab, "apply", "-f", str(manifest))
+    assert rc == 0, err
+    cluster = Cluster(connect(kubeconfig=str(lab.kubeconfig)))
+    try:
+        deadline = time.monotonic() + 60
+        seen: dict[str, dict[str, Any]] = {}
+        while time.monotonic() < deadline and len(seen) < 2:
+            for name in ("lab-link-macvlan", "rival-macvlan"):
+                status = cluster.get(r.DEVICE_EXPOSURE_POLICIES, name).get("status") or {}
+                conds = {c["type"]: c for c in status.get("conditions") or []}
+                if conds.get("Conflict", {}).get("status") == "True":
+                    seen[name] = status
+            time.sleep(0.2)
+        assert set(seen) == {"lab-link-macvlan", "rival-macvlan"}
+        for name, status in seen.items():
+            conds = {c["type"]: c for c in status["conditions"]}
+            assert conds["Conflict"]["reason"] == "E_POLICY_CONFLICT"
+            assert conds["Ready"]["status"] == "False"
+            assert conds["Validated"]["status"] == "True"  # the controller's, kept
+            other = "rival-macvlan" if name == "lab-link-macvlan" else "lab-link-macvlan"
+            diags = status["diagnostics"]
+            assert {d["code"] for d in diags} == {"E_POLICY_CONFLICT"}
+            assert all(other in d["message"] for d in diags)
+            assert len({d["path"] for d in diags}) == 2  # both lab links
+        events = [
+            e
+            for e in cluster.list(r.EVENTS, "default").items
+            if e.get("reason") == "E_POLICY_CONFLICT"
+        ]
+        assert {e["involvedObject"]["name"] for e in events} == {
+            "lab-link-macvlan",
+            "rival-macvlan",
+        }
+        rc, _, err = _run(capsys, lab, "delete", "-f", str(manifest))
+        assert rc == 0, err
+        deadline = time.monotonic() + 60
+        cleared = False
+        while time.monotonic() < deadline and not cleared:
+            status = cluster.get(r.DEVICE_EXPOSURE_POLICIES, "lab-link-macvlan")["status"]
+            conds = {c["type"]: c for c in status["conditions"]}
+            cleared = conds["Conflict"]["status"] == "False" and conds["Ready"]["status"] == "True"
+            time.sleep(0.2)
+        assert cleared
+    finally:
+        cluster.close()
