@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from dmn.command_line import CommandParser, run_command
+
 log = logging.getLogger(__name__)
 
 FILE_NAME = "readiness.json"
@@ -141,10 +143,13 @@ class ReadinessReporter:
 
 def run(argv: list[str]) -> int:
     """``dmn node-ready``: exit 0 if this node's agent reports ready, else 1 with a reason."""
-    parser = argparse.ArgumentParser(prog="dmn node-ready", description=run.__doc__)
+    parser = CommandParser(prog="dmn node-ready", description=run.__doc__)
     parser.add_argument("--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR))
     parser.add_argument("--max-age", type=float, default=DEFAULT_MAX_AGE)
-    args = parser.parse_args(argv)
+    return run_command(parser, argv, _probe)
+
+
+def _probe(args: argparse.Namespace) -> int:
     ok, reason = check(args.state_dir, args.max_age)
     (sys.stdout if ok else sys.stderr).write(f"dmn node-ready: {reason}\n")
     return 0 if ok else 1
