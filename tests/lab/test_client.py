@@ -217,7 +217,7 @@ def test_policy_conflict_is_visible_on_both_policies_and_as_events(
             for name in ("lab-link-macvlan", "rival-macvlan"):
                 status = cluster.get(r.DEVICE_EXPOSURE_POLICIES, name).get("status") or {}
                 conds = {c["type"]: c for c in status.get("conditions") or []}
-                if conds.get("Conflict", {}).get("status") == "True":
+                if conds.get("Conflict", {}).get("status") == "True" and "Validated" in conds:
                     seen[name] = status
             time.sleep(0.2)
         assert set(seen) == {"lab-link-macvlan", "rival-macvlan"}
