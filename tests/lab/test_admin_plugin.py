@@ -1,0 +1,107 @@
+"""An administrator's own EffectProgram plugin end to end on the embedded lab (issue 12.7):
+the plugin, a DeviceExposurePolicy and a topology applied as an admin would; a Pod gets the
+interface with the admin's settings (macvlan mode private, MTU 1400), made by the node
+agent from the program the revision pinned (the agent has no copy of this plugin); editing
+the plugin gives a new revision; deleting the Pod (attached under the old revision) removes
+the interface from the journal's record and leaves the node's links as before."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyroute2 import IPRoute
+
+from dmn.api.builtin_plugins import plugin_object
+from dmn.interpreter.loader import load_plugins
+from dmn.interpreter.source import load_yaml_documents
+from dmn.lab.cluster import LabCluster
+from dmn.lab.demo import wait_settled
+from dmn.lab.pod_demo import NAMESPACE, claim_template, pod_manifest
+from dmn.lab.pods import LabPods
+from dmn.lab.state_dir import StateDir
+
+pytestmark = pytest.mark.netns
+
+ROOT = Path(__file__).resolve().parents[2]
+ADMIN = ROOT / "examples" / "plugins"
+GROUP = "networking.dra-multi-network.schseba.github.io/v1alpha1"
+
+POLICY: dict[str, Any] = {
+    "apiVersion": GROUP,
+    "kind": "DeviceExposurePolicy",
+    "metadata": {"name": "lab-link-private-macvlan"},
+    "spec": {
+        "priority": 200,  # above the lab's own macvlan policy (100): this one wins
+        "action": "Expose",
+        "selector": {"kind": "Link"},
+        "exposure": {
+            "persona": "macvlan",
+            "plugin": "macvlan-modes",
+            "mode": "private",
+            "allowMultipleAllocations": True,
+            "capacity": {"children": {"value": "8"}},
+            "compatibility": [{"scope": "Interface", "domain": "interface", "groups": ["macvlan"]}],
+        },
+    },
+}
+
+
+def _links(lab: LabCluster) -> dict[str, tuple[str, int]]:
+    with IPRoute(netns=lab.netns) as ip:
+        return {
+            link.get_attr("IFLA_IFNAME"): (link.get_attr("IFLA_ADDRESS"), link.get_attr("IFLA_MTU"))
+            for link in ip.get_links()
+        }
+
+
+def test_admin_plugin_gives_a_pod_its_interface_and_removes_it(tmp_path: Path) -> None:
+    found, problems = load_plugins(str(ADMIN / "macvlan-modes" / "v1"))
+    assert problems == []
+    (topology,), problems = load_yaml_documents(
+        (ADMIN / "macvlan-modes-topology.yaml").read_bytes(), "topology.yaml"
+    )
+    assert problems == []
+    lab = LabCluster(StateDir(tmp_path / "lab"), links="netns")
+    lab.start()
+    try:
+        cluster = lab.client()
+        cluster.apply(plugin_object(found["macvlan-modes"]))
+        cluster.apply(POLICY)
+        cluster.apply(topology.data)
+        (result,) = wait_settled(cluster, ["private-macvlan"], 60)
+        assert result.ready == "True", result
+        (device_class,) = result.device_classes
+        cluster.apply(claim_template("private-macvlan", device_class))
+        before = _links(lab)
+        short = tempfile.TemporaryDirectory(prefix="dmnp-")  # unix socket paths are short
+        pods = LabPods(lab, Path(short.name))
+        pods.start()
+        try:
+            pods.run(pod_manifest("admin-a", "private-macvlan"))
+            shown = pods.exec(NAMESPACE, "admin-a", ["ip", "-d", "-o", "link", "show", "net1"])
+            assert shown.returncode == 0, shown.stderr
+            assert "macvlan mode private" in shown.stdout, shown.stdout
+            assert "mtu 1400" in shown.stdout, shown.stdout
+            # the admin edits the plugin: a new contract, so a new revision (and classes)
+            edited = plugin_object(found["macvlan-modes"])
+            schema = edited["spec"]["configSchema"]["properties"]
+            schema["mtu"]["maximum"] = 8000
+            cluster.apply(edited)
+            deadline = time.monotonic() + 60
+            now = result
+            while time.monotonic() < deadline and now.revision == result.revision:
+                time.sleep(0.2)
+                (now,) = wait_settled(cluster, ["private-macvlan"], 60)
+            assert now.ready == "True" and now.revision != result.revision, now
+            # the Pod attached under the old revision is undone from the journal as recorded
+            pods.delete(NAMESPACE, "admin-a")
+            assert _links(lab) == before
+        finally:
+            pods.stop()
+            short.cleanup()
+    finally:
+        lab.stop()
