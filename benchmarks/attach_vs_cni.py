@@ -7,7 +7,8 @@ Side by side in one run, on the same machine and kernel, in namespaces this scri
   it through the journaled runner over the RocksDB journal (synchronous commits) with the real
   ``linux/*`` executors; removal is the journal-driven cleanup of that operation. The sandbox
   is pinned once (at RunPodSandbox, as the agent does), the prepare step (share hold) runs
-  once; each cycle opens its own executor environment (netlink sockets).
+  once; each cycle opens its own executor environment over the pins' warm namespace fds and
+  netlink sockets, as the agent does (issue 15).
 * ``cni``: Debian's ``containernetworking-plugins`` binaries (``/usr/lib/cni``) driven by the
   CNI protocol (``CNI_COMMAND``/``CNI_NETNS``/... and the network config on stdin, no IPAM),
   executed inside the stand-in host namespace; removal is ``DEL``.
@@ -159,7 +160,7 @@ class Ours:
         self.state_dir = state_dir
         self.host = host
         self.journal = JournalStore.open(state_dir)
-        self.pins = NamespacePins(state_dir, host_netns=ns_path(host))
+        self.pins = NamespacePins(state_dir, host_netns=ns_path(host), warm=True)
         self.durable = Runner(self.journal, default_executors())
         self.volatile = Runner(MemoryJournal(), default_executors())
         self.runner = self.durable

@@ -4,7 +4,8 @@ Pure (no syscalls, no clock, no randomness): the same plugin, hook and call alwa
 to the same bound program and digest. Binding
 
 1. validates the config against ``configSchema`` and re-runs the checker for that config
-   (a program that does not check never binds);
+   (a program that does not check never binds; a clean verdict is remembered under the
+   plugin's contract digest, hook and config — :mod:`dmn.engine.checked_programs`);
 2. verifies the call's handles against the descriptor ports that are on for this config
    (count, type, linkType, granted accesses); ``connect`` needs the verified sandbox
    (``call.sandbox``), ``prepare`` runs before there is one and must not carry it;
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dmn.engine.bound import BoundEffect, BoundInput, BoundProgram, EffectOutputRef
+from dmn.engine.checked_programs import CHECKED
 from dmn.interpreter.checker import (
     MAX_EFFECTS,
     check_program,
@@ -441,7 +443,7 @@ class _Binder:
             plugin=self.plugin.name,
             plugin_version=self.plugin.version,
             hook=self.hook,
-            contract_digest=self.plugin.contract_digest,
+            contract_digest=CHECKED.digest(self.plugin),
             effects=tuple(effects),
             exports=exports,
         )
@@ -513,9 +515,11 @@ def bind_program(
         config, diags = validate_config(plugin.descriptor.spec.config_schema, call.config)
         if has_errors(diags):
             return diags
-        checked = check_program(plugin, hook, registry, config)
-        if has_errors(checked):
-            return checked
+        if not CHECKED.is_clean(plugin, hook, registry, config):
+            checked = check_program(plugin, hook, registry, config)
+            if has_errors(checked):
+                return checked
+            CHECKED.remember_clean(plugin, hook, registry, config)
         binder = _Binder(plugin, hook, call, registry, config)
         bound = binder.bind()
         if bound is None:

@@ -152,7 +152,9 @@ class Coordinator:
         self.devices = devices
         self.plugins = dict(plugins) if plugins is not None else load_builtin_plugins()
         self.boot_id = boot_id
-        self.pins = NamespacePins(config.state_dir, host_netns=config.host_netns)
+        # warm: each pinned sandbox's fd and netlink sockets stay open until its pin is
+        # released (every call below holds self._lock, which the shared sockets need)
+        self.pins = NamespacePins(config.state_dir, host_netns=config.host_netns, warm=True)
         self.journal = JournalStore.open(config.state_dir)
         self.runner = Runner(
             self.journal,
@@ -175,6 +177,8 @@ class Coordinator:
     def close(self) -> None:
         with self._lock:
             self.journal.close()
+            if self.pins.warm is not None:
+                self.pins.warm.close()
 
     # ------------------------------------------------------------------ NodePrepare
 

@@ -23,7 +23,13 @@ import re
 from pathlib import Path
 
 from dmn.interpreter.handles import NamespaceIdentity
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef, current_boot_id, identity_of
+from dmn.opcodes.linux.netns import (
+    LinkEnvironment,
+    NamespaceRef,
+    WarmNamespaces,
+    current_boot_id,
+    identity_of,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -83,11 +89,19 @@ def _nsfs_dev() -> int:
 
 
 class NamespacePins:
-    """Pins under ``state_dir/netns``; ``host`` is the namespace that may never be pinned."""
+    """Pins under ``state_dir/netns``; ``host`` is the namespace that may never be pinned.
 
-    def __init__(self, state_dir: Path, host_netns: str = "/proc/1/ns/net") -> None:
+    With ``warm`` (the agent), each pinned namespace's fd and netlink sockets (and the
+    host's) stay open across calls in one :class:`WarmNamespaces`, closed when the pin is
+    released (or on :meth:`close`); every call still proves each pin's identity first.
+    """
+
+    def __init__(
+        self, state_dir: Path, host_netns: str = "/proc/1/ns/net", *, warm: bool = False
+    ) -> None:
         self.root = Path(state_dir) / "netns"
         self.host_netns = host_netns
+        self.warm = WarmNamespaces() if warm else None
 
     def _ensure_root(self) -> None:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -186,6 +200,10 @@ class NamespacePins:
         if not cleanup_verified:
             raise PinError("E_PIN_BUSY", f"{attachment_id}: cleanup not verified; pin retained")
         target = self.path(attachment_id)
+        if self.warm is not None:
+            pinned = self._pinned_identity(target)
+            if pinned is not None:
+                self.warm.forget(pinned)  # its warm fd and sockets go with the pin
         _umount(str(target))
         target.unlink(missing_ok=True)
         _log.info("event=unpin attachment=%s", attachment_id)
@@ -201,9 +219,13 @@ class NamespacePins:
             sandbox=sandbox,
             pins=self.list,
             state_dir=self.root.parent,
+            warm=self.warm,
         )
 
     def close(self) -> None:
-        """Unmount the pin directory's own bind mount once no pin is left (tests, uninstall)."""
+        """Close warm namespaces; unmount the pin directory's own bind mount once no pin is
+        left (tests, uninstall)."""
+        if self.warm is not None:
+            self.warm.close()
         if self.root.is_dir() and not any(self.root.iterdir()) and _is_mountpoint(self.root):
             _umount(str(self.root))

@@ -12,7 +12,12 @@ An executor never opens a namespace by a name or path taken from configuration. 
   interface absent from the host can belong to a live sandbox", seed 000 §11.5).
 
 A namespace is opened only after its path is proved to be the recorded (dev, inode) of this
-boot; a stale or reused pin is refused. Netlink sockets are cached per namespace identity.
+boot; a stale or reused pin is refused. Netlink sockets are cached per namespace identity —
+per environment, or across environments in a :class:`WarmNamespaces` (issue 15: the agent
+keeps each pinned sandbox's fd and sockets open until the pin is released). Either way every
+environment proves each path→identity again on first use, so a released or replaced pin is
+refused exactly as before; a cached socket itself can only ever talk to the namespace it was
+created in (it holds that namespace alive, so its identity cannot be reused).
 """
 
 from __future__ import annotations
@@ -127,17 +132,60 @@ class NamespaceRtnl(IPRoute):  # type: ignore[misc]
         super().close(*args, **kwargs)
 
 
+class WarmNamespaces:
+    """Namespace fds and netlink sockets kept open across calls, by namespace identity.
+
+    Owned by whoever owns the pins (the agent's :class:`NamespacePins`): :meth:`forget` closes
+    one namespace's entries when its pin is released, :meth:`close` all of them. Environments
+    sharing one instance must be used one at a time (the agent serialises every call under
+    its coordinator lock), as the sockets are not safe for concurrent requests.
+    """
+
+    def __init__(self) -> None:
+        self.sockets: dict[tuple[int, int], Any] = {}
+        self.readers: dict[tuple[int, int], LinkReader] = {}
+        self.fds: dict[tuple[int, int], int] = {}
+
+    def forget(self, identity: NamespaceIdentity) -> None:
+        """Close what is open for one namespace (its pin is being released)."""
+        key = (identity.dev, identity.inode)
+        sock = self.sockets.pop(key, None)
+        if sock is not None:
+            sock.close()
+        reader = self.readers.pop(key, None)
+        if reader is not None:
+            reader.close()
+        fd = self.fds.pop(key, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        for key in list({*self.sockets, *self.readers, *self.fds}):
+            self.forget(NamespaceIdentity(key[0], key[1], ""))
+
+
 @dataclass
 class LinkEnvironment:
-    """Namespace access for one call. Close it (or use ``with``) to release sockets and fds."""
+    """Namespace access for one call. Close it (or use ``with``) to release sockets and fds
+    (those of a shared :class:`WarmNamespaces` stay open for the next call)."""
 
     host: NamespaceRef
     sandbox: NamespaceRef | None = None
     pins: Callable[[], Sequence[NamespaceRef]] = tuple
     state_dir: Path | None = None
+    warm: WarmNamespaces | None = None
     _sockets: dict[tuple[int, int], Any] = field(default_factory=dict)
     _readers: dict[tuple[int, int], LinkReader] = field(default_factory=dict)
     _fds: dict[tuple[int, int], int] = field(default_factory=dict)
+    _verified: set[tuple[int, int]] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if self.warm is not None:
+            self._sockets, self._readers, self._fds = (
+                self.warm.sockets,
+                self.warm.readers,
+                self.warm.fds,
+            )
 
     @classmethod
     def for_host(cls, host_path: str | Path = SELF_NETNS, **kwargs: Any) -> LinkEnvironment:
@@ -150,6 +198,9 @@ class LinkEnvironment:
         self.close()
 
     def close(self) -> None:
+        self._verified.clear()
+        if self.warm is not None:
+            return  # the owner of the warm namespaces closes them
         for sock in self._sockets.values():
             sock.close()
         for reader in self._readers.values():
@@ -204,6 +255,14 @@ class LinkEnvironment:
             self.host.identity.inode,
         )
 
+    def _verify_once(self, ref: NamespaceRef) -> None:
+        """:meth:`_verify` on this environment's first use of the namespace, also when a
+        warm socket for it exists (so a released or replaced pin is refused as before)."""
+        key = (ref.identity.dev, ref.identity.inode)
+        if key not in self._verified:
+            self._verify(ref)
+            self._verified.add(key)
+
     def _verify(self, ref: NamespaceRef) -> None:
         if ref.identity.boot_id and ref.identity.boot_id != current_boot_id():
             raise ExecutorError("E_NETNS_STALE", f"{ref.path} was pinned in another boot")
@@ -219,9 +278,9 @@ class LinkEnvironment:
     def rtnl(self, ref: NamespaceRef) -> Any:
         """A verified, cached rtnetlink socket inside ``ref``."""
         key = (ref.identity.dev, ref.identity.inode)
+        self._verify_once(ref)
         sock = self._sockets.get(key)
         if sock is None:
-            self._verify(ref)
             own = identity_of(THREAD_NETNS)
             if (own.dev, own.inode) == key:
                 sock = NamespaceRtnl()
@@ -238,12 +297,12 @@ class LinkEnvironment:
         many namespaces (every pin) use, where only reads are needed. Reuses the reader of
         an already open :meth:`rtnl` socket."""
         key = (ref.identity.dev, ref.identity.inode)
+        self._verify_once(ref)
         sock = self._sockets.get(key)
         if sock is not None and sock.link_reader is not None:
             return sock.link_reader  # type: ignore[no-any-return]
         reader = self._readers.get(key)
         if reader is None:
-            self._verify(ref)
             own = identity_of(THREAD_NETNS)
             if (own.dev, own.inode) == key:
                 reader = LinkReader()
@@ -256,6 +315,8 @@ class LinkEnvironment:
         """An open fd of the namespace (for ``IFLA_NET_NS_FD``), verified after opening."""
         key = (ref.identity.dev, ref.identity.inode)
         fd = self._fds.get(key)
+        if fd is not None and self.warm is not None:
+            self._verify_once(ref)  # a warm fd: prove the pin still holds it, once per call
         if fd is None:
             fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
             st = os.fstat(fd)

@@ -90,3 +90,37 @@ def test_a_bare_file_is_not_a_pin(pins: NamespacePins) -> None:
     (pins.root / "att-4").write_text("")  # what survives a reboot: the file, not the mount
     assert pins.ref("att-4") is None and pins.list() == []
     (pins.root / "att-4").unlink()
+
+
+def test_warm_pins_keep_sockets_across_calls_and_drop_them_with_the_pin(tmp_path: Path) -> None:
+    """issue 15: with ``warm`` the sandbox's netlink sockets and fd outlive one call's
+    environment, every call still proves the pin first, and releasing the pin closes them;
+    a later call on the released pin is refused as before."""
+    from dmn.opcodes.executor import ExecutorError
+
+    pins = NamespacePins(tmp_path / "state", host_netns="/proc/self/ns/net", warm=True)
+    assert pins.warm is not None
+    with scratch_netns("dmwarm") as name:
+        try:
+            ref = pins.pin("att-w", netns_path(name))
+            env = pins.link_environment("att-w")
+            sock, fd = env.rtnl(ref), env.fd(ref)
+            env.close()
+            again = pins.link_environment("att-w")
+            assert again.rtnl(ref) is sock and again.fd(ref) == fd  # warm, not reopened
+            assert again.rtnl(ref).link_lookup(ifname="lo")  # and still usable
+            again.close()
+            key = (ref.identity.dev, ref.identity.inode)
+            assert key in pins.warm.sockets and key in pins.warm.fds
+            pins.release("att-w", cleanup_verified=True)
+            assert key not in pins.warm.sockets and key not in pins.warm.fds
+            late = pins.link_environment()
+            with pytest.raises(ExecutorError) as gone:
+                late.rtnl(ref)
+            assert gone.value.code == "E_NETNS_GONE"
+            late.close()
+        finally:
+            for r in pins.list():
+                pins.release(Path(r.path).name, cleanup_verified=True)
+            pins.close()
+    assert pins.warm.sockets == {} and pins.warm.fds == {}

@@ -398,3 +398,43 @@ def test_kernel_mode_without_an_interface_name_is_refused(plugins: dict[str, Plu
     )
     assert not isinstance(result, BoundProgram)
     assert any(d.code is Code.E_SCHEMA and d.path == "config.ifName" for d in result)
+
+
+def test_a_clean_check_is_remembered_by_digest_and_binds_the_same(
+    plugins: dict[str, Plugin], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Binding the same contract, hook and config again does not re-run the checker (issue
+    15); the bound program is identical; a different config is checked afresh."""
+    from dmn.engine import binder as binder_module
+    from dmn.engine.checked_programs import CheckedPrograms
+
+    table = CheckedPrograms()
+    monkeypatch.setattr(binder_module, "CHECKED", table)
+    runs: list[str] = []
+    real = binder_module.check_program
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        runs.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(binder_module, "check_program", counting)
+    plugin = plugins["macvlan-cni"]
+    call = Call(
+        config={"ifName": "net1", "mtu": 1400, "up": True},
+        prepared={"parent": (SHARE,)},
+        sandbox=SANDBOX,
+    )
+    first = bound(bind_program(plugin, "connect", call))
+    second = bound(bind_program(plugin, "connect", call))
+    assert runs == ["connect"] and first.digest == second.digest
+    assert table.digest(plugin) == plugin.contract_digest
+    other = Call(
+        config={"ifName": "net2", "mtu": 1400, "up": True},
+        prepared={"parent": (SHARE,)},
+        sandbox=SANDBOX,
+    )
+    bound(bind_program(plugin, "connect", other))
+    assert runs == ["connect", "connect"]
+    # a config that does not validate never binds (and nothing is remembered for it)
+    bad = Call(config={"ifName": "net1", "mtu": 100, "up": True}, prepared={"parent": (SHARE,)})
+    assert not isinstance(bind_program(plugin, "connect", bad), BoundProgram)
