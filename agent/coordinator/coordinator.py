@@ -545,7 +545,9 @@ class Coordinator:
                     b.delete_pin(att)
                 self.reporter.phase(att, "Released", error=f"{exc.code}: {exc}")
                 raise Refusal(exc.code, str(exc)) from exc
-            with self.journal.batch() as b:
+            # not synced on its own: durable with the runner's first commit below; a crash
+            # before that leaves the pin's intent record, which already proves it ours
+            with self.journal.batch(sync=False) as b:
                 b.put_pin(replace(pin, state=PinState.MOUNTED))
             done: list[str] = []
             outputs: list[dict[str, Any]] = []

@@ -207,6 +207,21 @@ def test_coordinator_records_and_lookups(tmp_path: Path) -> None:
         assert store.reservation("pf1") is None
 
 
+def test_an_unsynced_batch_rides_with_the_next_synced_commit(tmp_path: Path) -> None:
+    """``batch(sync=False)`` costs no synced commit of its own; a later synced commit
+    persists it too (WAL order), so it is there after a reopen."""
+    with JournalStore.open(tmp_path) as store:
+        base = store.commits
+        with store.batch(sync=False) as b:
+            b.put_reservation(Reservation("rides", "h"))
+        assert store.commits == base and store.reservation("rides") is not None
+        with store.batch() as b:
+            b.put_reservation(Reservation("synced", "h"))
+        assert store.commits == base + 1
+    with JournalStore.open(tmp_path) as store:
+        assert store.reservation("rides") is not None and store.reservation("synced") is not None
+
+
 def test_key_escaping_keeps_prefix_scans_exact() -> None:
     assert keys.key("prep", "a/b", "c%d") == b"prep/a%2Fb/c%25d"
     assert keys.split(keys.key("prep", "a/b", "c%d")) == ["prep", "a/b", "c%d"]
