@@ -132,26 +132,49 @@ class NamespaceRtnl(IPRoute):  # type: ignore[misc]
         super().close(*args, **kwargs)
 
 
+def _close_quietly(sock: Any) -> None:
+    try:
+        sock.close()
+    except Exception:  # a socket of another (or a dead) thread: its fd is closed anyway
+        _log.debug("event=warm-socket-close-failed", exc_info=True)
+
+
 class WarmNamespaces:
     """Namespace fds and netlink sockets kept open across calls, by namespace identity.
 
     Owned by whoever owns the pins (the agent's :class:`NamespacePins`): :meth:`forget` closes
     one namespace's entries when its pin is released, :meth:`close` all of them. Environments
     sharing one instance must be used one at a time (the agent serialises every call under
-    its coordinator lock), as the sockets are not safe for concurrent requests.
+    its coordinator lock), as the sockets are not safe for concurrent requests. pyroute2's
+    socket objects are bound to the thread that made them (another thread re-wraps the fd
+    and closes it), so they are kept per thread; fds and link readers are shared.
     """
 
     def __init__(self) -> None:
-        self.sockets: dict[tuple[int, int], Any] = {}
+        self.by_thread: dict[threading.Thread, dict[tuple[int, int], Any]] = {}
         self.readers: dict[tuple[int, int], LinkReader] = {}
         self.fds: dict[tuple[int, int], int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def sockets(self) -> dict[tuple[int, int], Any]:
+        """The calling thread's pyroute2 sockets by namespace identity (keyed by the thread
+        object, whose identity is never reused while held; a dead thread's are closed)."""
+        with self._lock:
+            dead = [t for t in self.by_thread if not t.is_alive()]
+            stale = [sock for t in dead for sock in self.by_thread.pop(t).values()]
+            own = self.by_thread.setdefault(threading.current_thread(), {})
+        for sock in stale:
+            _close_quietly(sock)
+        return own
 
     def forget(self, identity: NamespaceIdentity) -> None:
         """Close what is open for one namespace (its pin is being released)."""
         key = (identity.dev, identity.inode)
-        sock = self.sockets.pop(key, None)
-        if sock is not None:
-            sock.close()
+        with self._lock:
+            socks = [t.pop(key) for t in self.by_thread.values() if key in t]
+        for sock in socks:
+            _close_quietly(sock)
         reader = self.readers.pop(key, None)
         if reader is not None:
             reader.close()
@@ -160,7 +183,9 @@ class WarmNamespaces:
             os.close(fd)
 
     def close(self) -> None:
-        for key in list({*self.sockets, *self.readers, *self.fds}):
+        with self._lock:
+            keys = {k for t in self.by_thread.values() for k in t}
+        for key in keys | {*self.readers, *self.fds}:
             self.forget(NamespaceIdentity(key[0], key[1], ""))
 
 

@@ -124,3 +124,35 @@ def test_warm_pins_keep_sockets_across_calls_and_drop_them_with_the_pin(tmp_path
                 pins.release(Path(r.path).name, cleanup_verified=True)
             pins.close()
     assert pins.warm.sockets == {} and pins.warm.fds == {}
+
+
+def test_warm_sockets_are_per_thread(tmp_path: Path) -> None:
+    """pyroute2 binds a socket object to the thread that made it; the agent calls from the
+    kubelet gRPC threads and the NRI thread, so warm sockets are kept per thread (a dead
+    thread's are closed), while fds are shared."""
+    import threading
+
+    pins = NamespacePins(tmp_path / "state", host_netns="/proc/self/ns/net", warm=True)
+    assert pins.warm is not None
+    seen: list[int] = []
+
+    def use(ref: object) -> None:
+        env = pins.link_environment("att-t")
+        seen.append(len(env.rtnl(env.sandbox).get_links()))
+        env.close()
+
+    with scratch_netns("dmthr") as name:
+        try:
+            ref = pins.pin("att-t", netns_path(name))
+            use(ref)
+            for _ in range(3):  # new threads (thread ids may be reused by the OS)
+                t = threading.Thread(target=use, args=(ref,))
+                t.start()
+                t.join()
+            use(ref)
+            assert seen == [1] * 5
+            assert len([s for s in pins.warm.by_thread.values() if s]) <= 2
+        finally:
+            for r in pins.list():
+                pins.release(Path(r.path).name, cleanup_verified=True)
+            pins.close()
