@@ -174,7 +174,10 @@ class Ours:
 
     def env(self, sandbox: NamespaceRef | None) -> LinkEnvironment:
         return LinkEnvironment(
-            host=NamespaceRef.at(ns_path(self.host)), sandbox=sandbox, pins=self.pins.list
+            host=NamespaceRef.at(ns_path(self.host)),
+            sandbox=sandbox,
+            pins=self.pins.list,
+            warm=self.pins.warm,  # the agent's warm namespace fds and sockets
         )
 
     def bind(self, plugin: str, hook: str, call: Call) -> BoundProgram:
