@@ -14,6 +14,7 @@ imports the native executor modules (pyroute2), so pure code must not import it.
 
 from __future__ import annotations
 
+from dmn.opcodes.bridge.executors import EXECUTORS as BRIDGE
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.linux.executors import EXECUTORS as LINUX
 from dmn.opcodes.representor.executors import EXECUTORS as REPRESENTOR
@@ -23,4 +24,4 @@ from dmn.opcodes.sriov.executors import EXECUTORS as SRIOV
 
 def default_executors() -> dict[str, Executor]:
     """Every builtin executor, keyed by opcode name; a new dict on every call."""
-    return {**LINUX, **SHARE, **SRIOV, **REPRESENTOR}
+    return {**LINUX, **SHARE, **SRIOV, **REPRESENTOR, **BRIDGE}

@@ -9,7 +9,8 @@ SIGKILLs itself at the requested journal boundary.
 Request (one JSON line on stdin): ``state_dir``, ``host`` (host netns path), ``sandbox``
 (NamespaceRef JSON or null), ``action`` (``run``/``cleanup``), ``op``, ``scope``, ``program``
 (BoundProgram JSON, for run), ``crash_at`` (boundary index), ``out`` (file that receives the
-boundary names passed). Reply: ``{"signal": n}`` or ``{"exit": code}``.
+boundary names passed), optionally ``bridge_grants`` (approved bridges, for device
+executors). Reply: ``{"signal": n}`` or ``{"exit": code}``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dmn.agent.journal.store import JournalStore
 from dmn.agent.netns.pins import NamespacePins
 from dmn.engine.bound import BoundProgram
 from dmn.engine.runner import Runner
+from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from tests.kernel.world import EXECUTORS
 
@@ -43,8 +45,15 @@ def _child(req: dict[str, Any]) -> int:
 
     pins = NamespacePins(Path(req["state_dir"]), host_netns=req["host"])
 
+    grants = {g.alias: g for g in map(BridgeGrant.from_json, req.get("bridge_grants") or ())}
+
     def env(sandbox: NamespaceRef | None) -> LinkEnvironment:
-        return LinkEnvironment(host=NamespaceRef.at(req["host"]), sandbox=sandbox, pins=pins.list)
+        host = NamespaceRef.at(req["host"])
+        if grants:
+            return DeviceEnvironment(
+                host=host, sandbox=sandbox, pins=pins.list, bridge_grants=grants
+            )
+        return LinkEnvironment(host=host, sandbox=sandbox, pins=pins.list)
 
     sandbox = NamespaceRef.from_json(req["sandbox"]) if req.get("sandbox") else None
     journal = JournalStore.open(req["state_dir"])

@@ -25,6 +25,7 @@ from dmn.engine.bound import BoundProgram
 from dmn.engine.runner import Runner, RunResult
 from dmn.interpreter.handles import Handle, Scope, ScopeKind
 from dmn.interpreter.loader import load_builtin_plugins
+from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS
@@ -44,6 +45,7 @@ def bind(plugin: str, hook: str, call: Call) -> BoundProgram:
 class Node:
     state_dir: Path
     host: str  # name of the scratch namespace standing in for the host
+    bridge_grants: tuple[BridgeGrant, ...] = ()  # the policy's approved bridges (device tests)
 
     @property
     def pins(self) -> NamespacePins:
@@ -55,7 +57,12 @@ class Node:
     def env(self, sandbox: NamespaceRef | None = None) -> LinkEnvironment:
         env = self.pins.link_environment()
         env.sandbox = sandbox
-        return env
+        if not self.bridge_grants:
+            return env
+        grants = {g.alias: g for g in self.bridge_grants}
+        device_env = DeviceEnvironment.extend(env, bridge_grants=grants)
+        env.close()
+        return device_env
 
     @contextmanager
     def runner(self, boundary: Callable[[str], None] | None = None) -> Iterator[Runner]:
@@ -122,6 +129,7 @@ class Node:
                 "program": program.to_json() if program else None,
                 "crash_at": index,
                 "out": str(out),
+                "bridge_grants": [g.to_json() for g in self.bridge_grants],
             }
         )
         names = out.read_text().split() if out.exists() else []

@@ -1,0 +1,205 @@
+"""``bridge/port-attach/v1`` and ``bridge/port-vlan/v1`` on a VLAN-filtering Linux bridge in
+the lab kernel, with netdevsim switchdev representors as the ports.
+
+The approved bridge is made by the test (VLAN filtering, a fixed MAC, up) and granted by alias
+through a :class:`DeviceEnvironment`, as the agent does from ``allowedHostBridges``. The
+port's VLAN table is checked with iproute2's ``bridge -j vlan show`` (an independent reader).
+netdevsim representors carry no traffic to a VF netdev (netdevsim makes none), so these tests
+prove membership, VLAN tables, states and exact restoration — not forwarding.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment
+from dmn.opcodes.executor import EffectContext, ExecutorError
+from dmn.opcodes.linux.links import by_name
+from dmn.opcodes.linux.netns import NamespaceRef
+from tests.kernel.node import CrashServer, Node, bind, call
+from tests.kernel.scratch import netns_path
+from tests.kernel.world import EXECUTORS, World, world
+from tests.kernel_lab import netdevsim
+from tests.kernel_lab.test_lab_switchdev import rep_handle
+
+pytestmark = pytest.mark.kernel_lab
+
+ATTACH, VLAN = "bridge/port-attach/v1", "bridge/port-vlan/v1"
+BRIDGE_MAC = "02:00:00:00:be:01"
+CONFIG = {"bridge": "tenant-br", "vlan": 100, "trunk": [200, 300], "mtu": 1450}
+MAX_BOUNDARIES = 40
+
+
+@dataclass
+class Lab:
+    w: World
+    dev: netdevsim.NetdevsimPf
+    reps: dict[str, tuple[str, str]]
+    bridge: str
+    grant: BridgeGrant
+
+    def env(self) -> DeviceEnvironment:
+        env = DeviceEnvironment(
+            host=NamespaceRef.at(netns_path(self.w.host)),
+            bridge_grants={self.grant.alias: self.grant},
+        )
+        self.w.stack.callback(env.close)
+        return env
+
+    def port(self, port: str = "pf0vf1") -> dict[str, Any]:
+        """Everything undo must restore about a representor: master, MTU, state, VLANs."""
+        ifname = self.reps[port][0]
+        link = by_name(self.w.ipr(self.w.host), ifname)
+        assert link is not None
+        return {"master": link.master, "mtu": link.mtu, "up": link.up, "vlans": vlans(self, ifname)}
+
+
+def vlans(lab: Lab, ifname: str) -> list[tuple[int, bool, bool]]:
+    out = subprocess.run(
+        ["ip", "netns", "exec", lab.w.host, "bridge", "-j", "vlan", "show", "dev", ifname],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    rows = json.loads(out or "[]")
+    entries = []
+    for row in rows:
+        for v in row.get("vlans", []):
+            flags = v.get("flags", [])
+            entries.append((int(v["vlan"]), "PVID" in flags, "Egress Untagged" in flags))
+    return sorted(entries)
+
+
+@pytest.fixture
+def lab() -> Iterator[Lab]:
+    with world() as w, netdevsim.netdevsim_pf(w.host, vfs=2) as dev:
+        netdevsim.switchdev(dev)
+        reps = netdevsim.representors(dev)
+        ipr = w.ipr(w.host)
+        bridge = "tenantbr0"
+        subprocess.run(
+            ["ip", "-n", w.host, "link", "add", bridge, "type", "bridge", "vlan_filtering", "1"],
+            check=True,
+        )
+        br = ipr.link_lookup(ifname=bridge)[0]
+        ipr.link("set", index=br, address=BRIDGE_MAC, mtu=1450, state="up")
+        for ifname, _ in reps.values():
+            ipr.link("set", index=ipr.link_lookup(ifname=ifname)[0], mtu=1400, state="up")
+        grant = BridgeGrant("tenant-br", bridge, frozenset({100, 200, 300}), BRIDGE_MAC)
+        yield Lab(w, dev, reps, bridge, grant)
+
+
+def _drive(lab: Lab, kind: str, params: dict[str, Any], effect: str) -> tuple[Any, Any, Any]:
+    ex = EXECUTORS[kind]
+    handle = rep_handle(lab.w, lab.reps, "pf0vf1")
+    ctx = EffectContext("op-br", effect, {"representor": (handle,)}, params, lab.env())
+    before = ex.capture(ctx)
+    ex.apply(ctx, before)
+    observed = ex.observe(ctx, before)
+    assert observed.postconditions_ok, observed.detail
+    return ctx, before, observed
+
+
+def test_attach_and_vlans_then_exact_undo(lab: Lab) -> None:
+    baseline, neighbour = lab.port(), lab.port("pf0vf0")
+    br_index = lab.w.ipr(lab.w.host).link_lookup(ifname=lab.bridge)[0]
+    attach = _drive(lab, ATTACH, {"bridge": "tenant-br"}, "attach")
+    attached = lab.port()
+    assert attached["master"] == br_index and attached["up"] is False
+    assert attached["vlans"] == [(1, True, True)]  # the bridge's default PVID
+    vlan = _drive(lab, VLAN, {"pvid": 100, "tagged": [200, 300]}, "vlans")
+    assert lab.port()["vlans"] == [(100, True, True), (200, False, False), (300, False, False)]
+    assert lab.port("pf0vf0") == neighbour
+    for kind, (ctx, before, observed) in ((VLAN, vlan), (ATTACH, attach)):
+        EXECUTORS[kind].undo(ctx, before, observed.outputs)
+        if kind == VLAN:
+            assert lab.port() == attached
+    assert lab.port() == baseline
+
+
+@pytest.mark.adversarial
+def test_refusals_foreign_master_ungranted_vlan_unknown_alias_replaced_bridge(lab: Lab) -> None:
+    ipr = lab.w.ipr(lab.w.host)
+    handle = rep_handle(lab.w, lab.reps, "pf0vf1")
+
+    def capture(kind: str, params: dict[str, Any]) -> str:
+        ctx = EffectContext("op-bad", "e", {"representor": (handle,)}, params, lab.env())
+        with pytest.raises(ExecutorError) as err:
+            EXECUTORS[kind].capture(ctx)
+        return err.value.code
+
+    assert capture(ATTACH, {"bridge": "other-br"}) == "E_BRIDGE_GRANT"
+    # the port is on a bridge nobody approved: not ours to move
+    ipr.link("add", ifname="foreignbr0", kind="bridge")
+    foreign = ipr.link_lookup(ifname="foreignbr0")[0]
+    rep = ipr.link_lookup(ifname=lab.reps["pf0vf1"][0])[0]
+    ipr.link("set", index=rep, master=foreign)
+    assert capture(ATTACH, {"bridge": "tenant-br"}) == "E_FOREIGN_MASTER"
+    assert capture(VLAN, {"pvid": 100}) == "E_BRIDGE_GRANT"
+    ipr.link("set", index=rep, master=0)
+    ctx, before, observed = _drive(lab, ATTACH, {"bridge": "tenant-br"}, "attach")
+    assert capture(VLAN, {"pvid": 101}) == "E_VLAN_DENIED"
+    # the approved bridge's MAC changes (a new incarnation): the grant no longer holds
+    br = ipr.link_lookup(ifname=lab.bridge)[0]
+    ipr.link("set", index=br, address="02:00:00:00:be:02")
+    assert capture(VLAN, {"pvid": 100}) == "E_BRIDGE_GRANT"
+    EXECUTORS[ATTACH].undo(ctx, before, observed.outputs)
+    assert by_name(ipr, lab.reps["pf0vf1"][0]).master == 0  # type: ignore[union-attr]
+
+
+def _connect(node: Node, lab: Lab, op: str, ref: Any) -> Any:
+    handle = rep_handle(lab.w, lab.reps, "pf0vf1")
+    c = call(CONFIG, op, inputs={"representor": (handle,)}, sandbox=ref)
+    return bind("accelerated-bridge-cni", "connect", c)
+
+
+def test_accelerated_bridge_cni_program_and_removal(lab: Lab, tmp_path: Path) -> None:
+    node = Node(tmp_path / "state", lab.w.host, bridge_grants=(lab.grant,))
+    try:
+        baseline = lab.port()
+        ref = node.pin("abr", lab.w.sandbox())
+        node.run("abr-conn", _connect(node, lab, "abr-conn", ref), sandbox=ref)
+        port = lab.port()
+        assert port["vlans"] == [(100, True, True), (200, False, False), (300, False, False)]
+        assert port["up"] is True and port["mtu"] == 1450
+        node.cleanup("abr-conn")
+        assert lab.port() == baseline
+    finally:
+        node.release_pins()
+
+
+@pytest.mark.crash
+def test_accelerated_bridge_cni_crash_at_every_boundary(lab: Lab, tmp_path: Path) -> None:
+    node = Node(tmp_path / "state", lab.w.host, bridge_grants=(lab.grant,))
+    server = CrashServer()
+    try:
+        baseline = lab.port()
+        sandbox = lab.w.sandbox()
+        points = {"run": 0, "cleanup": 0}
+        for phase in ("run", "cleanup"):
+            for index in range(MAX_BOUNDARIES):
+                op = f"abr-{phase}{index}"
+                ref = node.pin(op, sandbox)
+                program = _connect(node, lab, op, ref)
+                if phase == "cleanup":
+                    node.run(op, program, sandbox=ref)
+                passed = node.killed_at(server, index, phase, op, program, ref)
+                with node.runner() as r:
+                    for result in r.recover():
+                        assert result.state.value in ("Undone", "Completed"), result
+                    assert r.cleanup(op).state.value == "Undone"
+                assert lab.port() == baseline, (phase, index, passed)
+                node.pins.release(op, cleanup_verified=True)
+                if not passed:
+                    break
+                points[phase] += 1
+        # intent + 3 effects x (before-image, apply, outcome) + completion; undo 3 x 2
+        assert points["run"] >= 11 and points["cleanup"] >= 6, points
+    finally:
+        server.close()
+        node.release_pins()
