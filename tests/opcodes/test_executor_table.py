@@ -14,8 +14,17 @@ def test_every_executor_implements_a_registered_spec() -> None:
 
 def test_the_built_families_are_present() -> None:
     table = default_executors()
-    for name in ("linux/link-move/v1", "linux/create-macvlan/v1", "share/hold-parent/v1"):
+    for name in (
+        "linux/link-move/v1",
+        "linux/create-macvlan/v1",
+        "share/hold-parent/v1",
+        "sriov/vf-configure/v1",
+        "representor/configure/v1",
+        "bridge/port-attach/v1",
+        "bridge/port-vlan/v1",
+    ):
         assert name in table
+    assert "bridge/shared-uplink-vlan/v1" not in table  # needs journal-held references
 
 
 def test_each_call_returns_a_caller_owned_mapping() -> None:
