@@ -692,6 +692,19 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "handle's VF (switch ID and port name).",
         "Check the eswitch; the effect is refused.",
     ),
+    _r(
+        "E_BRIDGE_GRANT",
+        EXEC,
+        "The bridge alias has no allowedHostBridges grant, or the granted bridge is missing, "
+        "has no VLAN filtering, another MAC (a new incarnation) or is down.",
+        "Fix the policy grant or the bridge; the effect is refused.",
+    ),
+    _r(
+        "E_VLAN_DENIED",
+        EXEC,
+        "A requested VLAN is not permitted by the approved bridge's grant.",
+        "Use a granted VLAN or extend the policy's vlans.",
+    ),
     # ---- namespace pins
     _r(
         "E_NOT_A_NETNS",
