@@ -12,7 +12,7 @@ builds one per call. A plain ``LinkEnvironment`` works for executors that need n
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +57,14 @@ class DeviceEnvironment(LinkEnvironment):
         sysfs_root: Path = SYSFS,
         bridge_grants: Mapping[str, BridgeGrant] | None = None,
     ) -> DeviceEnvironment:
-        """The same namespaces as ``env`` (sockets are not shared), plus device facts."""
-        return cls(
-            host=env.host,
-            sandbox=env.sandbox,
-            pins=env.pins,
-            state_dir=env.state_dir,
-            sysfs_root=sysfs_root,
-            bridge_grants=dict(bridge_grants or {}),
-        )
+        """The same namespaces as ``env`` (every public field of it; its own sockets are not
+        shared), plus device facts."""
+        base = {
+            f.name: getattr(env, f.name)
+            for f in fields(LinkEnvironment)
+            if f.init and not f.name.startswith("_")
+        }
+        return cls(**base, sysfs_root=sysfs_root, bridge_grants=dict(bridge_grants or {}))
 
 
 def sysfs_root(env: Any) -> Path:
