@@ -81,14 +81,14 @@ def check(state_dir: Path, max_age: float, now: float | None = None) -> tuple[bo
             bool(doc["kubeletRegistered"]), bool(doc["nriConnected"]), bool(doc["journalWritable"])
         )
     except FileNotFoundError:
-        return False, f"E_NOT_READY: {path} does not exist (agent not started yet)"
+        return False, f"E_AGENT_NOT_READY: {path} does not exist (agent not started yet)"
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return False, f"E_NOT_READY: {path} is unreadable: {exc}"
+        return False, f"E_AGENT_NOT_READY: {path} is unreadable: {exc}"
     age = (now or time.time()) - written
     if age > max_age:
         return False, f"E_READINESS_STALE: {path} is {age:.0f}s old (max {max_age:.0f}s)"
     if not facts.ready:
-        return False, f"E_NOT_READY: not yet {', '.join(facts.missing())}"
+        return False, f"E_AGENT_NOT_READY: not yet {', '.join(facts.missing())}"
     return True, "ready"
 
 

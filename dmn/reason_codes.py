@@ -374,6 +374,13 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Check the agent's log; restart it if it hangs.",
     ),
     _r(
+        "E_AGENT_NOT_READY",
+        AGENT,
+        "The node agent is not ready: kubelet has not registered the plugin, the NRI runtime "
+        "is not connected, or the journal is not open and writable (the message names which).",
+        "Check the kubelet plugin directories, the runtime's NRI socket and the state dir.",
+    ),
+    _r(
         "E_JOURNAL",
         AGENT,
         "The journal could not be opened or written.",
@@ -1002,6 +1009,12 @@ REGISTRY: tuple[ReasonCode, ...] = (
         CLI,
         "Building the pinned upstream components failed.",
         "Read the build log; check Go module proxy access.",
+    ),
+    _r(
+        "E_CHART",
+        CLI,
+        "Helm could not render the chart for the upstream lab.",
+        "Read Helm's error in the message; run helm lint on charts/dra-multi-network.",
     ),
 )
 

@@ -73,7 +73,9 @@ from packaging.requirements import Requirement
 def norm(n): return re.sub(r"[-_.]+", "-", n).lower()
 seen, todo = {}, ["dra-multi-network"]
 while todo:
-    d = md.distribution(todo.pop())
+    name = todo.pop()
+    try: d = md.distribution(name)
+    except md.PackageNotFoundError: raise SystemExit(f"{name} is not installed in the venv (make setup)")
     k = norm(d.metadata["Name"])
     if k in seen: continue
     seen[k] = d.version

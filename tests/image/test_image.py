@@ -96,7 +96,7 @@ def test_agent_and_controller_dependencies_load_inside_the_image(built: dict[str
     proc = _in_image(built, "/opt/dmn/bin/python", "-c", code, user="0:0")
     assert proc.returncode == 0, proc.stderr
     ready = _in_image(built, DMN, "node-ready", "--state-dir", "/nonexistent")
-    assert ready.returncode == 1 and "E_NOT_READY" in ready.stderr
+    assert ready.returncode == 1 and "E_AGENT_NOT_READY" in ready.stderr
 
 
 def _member(tar: tarfile.TarFile, name: str) -> bytes:

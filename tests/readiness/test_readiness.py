@@ -19,11 +19,11 @@ def test_ready_only_when_all_three_facts_hold(tmp_path: Path) -> None:
         )
         write(tmp_path, facts, now=100.0)
         ok, reason = check(tmp_path, 30, now=110.0)
-        assert not ok and reason == f"E_NOT_READY: not yet {missing}"
+        assert not ok and reason == f"E_AGENT_NOT_READY: not yet {missing}"
 
 
 def test_stale_missing_and_garbled_files_are_not_ready(tmp_path: Path) -> None:
-    assert check(tmp_path, 30)[1].startswith("E_NOT_READY:")
+    assert check(tmp_path, 30)[1].startswith("E_AGENT_NOT_READY:")
     write(tmp_path, ALL, now=100.0)
     ok, reason = check(tmp_path, 30, now=200.0)
     assert not ok and reason.startswith("E_READINESS_STALE:")
