@@ -75,7 +75,7 @@ seen, todo = {}, ["dra-multi-network"]
 while todo:
     name = todo.pop()
     try: d = md.distribution(name)
-    except md.PackageNotFoundError: raise SystemExit(f"{name} is not installed in the venv (make setup)")
+    except md.PackageNotFoundError: raise SystemExit(f"{name} not in the venv (make setup)")
     k = norm(d.metadata["Name"])
     if k in seen: continue
     seen[k] = d.version
@@ -439,11 +439,13 @@ def _du(path: Path) -> int:
     return total
 
 
-def _prune(keep: Path) -> None:
-    images = sorted(cache_root().glob("image-*"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in images[KEEP_IMAGES:]:
-        if old != keep:
-            shutil.rmtree(old, ignore_errors=True)
+def _prune(keep: Path, base: Path) -> None:
+    """Keep the newest few image directories and the base in use (plus one older base)."""
+    for pattern, count, current in (("image-*", KEEP_IMAGES, keep), ("base-*", 2, base)):
+        dirs = sorted(cache_root().glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in dirs[count:]:
+            if old != current:
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def project_version() -> str:
@@ -500,7 +502,8 @@ def ensure(python: Path) -> Built:
             (image / "app-layer.tar").unlink()
             (image / ".complete").write_text(json.dumps({"base": base_key}) + "\n")
     os.utime(image)
-    _prune(image)
+    os.utime(base)
+    _prune(image, base)
     archive = image / "image.tar"
     index = json.loads(_read_member(archive, "index.json"))
     manifest_digest = index["manifests"][0]["digest"].split(":")[1]
