@@ -1010,12 +1010,6 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Building the pinned upstream components failed.",
         "Read the build log; check Go module proxy access.",
     ),
-    _r(
-        "E_CHART",
-        CLI,
-        "Helm could not render the chart for the upstream lab.",
-        "Read Helm's error in the message; run helm lint on charts/dra-multi-network.",
-    ),
 )
 
 #: Codes that carry a number: (regex, entry describing the family).
