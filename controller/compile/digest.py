@@ -54,20 +54,32 @@ def contract_digest(descriptor: Mapping[str, Any]) -> str:
     return sha256_digest(dict(descriptor))
 
 
+def _topology_digest(
+    identity: tuple[str, str],
+    normalized: Mapping[str, Any],
+    plugin_contracts: Mapping[str, str],
+    opcode_contracts_digest: str,
+) -> str:
+    key, value = identity
+    return sha256_digest(
+        {
+            key: value,
+            "spec": dict(normalized),
+            "plugins": dict(sorted(plugin_contracts.items())),
+            "opcodes": opcode_contracts_digest,
+            "compiler": COMPILER_VERSION,
+        }
+    )
+
+
 def semantic_digest(
     topology_uid: str,
     normalized: Mapping[str, Any],
     plugin_contracts: Mapping[str, str],
     opcode_contracts_digest: str,
 ) -> str:
-    return sha256_digest(
-        {
-            "topologyUID": topology_uid,
-            "spec": dict(normalized),
-            "plugins": dict(sorted(plugin_contracts.items())),
-            "opcodes": opcode_contracts_digest,
-            "compiler": COMPILER_VERSION,
-        }
+    return _topology_digest(
+        ("topologyUID", topology_uid), normalized, plugin_contracts, opcode_contracts_digest
     )
 
 
@@ -87,14 +99,8 @@ def naming_digest(
     found under the expected name with a different semantic digest (an earlier topology
     of the same name whose revision is still held) is a conflict, never adopted.
     """
-    return sha256_digest(
-        {
-            "topologyName": topology_name,
-            "spec": dict(normalized),
-            "plugins": dict(sorted(plugin_contracts.items())),
-            "opcodes": opcode_contracts_digest,
-            "compiler": COMPILER_VERSION,
-        }
+    return _topology_digest(
+        ("topologyName", topology_name), normalized, plugin_contracts, opcode_contracts_digest
     )
 
 
