@@ -19,10 +19,12 @@ import yaml
 from pydantic import BaseModel
 
 from dmn.api.identity import GROUP, VERSION
+from dmn.interpreter.documents import CRD_SCHEMA
 
 CRD_DIR = Path("charts/dra-multi-network/crds")
 
 _DROP = {"title", "description", "discriminator"}
+_REPLACED_BY_PAYLOAD = {CRD_SCHEMA, "$ref", "anyOf", "allOf", "default"}
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,11 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
         return [_resolve(v, defs) for v in node]
     if not isinstance(node, dict):
         return node
+    if CRD_SCHEMA in node:
+        # A payload the model types but the CRD stores as given: its CRD schema replaces
+        # the model's (the field's other keywords, e.g. maxProperties, still apply).
+        rest = {k: v for k, v in node.items() if k not in _REPLACED_BY_PAYLOAD}
+        return _resolve({**copy.deepcopy(node[CRD_SCHEMA]), **rest}, defs)
     node = dict(node)
     if "$ref" in node:
         target = defs[node.pop("$ref").rsplit("/", 1)[-1]]

@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from dmn.api.topology import NetworkTopology
-from dmn.interpreter.documents import HookProgram, NetworkPlugin
+from dmn.interpreter.documents import CRD_SCHEMA, HookProgram, NetworkPlugin
 from dmn.interpreter.loader import load_builtin_plugins
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -39,9 +39,14 @@ KINDS: dict[str, type[BaseModel]] = {
 
 
 def _clean(node: Any) -> Any:
-    """Drop Kubernetes extension keywords, recursively; other keywords are kept as they are."""
+    """Drop Kubernetes extension keywords and the CRD-only payload schemas (``CRD_SCHEMA``),
+    recursively; other keywords are kept as they are."""
     if isinstance(node, dict):
-        return {k: _clean(v) for k, v in node.items() if not str(k).startswith("x-kubernetes-")}
+        return {
+            k: _clean(v)
+            for k, v in node.items()
+            if not str(k).startswith("x-kubernetes-") and k != CRD_SCHEMA
+        }
     if isinstance(node, list):
         return [_clean(v) for v in node]
     return node

@@ -26,6 +26,7 @@ from dmn.api.model import (
     list_set,
     validations,
 )
+from dmn.vocabulary.terms import LinkTypeName
 
 PCI_ADDRESS = r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$"
 PCI_ID = r"^0x[0-9a-f]{4}$"
@@ -91,7 +92,7 @@ class HardwareSelector(ApiModel):
         default=None,
         description="Kernel driver the function is bound to now (e.g. mlx5_core, vfio-pci).",
     )
-    link_types: list[Literal["ethernet", "infiniband"]] | None = list_set(
+    link_types: list[LinkTypeName] | None = list_set(
         max_items=2, default=None, description="Link layer of the item's netdev or RDMA port."
     )
     rdma_capable: bool | None = Field(

@@ -24,6 +24,7 @@ from dmn.api.model import (
     list_set,
     validations,
 )
+from dmn.vocabulary.terms import StepKindName
 
 MAX_STEPS = 32
 MAX_ROOTS = 8
@@ -56,7 +57,7 @@ class Step(ApiModel):
     }
 
     id: str = Field(min_length=1, max_length=40, pattern=STEP_ID)
-    kind: Literal["Allocation", "Operation"]
+    kind: StepKindName
     plugin_ref: PluginRef
     config: dict[str, Any] = Field(
         default_factory=dict, json_schema_extra=PAYLOAD_EXTRA | {"maxProperties": 64}

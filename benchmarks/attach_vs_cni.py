@@ -49,18 +49,11 @@ from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
 from dmn.engine.journal import MemoryJournal
 from dmn.engine.runner import Runner
-from dmn.interpreter.handles import (
-    Access,
-    Handle,
-    HandleType,
-    LinkType,
-    Provenance,
-    Scope,
-    ScopeKind,
-)
 from dmn.interpreter.loader import load_builtin_plugins
 from dmn.opcodes.executor_table import default_executors
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+from dmn.vocabulary.handles import Handle, Provenance, Scope
+from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 
 CNI_DIR = Path("/usr/lib/cni")
 CLONE_NEWNET = 0x40000000

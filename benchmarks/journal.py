@@ -35,9 +35,10 @@ from dmn.agent.journal.store import JournalStore
 from dmn.engine.bound import BoundEffect, BoundProgram
 from dmn.engine.journal import MemoryJournal
 from dmn.engine.runner import Runner
-from dmn.interpreter.handles import Handle
 from dmn.opcodes.executor import EffectContext, Observed, RecoveryObservation
-from dmn.opcodes.spec import Hook, OpcodeSpec, RecoveryStrategy, Reversibility
+from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.handles import Handle
+from dmn.vocabulary.terms import Hook, RecoveryStrategy, Reversibility
 
 
 class _NoParams(BaseModel):

@@ -25,15 +25,6 @@ from typing import Any
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
 from dmn.interpreter.checker import check_plugin
-from dmn.interpreter.handles import (
-    Access,
-    Handle,
-    HandleType,
-    LinkType,
-    NamespaceIdentity,
-    Scope,
-    ScopeKind,
-)
 from dmn.interpreter.loader import (
     Plugin,
     builtin_programs_root,
@@ -43,6 +34,8 @@ from dmn.interpreter.loader import (
     plugin_from_descriptor,
 )
 from dmn.opcodes.registry import default_registry
+from dmn.vocabulary.handles import Handle, NamespaceIdentity, Scope
+from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 
 HEADER = """\
 apiVersion: networking.dra-multi-network.schseba.github.io/v1alpha1

@@ -51,11 +51,12 @@ from dmn.interpreter.expressions import (
     parse_guard,
     parse_reference,
 )
-from dmn.interpreter.handles import Access, Handle, HandleType, LinkType, Scope, ScopeKind
 from dmn.interpreter.ifname import ifname_problem, is_ifname_field
 from dmn.interpreter.loader import Plugin
 from dmn.interpreter.parameters import is_required, model_error
-from dmn.opcodes.spec import OpcodeRegistry, OpcodeSpec, PortSpec, RecoveryStrategy
+from dmn.opcodes.spec import OpcodeRegistry, OpcodeSpec, PortSpec
+from dmn.vocabulary.handles import Handle, Scope
+from dmn.vocabulary.terms import Access, HandleType, LinkType, RecoveryStrategy, ScopeKind
 
 _MUTATING = frozenset({Access.EXCLUSIVE_CONFIGURE, Access.EXCLUSIVE_MASTER, Access.ATTACH_MEMBER})
 

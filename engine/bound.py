@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dmn.interpreter.canonical_json import JSONValue, canonical_json, sha256_digest
-from dmn.interpreter.handles import Handle
+from dmn.vocabulary.handles import Handle
 
 
 @dataclass(frozen=True, slots=True)

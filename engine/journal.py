@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from dmn.engine.bound import BoundProgram
 from dmn.interpreter.canonical_json import JSONValue, sha256_digest
-from dmn.interpreter.handles import Handle
+from dmn.vocabulary.handles import Handle
 
 SCHEMA_VERSION = 1
 

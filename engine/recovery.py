@@ -35,7 +35,7 @@ from enum import StrEnum
 from dmn.engine.journal import EffectState
 from dmn.interpreter.canonical_json import JSONValue
 from dmn.opcodes.executor import EffectContext, Executor, RecoveryObservation
-from dmn.opcodes.spec import RecoveryStrategy, Reversibility
+from dmn.vocabulary.terms import RecoveryStrategy, Reversibility
 
 
 class UndoAction(StrEnum):

@@ -68,9 +68,9 @@ from dmn.engine.journal import (
 from dmn.engine.mutation_lock import NodeMutationLock
 from dmn.engine.recovery import UndoAction, decide_compensation, observation_of
 from dmn.interpreter.canonical_json import JSONValue
-from dmn.interpreter.handles import Handle
 from dmn.opcodes.executor import EffectContext, Executor, ExecutorError, RecoveryObservation
-from dmn.opcodes.spec import Reversibility
+from dmn.vocabulary.handles import Handle
+from dmn.vocabulary.terms import Reversibility
 
 _log = logging.getLogger(__name__)
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -55,31 +56,59 @@ from pydantic import (
 from dmn.interpreter.config_schema import PATTERN_ERROR_TYPE, ObjectSchema
 from dmn.interpreter.diagnostics import Code, Diagnostic
 from dmn.interpreter.source import Path, SourceMap, YamlDocument, path_text
+from dmn.vocabulary.terms import (
+    AccessName,
+    HandleTypeName,
+    HookName,
+    LinkTypeName,
+    OwnershipName,
+    RecoveryName,
+    StepKindName,
+)
 
 EFFECTS_API_VERSION = "effects.dra-multi-network.schseba.github.io/v1alpha1"
 NETWORKING_API_VERSION = "networking.dra-multi-network.schseba.github.io/v1alpha1"
 
-HookName = Literal["prepare", "connect"]
-HOOKS: tuple[HookName, ...] = ("prepare", "connect")
-HandleTypeName = Literal[
-    "KernelInterface/v1",
-    "VfioDevice/v1",
-    "RdmaDevice/v1",
-    "SharedParent/v1",
-    "HostRepresentor/v1",
-    "PciFunction/v1",
-]
-LinkTypeName = Literal["ethernet", "infiniband"]
-AccessName = Literal[
-    "Read", "CreateChild", "ExclusiveConfigure", "ExclusiveMaster", "AttachMember", "DeviceAccess"
-]
-OwnershipName = Literal["Created", "Moved", "Granted", "Configured", "Attached"]
-RecoveryName = Literal["ObserveAndReconcile", "RestoreBeforeImage", "Rediscover", "Quarantine"]
-StepKindName = Literal["Allocation", "Operation"]
-
 _ID_PATTERN = r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$"
 _NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
 _PORT_PATTERN = r"^[a-z][A-Za-z0-9]{0,62}$"
+
+# --- The NetworkPlugin CRD is generated from these models (dmn.api.plugin, dmn generate).
+# What the API server enforces is written here once: bounds pydantic validates and
+# publishes alike (max_length, maxProperties), and the Kubernetes-only schema facts
+# (x-kubernetes-validations mirroring a validator below, list-type set, preserve-unknown
+# payloads whose contents the checker types) ride along as json_schema_extra.
+
+#: json_schema_extra key: the schema the NetworkPlugin CRD has at this field instead of the
+#: model's own — a bounded payload the API server stores as given and this model (and the
+#: checker) types. ``dmn.api.crdgen`` substitutes it; ``dmn.api.editor_schema`` drops it,
+#: so editors still see the typed schema.
+CRD_SCHEMA = "x-dmn-crd-schema"
+_PRESERVE: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
+_TEXT_MAX = 1024
+_MAX_PORTS = 16
+_MAX_ALLOWED_EFFECTS = 64
+
+
+def _cel(*rules: tuple[str, str]) -> dict[str, Any]:
+    """``x-kubernetes-validations``: the API server's copy of a model validator's rule."""
+    return {"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]}
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    """A Kubernetes list-type set: the API server refuses duplicates, and so do we."""
+    seen = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"duplicate value {value!r}")
+        seen.add(value)
+    return values
+
+
+def _port_count(ports: dict[str, Any]) -> dict[str, Any]:
+    if len(ports) > _MAX_PORTS:
+        raise ValueError(f"at most {_MAX_PORTS} ports")
+    return ports
 
 
 class _Strict(BaseModel):
@@ -155,14 +184,23 @@ class HookProgram(_Strict):
         return ProgramBody(effects=self.effects, exports=self.exports)
 
 
+_PORT_RULES = _cel(("self.minItems <= self.maxItems", "minItems exceeds maxItems"))
+
+
 class InputPort(_Strict):
+    """An input (or allocation grant) port. ``access`` is one access name or a list of
+    them — a union a structural CRD schema cannot type, so the CRD stores it as a
+    payload and this model types it."""
+
+    model_config = ConfigDict(json_schema_extra=_PORT_RULES)
+
     type: HandleTypeName
     link_type: LinkTypeName | None = Field(default=None, alias="linkType")
     min_items: int = Field(default=1, alias="minItems", ge=0, le=256)
     max_items: int = Field(default=1, alias="maxItems", ge=1, le=256)
-    access: AccessName | list[AccessName]
-    when: str | None = None
-    description: str | None = None
+    access: AccessName | list[AccessName] = Field(json_schema_extra={CRD_SCHEMA: _PRESERVE})
+    when: str | None = Field(default=None, max_length=_TEXT_MAX)
+    description: str | None = Field(default=None, max_length=_TEXT_MAX)
 
     @model_validator(mode="after")
     def _bounds(self) -> InputPort:
@@ -178,13 +216,15 @@ class InputPort(_Strict):
 
 
 class OutputPort(_Strict):
+    model_config = ConfigDict(json_schema_extra=_PORT_RULES)
+
     type: HandleTypeName
     link_type: LinkTypeName | None = Field(default=None, alias="linkType")
     min_items: int = Field(default=1, alias="minItems", ge=0, le=256)
     max_items: int = Field(default=1, alias="maxItems", ge=1, le=256)
     ownership: OwnershipName
-    when: str | None = None
-    description: str | None = None
+    when: str | None = Field(default=None, max_length=_TEXT_MAX)
+    description: str | None = Field(default=None, max_length=_TEXT_MAX)
 
     @model_validator(mode="after")
     def _bounds(self) -> OutputPort:
@@ -194,8 +234,18 @@ class OutputPort(_Strict):
 
 
 class Implementation(_Strict):
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            ("self.type != 'Builtin' || has(self.handler)", "Builtin plugins name their handler"),
+            (
+                "self.type != 'EffectProgram' || !has(self.handler)",
+                "EffectProgram plugins have no handler",
+            ),
+        )
+    )
+
     type: Literal["Builtin", "EffectProgram"]
-    handler: str | None = None
+    handler: str | None = Field(default=None, max_length=63)
 
     @model_validator(mode="after")
     def _handler(self) -> Implementation:
@@ -237,17 +287,53 @@ class Metadata(BaseModel):
     annotations: dict[str, str] | None = None
 
 
+#: Ports of one kind (allocation grants, inputs, outputs): at most 16 per plugin.
+InputPorts = Annotated[dict[str, InputPort], AfterValidator(_port_count)]
+OutputPorts = Annotated[dict[str, OutputPort], AfterValidator(_port_count)]
+_PORTS_EXTRA: dict[str, Any] = {"maxProperties": _MAX_PORTS}
+
+
 class PluginSpec(_Strict):
+    """The plugin contract: what checking reads and what the NetworkPlugin CRD's
+    ``spec`` is generated from (one model; ``dmn.api.plugin`` adds only the status)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_cel(
+            (
+                "self.implementation.type != 'EffectProgram' || has(self.hooks)",
+                "EffectProgram plugins carry hooks",
+            ),
+        )
+    )
+
     implementation: Implementation
     contract_version: Literal["v1"] = Field(alias="contractVersion")
-    step_kinds: list[StepKindName] = Field(alias="stepKinds", min_length=1, max_length=2)
-    config_schema: ObjectSchema = Field(alias="configSchema")
-    allocation: dict[str, InputPort] | None = None
-    inputs: dict[str, InputPort] | None = None
-    outputs: dict[str, OutputPort] | None = None
-    allowed_effects: list[str] = Field(alias="allowedEffects")
+    step_kinds: Annotated[list[StepKindName], AfterValidator(_unique)] = Field(
+        alias="stepKinds",
+        min_length=1,
+        max_length=2,
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    config_schema: ObjectSchema = Field(
+        alias="configSchema",
+        json_schema_extra={CRD_SCHEMA: {"maxProperties": 8, "type": "object", **_PRESERVE}},
+    )
+    allocation: InputPorts | None = Field(default=None, json_schema_extra=_PORTS_EXTRA)
+    inputs: InputPorts | None = Field(default=None, json_schema_extra=_PORTS_EXTRA)
+    outputs: OutputPorts | None = Field(default=None, json_schema_extra=_PORTS_EXTRA)
+    allowed_effects: Annotated[list[str], AfterValidator(_unique)] = Field(
+        alias="allowedEffects",
+        max_length=_MAX_ALLOWED_EFFECTS,
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
     state_contract: StateContract = Field(alias="stateContract")
-    hooks: Hooks | None = None
+    hooks: Hooks | None = Field(
+        default=None,
+        json_schema_extra={
+            CRD_SCHEMA: {"additionalProperties": {"type": "object", **_PRESERVE}, "type": "object"},
+            "maxProperties": 4,
+        },
+    )
 
 
 class NetworkPlugin(_Strict):

@@ -31,7 +31,6 @@ from dmn.interpreter.checker import check_plugin, check_program
 from dmn.interpreter.diagnostics import Code, Diagnostic, SourceSpan
 from dmn.interpreter.documents import (
     DOCUMENT_MODELS,
-    HOOKS,
     HookProgram,
     NetworkPlugin,
     document_kind,
@@ -49,6 +48,7 @@ from dmn.interpreter.loader import (
 )
 from dmn.interpreter.source import YamlDocument, load_yaml_documents
 from dmn.opcodes.spec import OpcodeRegistry
+from dmn.vocabulary.terms import HOOKS
 
 
 @dataclass(slots=True)

@@ -27,14 +27,7 @@ from typing import Any
 
 from dmn.interpreter.canonical_json import sha256_digest
 from dmn.interpreter.diagnostics import Code, Diagnostic, SourceSpan
-from dmn.interpreter.documents import (
-    HOOKS,
-    HookName,
-    HookProgram,
-    NetworkPlugin,
-    ProgramBody,
-    parse_document,
-)
+from dmn.interpreter.documents import HookProgram, NetworkPlugin, ProgramBody, parse_document
 from dmn.interpreter.source import (
     Path,
     SourceMap,
@@ -42,6 +35,7 @@ from dmn.interpreter.source import (
     load_yaml_documents,
     size_problem,
 )
+from dmn.vocabulary.terms import HOOKS, HookName
 
 PLUGIN_FILE = "plugin.yaml"
 

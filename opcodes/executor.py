@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from dmn.interpreter.handles import Handle
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.handles import Handle
 
 JSONValue = Any
 

@@ -11,29 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from pydantic import BaseModel
 
-from dmn.interpreter.handles import Access, HandleType, LinkType, ScopeKind
-
-
-class Hook(StrEnum):
-    PREPARE = "prepare"
-    CONNECT = "connect"
-
-
-class Reversibility(StrEnum):
-    REVERSIBLE = "Reversible"
-    IRREVERSIBLE = "Irreversible"
-    REDISCOVER = "Rediscover"
-
-
-class RecoveryStrategy(StrEnum):
-    OBSERVE_AND_RECONCILE = "ObserveAndReconcile"
-    RESTORE_BEFORE_IMAGE = "RestoreBeforeImage"
-    REDISCOVER = "Rediscover"
-    QUARANTINE = "Quarantine"
+from dmn.vocabulary.terms import (
+    Access,
+    HandleType,
+    Hook,
+    LinkType,
+    RecoveryStrategy,
+    Reversibility,
+    ScopeKind,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from dmn.agent.journal.records import AttachmentIdentity
 from dmn.api.attachment import NetworkAttachmentStatus
 from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, Conflict
 from dmn.api.cluster import resources as r
-from dmn.interpreter.handles import Handle
+from dmn.vocabulary.handles import Handle
 
 log = logging.getLogger(__name__)
 

@@ -84,11 +84,6 @@ from dmn.api.identity import DRIVER
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
 from dmn.engine.runner import BoundaryHook, Runner, RunRefused, RunResult
-from dmn.interpreter.handles import (
-    Handle,
-    Scope,
-    ScopeKind,
-)
 from dmn.interpreter.loader import Plugin, load_builtin_plugins
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.executor_table import default_executors
@@ -97,6 +92,8 @@ from dmn.opcodes.linux.netns import (
     current_boot_id,
     identity_of,
 )
+from dmn.vocabulary.handles import Handle, Scope
+from dmn.vocabulary.terms import ScopeKind
 
 log = logging.getLogger(__name__)
 

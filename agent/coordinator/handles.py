@@ -16,18 +16,11 @@ from typing import Any, Protocol
 from dmn.agent.coordinator.verify import Refusal, VerifiedRoot
 from dmn.agent.inventory.facts import Inventory, LinkState
 from dmn.agent.personas.model import PersonaSet
-from dmn.interpreter.handles import (
-    Access,
-    Handle,
-    HandleType,
-    LinkType,
-    Provenance,
-    Scope,
-    ScopeKind,
-)
 from dmn.interpreter.loader import Plugin
 from dmn.opcodes.linux.links import by_name
 from dmn.opcodes.linux.netns import LinkEnvironment
+from dmn.vocabulary.handles import Handle, Provenance, Scope
+from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ import os
 import re
 from pathlib import Path
 
-from dmn.interpreter.handles import NamespaceIdentity
 from dmn.opcodes.linux.netns import (
     LinkEnvironment,
     NamespaceRef,
@@ -30,6 +29,7 @@ from dmn.opcodes.linux.netns import (
     current_boot_id,
     identity_of,
 )
+from dmn.vocabulary.handles import NamespaceIdentity
 
 _log = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ from dmn.agent.personas.model import (
 )
 from dmn.api.policy import DeviceExposurePolicy, Exposure, HardwareSelector, NodeSelector
 from dmn.interpreter.canonical_json import canonical_json
-from dmn.interpreter.handles import Access, HandleType
+from dmn.vocabulary.terms import Access, HandleType
 
 log = logging.getLogger(__name__)
 

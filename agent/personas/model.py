@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from dmn.interpreter.handles import Access, HandleType
+from dmn.vocabulary.terms import Access, HandleType
 
 DRIVER = "dra-multi-network.schseba.github.io"
 STANDARD = "resource.kubernetes.io"

@@ -25,20 +25,12 @@ from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundEffect, BoundInput, BoundProgram, EffectOutputRef
 from dmn.interpreter.diagnostics import Diagnostic
 from dmn.interpreter.documents import InputPort
-from dmn.interpreter.handles import (
-    HOST_SCOPE,
-    Access,
-    Handle,
-    HandleType,
-    LinkType,
-    NamespaceIdentity,
-    Scope,
-    ScopeKind,
-)
 from dmn.interpreter.loader import Plugin
 from dmn.interpreter.source import SourceMap
 from dmn.opcodes.registry import default_registry
 from dmn.opcodes.spec import OpcodeRegistry
+from dmn.vocabulary.handles import HOST_SCOPE, Handle, NamespaceIdentity, Scope
+from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 
 #: The stand-in for the Pod sandbox a connect call is verified against.
 PLACEHOLDER_SANDBOX = Scope(ScopeKind.SANDBOX, NamespaceIdentity(0, 0, "explain"))

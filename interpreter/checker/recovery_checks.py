@@ -5,7 +5,8 @@ from __future__ import annotations
 from dmn.interpreter.checker.program_state import _ProgramBase
 from dmn.interpreter.diagnostics import Code
 from dmn.interpreter.documents import Effect
-from dmn.opcodes.spec import OpcodeSpec, Reversibility
+from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.terms import Reversibility
 
 
 class _RecoveryChecks(_ProgramBase):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dmn.interpreter.documents import InputPort
-from dmn.interpreter.handles import Access, HandleType, LinkType, ScopeKind
+from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 
 #: Accesses a shared-parent grant must never be used for.
 _MUTATING_ACCESSES = frozenset(

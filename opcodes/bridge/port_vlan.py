@@ -12,7 +12,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from dmn.interpreter.handles import Handle
 from dmn.opcodes.bridge import specs
 from dmn.opcodes.bridge.approved_bridge import (
     BridgeIdentity,
@@ -28,6 +27,7 @@ from dmn.opcodes.linux.links import LinkState
 from dmn.opcodes.representor.configure import representor_input
 from dmn.opcodes.representor.identity import RepresentorIdentity, relocate
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.handles import Handle
 
 _log = logging.getLogger(__name__)
 

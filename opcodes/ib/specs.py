@@ -12,9 +12,17 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from dmn.interpreter.handles import Access, HandleType, LinkType, ScopeKind
 from dmn.opcodes.parameter_types import ParameterModel
-from dmn.opcodes.spec import Hook, OpcodeSpec, PortSpec, RecoveryStrategy, Reversibility
+from dmn.opcodes.spec import OpcodeSpec, PortSpec
+from dmn.vocabulary.terms import (
+    Access,
+    HandleType,
+    Hook,
+    LinkType,
+    RecoveryStrategy,
+    Reversibility,
+    ScopeKind,
+)
 
 IPOIB_DATAGRAM_MAX_MTU = 4092
 IpoibMtu = Annotated[int, Field(ge=256, le=65520)]

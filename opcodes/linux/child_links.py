@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from dmn.interpreter.handles import ScopeKind
 from dmn.opcodes.executor import EffectContext, ExecutorError
 from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.created_link import _CreatedLink
@@ -25,6 +24,7 @@ from dmn.opcodes.linux.links import (
 )
 from dmn.opcodes.linux.netns import LinkEnvironment
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.terms import ScopeKind
 
 MACVLAN_MODES = {"private": 1, "vepa": 2, "bridge": 4, "passthru": 8}
 IPVLAN_MODES = {"l2": 0, "l3": 1, "l3s": 2}

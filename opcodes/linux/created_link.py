@@ -12,13 +12,13 @@ import errno
 import logging
 from typing import Any
 
-from dmn.interpreter.handles import Access
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.linux.effect_handles import Outputs, environment, link_handle
 from dmn.opcodes.linux.link_ownership import delete_owned, find_owned, find_owned_in
 from dmn.opcodes.linux.links import LinkState, netlink_call
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.terms import Access
 
 _log = logging.getLogger("dmn.opcodes.linux.executors")  # the family logger, as before the split
 

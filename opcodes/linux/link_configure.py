@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from dmn.interpreter.handles import ScopeKind
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.effect_handles import (
@@ -18,6 +17,7 @@ from dmn.opcodes.linux.effect_handles import (
 from dmn.opcodes.linux.links import LinkState, by_index, netlink_call
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.terms import ScopeKind
 
 _log = logging.getLogger("dmn.opcodes.linux.executors")  # the family logger, as before the split
 

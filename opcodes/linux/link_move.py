@@ -11,7 +11,6 @@ import dataclasses
 import logging
 from typing import Any
 
-from dmn.interpreter.handles import ScopeKind
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.effect_handles import (
@@ -25,6 +24,7 @@ from dmn.opcodes.linux.link_ownership import find_owned, set_alias
 from dmn.opcodes.linux.links import LinkState, addresses_of, by_index, by_name, netlink_call, owned
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.terms import ScopeKind
 
 _log = logging.getLogger("dmn.opcodes.linux.executors")  # the family logger, as before the split
 

@@ -35,9 +35,10 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from dmn.interpreter.handles import NamespaceIdentity, Scope, ScopeKind
 from dmn.opcodes.executor import ExecutorError
 from dmn.opcodes.linux.link_reader import LinkReader
+from dmn.vocabulary.handles import NamespaceIdentity, Scope
+from dmn.vocabulary.terms import ScopeKind
 
 _log = logging.getLogger(__name__)
 

@@ -28,7 +28,6 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from dmn.interpreter.handles import ScopeKind
 from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservation
 from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.child_links import IPVLAN_MODES, MACVLAN_MODES
@@ -37,6 +36,7 @@ from dmn.opcodes.linux.effect_handles import environment, locate_input, single
 from dmn.opcodes.linux.links import LinkState, by_index, by_name, netlink_call, nonce_name
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.terms import ScopeKind
 
 
 class _SandboxChild(_CreatedLink):

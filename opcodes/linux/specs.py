@@ -22,9 +22,17 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from dmn.interpreter.handles import Access, HandleType, LinkType, ScopeKind
 from dmn.opcodes.parameter_types import IfName, MonitorIntervalMs, Mtu, ParameterModel, VlanId
-from dmn.opcodes.spec import Hook, OpcodeSpec, PortSpec, RecoveryStrategy, Reversibility
+from dmn.opcodes.spec import OpcodeSpec, PortSpec
+from dmn.vocabulary.terms import (
+    Access,
+    HandleType,
+    Hook,
+    LinkType,
+    RecoveryStrategy,
+    Reversibility,
+    ScopeKind,
+)
 
 _ETHERNET = frozenset({LinkType.ETHERNET})
 _ANY_LINK = frozenset({LinkType.ETHERNET, LinkType.INFINIBAND})

@@ -14,9 +14,16 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from dmn.interpreter.handles import Access, HandleType, ScopeKind
 from dmn.opcodes.parameter_types import ParameterModel
-from dmn.opcodes.spec import Hook, OpcodeSpec, PortSpec, RecoveryStrategy, Reversibility
+from dmn.opcodes.spec import OpcodeSpec, PortSpec
+from dmn.vocabulary.terms import (
+    Access,
+    HandleType,
+    Hook,
+    RecoveryStrategy,
+    Reversibility,
+    ScopeKind,
+)
 
 DRIVER_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
 DriverName = Annotated[str, Field(min_length=1, max_length=32, pattern=DRIVER_NAME_PATTERN)]

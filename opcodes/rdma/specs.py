@@ -13,9 +13,16 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from dmn.interpreter.handles import Access, HandleType, ScopeKind
 from dmn.opcodes.parameter_types import ParameterModel
-from dmn.opcodes.spec import Hook, OpcodeSpec, PortSpec, RecoveryStrategy, Reversibility
+from dmn.opcodes.spec import OpcodeSpec, PortSpec
+from dmn.vocabulary.terms import (
+    Access,
+    HandleType,
+    Hook,
+    RecoveryStrategy,
+    Reversibility,
+    ScopeKind,
+)
 
 _SANDBOX_DEVICE_GRANTS = frozenset({Access.READ, Access.DEVICE_ACCESS})
 _NETNS_GRANTS = frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE, Access.DEVICE_ACCESS})

@@ -11,13 +11,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from dmn.interpreter.handles import Handle, ScopeKind
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.linux.effect_handles import environment, single
 from dmn.opcodes.linux.links import LinkState, netlink_call
 from dmn.opcodes.representor import specs
 from dmn.opcodes.representor.identity import RepresentorIdentity, locate, relocate
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.handles import Handle
+from dmn.vocabulary.terms import ScopeKind
 
 _log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
 
-from dmn.interpreter.handles import Handle
 from dmn.opcodes.executor import ExecutorError
 from dmn.opcodes.linux.links import LinkState, by_index, locate_hinted
+from dmn.vocabulary.handles import Handle
 
 
 @dataclass(frozen=True, slots=True)

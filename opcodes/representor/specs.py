@@ -10,9 +10,16 @@ from __future__ import annotations
 
 from pydantic import model_validator
 
-from dmn.interpreter.handles import Access, HandleType, ScopeKind
 from dmn.opcodes.parameter_types import Mtu, ParameterModel
-from dmn.opcodes.spec import Hook, OpcodeSpec, PortSpec, RecoveryStrategy, Reversibility
+from dmn.opcodes.spec import OpcodeSpec, PortSpec
+from dmn.vocabulary.terms import (
+    Access,
+    HandleType,
+    Hook,
+    RecoveryStrategy,
+    Reversibility,
+    ScopeKind,
+)
 
 
 class RepresentorConfigureParameters(ParameterModel):

@@ -15,7 +15,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from dmn.interpreter.handles import Access, Handle, HandleType, ScopeKind
 from dmn.opcodes.executor import (
     EffectContext,
     Executor,
@@ -34,6 +33,8 @@ from dmn.opcodes.linux.links import LinkState, by_index
 from dmn.opcodes.linux.netns import LinkEnvironment
 from dmn.opcodes.share import specs
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.handles import Handle
+from dmn.vocabulary.terms import Access, HandleType, ScopeKind
 
 _log = logging.getLogger(__name__)
 

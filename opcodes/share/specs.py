@@ -12,9 +12,17 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from dmn.interpreter.handles import Access, HandleType, LinkType, ScopeKind
 from dmn.opcodes.parameter_types import ParameterModel
-from dmn.opcodes.spec import Hook, OpcodeSpec, PortSpec, RecoveryStrategy, Reversibility
+from dmn.opcodes.spec import OpcodeSpec, PortSpec
+from dmn.vocabulary.terms import (
+    Access,
+    HandleType,
+    Hook,
+    LinkType,
+    RecoveryStrategy,
+    Reversibility,
+    ScopeKind,
+)
 
 MACVLAN_MODES = ("bridge", "private", "vepa", "passthru")
 IPVLAN_MODES = ("l2", "l3", "l3s")

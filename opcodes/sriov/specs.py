@@ -17,9 +17,16 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from dmn.interpreter.handles import Access, HandleType, ScopeKind
 from dmn.opcodes.parameter_types import ParameterModel
-from dmn.opcodes.spec import Hook, OpcodeSpec, PortSpec, RecoveryStrategy, Reversibility
+from dmn.opcodes.spec import OpcodeSpec, PortSpec
+from dmn.vocabulary.terms import (
+    Access,
+    HandleType,
+    Hook,
+    RecoveryStrategy,
+    Reversibility,
+    ScopeKind,
+)
 
 UNICAST_MAC_PATTERN = r"^[0-9a-f][02468ace](:[0-9a-f]{2}){5}$"
 """A lower-case unicast MAC (the group bit of the first octet clear)."""

@@ -20,7 +20,6 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from dmn.interpreter.handles import Handle
 from dmn.opcodes.device_environment import sysfs_root
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.linux.effect_handles import environment, single
@@ -35,6 +34,7 @@ from dmn.opcodes.sriov.vf_state import (
     read_vf,
     write_vf,
 )
+from dmn.vocabulary.handles import Handle
 
 _log = logging.getLogger(__name__)
 

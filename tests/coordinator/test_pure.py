@@ -13,7 +13,8 @@ from dmn.agent.coordinator.verify import DriverResult, driver_results, fingerpri
 from dmn.agent.journal.records import AttachmentIdentity
 from dmn.agent.netns.pins import PIN_ID
 from dmn.api.root_config import TopologyRootConfiguration
-from dmn.interpreter.handles import Handle, HandleType, Scope, ScopeKind
+from dmn.vocabulary.handles import Handle, Scope
+from dmn.vocabulary.terms import HandleType, ScopeKind
 
 DIGEST = "sha256:" + "0" * 64
 ROOT = TopologyRootConfiguration.model_validate(

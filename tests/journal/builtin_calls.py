@@ -11,17 +11,9 @@ from typing import Any
 
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
-from dmn.interpreter.handles import (
-    Access,
-    Handle,
-    HandleType,
-    LinkType,
-    NamespaceIdentity,
-    Provenance,
-    Scope,
-    ScopeKind,
-)
 from dmn.interpreter.loader import load_builtin_plugins
+from dmn.vocabulary.handles import Handle, NamespaceIdentity, Provenance, Scope
+from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 
 SANDBOX = Scope(ScopeKind.SANDBOX, NamespaceIdentity(4, 4026532999, "boot-1"))
 RW = frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE})

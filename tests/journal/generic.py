@@ -22,10 +22,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dmn.interpreter.handles import Access, Handle, Provenance, Scope, ScopeKind
 from dmn.opcodes.executor import EffectContext, Observed, RecoveryObservation
 from dmn.opcodes.registry import default_registry
-from dmn.opcodes.spec import OpcodeSpec, Reversibility
+from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.handles import Handle, Provenance, Scope
+from dmn.vocabulary.terms import Access, Reversibility, ScopeKind
 from tests.journal.world import World
 
 _CONFIGURES = {Access.EXCLUSIVE_CONFIGURE, Access.ATTACH_MEMBER, Access.DEVICE_ACCESS}

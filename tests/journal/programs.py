@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dmn.engine.bound import BoundEffect, BoundProgram, EffectOutputRef
-from dmn.interpreter.handles import Access
+from dmn.vocabulary.terms import Access
 from tests.journal.world import host_handle
 
 PARENT = host_handle("eth0", Access.CREATE_CHILD, Access.READ)

@@ -22,7 +22,8 @@ import pytest
 
 from dmn.engine.bound import BoundProgram
 from dmn.engine.journal import MemoryJournal
-from dmn.interpreter.handles import Access, Scope, ScopeKind
+from dmn.vocabulary.handles import Scope
+from dmn.vocabulary.terms import Access, ScopeKind
 
 pytestmark = [pytest.mark.crash, pytest.mark.netns]
 

@@ -17,7 +17,7 @@ from dmn.engine.journal import (
 )
 from dmn.engine.mutation_lock import MutationLockTimeout, NodeMutationLock
 from dmn.engine.runner import Runner, RunRefused
-from dmn.interpreter.handles import Access
+from dmn.vocabulary.terms import Access
 from tests.journal.programs import PARENT, child_program, foreign_world, reset_program
 from tests.journal.world import World, host_handle, world_executors
 

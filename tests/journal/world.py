@@ -23,15 +23,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from dmn.interpreter.handles import Access, Handle, HandleType, LinkType, Provenance
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.spec import (
-    Hook,
-    OpcodeSpec,
-    PortSpec,
-    RecoveryStrategy,
-    Reversibility,
-)
+from dmn.opcodes.spec import OpcodeSpec, PortSpec
+from dmn.vocabulary.handles import Handle, Provenance
+from dmn.vocabulary.terms import Access, HandleType, Hook, LinkType, RecoveryStrategy, Reversibility
 
 
 class World:

@@ -23,10 +23,11 @@ from dmn.agent.netns.pins import NamespacePins
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
 from dmn.engine.runner import Runner, RunResult
-from dmn.interpreter.handles import Handle, Scope, ScopeKind
 from dmn.interpreter.loader import load_builtin_plugins
 from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+from dmn.vocabulary.handles import Handle, Scope
+from dmn.vocabulary.terms import ScopeKind
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS
 

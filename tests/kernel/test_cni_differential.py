@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.attach_vs_cni import CNI_DIR, macvlan_cni_config, run_cni
-from dmn.interpreter.handles import Access
 from dmn.opcodes.linux.links import LinkState
+from dmn.vocabulary.terms import Access
 from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import World, host_handle, link, world

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from dmn.interpreter.handles import Access
 from dmn.opcodes.linux.links import all_links
+from dmn.vocabulary.terms import Access
 from tests.kernel.node import CrashServer, Node, bind, call
 from tests.kernel.world import World, host_handle, world
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dmn.interpreter.handles import Access
 from dmn.opcodes.linux.links import all_links, by_name
+from dmn.vocabulary.terms import Access
 from tests.kernel.node import Node, bind, call
 from tests.kernel.world import World, add_address, host_handle, link, ping, world
 

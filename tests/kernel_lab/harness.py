@@ -119,7 +119,15 @@ class LabSession:
         request = {"nodeids": self.nodeids, "per_test_timeout": 900}
         (self.run_dir / "request.json").write_text(json.dumps(request))
         # bytecode for the guest: it reads the host tree read-only, writes would land in tmpfs
-        for folder in ("tests", "opcodes", "agent", "engine", "interpreter", "programs"):
+        for folder in (
+            "tests",
+            "opcodes",
+            "agent",
+            "engine",
+            "interpreter",
+            "vocabulary",
+            "programs",
+        ):
             compileall.compile_dir(REPO_ROOT / folder, quiet=2, workers=1)
         _warm_rewrite_cache(self.run_dir, self.nodeids)
         self.prepare_s = time.monotonic() - t0

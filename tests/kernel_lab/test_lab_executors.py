@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from dmn.interpreter.handles import Access
 from dmn.opcodes.executor import EffectContext, ExecutorError
 from dmn.opcodes.linux.links import by_name
+from dmn.vocabulary.terms import Access
 from tests.kernel.world import EXECUTORS, add_address, drive, host_handle, link, ping, world
 
 pytestmark = pytest.mark.kernel_lab

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from dmn.interpreter.handles import Access
 from dmn.opcodes.linux.links import all_links, by_name
+from dmn.vocabulary.terms import Access
 from tests.kernel.node import CrashServer, Node, bind, call
 from tests.kernel.world import World, add_address, host_handle, link, ping, world
 

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from dmn.interpreter.handles import Access, Handle, HandleType, Provenance, Scope, ScopeKind
 from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservation
 from dmn.opcodes.linux.links import by_name
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+from dmn.vocabulary.handles import Handle, Provenance, Scope
+from dmn.vocabulary.terms import Access, HandleType, ScopeKind
 from tests.kernel.node import CrashServer, Node, bind, call
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, World, host_handle, world

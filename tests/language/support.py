@@ -13,15 +13,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dmn.interpreter.diagnostics import Diagnostic
 from dmn.interpreter.documents import NetworkPlugin
-from dmn.interpreter.handles import Access, HandleType, LinkType, ScopeKind
 from dmn.interpreter.loader import Plugin, load_text, plugin_from_descriptor
-from dmn.opcodes.spec import (
+from dmn.opcodes.spec import OpcodeRegistry, OpcodeSpec, PortSpec
+from dmn.vocabulary.terms import (
+    Access,
+    HandleType,
     Hook,
-    OpcodeRegistry,
-    OpcodeSpec,
-    PortSpec,
+    LinkType,
     RecoveryStrategy,
     Reversibility,
+    ScopeKind,
 )
 
 ETH = frozenset({LinkType.ETHERNET})

@@ -5,16 +5,9 @@ from __future__ import annotations
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram, EffectOutputRef
 from dmn.interpreter.checker import check_plugin
-from dmn.interpreter.handles import (
-    Access,
-    Handle,
-    HandleType,
-    LinkType,
-    NamespaceIdentity,
-    Scope,
-    ScopeKind,
-)
 from dmn.interpreter.loader import load_builtin_plugins
+from dmn.vocabulary.handles import Handle, NamespaceIdentity, Scope
+from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 
 from .support import ALLOCATION, OPERATION, codes, plugin, registry, variant
 

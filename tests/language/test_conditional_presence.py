@@ -14,15 +14,8 @@ from dmn.engine.bound import BoundProgram
 from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.config_schema import ObjectSchema, validate_config
 from dmn.interpreter.diagnostics import Code
-from dmn.interpreter.handles import (
-    Access,
-    Handle,
-    HandleType,
-    LinkType,
-    NamespaceIdentity,
-    Scope,
-    ScopeKind,
-)
+from dmn.vocabulary.handles import Handle, NamespaceIdentity, Scope
+from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 
 from .support import OPERATION, codes, load_plugin, plugin, registry, variant
 

@@ -29,17 +29,10 @@ from dmn.interpreter.config_schema import (
 from dmn.interpreter.diagnostics import Diagnostic
 from dmn.interpreter.documents import NetworkPlugin
 from dmn.interpreter.expressions import GuardError, evaluate, parse_guard, parse_reference
-from dmn.interpreter.handles import (
-    Access,
-    Handle,
-    HandleType,
-    LinkType,
-    NamespaceIdentity,
-    Scope,
-    ScopeKind,
-)
 from dmn.interpreter.loader import Plugin, load_builtin_plugins, load_text, plugin_from_descriptor
 from dmn.opcodes.registry import default_registry
+from dmn.vocabulary.handles import Handle, NamespaceIdentity, Scope
+from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 
 pytestmark = pytest.mark.property
 

@@ -8,11 +8,18 @@ import sys
 
 import pytest
 
-from dmn.interpreter.handles import Access, HandleType, ScopeKind
 from dmn.opcodes.parameter_types import ParameterModel
 from dmn.opcodes.predicates import POSTCONDITIONS, REQUIRES
 from dmn.opcodes.registry import ALL_SPECS, default_registry
-from dmn.opcodes.spec import Hook, OpcodeSpec, RecoveryStrategy, Reversibility
+from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.terms import (
+    Access,
+    HandleType,
+    Hook,
+    RecoveryStrategy,
+    Reversibility,
+    ScopeKind,
+)
 
 VOCABULARY = {
     "linux/link-move/v1",

@@ -10,7 +10,7 @@ import pytest
 from dmn.agent.inventory import Inventory, RecordedLinks, ScanConfig, scan
 from dmn.agent.personas import FindingCode, PersonaSet, Pins, build_personas
 from dmn.agent.personas.model import Persona
-from dmn.interpreter.handles import Access, HandleType
+from dmn.vocabulary.terms import Access, HandleType
 from tests.fixtures.policies import D, family, iface, policy, standard_policies
 from tests.fixtures.sysfs_layouts import (
     MGMT,

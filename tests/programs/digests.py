@@ -12,17 +12,9 @@ import sys
 
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
-from dmn.interpreter.handles import (
-    Access,
-    Handle,
-    HandleType,
-    LinkType,
-    NamespaceIdentity,
-    Provenance,
-    Scope,
-    ScopeKind,
-)
 from dmn.interpreter.loader import load_builtin_plugins
+from dmn.vocabulary.handles import Handle, NamespaceIdentity, Provenance, Scope
+from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 
 SANDBOX = Scope(ScopeKind.SANDBOX, NamespaceIdentity(dev=4, inode=4026532999, boot_id="boot-1"))
 RW = frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE, Access.EXCLUSIVE_MASTER})

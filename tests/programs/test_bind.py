@@ -12,18 +12,11 @@ from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
 from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.diagnostics import Code, Diagnostic
-from dmn.interpreter.handles import (
-    Access,
-    Handle,
-    HandleType,
-    LinkType,
-    NamespaceIdentity,
-    Scope,
-    ScopeKind,
-)
 from dmn.interpreter.loader import Plugin, load_plugins
 from dmn.opcodes.registry import default_registry
 from dmn.programs import PROGRAMS_DIR
+from dmn.vocabulary.handles import Handle, NamespaceIdentity, Scope
+from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 
 REGISTRY = default_registry()
 SANDBOX = Scope(ScopeKind.SANDBOX, NamespaceIdentity(dev=4, inode=4026532999, boot_id="boot-1"))

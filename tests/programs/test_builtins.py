@@ -15,8 +15,8 @@ from dmn.interpreter.diagnostics import Code
 from dmn.interpreter.documents import Effect
 from dmn.interpreter.loader import Plugin, load_plugin_dir, load_plugins
 from dmn.opcodes.registry import default_registry
-from dmn.opcodes.spec import Hook
 from dmn.programs import PROGRAMS_DIR
+from dmn.vocabulary.terms import Hook
 
 ALLOCATION_ROOTS = {"host-cni", "sriov-cni", "macvlan-cni", "ipvlan-cni"}
 OPERATIONS = {

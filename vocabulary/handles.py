@@ -1,5 +1,8 @@
 """Handles: the only authority a program has over a resource (DESIGN §3.1).
 
+The closed sets a handle is described with (type, link type, accesses, scope kind) are
+:mod:`dmn.vocabulary.terms`.
+
 A handle names a resource by stable inventory identity and carries its provenance,
 scope and the accesses it grants. Names, ifindexes, PCI addresses and paths are
 *observations* on a handle, never authority: executors re-resolve and re-verify them.
@@ -11,36 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-
-class HandleType(StrEnum):
-    KERNEL_INTERFACE = "KernelInterface/v1"
-    VFIO_DEVICE = "VfioDevice/v1"
-    RDMA_DEVICE = "RdmaDevice/v1"
-    SHARED_PARENT = "SharedParent/v1"
-    HOST_REPRESENTOR = "HostRepresentor/v1"
-    PCI_FUNCTION = "PciFunction/v1"
-
-
-class LinkType(StrEnum):
-    ETHERNET = "ethernet"
-    INFINIBAND = "infiniband"
-
-
-class Access(StrEnum):
-    READ = "Read"
-    CREATE_CHILD = "CreateChild"
-    EXCLUSIVE_CONFIGURE = "ExclusiveConfigure"
-    EXCLUSIVE_MASTER = "ExclusiveMaster"
-    ATTACH_MEMBER = "AttachMember"
-    DEVICE_ACCESS = "DeviceAccess"
-
-
-class ScopeKind(StrEnum):
-    HOST = "host"
-    SANDBOX = "sandbox"
+from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 
 
 @dataclass(frozen=True, slots=True)
