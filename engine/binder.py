@@ -4,8 +4,9 @@ Pure (no syscalls, no clock, no randomness): the same plugin, hook and call alwa
 to the same bound program and digest. Binding
 
 1. validates the config against ``configSchema`` and re-runs the checker for that config
-   (a program that does not check never binds; a clean verdict is remembered under the
-   plugin's contract digest, hook and config — :mod:`dmn.engine.checked_programs`);
+   (a plugin whose descriptor or program does not check never binds; a clean verdict is
+   remembered under the plugin's contract digest, hook and config —
+   :mod:`dmn.engine.checked_programs`);
 2. verifies the call's handles against the descriptor ports that are on for this config
    (count, type, linkType, granted accesses); ``connect`` needs the verified sandbox
    (``call.sandbox``), ``prepare`` runs before there is one and must not carry it;
@@ -42,20 +43,18 @@ from dmn.interpreter.expressions import (
     AllocationRef,
     ConfigRef,
     EffectRef,
-    GuardError,
     InputRef,
     PreparedRef,
     Reference,
     VarRef,
-    evaluate,
-    parse_guard,
     parse_reference,
 )
-from dmn.interpreter.ifname import ifname_problem, is_ifname_field
+from dmn.interpreter.guards import holds
 from dmn.interpreter.loader import Plugin
 from dmn.interpreter.parameters import is_required, model_error
 from dmn.opcodes.spec import OpcodeRegistry, OpcodeSpec, PortSpec
 from dmn.vocabulary.handles import Handle, Scope
+from dmn.vocabulary.ifname import ifname_problem, is_ifname_field
 from dmn.vocabulary.terms import Access, HandleType, LinkType, RecoveryStrategy, ScopeKind
 
 _MUTATING = frozenset({Access.EXCLUSIVE_CONFIGURE, Access.EXCLUSIVE_MASTER, Access.ATTACH_MEMBER})
@@ -147,13 +146,7 @@ class _Binder:
                         )
 
     def holds(self, text: str) -> bool:
-        expr, diags = parse_guard(text)
-        if expr is None or diags:
-            return False
-        try:
-            return evaluate(expr, self.config) is True
-        except GuardError:
-            return False
+        return holds(text, self.config)
 
     # ---- references
     def resolve(self, text: str, element: BoundInput | None, *path: str | int) -> list[BoundInput]:
@@ -517,7 +510,7 @@ def bind_program(
         if has_errors(diags):
             return diags
         if not CHECKED.is_clean(plugin, hook, registry, config):
-            checked = check_program(plugin, hook, registry, config)
+            checked = check_program(plugin, hook, registry, config, descriptor=True)
             if has_errors(checked):
                 return checked
             CHECKED.remember_clean(plugin, hook, registry, config)

@@ -43,8 +43,9 @@ Validation (:func:`validate_config`) is strict: no coercion (``"1"`` is not an
 integer, ``1`` is not a boolean), unknown keys are ``E_UNKNOWN_FIELD``, missing
 required keys and out-of-range values are ``E_SCHEMA`` with the field path. A key
 that is present with value ``false`` is *present*; ``default`` fills only keys that
-are absent. Conditional presence is checked after the unconditional rules; a guard that
-does not parse or evaluate is treated as not holding here (the checker reports it).
+are absent. Conditional presence is checked after the unconditional rules; guards are
+decided by :func:`dmn.interpreter.guards.holds` (a guard that does not parse or evaluate
+does not hold — the checker reports it).
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from dmn.interpreter.diagnostics import Code, Diagnostic
+from dmn.interpreter.guards import holds
 from dmn.interpreter.patterns import full_match, pattern_problem
+from dmn.vocabulary.ifname import ifname_problem, is_ifname_field
 
 #: pydantic error type of a pattern RE2 refuses; reported as ``E_PATTERN``
 PATTERN_ERROR_TYPE = "pattern_not_re2"
@@ -315,22 +318,26 @@ def _validate_object(
             out[name] = prop.default
     if root:  # guards read call.config.<field>: top-level fields only
         errs += _conditional_presence(schema, value, out, path)
+        errs += _interface_names(out, errs, path)
     return out, errs
 
 
-def guard_holds(text: str | None, config: Mapping[str, Any]) -> bool:
-    """Does the guard ``text`` hold for ``config``? (None, unparsable or ill-typed: no.)"""
-    if text is None:
-        return False
-    from dmn.interpreter.expressions import GuardError, evaluate, parse_guard
-
-    expr, diags = parse_guard(text)
-    if expr is None or diags:
-        return False
-    try:
-        return evaluate(expr, config) is True
-    except GuardError:
-        return False
+def _interface_names(
+    config: Mapping[str, Any], errs: list[Diagnostic], path: str
+) -> list[Diagnostic]:
+    """``E_IFNAME`` for an interface-name field (``ifName``, ``*IfName``) whose value — given
+    or defaulted — is not one a workload may choose (:mod:`dmn.vocabulary.ifname`); a field
+    that already failed its schema is not reported twice."""
+    failed = {d.path for d in errs}
+    out: list[Diagnostic] = []
+    for name, value in config.items():
+        where = _join(path, name)
+        if not is_ifname_field(name) or where in failed:
+            continue
+        problem = ifname_problem(value)
+        if problem is not None:
+            out.append(Diagnostic(code=Code.E_IFNAME, message=problem, path=where))
+    return out
 
 
 def _conditional_presence(
@@ -340,7 +347,7 @@ def _conditional_presence(
     errs: list[Diagnostic] = []
     decided = dict(out)  # guards see the defaults of every field, forbidden or not
     for name, prop in schema.properties.items():
-        if prop.forbidden_when is not None and guard_holds(prop.forbidden_when, decided):
+        if prop.forbidden_when is not None and holds(prop.forbidden_when, decided):
             if name in given:
                 errs.append(
                     Diagnostic(
@@ -353,7 +360,7 @@ def _conditional_presence(
         elif (
             prop.required_when is not None
             and name not in given
-            and guard_holds(prop.required_when, decided)
+            and holds(prop.required_when, decided)
         ):
             errs.append(
                 Diagnostic(

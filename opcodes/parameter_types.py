@@ -8,33 +8,23 @@ boolean never passes for a number.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-IFNAME_MAX = 15
-IFNAME_PATTERN = r"^[A-Za-z0-9_.-]{1,15}$"
-RESERVED_IFNAMES = frozenset({".", "..", "lo", "eth0"})
-"""Names a workload may never ask for: the two the kernel refuses, the loopback device and
-the primary network's interface inside a Pod (seed 000 §8.1)."""
-
-_IFNAME_RE = re.compile(IFNAME_PATTERN)
+from dmn.vocabulary.ifname import IFNAME_MAX_BYTES, IFNAME_PATTERN, ifname_problem
 
 
 def _check_ifname(value: str) -> str:
-    if not _IFNAME_RE.fullmatch(value):
-        raise ValueError(
-            "interface name must be 1-15 characters from [A-Za-z0-9_.-] (Linux IFNAMSIZ - 1)"
-        )
-    if value in RESERVED_IFNAMES:
-        raise ValueError(f"interface name {value!r} is reserved")
+    problem = ifname_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 
 IfName = Annotated[
     str,
-    Field(min_length=1, max_length=IFNAME_MAX, pattern=IFNAME_PATTERN),
+    Field(min_length=1, max_length=IFNAME_MAX_BYTES, pattern=IFNAME_PATTERN),
     AfterValidator(_check_ifname),
 ]
 """A Linux interface name a workload may choose: 1-15 ASCII ``[A-Za-z0-9_.-]``, not reserved."""

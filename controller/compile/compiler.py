@@ -44,12 +44,12 @@ from dmn.controller.compile.digest import (
     normalize_spec,
     semantic_digest,
 )
-from dmn.controller.compile.ifname import ifname_problem
 from dmn.controller.compile.opcode_contracts import opcode_contracts_digest
-from dmn.controller.compile.programs import guard_holds, step_programs
+from dmn.controller.compile.programs import step_programs
 from dmn.interpreter.config_schema import validate_config
 from dmn.interpreter.diagnostics import Code, Diagnostic, Severity
 from dmn.interpreter.documents import InputPort, OutputPort
+from dmn.interpreter.guards import holds
 from dmn.interpreter.loader import Plugin
 from dmn.interpreter.source import SourceMap
 from dmn.opcodes.registry import default_registry
@@ -203,13 +203,8 @@ def _ports(
     """The ports that are on for ``config`` (a descriptor's ``when:`` decided)."""
     out: dict[str, Port] = {}
     for name, p in (decl or {}).items():
-        if p.when is not None:
-            holds = guard_holds(p.when, config)
-            if holds is None:
-                report.add(Code.E_SCHEMA, f"plugin port {name}: condition cannot be decided", where)
-                continue
-            if not holds:
-                continue
+        if p.when is not None and not holds(p.when, config):
+            continue  # an ill-typed guard does not hold; the step's checker run reports it
         out[name] = Port(
             type=p.type,
             link_type=p.link_type,
@@ -646,16 +641,16 @@ def _topological_order(steps: Mapping[str, _Step]) -> list[str]:
 
 
 def _check_ifnames(steps: Mapping[str, _Step], report: _Report) -> None:
+    """Interface names are unique across the topology (seed 000 §8.1). Each name's own
+    validity is the config validator's (``validate_config`` reports ``E_IFNAME`` and the
+    step never gets here)."""
     seen: dict[str, str] = {}
     for s in sorted(steps.values(), key=lambda s: s.index):
         if "ifName" not in s.config:
             continue
         name = s.config["ifName"]
         path = f"spec.steps[{s.index}].config.ifName"
-        problem = ifname_problem(name)
-        if problem is not None:
-            report.add(Code.E_IFNAME, problem, path)
-        elif name in seen:
+        if name in seen:
             report.add(
                 Code.E_IFNAME, f"interface name {name!r} is already used by step {seen[name]}", path
             )

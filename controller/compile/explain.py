@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dmn.controller.compile.compiler import compile_topology
-from dmn.controller.compile.programs import guard_holds
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundEffect, BoundInput, BoundProgram, EffectOutputRef
 from dmn.interpreter.diagnostics import Diagnostic
 from dmn.interpreter.documents import InputPort
+from dmn.interpreter.guards import holds
 from dmn.interpreter.loader import Plugin
 from dmn.interpreter.source import SourceMap
 from dmn.opcodes.registry import default_registry
@@ -159,7 +159,7 @@ class _Planner:
 
     # ---- placeholders for what a step reads
     def _on(self, port: InputPort, config: Mapping[str, Any]) -> bool:
-        return port.when is None or guard_holds(port.when, config) is not False
+        return port.when is None or holds(port.when, config)
 
     def _export_scope(self, step: str, port: str) -> tuple[Scope, LinkType | None]:
         """Where an earlier step's export lives, from the effect (or grant) that made it."""

@@ -7,14 +7,13 @@ are collected for the topology's effect budget.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.diagnostics import Diagnostic
-from dmn.interpreter.expressions import Expr, GuardError, evaluate, parse_guard
+from dmn.interpreter.guards import holds
 from dmn.interpreter.loader import Plugin
 from dmn.opcodes.spec import OpcodeRegistry
 
@@ -23,23 +22,6 @@ from dmn.opcodes.spec import OpcodeRegistry
 class StepPrograms:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     opcodes: set[str] = field(default_factory=set)
-
-
-@functools.lru_cache(maxsize=4096)
-def _parsed(text: str) -> Expr | None:
-    expr, problems = parse_guard(text)
-    return None if problems else expr
-
-
-def guard_holds(text: str, config: Mapping[str, Any]) -> bool | None:
-    """Decide a ``when:`` guard over validated config; None if it cannot be decided."""
-    expr = _parsed(text)
-    if expr is None:
-        return None
-    try:
-        return evaluate(expr, config) is True
-    except GuardError:
-        return None
 
 
 def step_programs(
@@ -56,7 +38,7 @@ def step_programs(
         return out
     for program in plugin.programs.values():
         for effect in program.body.effects:
-            if effect.when is not None and guard_holds(effect.when, config) is False:
+            if effect.when is not None and not holds(effect.when, config):
                 continue
             out.opcodes.add(effect.kind)
     return out

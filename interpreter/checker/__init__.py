@@ -44,13 +44,11 @@ from dmn.interpreter.checker.context import _PluginContext
 from dmn.interpreter.checker.descriptor_checks import _check_descriptor
 from dmn.interpreter.checker.limits import MAX_EFFECTS
 from dmn.interpreter.checker.program_checks import _ProgramChecker
-from dmn.interpreter.checker.scenarios import _guard_holds
 from dmn.interpreter.checker.values import ValueType, port_value_type
 from dmn.interpreter.config_schema import validate_config
 from dmn.interpreter.diagnostics import Code, Diagnostic
 from dmn.interpreter.documents import OutputPort
-from dmn.interpreter.expressions import parse_guard
-from dmn.interpreter.ifname import ifname_problem, is_ifname_field
+from dmn.interpreter.guards import holds
 from dmn.interpreter.loader import Plugin
 from dmn.opcodes.spec import OpcodeRegistry
 
@@ -62,12 +60,7 @@ def _context(
     if config is not None:
         normalised, diags = validate_config(plugin.descriptor.spec.config_schema, config)
         ctx.diagnostics.extend(diags)
-        ctx.config = normalised
-        for name, value in normalised.items():
-            if is_ifname_field(name):
-                problem = ifname_problem(value)
-                if problem is not None:
-                    ctx.error(Code.E_IFNAME, problem, None, f"config.{name}")
+        ctx.config = normalised  # interface names are checked by validate_config
     return ctx
 
 
@@ -107,16 +100,24 @@ def check_program(
     hook: str,
     registry: OpcodeRegistry,
     config: Mapping[str, Any] | None = None,
+    *,
+    descriptor: bool = False,
 ) -> list[Diagnostic]:
-    """Check one hook program of ``plugin`` (descriptor-level errors excluded).
+    """Check one hook program of ``plugin``.
 
     ``connect`` is checked with the exports of ``prepare`` in scope (``call.prepared``).
+    Descriptor-level errors are excluded (``dmn lint`` of a standalone program file reports
+    its own errors; the plugin.yaml's are reported there) unless ``descriptor`` is true:
+    the binder asks for them, because it decides the descriptor's guards (ports,
+    ``requiredWhen``/``forbiddenWhen``) and a plugin that does not check never binds.
     """
     try:
         ctx = _context(plugin, registry, config)
         # Output guards are descriptor facts the program checker needs.
         sink = _PluginContext(plugin=plugin, registry=registry, config=ctx.config)
         _check_descriptor(sink)
+        if descriptor:
+            ctx.diagnostics.extend(sink.diagnostics)
         ctx.output_guards = sink.output_guards
         ctx.port_guards = sink.port_guards
         ctx.guards = sink.guards
@@ -157,11 +158,7 @@ def resolve_outputs(plugin: Plugin, config: Mapping[str, Any]) -> dict[str, Outp
     """
     out: dict[str, OutputPort] = {}
     for name, port in (plugin.descriptor.spec.outputs or {}).items():
-        if port.when is None:
-            out[name] = port
-            continue
-        expr, diags = parse_guard(port.when)
-        if expr is not None and not diags and _guard_holds(expr, config):
+        if port.when is None or holds(port.when, config):
             out[name] = port
     return out
 

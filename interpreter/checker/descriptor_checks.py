@@ -10,8 +10,8 @@ from dmn.interpreter.checker.guard_checks import _check_guard
 from dmn.interpreter.config_schema import StringSchema
 from dmn.interpreter.diagnostics import Code, SourceSpan
 from dmn.interpreter.documents import InputPort, OutputPort
-from dmn.interpreter.ifname import ifname_problem, is_ifname_field
 from dmn.interpreter.source import Path, path_text
+from dmn.vocabulary.ifname import ifname_problem, is_ifname_field
 
 
 def _check_descriptor(ctx: _PluginContext) -> None:

@@ -33,6 +33,10 @@ def _literal_type(value: Any) -> str:
     return "string"
 
 
+def _operand_text(expr: Expr) -> str:
+    return expr.text() if isinstance(expr, ConfigRef) else "the operand"
+
+
 class _GuardTyper:
     """Static typing of a guard over the config schema (``E_GUARD_TYPE``)."""
 
@@ -92,6 +96,15 @@ class _GuardTyper:
             for side, kinds in ((expr.left, left), (expr.right, right)):
                 if "any" not in kinds and kinds - {"null"} != {"integer"}:
                     self.error(f"'{expr.op}' compares integers only", side)
+                elif "null" in kinds:
+                    # evaluation has no answer for an absent operand: rejecting it here
+                    # keeps the typing sound (a guard that checks never raises)
+                    self.error(
+                        f"'{expr.op}' compares integers only, and "
+                        f"{_operand_text(side)} may be absent (give it a default or make it "
+                        "required)",
+                        side,
+                    )
         return {"boolean"}
 
     def enum_member(self, ref: Expr, lit: Expr) -> None:

@@ -10,7 +10,6 @@ from dmn.interpreter.checker.program_state import _Obligation, _ProgramBase
 from dmn.interpreter.diagnostics import Code
 from dmn.interpreter.documents import Effect
 from dmn.interpreter.expressions import ConfigRef, parse_reference
-from dmn.interpreter.ifname import ifname_problem, is_ifname_field
 from dmn.interpreter.parameters import (
     config_samples,
     describe,
@@ -20,6 +19,7 @@ from dmn.interpreter.parameters import (
 )
 from dmn.interpreter.source import Path, path_text
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.ifname import ifname_problem, is_ifname_field
 
 _PREDICATE_WORD = {"requires": "precondition", "postconditions": "postcondition"}
 

@@ -1,4 +1,5 @@
-"""Config scenarios: guard evaluation and bounded enumeration of enum/boolean fields."""
+"""Config scenarios: guards decided per scenario (by the one evaluator,
+:mod:`dmn.interpreter.guards`) and bounded enumeration of enum/boolean fields."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from dmn.interpreter.checker.limits import MAX_SCENARIOS
 from dmn.interpreter.config_schema import enumerable_values
-from dmn.interpreter.expressions import ConfigRef, Expr, GuardError, evaluate, references
+from dmn.interpreter.expressions import ConfigRef, Expr, references
+from dmn.interpreter.guards import holds
 
 if TYPE_CHECKING:
     from dmn.interpreter.checker.context import _PluginContext
@@ -23,23 +25,15 @@ def _always(scenario: Scenario) -> bool:
 
 
 def _decided(expr: Expr | None, config: Mapping[str, Any]) -> bool:
-    """A conditional-presence guard: holds only if it evaluates to true (None: never)."""
-    if expr is None:
-        return False
-    try:
-        return evaluate(expr, config) is True
-    except GuardError:
-        return False
+    """A conditional-presence guard (``requiredWhen``/``forbiddenWhen``): an absent one
+    never holds; otherwise :func:`dmn.interpreter.guards.holds` decides."""
+    return expr is not None and holds(expr, config)
 
 
 def _guard_holds(expr: Expr | None, config: Mapping[str, Any]) -> bool:
-    if expr is None:
-        return True
-    try:
-        value = evaluate(expr, config)
-    except GuardError:
-        return True
-    return value is True
+    """A ``when`` guard of an effect, port or output: an absent one always holds;
+    otherwise :func:`dmn.interpreter.guards.holds` decides."""
+    return expr is None or holds(expr, config)
 
 
 def _scenarios(ctx: _PluginContext, guards: Iterable[Expr]) -> list[dict[str, Any]] | None:
