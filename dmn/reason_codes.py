@@ -393,6 +393,12 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Keep the state directory for analysis; do not delete it while effects are recorded.",
     ),
     _r(
+        "E_JOURNAL_FAILED",
+        AGENT,
+        "The journal refuses writes because an earlier commit failed.",
+        "Free space or fix the disk, then restart the agent so that recovery runs.",
+    ),
+    _r(
         "E_JOURNAL_HELD",
         AGENT,
         "Another agent process holds the journal.",
@@ -409,6 +415,12 @@ REGISTRY: tuple[ReasonCode, ...] = (
         RUN,
         "The journal was written by an incompatible version.",
         "Run the agent version that wrote it, or follow the upgrade notes.",
+    ),
+    _r(
+        "E_JOURNAL_WRITE",
+        AGENT,
+        "A journal commit failed (no space left, I/O error).",
+        "Free space or fix the disk, then restart the agent so that recovery runs.",
     ),
     _r(
         "E_KUBECONFIG",

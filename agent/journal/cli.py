@@ -2,9 +2,11 @@
 
 Opens the store read-only (no writer lock), so it works while an agent holds the journal.
 Shows preparations, attachments, operations with per-effect progress, quarantined effects,
-fences, share references, reservations and namespace pins. Exit codes: 0 shown, 1 the
-journal could not be opened or read (reason codes E_JOURNAL_MISSING, E_JOURNAL_SCHEMA,
-E_JOURNAL_CORRUPT, E_JOURNAL), 2 usage.
+fences, share references, reservations and namespace pins. An undecodable record is isolated:
+the rest is shown and the record is listed under "corrupt records" (with a warning
+``error[E_JOURNAL_CORRUPT]`` on stderr per record). Exit codes: 0 shown, 1 the journal could
+not be opened or read (reason codes E_JOURNAL_MISSING, E_JOURNAL_SCHEMA, E_JOURNAL_CORRUPT
+for the schema marker, E_JOURNAL), 2 usage.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ def _text(dump: dict[str, Any]) -> str:
         f"  {p['attachment']} {p['path']} dev={p['dev']} ino={p['inode']} {p['state']}"
         for p in dump["pins"]
     ]
+    lines.append(f"corrupt records ({len(dump['corrupt'])})")
+    lines += [f"  {c['key']}: {c['error']}" for c in dump["corrupt"]]
     return "\n".join(lines)
 
 
@@ -96,6 +100,8 @@ def _show(args: argparse.Namespace) -> int:
         return 1
     finally:
         store.close()
+    for c in dump["corrupt"]:
+        sys.stderr.write(f"dmn journal: warning[E_JOURNAL_CORRUPT]: isolated {c['error']}\n")
     if args.format == "json":
         sys.stdout.write(json.dumps(dump, indent=2, sort_keys=True) + "\n")
     else:

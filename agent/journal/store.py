@@ -95,6 +95,21 @@ class JournalCorruptError(JournalError):
     code = "E_JOURNAL_CORRUPT"
 
 
+class JournalWriteError(JournalError):
+    """A commit failed (ENOSPC, EIO, ...: rocksdict raises a bare ``Exception``). The store
+    is failed from then on: every later write raises :class:`JournalFailedError`."""
+
+    code = "E_JOURNAL_WRITE"
+
+
+class JournalFailedError(JournalError):
+    """A write refused because an earlier commit failed. Sticky on purpose: RocksDB keeps a
+    background error after a failed WAL write and what reached the disk is unknown, so the
+    agent must stop mutating and restart into recovery rather than carry on."""
+
+    code = "E_JOURNAL_FAILED"
+
+
 class ReservationConflict(JournalError):
     code = "E_RESERVED"
 
@@ -233,9 +248,12 @@ class JournalStore:
         self._nosync.sync = False
         self.commits = 0
         self._closed = False
-        #: the error of the last failed write (None after a successful one): the agent's
-        #: liveness and readiness report the journal unwritable while it is set
+        #: the error of the first failed commit (None while every commit succeeded); sticky:
+        #: once set every write is refused and liveness/readiness report the journal failed
         self.write_error: str | None = None
+        #: records that could not be decoded, by key: scans skip them (isolated, logged) so
+        #: one bad record does not fail every scan; ``dmn journal show`` reports them
+        self.corrupt: dict[bytes, str] = {}
         self.observer = JournalObserver()
 
     # ------------------------------------------------------------------ opening
@@ -360,7 +378,10 @@ class JournalStore:
         if self._closed:
             return
         self._closed = True
-        self._db.close()
+        try:
+            self._db.close()
+        except Exception as exc:  # e.g. the flush on close after ENOSPC: the WAL still has it
+            _log.error("journal=%s event=close_failed error=%r", self.state_dir, str(exc))
         if not self.read_only:
             _chmod_private(self.state_dir / DB_DIR)
         if self._lock_fd is not None:
@@ -380,6 +401,11 @@ class JournalStore:
     def _write(self, puts: dict[bytes, bytes], deletes: set[bytes], sync: bool = True) -> None:
         if self.read_only:
             raise JournalError("journal was opened read-only")
+        if self.write_error is not None:
+            raise JournalFailedError(
+                f"journal {self.state_dir} refuses writes after a failed commit "
+                f"({self.write_error}); restart the agent to run recovery"
+            )
         batch = WriteBatch(raw_mode=True)
         for k in deletes:
             batch.delete(k)
@@ -387,11 +413,11 @@ class JournalStore:
             batch.put(k, v)
         try:
             self._db.write(batch, self._sync if sync else self._nosync)
-        except Exception as exc:
+        except Exception as exc:  # rocksdict raises a bare Exception for IO errors
             self.write_error = f"{type(exc).__name__}: {exc}"
             JOURNAL_COMMIT_FAILURES.inc()
-            raise
-        self.write_error = None
+            _log.error("journal=%s event=commit_failed error=%r", self.state_dir, self.write_error)
+            raise JournalWriteError(f"journal {self.state_dir} commit failed: {exc}") from exc
         if sync:
             self.commits += 1
 
@@ -409,14 +435,32 @@ class JournalStore:
         raw = self._db.get(key)
         return _loads(raw, key) if raw is not None else None
 
-    def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, Any]]:
+    def _isolate(self, key: bytes, exc: JournalError) -> None:
+        """Note an undecodable record; scans go on without it."""
+        if key not in self.corrupt:
+            _log.warning(
+                "journal=%s event=record_isolated key=%r error=%r", self.state_dir, key, str(exc)
+            )
+        self.corrupt[key] = str(exc)
+
+    def _scan(self, prefix: bytes, *, strict: bool = False) -> Iterator[tuple[bytes, Any]]:
+        """Records under ``prefix``. An undecodable one is isolated and skipped, unless
+        ``strict`` (parts of one record, e.g. an operation's effects: a gap would misstate
+        its progress), where it raises :class:`JournalCorruptError`."""
         it = self._db.iter()
         it.seek(prefix)
         while it.valid():
             k = it.key()
             if not k.startswith(prefix):
                 break
-            yield k, _loads(it.value(), k)
+            try:
+                value = _loads(it.value(), k)
+            except JournalCorruptError as exc:
+                if strict:
+                    raise
+                self._isolate(k, exc)
+            else:
+                yield k, value
             it.next()
 
     def _get_record(self, key: bytes, from_json: Callable[[Any], _R]) -> _R | None:
@@ -424,7 +468,13 @@ class JournalStore:
         return _decode(from_json, key, data) if data is not None else None
 
     def _records(self, prefix: bytes, from_json: Callable[[Any], _R]) -> list[_R]:
-        return [_decode(from_json, k, v) for k, v in self._scan(prefix)]
+        out = []
+        for k, v in self._scan(prefix):
+            try:
+                out.append(_decode(from_json, k, v))
+            except JournalCorruptError as exc:
+                self._isolate(k, exc)
+        return out
 
     @contextlib.contextmanager
     def batch(self, *, sync: bool = True) -> Iterator[JournalBatch]:
@@ -451,7 +501,7 @@ class JournalStore:
         header = self._get(key)
         if header is None:
             return None
-        effects = [v for _, v in self._scan(keys.effect_prefix(operation_id))]
+        effects = [v for _, v in self._scan(keys.effect_prefix(operation_id), strict=True)]
         return _decode(lambda h: OperationRecord.from_json(h, effects), key, header)
 
     def commit(
@@ -490,28 +540,42 @@ class JournalStore:
     def unfinished_operations(self) -> list[OperationRecord]:
         found = []
         for k, v in self._scan(b"open/"):
-            found.append((_decode(lambda d: int(d["seq"]), k, v), _split(k)[1]))
+            try:
+                found.append((_decode(lambda d: int(d["seq"]), k, v), _split(k)[1]))
+            except JournalCorruptError as exc:
+                self._isolate(k, exc)
         out = []
         for _, op_id in sorted(found):
-            op = self.load_operation(op_id)
+            op = self._load_isolated(op_id)
             if op is not None and op.state in UNFINISHED_STATES:
                 out.append(op)
         return out
 
+    def _load_isolated(self, operation_id: str) -> OperationRecord | None:
+        """:meth:`load_operation`, with an undecodable operation isolated (None)."""
+        try:
+            return self.load_operation(operation_id)
+        except JournalCorruptError as exc:
+            self._isolate(keys.operation_key(operation_id), exc)
+            return None
+
     # ------------------------------------------------------------------ operations (reads)
 
     def operation_ids(self, scope: str | None = None) -> list[str]:
-        if scope is not None:
-            return [_split(k)[2] for k, _ in self._scan(keys.prefix("opscope", scope))]
+        pfx, at = (keys.prefix("opscope", scope), 2) if scope is not None else (b"op/", 1)
         out = []
-        for k, _ in self._scan(b"op/"):
-            parts = _split(k)
-            if len(parts) == 2:
-                out.append(parts[1])
+        for k, _ in self._scan(pfx):
+            try:
+                parts = _split(k)
+            except JournalCorruptError as exc:
+                self._isolate(k, exc)
+                continue
+            if scope is not None or len(parts) == 2:  # op/<id>, not op/<id>/effect/...
+                out.append(parts[at])
         return out
 
     def operations(self, scope: str | None = None) -> list[OperationRecord]:
-        ops = (self.load_operation(i) for i in self.operation_ids(scope))
+        ops = (self._load_isolated(i) for i in self.operation_ids(scope))
         return [op for op in ops if op is not None]
 
     def forget_operation(self, operation_id: str) -> bool:
@@ -608,6 +672,10 @@ class JournalStore:
             "reservations": [r.to_json() for r in self.reservations()],
             "pins": [p.to_json() for p in self.pins()],
             "unfinished": [op.operation_id for op in self.unfinished_operations()],
+            "corrupt": [
+                {"key": k.decode("utf-8", "backslashreplace"), "error": msg}
+                for k, msg in sorted(self.corrupt.items())
+            ],
         }
 
 
@@ -617,10 +685,12 @@ __all__ = [
     "JournalBatch",
     "JournalCorruptError",
     "JournalError",
+    "JournalFailedError",
     "JournalHeldError",
     "JournalMissingError",
     "JournalSchemaError",
     "JournalStore",
+    "JournalWriteError",
     "OperationState",
     "ReservationConflict",
 ]
