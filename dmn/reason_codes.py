@@ -411,6 +411,13 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Check --state-dir.",
     ),
     _r(
+        "E_JOURNAL_NOT_QUARANTINED",
+        RUN,
+        "dmn journal resolve named no Quarantined effect (unknown operation or effect, or "
+        "one that is not Quarantined); nothing was changed.",
+        "Check the operation and effect with dmn journal show.",
+    ),
+    _r(
         "E_JOURNAL_SCHEMA",
         RUN,
         "The journal was written by an incompatible version.",

@@ -1,4 +1,6 @@
-"""``dmn journal show --state-dir DIR [--format text|json]``: read-only journal inspection.
+"""``dmn journal show|resolve|forget --state-dir DIR``: journal inspection and operator repair.
+
+``show [--format text|json]`` is read-only inspection.
 
 Opens the store read-only (no writer lock), so it works while an agent holds the journal.
 Shows preparations, attachments, operations with per-effect progress, quarantined effects,
@@ -7,6 +9,13 @@ the rest is shown and the record is listed under "corrupt records" (with a warni
 ``error[E_JOURNAL_CORRUPT]`` on stderr per record). Exit codes: 0 shown, 1 the journal could
 not be opened or read (reason codes E_JOURNAL_MISSING, E_JOURNAL_SCHEMA, E_JOURNAL_CORRUPT
 for the schema marker, E_JOURNAL), 2 usage.
+
+``resolve --operation OP --effect ID|INDEX --reason TEXT`` marks a Quarantined effect resolved
+after manual action (the reason is kept in the effect's record); ``forget`` drops terminal
+records (Removed attachments, Released preparations, Undone operations nobody names). Both
+write, so both take the writer lock: while an agent holds the journal they are refused with
+``E_JOURNAL_HELD`` and change nothing. Exit codes: 0 done, 1 refused or failed (reason code
+on stderr, e.g. E_JOURNAL_HELD, E_JOURNAL_NOT_QUARANTINED), 2 usage.
 """
 
 from __future__ import annotations
@@ -26,6 +35,13 @@ def _parser() -> CommandParser:
     show = sub.add_parser("show", help="show the journal's contents (read-only)")
     show.add_argument("--state-dir", required=True, help="the agent's state directory")
     add_format_option(show, ("text", "json"))
+    resolve = sub.add_parser("resolve", help="mark a Quarantined effect resolved")
+    resolve.add_argument("--state-dir", required=True, help="the agent's state directory")
+    resolve.add_argument("--operation", required=True, help="the operation id")
+    resolve.add_argument("--effect", required=True, help="the effect id or index")
+    resolve.add_argument("--reason", required=True, help="what the operator did (kept)")
+    forget = sub.add_parser("forget", help="drop terminal records")
+    forget.add_argument("--state-dir", required=True, help="the agent's state directory")
     return parser
 
 
@@ -81,7 +97,32 @@ def _text(dump: dict[str, Any]) -> str:
 
 
 def run(argv: list[str]) -> int:
-    return run_command(_parser(), argv, _show)
+    return run_command(_parser(), argv, _dispatch)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "show":
+        return _show(args)
+    if args.command == "resolve" and not args.reason.strip():
+        sys.stderr.write("dmn journal resolve: error[E_USAGE]: --reason is empty\n")
+        return 2
+    try:
+        store = JournalStore.open(args.state_dir)
+    except JournalError as exc:
+        sys.stderr.write(f"dmn journal {args.command}: error[{exc.code}]: {exc}\n")
+        return 1
+    try:
+        if args.command == "resolve":
+            op = store.resolve_effect(args.operation, args.effect, args.reason)
+            sys.stdout.write(f"resolved effect {args.effect} of {op.operation_id} ({op.state})\n")
+        else:
+            sys.stdout.write(f"forgot {store.forget_terminal()} terminal records\n")
+    except JournalError as exc:
+        sys.stderr.write(f"dmn journal {args.command}: error[{exc.code}]: {exc}\n")
+        return 1
+    finally:
+        store.close()
+    return 0
 
 
 def _show(args: argparse.Namespace) -> int:

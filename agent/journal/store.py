@@ -45,8 +45,10 @@ from dmn.agent.journal import keys
 from dmn.agent.journal.records import (
     AttachmentIdentity,
     AttachmentRecord,
+    AttachmentState,
     NamespacePin,
     PreparationRecord,
+    PreparationState,
     Reservation,
     ShareRef,
 )
@@ -108,6 +110,13 @@ class JournalFailedError(JournalError):
     agent must stop mutating and restart into recovery rather than carry on."""
 
     code = "E_JOURNAL_FAILED"
+
+
+class JournalNotResolvableError(JournalError):
+    """``dmn journal resolve`` named no Quarantined effect (unknown operation or effect,
+    or an effect that is not Quarantined); nothing was changed."""
+
+    code = "E_JOURNAL_NOT_QUARANTINED"
 
 
 class ReservationConflict(JournalError):
@@ -594,6 +603,84 @@ class JournalStore:
         self._write({}, deletes)
         return True
 
+    def resolve_effect(self, operation_id: str, effect: str, reason: str) -> OperationRecord:
+        """Mark a Quarantined effect resolved after an operator's manual action (one commit).
+
+        ``effect`` is the effect's id or index. The effect becomes Undone with the operator's
+        reason kept in its note (ahead of the quarantine note it replaces); once no effect
+        of the operation is Quarantined, the operation becomes Undone and so collectable by
+        :meth:`forget_terminal`. Raises :class:`JournalNotResolvableError` (nothing changed)
+        unless the named effect is Quarantined, and ``ValueError`` for an empty reason."""
+        if not reason.strip():
+            raise ValueError("a resolution needs a reason")
+        op = self.load_operation(operation_id)
+        if op is None:
+            raise JournalNotResolvableError(f"no operation {operation_id!r} in the journal")
+        found = [e for e in op.effects if effect in (e.id, str(e.index))]
+        if not found or found[0].state is not EffectState.QUARANTINED:
+            state = found[0].state.value if found else "absent"
+            raise JournalNotResolvableError(
+                f"effect {effect!r} of operation {operation_id!r} is not Quarantined ({state})"
+            )
+        target = found[0]
+        target.state = EffectState.UNDONE
+        target.note = f"resolved by operator: {reason.strip()} (quarantined: {target.note})"
+        if all(e.state is not EffectState.QUARANTINED for e in op.effects):
+            op.state = OperationState.UNDONE
+        self.commit(op, [target])
+        _log.info(
+            "journal=%s event=effect_resolved operation=%s effect=%s reason=%r",
+            self.state_dir,
+            operation_id,
+            target.id,
+            reason,
+        )
+        return op
+
+    def terminal_records(self) -> list[bytes]:
+        """Keys of records no cleanup, recovery or inspection needs any more: Removed
+        attachments and Released preparations whose operations are all Undone (or gone),
+        with those operations, and Undone operations no live record names. Quarantined,
+        Completed and unfinished operations, and records naming them, are kept."""
+        ops = {op.operation_id: op for op in self.operations()}
+
+        def undone(op_ids: Sequence[str]) -> bool:
+            return all(i not in ops or ops[i].state is OperationState.UNDONE for i in op_ids)
+
+        out: list[bytes] = []
+        live: set[str] = set()
+        for prep in self.preparations():
+            if prep.state is PreparationState.RELEASED and undone(prep.operations):
+                out.append(keys.key("prep", prep.claim_uid, prep.allocation_fingerprint))
+            else:
+                live.update(prep.operations)
+        for att in self.attachments():
+            if att.state is AttachmentState.REMOVED and undone(att.operations):
+                out.append(keys.attachment_key(att.identity))
+            else:
+                live.update(att.operations)
+        for op_id, op in ops.items():
+            if op.state is OperationState.UNDONE and op_id not in live:
+                out += [
+                    keys.operation_key(op_id),
+                    keys.key("opscope", op.scope, op_id),
+                    keys.key("open", op_id),
+                ]
+                out += [keys.effect_key(op_id, e.index) for e in op.effects]
+        return out
+
+    def forget_terminal(self) -> int:
+        """Drop every record :meth:`terminal_records` names in one commit; returns how
+        many records (preparations, attachments, operations) were dropped."""
+        doomed = self.terminal_records()
+        if doomed:
+            self._write({}, set(doomed))
+        return sum(
+            1
+            for k in doomed
+            if k.startswith((b"prep/", b"att/")) or (k.startswith(b"op/") and len(_split(k)) == 2)
+        )
+
     def quarantined_effects(self) -> list[tuple[str, EffectRecord]]:
         """Every Quarantined effect as (operation id, record)."""
         out = []
@@ -688,6 +775,7 @@ __all__ = [
     "JournalFailedError",
     "JournalHeldError",
     "JournalMissingError",
+    "JournalNotResolvableError",
     "JournalSchemaError",
     "JournalStore",
     "JournalWriteError",

@@ -389,3 +389,72 @@ def test_cli_bad_inputs_exit_cleanly(tmp_path: Path) -> None:
         )
         assert proc.returncode == code, (argv, proc.stderr)
         assert needle in proc.stderr and "Traceback" not in proc.stderr, (argv, proc.stderr)
+
+
+def _cli(*argv: str) -> int:
+    return journal_cli(list(argv))
+
+
+@pytest.mark.adversarial
+def test_operator_resolves_quarantine_and_forgets_terminal_records_never_while_held(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = str(tmp_path)
+    with JournalStore.open(tmp_path) as store:
+        world = World()
+        runner = Runner(store, world_executors(world))
+        world.fail = {"apply": "up"}
+        runner.run("failed", "prep/claim-r/fp", child_program("c2"))
+        world.fail = {"apply": "up", "undo": "mtu"}
+        runner.run("stuck", "prep/claim-p/fp", child_program("c3"))
+        with store.batch() as b:
+            b.put_preparation(
+                PreparationRecord(
+                    "claim-r", "fp", state=PreparationState.RELEASED, operations=["failed"]
+                )
+            )
+            b.put_preparation(
+                PreparationRecord(
+                    "claim-p", "fp", state=PreparationState.RELEASED, operations=["stuck"]
+                )
+            )
+        [(_, quarantined)] = store.quarantined_effects()
+    resolve = ("resolve", "--state-dir", state, "--operation", "stuck")
+    proc = _holder(tmp_path)  # an agent holds the journal: both commands are refused
+    try:
+        assert _cli(*resolve, "--effect", quarantined.id, "--reason", "deleted by hand") == 1
+        assert "error[E_JOURNAL_HELD]" in capsys.readouterr().err
+        assert _cli("forget", "--state-dir", state) == 1
+        assert "error[E_JOURNAL_HELD]" in capsys.readouterr().err
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    with JournalStore.open_read_only(tmp_path) as store:  # nothing changed
+        assert [op_id for op_id, _ in store.quarantined_effects()] == ["stuck"]
+        assert store.load_operation("failed") is not None
+    # a Quarantined effect is never forgotten, nor the preparation that names it
+    assert _cli("forget", "--state-dir", state) == 0
+    assert "forgot 2 terminal records" in capsys.readouterr().out  # claim-r and "failed"
+    assert _cli(*resolve, "--effect", "no-such-effect", "--reason", "x") == 1
+    assert "error[E_JOURNAL_NOT_QUARANTINED]" in capsys.readouterr().err
+    assert _cli(*resolve, "--effect", quarantined.id, "--reason", "  ") == 2
+    assert _cli(*resolve, "--effect", quarantined.id, "--reason", "deleted c3 by hand") == 0
+    with JournalStore.open(tmp_path) as store:
+        op = store.load_operation("stuck")
+        assert op is not None and op.state is OperationState.UNDONE
+        [effect] = [e for e in op.effects if e.id == quarantined.id]
+        assert effect.note.startswith("resolved by operator: deleted c3 by hand")
+        assert store.quarantined_effects() == []
+        assert store.get_preparation("claim-r", "fp") is None
+        assert store.load_operation("failed") is None
+        assert store.get_preparation("claim-p", "fp") is not None
+        with pytest.raises(JournalError) as again:  # resolved once; never twice
+            store.resolve_effect("stuck", quarantined.id, "again")
+        assert again.value.code == "E_JOURNAL_NOT_QUARANTINED"
+    assert _cli("forget", "--state-dir", state) == 0
+    capsys.readouterr()
+    with JournalStore.open(tmp_path) as store:
+        assert store.get_preparation("claim-p", "fp") is None
+        assert store.load_operation("stuck") is None
+        assert store.load_operation("op-held") is not None  # Completed: cleanup authority
