@@ -36,6 +36,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -177,6 +178,16 @@ def _chmod_private(db_dir: Path) -> None:
             if entry.is_file(follow_symlinks=False):
                 with contextlib.suppress(FileNotFoundError):
                     os.chmod(entry.path, 0o600)
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long terminal records are kept (see :meth:`JournalStore.collect_terminal`):
+    at most ``max_age`` seconds after a collection first saw them terminal, and at most
+    ``max_count`` of them (the most recently seen)."""
+
+    max_age: float = 3600.0
+    max_count: int = 1000
 
 
 class JournalBatch:
@@ -637,49 +648,93 @@ class JournalStore:
         )
         return op
 
-    def terminal_records(self) -> list[bytes]:
-        """Keys of records no cleanup, recovery or inspection needs any more: Removed
-        attachments and Released preparations whose operations are all Undone (or gone),
-        with those operations, and Undone operations no live record names. Quarantined,
-        Completed and unfinished operations, and records naming them, are kept."""
+    def terminal_records(self) -> list[list[bytes]]:
+        """Records no cleanup, recovery or inspection needs any more, as units (the head
+        key first, then the keys that go with it): a Removed attachment or Released
+        preparation whose operations are all Undone (or gone), with those operations; an
+        Undone operation no record names. Quarantined, Completed and unfinished
+        operations, and records naming them, are kept."""
         ops = {op.operation_id: op for op in self.operations()}
 
         def undone(op_ids: Sequence[str]) -> bool:
             return all(i not in ops or ops[i].state is OperationState.UNDONE for i in op_ids)
 
-        out: list[bytes] = []
+        def op_keys(op_id: str) -> list[bytes]:
+            op = ops.get(op_id)
+            if op is None:
+                return []
+            return [
+                keys.operation_key(op_id),
+                keys.key("opscope", op.scope, op_id),
+                keys.key("open", op_id),
+                *(keys.effect_key(op_id, e.index) for e in op.effects),
+            ]
+
+        heads: list[tuple[bytes, list[str]]] = []
         live: set[str] = set()
         for prep in self.preparations():
             if prep.state is PreparationState.RELEASED and undone(prep.operations):
-                out.append(keys.key("prep", prep.claim_uid, prep.allocation_fingerprint))
+                key = keys.key("prep", prep.claim_uid, prep.allocation_fingerprint)
+                heads.append((key, prep.operations))
             else:
                 live.update(prep.operations)
         for att in self.attachments():
             if att.state is AttachmentState.REMOVED and undone(att.operations):
-                out.append(keys.attachment_key(att.identity))
+                heads.append((keys.attachment_key(att.identity), att.operations))
             else:
                 live.update(att.operations)
+        claimed: set[str] = set(live)
+        units: list[list[bytes]] = []
+        for key, op_ids in heads:
+            mine = [i for i in op_ids if i not in claimed]
+            claimed.update(mine)
+            units.append([key, *(k for i in mine for k in op_keys(i))])
         for op_id, op in ops.items():
-            if op.state is OperationState.UNDONE and op_id not in live:
-                out += [
-                    keys.operation_key(op_id),
-                    keys.key("opscope", op.scope, op_id),
-                    keys.key("open", op_id),
-                ]
-                out += [keys.effect_key(op_id, e.index) for e in op.effects]
-        return out
+            if op.state is OperationState.UNDONE and op_id not in claimed:
+                units.append(op_keys(op_id))
+        return units
 
     def forget_terminal(self) -> int:
-        """Drop every record :meth:`terminal_records` names in one commit; returns how
-        many records (preparations, attachments, operations) were dropped."""
-        doomed = self.terminal_records()
+        """Drop every unit :meth:`terminal_records` names in one commit; returns how many
+        (preparations, attachments, lone operations) were dropped."""
+        return self.collect_terminal(Retention(max_age=0.0, max_count=0), time.time())
+
+    def collect_terminal(self, retention: Retention, now: float) -> int:
+        """Retention of terminal records (one commit): each unit of
+        :meth:`terminal_records` is stamped the first time a collection sees it
+        (``retain/<head key>``), dropped once older than ``retention.max_age`` seconds,
+        and beyond the ``retention.max_count`` most recently stamped. Returns how many units
+        were dropped. Stamps of units that are gone are dropped too."""
+        units = {u[0]: u for u in self.terminal_records()}
+        stamps: dict[bytes, float] = {}
+        puts: dict[bytes, bytes] = {}
+        deletes: set[bytes] = set()
+        for k, v in self._scan(b"retain/"):
+            head = k[len(b"retain/") :]
+            if head not in units:
+                deletes.add(k)
+                continue
+            since = v.get("since") if isinstance(v, dict) else None
+            stamps[head] = float(since) if isinstance(since, (int, float)) else now
+        for head in units:
+            if head not in stamps:
+                stamps[head] = now
+                puts[b"retain/" + head] = _dumps({"since": now})
+        newest_first = sorted(units, key=lambda h: stamps[h], reverse=True)
+        doomed = [
+            h
+            for rank, h in enumerate(newest_first)
+            if rank >= retention.max_count or now - stamps[h] >= retention.max_age
+        ]
+        for head in doomed:
+            puts.pop(b"retain/" + head, None)
+            deletes.add(b"retain/" + head)
+            deletes.update(units[head])
+        if puts or deletes:
+            self._write(puts, deletes)
         if doomed:
-            self._write({}, set(doomed))
-        return sum(
-            1
-            for k in doomed
-            if k.startswith((b"prep/", b"att/")) or (k.startswith(b"op/") and len(_split(k)) == 2)
-        )
+            _log.info("journal=%s event=terminal_collected units=%d", self.state_dir, len(doomed))
+        return len(doomed)
 
     def quarantined_effects(self) -> list[tuple[str, EffectRecord]]:
         """Every Quarantined effect as (operation id, record)."""
@@ -781,4 +836,5 @@ __all__ = [
     "JournalWriteError",
     "OperationState",
     "ReservationConflict",
+    "Retention",
 ]

@@ -35,6 +35,7 @@ from dmn.agent.journal.store import (
     JournalSchemaError,
     JournalStore,
     ReservationConflict,
+    Retention,
 )
 from dmn.engine.journal import OperationState
 from dmn.engine.runner import Runner
@@ -435,7 +436,7 @@ def test_operator_resolves_quarantine_and_forgets_terminal_records_never_while_h
         assert store.load_operation("failed") is not None
     # a Quarantined effect is never forgotten, nor the preparation that names it
     assert _cli("forget", "--state-dir", state) == 0
-    assert "forgot 2 terminal records" in capsys.readouterr().out  # claim-r and "failed"
+    assert "forgot 1 terminal records" in capsys.readouterr().out  # claim-r with "failed"
     assert _cli(*resolve, "--effect", "no-such-effect", "--reason", "x") == 1
     assert "error[E_JOURNAL_NOT_QUARANTINED]" in capsys.readouterr().err
     assert _cli(*resolve, "--effect", quarantined.id, "--reason", "  ") == 2
@@ -458,3 +459,34 @@ def test_operator_resolves_quarantine_and_forgets_terminal_records_never_while_h
         assert store.get_preparation("claim-p", "fp") is None
         assert store.load_operation("stuck") is None
         assert store.load_operation("op-held") is not None  # Completed: cleanup authority
+
+
+def test_retention_collects_terminal_records_by_age_and_count(tmp_path: Path) -> None:
+    def removed(i: int) -> AttachmentRecord:
+        ident = AttachmentIdentity("node", "boot", f"pod-{i}", f"sb-{i}")
+        return AttachmentRecord(ident, state=AttachmentState.REMOVED)
+
+    with JournalStore.open(tmp_path) as store:
+        with store.batch() as b:
+            for i in range(3):
+                b.put_attachment(removed(i))
+            live = AttachmentRecord(AttachmentIdentity("node", "boot", "pod-live", "sb-live"))
+            b.put_attachment(live)
+        keep = Retention(max_age=100.0, max_count=5)
+        assert store.collect_terminal(keep, now=1000.0) == 0  # first seen: stamped, kept
+        with store.batch() as b:
+            for i in range(3, 6):
+                b.put_attachment(removed(i))
+        assert store.collect_terminal(keep, now=1050.0) == 1  # 6 > max_count: oldest one goes
+        assert len(store.attachments()) == 6
+        assert store.collect_terminal(keep, now=1100.0) == 2  # the rest of t=1000 aged out
+        assert sorted(a.identity.pod_uid for a in store.attachments()) == [
+            "pod-3",
+            "pod-4",
+            "pod-5",
+            "pod-live",
+        ]
+        assert store.collect_terminal(keep, now=1200.0) == 3
+        assert [a.identity.pod_uid for a in store.attachments()] == ["pod-live"]
+        assert store.collect_terminal(keep, now=9999.0) == 0  # live records are never collected
+        assert store.get_attachment(live.identity) is not None
