@@ -179,7 +179,7 @@ def controller_manager_argv(binary: Path, layout: Layout) -> list[str]:
         "--use-service-account-credentials=true",
         f"--service-account-private-key-file={pki / 'sa.key'}",
         f"--root-ca-file={pki / 'ca.crt'}",
-        "--controllers=*,-node-ipam-controller,-node-lifecycle-controller,"
+        "--controllers=*,-node-ipam-controller,"
         "-certificatesigningrequest-signing-controller",
         f"--feature-gates={FEATURE_GATES}",
         "--profiling=false",
@@ -234,6 +234,9 @@ state = "{c / "state"}"
   [plugins.'io.containerd.cri.v1.runtime']
     enable_selinux = false
     netns_mounts_under_state_dir = true
+    # this machine refuses to lower oom_score_adj (no CAP_SYS_RESOURCE over it): kubelet asks
+    # -998 for sandboxes, runc init then fails; clamp to containerd's own value instead
+    restrict_oom_score_adj = true
     [plugins.'io.containerd.cri.v1.runtime'.containerd]
       default_runtime_name = "runc"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]

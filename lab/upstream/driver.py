@@ -260,6 +260,9 @@ class ProcessDriver:
         argv += ["--kubelet-registry-dir", str(kubelet / "plugins_registry")]
         argv += ["--kubelet-plugins-dir", str(kubelet / "plugins")]
         argv += ["--nri-socket", str(ctx.layout.nri_socket)]
+        # the agent's own namespace is the host's: /proc/1/ns/net may be closed to us
+        # (PID 1 of this machine is not in our user's reach), /proc/self is always ours
+        argv += ["--host-netns", "/proc/self/ns/net"]
         for link in LAB_LINKS:
             argv += ["--lab-link", link]
         ctx.procs.start("dmn-node", argv)

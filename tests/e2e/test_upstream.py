@@ -1,0 +1,232 @@
+"""End to end on real Kubernetes: kube-apiserver, kube-scheduler, kubelet and containerd.
+
+One upstream lab per session (``conftest.py``); each test cleans up its own Pods, claims
+and templates. Runs as root (kubelet, containerd, links in the host namespace).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dmn.api.cluster import Cluster, NotFound
+from dmn.api.cluster import resources as r
+from dmn.api.identity import DRIVER
+from dmn.lab import manifests
+from dmn.lab.demo import TOPOLOGIES, wait_settled
+from dmn.lab.node import HOST_DEVICE_TOPOLOGY
+from dmn.lab.pod_demo import NAMESPACE, claim_template
+from dmn.lab.upstream import build
+from dmn.lab.upstream.cluster import UpstreamLab
+from dmn.lab.upstream.configs import NODE_NAME
+from dmn.lab.upstream.demo import (
+    Kubectl,
+    node_links,
+    pod,
+    pod_phase,
+    wait_for,
+)
+from dmn.lab.upstream.driver import LAB_LINKS
+from tests.e2e.conftest import Session, host_snapshot
+
+pytestmark = [pytest.mark.e2e]
+WAIT = 120.0
+
+
+@pytest.fixture(scope="module")
+def classes(upstream_session: Session) -> dict[str, str]:
+    upstream_lab = upstream_session.lab
+    """Every example topology plus the lab host-device one applied; name → DeviceClass."""
+    admin = upstream_lab.admin()
+    try:
+        docs = manifests.load(TOPOLOGIES)
+        for doc in docs:
+            admin.apply(doc.doc)
+        admin.apply(HOST_DEVICE_TOPOLOGY)
+        names = [d.name for d in docs if d.kind == "NetworkTopology"] + ["lab-host-device"]
+        results = wait_settled(admin, names, WAIT)
+        assert all(t.ready == "True" for t in results), results
+        for name in ("shared-macvlan", "lab-host-device"):
+            device_class = next(t for t in results if t.name == name).device_classes[0]
+            admin.apply(claim_template(name, device_class))
+        return {t.name: t.device_classes[0] for t in results if t.device_classes}
+    finally:
+        admin.close()
+
+
+@pytest.fixture
+def pods(admin: Cluster) -> Iterator[list[str]]:
+    """Names of Pods the test creates; deleted (and waited for) afterwards."""
+    created: list[str] = []
+    yield created
+    for name in created:
+        with contextlib.suppress(NotFound):
+            admin.delete(r.PODS, name, NAMESPACE)
+    assert wait_for(lambda: all(pod_phase(admin, n) == "Gone" for n in created), WAIT)
+
+
+def _run(admin: Cluster, pods: list[str], name: str, template: str) -> None:
+    admin.create(r.PODS, pod(name, template), NAMESPACE)
+    pods.append(name)
+
+
+def _running(admin: Cluster, names: list[str]) -> bool:
+    return wait_for(lambda: all(pod_phase(admin, n) == "Running" for n in names), WAIT)
+
+
+def _unschedulable(admin: Cluster, name: str) -> str:
+    """The scheduler's message when it keeps the Pod Pending, else ''."""
+    status = admin.get(r.PODS, name, NAMESPACE).get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
+            return str(cond.get("message", ""))
+    return ""
+
+
+def test_components_report_their_pinned_versions(upstream_lab: UpstreamLab, admin: Cluster) -> None:
+    binary = build.bin_dir("kubernetes") / "kube-apiserver"
+    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "Kubernetes v1.37.2"
+    version = Kubectl(upstream_lab.admin_kubeconfig).run("version", "-o", "json")
+    assert json.loads(version.stdout)["serverVersion"]["gitVersion"] == "v1.37.2"
+    node = admin.get(r.NODES, NODE_NAME)
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.37.2"
+
+
+def test_slices_are_accepted_by_real_validation(upstream_lab: UpstreamLab, admin: Cluster) -> None:
+    slices = [
+        s
+        for s in admin.list(r.RESOURCE_SLICES).items
+        if s["spec"]["driver"] == DRIVER and s["spec"].get("nodeName") == NODE_NAME
+    ]
+    devices = [d for s in slices for d in s["spec"].get("devices") or []]
+    # two lab links, each as kernel, macvlan and ipvlan persona
+    assert len(devices) == 3 * len(LAB_LINKS), [d["name"] for d in devices]
+    shared = [d for d in devices if d.get("allowMultipleAllocations")]
+    assert shared and all("capacity" in d for d in shared)
+
+
+def test_pods_get_networks_and_traffic_flows_then_nothing_is_left(
+    upstream_lab: UpstreamLab, admin: Cluster, classes: dict[str, str], pods: list[str]
+) -> None:
+    before = node_links()
+    for name in ("e2e-a", "e2e-b"):
+        _run(admin, pods, name, "shared-macvlan")
+    assert _running(admin, pods), [(n, pod_phase(admin, n)) for n in pods]
+    kubectl = Kubectl(upstream_lab.admin_kubeconfig)
+    for name, address in (("e2e-a", "10.93.0.1/24"), ("e2e-b", "10.93.0.2/24")):
+        assert kubectl.exec(name, "ip", "link", "show", "net1").returncode == 0
+        assert kubectl.exec(name, "ip", "addr", "add", address, "dev", "net1").returncode == 0
+    ping = kubectl.exec("e2e-a", "ping", "-c", "2", "-W", "3", "10.93.0.2")
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+    claims = admin.list(r.RESOURCE_CLAIMS, NAMESPACE).items
+    assert len(claims) == 2
+    for claim in claims:
+        entries = claim["status"].get("devices") or []
+        assert any((e.get("networkData") or {}).get("interfaceName") == "net1" for e in entries), (
+            claim["status"]
+        )
+    statuses = kubectl.run("get", "networkattachmentstatuses", "-A", "-o", "json")
+    assert statuses.returncode == 0, statuses.stderr
+    assert json.loads(statuses.stdout)["items"]
+    for name in list(pods):
+        admin.delete(r.PODS, name, NAMESPACE)
+    assert wait_for(lambda: all(pod_phase(admin, n) == "Gone" for n in pods), WAIT)
+    assert wait_for(lambda: not admin.list(r.RESOURCE_CLAIMS, NAMESPACE).items, WAIT)
+    assert wait_for(lambda: node_links() == before, WAIT), node_links()
+    journal = _journal(upstream_lab)
+    assert not journal["pins"] and not journal["shares"] and not journal["reservations"], journal
+    assert all(a["state"] == "Removed" for a in journal["attachments"]), journal["attachments"]
+    assert all(p["state"] == "Released" for p in journal["preparations"]), journal
+
+
+@pytest.mark.parametrize("component", ["dmn-node", "containerd", "kubelet"])
+def test_restarts_with_pods_running_keep_their_networks(
+    upstream_lab: UpstreamLab,
+    admin: Cluster,
+    classes: dict[str, str],
+    pods: list[str],
+    component: str,
+) -> None:
+    """The node agent (NRI reconnect + Synchronize), containerd or kubelet restarts while two
+    Pods run: their net1 keeps working, and deleting them afterwards leaves nothing."""
+    before = node_links()
+    names = [f"e2e-{component[:4]}-a", f"e2e-{component[:4]}-b"]
+    for name in names:
+        _run(admin, pods, name, "shared-macvlan")
+    assert _running(admin, pods)
+    kubectl = Kubectl(upstream_lab.admin_kubeconfig)
+    for name, address in zip(names, ("10.95.0.1/24", "10.95.0.2/24"), strict=True):
+        assert kubectl.exec(name, "ip", "addr", "add", address, "dev", "net1").returncode == 0
+    upstream_lab.procs.restart(component)
+    if component == "dmn-node":
+        sock = upstream_lab.layout.kubelet_root / "plugins_registry" / f"{DRIVER}-reg.sock"
+        assert wait_for(sock.exists, WAIT)
+    assert wait_for(
+        lambda: kubectl.exec(names[0], "ping", "-c", "1", "-W", "2", "10.95.0.2").returncode == 0,
+        WAIT,
+    )
+    assert all(pod_phase(admin, n) == "Running" for n in names)
+    for name in names:
+        admin.delete(r.PODS, name, NAMESPACE)
+    assert wait_for(lambda: all(pod_phase(admin, n) == "Gone" for n in names), WAIT)
+    assert wait_for(lambda: not admin.list(r.RESOURCE_CLAIMS, NAMESPACE).items, WAIT)
+    assert wait_for(lambda: node_links() == before, WAIT), node_links()
+    assert not _journal(upstream_lab)["pins"]
+
+
+def _journal(lab: UpstreamLab) -> dict[str, Any]:
+    state = str(lab.layout.agent_state)
+    out = subprocess.run(
+        [sys.executable, "-m", "dmn", "journal", "show", "--state-dir", state, "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    doc: dict[str, Any] = json.loads(out.stdout)
+    return doc
+
+
+def test_compatibility_groups_keep_a_whole_link_and_its_children_apart(
+    admin: Cluster, classes: dict[str, str], pods: list[str]
+) -> None:
+    for name in ("e2e-host-0", "e2e-host-1"):
+        _run(admin, pods, name, "lab-host-device")
+    assert _running(admin, pods)
+    _run(admin, pods, "e2e-child", "shared-macvlan")
+    assert wait_for(lambda: bool(_unschedulable(admin, "e2e-child")), WAIT)
+    assert "claim" in _unschedulable(admin, "e2e-child")
+
+
+def test_zz_down_leaves_the_host_as_before(upstream_session: Session) -> None:
+    """Last in the module: the session's lab goes down here and the host is compared."""
+    lab = upstream_session.lab
+    kubeconfig = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dmn",
+            "lab",
+            "kubeconfig",
+            "--state-dir",
+            str(lab.layout.root.parent),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert kubeconfig.stdout.strip() == str(lab.admin_kubeconfig)
+    down = subprocess.run(
+        [sys.executable, "-m", "dmn", "lab", "down", "--state-dir", str(lab.layout.root.parent)],
+        capture_output=True,
+        text=True,
+    )
+    assert down.returncode == 0, down.stderr
+    assert not lab.layout.root.exists()
+    assert not lab.running()
+    assert host_snapshot() == upstream_session.before
