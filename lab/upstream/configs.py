@@ -179,8 +179,7 @@ def controller_manager_argv(binary: Path, layout: Layout) -> list[str]:
         "--use-service-account-credentials=true",
         f"--service-account-private-key-file={pki / 'sa.key'}",
         f"--root-ca-file={pki / 'ca.crt'}",
-        "--controllers=*,-node-ipam-controller,"
-        "-certificatesigningrequest-signing-controller",
+        "--controllers=*,-node-ipam-controller,-certificatesigningrequest-signing-controller",
         f"--feature-gates={FEATURE_GATES}",
         "--profiling=false",
         "--v=1",
