@@ -112,6 +112,12 @@ def v1_hierarchies() -> list[Path]:
 
 
 def create_cgroups(record: HostRecord, lab_file: Path) -> None:
+    # on a hybrid host runc also mirrors Pod cgroups below the unified (cgroup2) mount;
+    # the lab does not create that tree but records it, when absent now, as its own
+    unified = CGROUP_ROOT / "unified" / CGROUP_NAME
+    if (CGROUP_ROOT / "unified").is_dir() and not unified.exists():
+        record.cgroups.append(str(unified))
+        record.save(lab_file)
     for hierarchy in v1_hierarchies():
         path = hierarchy / CGROUP_NAME
         if path.exists():
