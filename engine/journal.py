@@ -35,8 +35,6 @@ from dmn.engine.bound import BoundProgram
 from dmn.interpreter.canonical_json import JSONValue, sha256_digest
 from dmn.vocabulary.handles import Handle
 
-SCHEMA_VERSION = 1
-
 
 class EffectState(StrEnum):
     PLANNED = "Planned"

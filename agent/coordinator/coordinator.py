@@ -65,7 +65,9 @@ from dmn.agent.coordinator.verify import (
     fingerprint,
     verify_allocation,
 )
+from dmn.agent.journal.keys import attachment_id
 from dmn.agent.journal.records import (
+    AttachedClaim,
     AttachmentIdentity,
     AttachmentRecord,
     AttachmentState,
@@ -73,7 +75,9 @@ from dmn.agent.journal.records import (
     PinState,
     PreparationRecord,
     PreparationState,
+    PreparedDevice,
     Reservation,
+    RevisionRef,
     ShareRef,
 )
 from dmn.agent.journal.store import JournalBatch, JournalStore, ReservationConflict
@@ -112,20 +116,6 @@ class NodeConfig:
     @property
     def pool_name(self) -> str:
         return self.pool or self.node_name
-
-
-@dataclass(frozen=True)
-class PreparedDeviceResult:
-    request: str
-    pool: str
-    device: str
-    share_id: str
-
-
-def attachment_id(identity: AttachmentIdentity) -> str:
-    """A pin-safe id for a sandbox incarnation (never a runtime-supplied string verbatim)."""
-    raw = f"{identity.node_uid}/{identity.boot_id}/{identity.pod_uid}/{identity.sandbox_id}"
-    return "att-" + hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
 def _short(value: str) -> str:
@@ -220,7 +210,7 @@ class Coordinator:
             accept_superseded=accept_superseded,
         )
 
-    def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDeviceResult]:
+    def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
         """NodePrepare of one claim; raises :class:`Refusal` (nothing changed) or returns
         the prepared devices."""
         with self._lock:
@@ -239,7 +229,7 @@ class Coordinator:
                         "status.allocation",
                     )
                 if rec.state is PreparationState.PREPARED:
-                    return [PreparedDeviceResult(**d) for d in rec.devices]
+                    return list(rec.devices)
             verified = self._verify(claim)
             if verified is None:
                 return []
@@ -282,10 +272,10 @@ class Coordinator:
             if res.holder == holder:
                 b.delete_reservation(res.resource)
 
-    def _prepare(self, v: VerifiedClaim) -> list[PreparedDeviceResult]:
+    def _prepare(self, v: VerifiedClaim) -> list[PreparedDevice]:
         ops = [f"prep-{_short(v.claim_uid + v.fingerprint)}-{root.step}" for root in v.roots]
         devices = [
-            PreparedDeviceResult(
+            PreparedDevice(
                 root.result.request, root.result.pool, root.result.device, root.result.share_id
             )
             for root in v.roots
@@ -305,8 +295,7 @@ class Coordinator:
         rec = PreparationRecord(
             claim_uid=v.claim_uid,
             allocation_fingerprint=v.fingerprint,
-            revision=v.revision,
-            contract_digest=v.revision_digest,
+            revision=RevisionRef(v.revision, v.revision_uid, v.revision_digest),
             operations=ops,
         )
         holder = self._holder(v)
@@ -358,7 +347,7 @@ class Coordinator:
                 raise
             raise Refusal(str(getattr(exc, "code", "E_PREPARE_FAILED")), str(exc)) from exc
         rec.state = PreparationState.PREPARED
-        rec.devices = [d.__dict__ for d in devices]
+        rec.devices = devices
         with self.journal.batch() as b:
             b.put_preparation(rec)
         log.info("event=prepared claim=%s roots=%d", v.claim_uid, len(v.roots))
@@ -408,7 +397,7 @@ class Coordinator:
         """Release the claim's preparation; retryable :class:`Refusal` while attached."""
         with self._lock:
             for att in self.journal.attachments():
-                if att.state in LIVE_ATTACHMENT and any(c["claimUID"] == uid for c in att.claims):
+                if att.state in LIVE_ATTACHMENT and any(c.claim_uid == uid for c in att.claims):
                     raise Refusal(
                         "E_ATTACHED",
                         f"claim {uid} is still attached to sandbox {att.identity.sandbox_id}",
@@ -467,7 +456,7 @@ class Coordinator:
                 verified = self._verify(c, accept_superseded=True)
                 if verified is None:
                     raise Refusal("E_NOT_PREPARED", f"claim {uid} has no results of ours")
-                if verified.revision_digest != prep.contract_digest:
+                if verified.revision_digest != prep.revision.digest:
                     raise Refusal(
                         "E_REVISION_DIGEST", f"claim {uid} was prepared under another revision"
                     )
@@ -477,7 +466,7 @@ class Coordinator:
             for other in self.journal.attachments():
                 if other.identity == identity or other.state is AttachmentState.REMOVED:
                     continue
-                if wanted_claims & {c["claimUID"] for c in other.claims}:
+                if wanted_claims & {c.claim_uid for c in other.claims}:
                     # a new incarnation never steals roots or shares from a live one
                     raise Refusal(
                         "E_CLAIM_IN_USE",
@@ -500,15 +489,15 @@ class Coordinator:
             rec = AttachmentRecord(
                 identity=identity,
                 claims=[
-                    {
-                        "claimUID": p.claim_uid,
-                        "fingerprint": p.allocation_fingerprint,
-                        "namespace": namespace,
-                        "name": str(c["metadata"]["name"]),
-                    }
-                    for (p, _, _), c in zip(plan, claims, strict=True)
+                    AttachedClaim(
+                        p.claim_uid,
+                        p.allocation_fingerprint,
+                        namespace,
+                        str(c["metadata"]["name"]),
+                        RevisionRef(v.revision, v.revision_uid, v.revision_digest),
+                    )
+                    for (p, v, _), c in zip(plan, claims, strict=True)
                 ],
-                revision=",".join(v.revision for _, v, _ in plan),
                 operations=ops,
             )
             pin = NamespacePin(
@@ -525,12 +514,8 @@ class Coordinator:
                 identity,
                 att,
                 [
-                    ClaimBinding(
-                        p.claim_uid,
-                        p.allocation_fingerprint,
-                        {"name": v.revision, "uid": v.revision_uid, "digest": v.revision_digest},
-                    )
-                    for p, v, _ in plan
+                    ClaimBinding(c.claim_uid, c.fingerprint, c.revision.to_json())
+                    for c in rec.claims
                 ],
             )
             try:
@@ -575,28 +560,28 @@ class Coordinator:
             with self.journal.batch() as b:
                 b.put_attachment(rec)
             self.reporter.phase(att, "Ready", outputs=outputs)
-            for c, entries in zip(rec.claims, device_status, strict=True):
-                self.claim_status.write(c["namespace"], c["name"], entries)
+            for claim, entries in zip(rec.claims, device_status, strict=True):
+                self.claim_status.write(claim.namespace, claim.name, entries)
             log.info("event=ready pod=%s sandbox=%s operations=%d", pod_uid, sandbox_id, len(ops))
             return True
 
     def _drop_device_status(self, rec: AttachmentRecord) -> None:
         for c in rec.claims:
-            if "name" not in c:
+            if not c.name:  # migrated from a version-1 record that did not name the claim
                 continue
-            prep = self.journal.get_preparation(c["claimUID"], c["fingerprint"])
+            prep = self.journal.get_preparation(c.claim_uid, c.fingerprint)
             if prep is None:
                 continue
             drop = [
                 {
                     "driver": self.config.driver,
-                    "pool": d["pool"],
-                    "device": d["device"],
-                    "shareID": d.get("share_id", ""),
+                    "pool": d.pool,
+                    "device": d.device,
+                    "shareID": d.share_id,
                 }
                 for d in prep.devices
             ]
-            self.claim_status.write(c["namespace"], c["name"], [], drop)
+            self.claim_status.write(c.namespace, c.name, [], drop)
 
     def _connect(
         self,
@@ -662,9 +647,9 @@ class Coordinator:
                 if self.pins.ref(attachment_id(identity)) is None:
                     raise Refusal("E_PIN_MISSING", f"sandbox {sandbox_id} lost its namespace pin")
                 for c in att.claims:
-                    prep = self.journal.get_preparation(c["claimUID"], c["fingerprint"])
+                    prep = self.journal.get_preparation(c.claim_uid, c.fingerprint)
                     if prep is None or prep.state is not PreparationState.PREPARED:
-                        raise Refusal("E_NOT_READY", f"claim {c['claimUID']} is not prepared")
+                        raise Refusal("E_NOT_READY", f"claim {c.claim_uid} is not prepared")
                 return
             if att is not None or self._pod_claims(namespace, pod_name, pod_uid):
                 state = att.state.value if att is not None else "not attached"

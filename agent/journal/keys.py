@@ -26,11 +26,18 @@ key                                         value / lookup it serves
 ``pin/<attachmentID>``                      NamespacePin; by attachment id
 ==========================================  ================================================
 
-``<attachmentID>`` is :func:`attachment_id` — the four identity components joined by ``/``
-after escaping, i.e. the tail of the ``att/`` key.
+``<attachmentID>`` is :func:`attachment_id`: ``att-`` and 32 hex digits of a SHA-256 over the
+four identity components. It names the pin file, the attachment's operation scope
+(``attachment/<attachmentID>``) and its NetworkAttachmentStatus, so it must be a safe file
+name whatever the runtime put in the sandbox id. (Until schema version 2 this module also
+had an ``attachment_id`` that returned the escaped ``att/`` key tail — a string with ``/``
+that no pin could be named by — while the coordinator used its own hash; the hash was the
+one actually written, so it is the one that stayed.)
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from dmn.agent.journal.records import AttachmentIdentity
 
@@ -61,13 +68,19 @@ def split(raw: bytes) -> list[str]:
 
 
 def attachment_id(identity: AttachmentIdentity) -> str:
-    return "/".join(
-        esc(c) for c in (identity.node_uid, identity.boot_id, identity.pod_uid, identity.sandbox_id)
-    )
+    """The one id of a sandbox incarnation: pin-safe (``att-`` + 32 hex digits), never a
+    runtime-supplied string verbatim, different for every identity component."""
+    raw = f"{identity.node_uid}/{identity.boot_id}/{identity.pod_uid}/{identity.sandbox_id}"
+    return "att-" + hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
 def attachment_key(identity: AttachmentIdentity) -> bytes:
-    return b"att/" + attachment_id(identity).encode("utf-8")
+    """``att/<node>/<boot>/<pod>/<sandbox>`` (escaped), so a prefix finds a Pod's sandboxes."""
+    return key("att", identity.node_uid, identity.boot_id, identity.pod_uid, identity.sandbox_id)
+
+
+def pin_key(attachment: str) -> bytes:
+    return key("pin", attachment)
 
 
 def operation_key(op_id: str) -> bytes:

@@ -30,6 +30,76 @@ class AttachmentState(StrEnum):
     REMOVED = "Removed"
 
 
+def _text(d: Mapping[str, Any], name: str, default: str | None = None) -> str:
+    """A string field of a stored record; anything else is malformed (never coerced)."""
+    value = d.get(name, default)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _texts(d: Mapping[str, Any], name: str) -> list[str]:
+    values = d.get(name, [])
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise TypeError(f"{name} must be a list of strings")
+    return list(values)
+
+
+def _objects(d: Mapping[str, Any], name: str) -> list[Mapping[str, Any]]:
+    values = d.get(name, [])
+    if not isinstance(values, list) or not all(isinstance(v, Mapping) for v in values):
+        raise TypeError(f"{name} must be a list of objects")
+    return list(values)
+
+
+def _object(d: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = d.get(name)
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be an object")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionRef:
+    """The NetworkTopologyRevision a claim was prepared or attached under (name, uid and
+    the digest its allocation pinned); the same shape as the API's ``revisionRef``."""
+
+    name: str
+    uid: str = ""
+    digest: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "uid": self.uid, "digest": self.digest}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RevisionRef:
+        return cls(_text(d, "name"), _text(d, "uid", ""), _text(d, "digest", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDevice:
+    """One device NodePrepare returned to the kubelet for a request of the claim."""
+
+    request: str
+    pool: str
+    device: str
+    share_id: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "request": self.request,
+            "pool": self.pool,
+            "device": self.device,
+            "shareID": self.share_id,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PreparedDevice:
+        return cls(
+            _text(d, "request"), _text(d, "pool"), _text(d, "device"), _text(d, "shareID", "")
+        )
+
+
 @dataclass(slots=True)
 class PreparationRecord:
     """One NodePrepare of one claim allocation (claim UID + allocation fingerprint)."""
@@ -37,10 +107,9 @@ class PreparationRecord:
     claim_uid: str
     allocation_fingerprint: str
     state: PreparationState = PreparationState.PREPARING
-    revision: str = ""
-    contract_digest: str = ""
+    revision: RevisionRef = field(default_factory=lambda: RevisionRef(""))
     operations: list[str] = field(default_factory=list)  # root prepare operations, in order
-    devices: list[Any] = field(default_factory=list)  # kubelet device results (CDI ids)
+    devices: list[PreparedDevice] = field(default_factory=list)  # what NodePrepare returned
     error: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -48,24 +117,22 @@ class PreparationRecord:
             "claimUID": self.claim_uid,
             "allocationFingerprint": self.allocation_fingerprint,
             "state": self.state.value,
-            "revision": self.revision,
-            "contractDigest": self.contract_digest,
+            "revision": self.revision.to_json(),
             "operations": list(self.operations),
-            "devices": list(self.devices),
+            "devices": [d.to_json() for d in self.devices],
             "error": self.error,
         }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> PreparationRecord:
         return cls(
-            claim_uid=str(d["claimUID"]),
-            allocation_fingerprint=str(d["allocationFingerprint"]),
+            claim_uid=_text(d, "claimUID"),
+            allocation_fingerprint=_text(d, "allocationFingerprint"),
             state=PreparationState(d["state"]),
-            revision=str(d.get("revision", "")),
-            contract_digest=str(d.get("contractDigest", "")),
-            operations=[str(o) for o in d.get("operations", ())],
-            devices=list(d.get("devices", ())),
-            error=str(d.get("error", "")),
+            revision=RevisionRef.from_json(_object(d, "revision")),
+            operations=_texts(d, "operations"),
+            devices=[PreparedDevice.from_json(x) for x in _objects(d, "devices")],
+            error=_text(d, "error", ""),
         )
 
 
@@ -88,15 +155,47 @@ class AttachmentIdentity:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> AttachmentIdentity:
-        return cls(str(d["nodeUID"]), str(d["bootID"]), str(d["podUID"]), str(d["sandboxID"]))
+        return cls(
+            _text(d, "nodeUID"), _text(d, "bootID"), _text(d, "podUID"), _text(d, "sandboxID")
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AttachedClaim:
+    """One claim an attachment connected: the preparation it used (claim UID + allocation
+    fingerprint), where the claim object lives (for its status) and its revision."""
+
+    claim_uid: str
+    fingerprint: str
+    namespace: str
+    name: str
+    revision: RevisionRef
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "claimUID": self.claim_uid,
+            "fingerprint": self.fingerprint,
+            "namespace": self.namespace,
+            "name": self.name,
+            "revision": self.revision.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> AttachedClaim:
+        return cls(
+            _text(d, "claimUID"),
+            _text(d, "fingerprint"),
+            _text(d, "namespace"),
+            _text(d, "name"),
+            RevisionRef.from_json(_object(d, "revision")),
+        )
 
 
 @dataclass(slots=True)
 class AttachmentRecord:
     identity: AttachmentIdentity
     state: AttachmentState = AttachmentState.CONNECTING
-    claims: list[dict[str, str]] = field(default_factory=list)  # {claimUID, fingerprint}
-    revision: str = ""
+    claims: list[AttachedClaim] = field(default_factory=list)
     operations: list[str] = field(default_factory=list)  # connect operations, topological order
     error: str = ""
 
@@ -104,8 +203,7 @@ class AttachmentRecord:
         return {
             "identity": self.identity.to_json(),
             "state": self.state.value,
-            "claims": [dict(c) for c in self.claims],
-            "revision": self.revision,
+            "claims": [c.to_json() for c in self.claims],
             "operations": list(self.operations),
             "error": self.error,
         }
@@ -113,12 +211,11 @@ class AttachmentRecord:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> AttachmentRecord:
         return cls(
-            identity=AttachmentIdentity.from_json(d["identity"]),
+            identity=AttachmentIdentity.from_json(_object(d, "identity")),
             state=AttachmentState(d["state"]),
-            claims=[{str(k): str(v) for k, v in c.items()} for c in d.get("claims", ())],
-            revision=str(d.get("revision", "")),
-            operations=[str(o) for o in d.get("operations", ())],
-            error=str(d.get("error", "")),
+            claims=[AttachedClaim.from_json(c) for c in _objects(d, "claims")],
+            operations=_texts(d, "operations"),
+            error=_text(d, "error", ""),
         )
 
 
@@ -178,7 +275,7 @@ class PinState(StrEnum):
 class NamespacePin:
     """A sandbox netns bind-mounted at a persistent pin path, by (dev, inode) identity."""
 
-    attachment: str  # keys.attachment_id(identity)
+    attachment: str  # keys.attachment_id(identity): the pin-safe hash, also the pin's name
     path: str
     dev: int
     inode: int

@@ -11,9 +11,11 @@ Contract:
   is held by another agent (pid N)"), never RocksDB's own LOCK message.
 * **Private files.** The state directory and database directory are 0700; database files
   are created under umask 077 and re-chmodded 0600 on open and close.
-* **Schema version.** ``meta/schema`` holds the layout version. A store written by a newer
-  build is refused with :class:`JournalSchemaError` after a read-only probe: nothing is
-  rewritten or deleted.
+* **Schema version.** ``meta/schema`` holds the layout version (:mod:`.schema`). A store
+  written by a newer build is refused with :class:`JournalSchemaError` after a read-only
+  probe: nothing is rewritten or deleted. An older store is migrated by the writer when it
+  opens, in one synced commit together with the new version marker; a read-only view of an
+  older store shows its records migrated in memory and writes nothing.
 * **Read-only inspection.** :meth:`JournalStore.open_read_only` opens the database
   read-only (falling back to a RocksDB secondary instance) without the writer lock, so
   ``dmn journal show`` works while an agent holds the journal.
@@ -53,8 +55,8 @@ from dmn.agent.journal.records import (
     Reservation,
     ShareRef,
 )
+from dmn.agent.journal.schema import OLDEST_MIGRATABLE, SCHEMA_VERSION, migrate
 from dmn.engine.journal import (
-    SCHEMA_VERSION,
     UNFINISHED_STATES,
     EffectRecord,
     EffectState,
@@ -232,10 +234,10 @@ class JournalBatch:
         self._delete(keys.key("resv", resource))
 
     def put_pin(self, pin: NamespacePin) -> None:
-        self._put(b"pin/" + pin.attachment.encode("utf-8"), pin.to_json())
+        self._put(keys.pin_key(pin.attachment), pin.to_json())
 
     def delete_pin(self, attachment: str) -> None:
-        self._delete(b"pin/" + attachment.encode("utf-8"))
+        self._delete(keys.pin_key(attachment))
 
     def put_fence(self, fence: Fence) -> None:
         self._put(keys.key("fence", fence.scope), fence.to_json())
@@ -275,6 +277,8 @@ class JournalStore:
         #: one bad record does not fail every scan; ``dmn journal show`` reports them
         self.corrupt: dict[bytes, str] = {}
         self.observer = JournalObserver()
+        # read-only view of an older store: migrated values by key (never written)
+        self._migrated: dict[bytes, bytes] = {}
 
     # ------------------------------------------------------------------ opening
 
@@ -298,9 +302,9 @@ class JournalStore:
             os.ftruncate(lock_fd, 0)
             os.pwrite(lock_fd, f"{os.getpid()}\n".encode("ascii"), 0)
             db_dir = root / DB_DIR
+            version, migrated = SCHEMA_VERSION, None
             if (db_dir / "CURRENT").exists():
-                version = cls._probe_schema(db_dir)
-                cls._check_version(version, db_dir)
+                version, migrated = cls._probe_schema(db_dir)
             elif db_dir.exists() and any(db_dir.iterdir()):
                 raise JournalError(
                     f"{db_dir} exists but holds no journal (no CURRENT); refusing to create one "
@@ -318,6 +322,16 @@ class JournalStore:
             raw = db.get(keys.SCHEMA)
             if raw is None:
                 store._write({keys.SCHEMA: _dumps({"version": SCHEMA_VERSION})}, set())
+            elif migrated is not None:
+                puts = {**migrated, keys.SCHEMA: _dumps({"version": SCHEMA_VERSION})}
+                store._write(puts, set())
+                _log.info(
+                    "journal=%s event=migrated from=%d to=%d records=%d",
+                    db_dir,
+                    version,
+                    SCHEMA_VERSION,
+                    len(puts) - 1,
+                )
             _log.info("journal=%s event=opened pid=%d", db_dir, os.getpid())
             return store
         except BaseException:
@@ -348,24 +362,47 @@ class JournalStore:
                 raise JournalError(f"cannot open journal {db_dir} read-only: {exc}") from exc
             store = cls(db, root, read_only=True, secondary_dir=secondary)
         try:
-            cls._check_version(cls._stored_version(db, db_dir), db_dir)
+            version = cls._stored_version(db, db_dir)
+            cls._check_version(version, db_dir)
+            if version < SCHEMA_VERSION:
+                store._migrated = store._migration(version)
         except JournalError:
             store.close()
             raise
         return store
 
-    @staticmethod
-    def _probe_schema(db_dir: Path) -> int:
-        """The stored schema version, read without writing. A database with keys but no
-        schema marker is not a journal of ours: refused, never adopted."""
+    def _migration(self, version: int) -> dict[bytes, bytes]:
+        """The encoded records a ``version`` store needs rewritten (see :mod:`.schema`)."""
+        if version < OLDEST_MIGRATABLE:
+            raise JournalSchemaError(
+                f"journal {self.state_dir / DB_DIR} has schema version {version}, which this "
+                "agent cannot migrate; refusing to open it (nothing was changed)"
+            )
+        records = {k: v for family in (b"prep/", b"att/") for k, v in self._scan(family)}
+        try:
+            changed = migrate(version, records)
+        except ValueError as exc:
+            raise JournalCorruptError(f"cannot migrate: {exc}") from None
+        return {k: _dumps(v) for k, v in changed.items()}
+
+    @classmethod
+    def _probe_schema(cls, db_dir: Path) -> tuple[int, dict[bytes, bytes] | None]:
+        """The stored schema version and, for an older store, the records its migration
+        rewrites — both read without writing, so a refusal changes no file. A database
+        with keys but no schema marker is not a journal of ours: refused, never adopted."""
         try:
             db = Rdict(str(db_dir), Options(raw_mode=True), access_type=AccessType.read_only())
         except Exception as exc:
             raise JournalError(f"cannot open journal {db_dir}: {exc}") from exc
+        probe = cls(db, db_dir.parent, read_only=True)
         try:
-            return JournalStore._stored_version(db, db_dir)
+            version = cls._stored_version(db, db_dir)
+            cls._check_version(version, db_dir)
+            if version == 0 or version == SCHEMA_VERSION:
+                return version, None
+            return version, probe._migration(version)
         finally:
-            db.close()
+            probe.close()
 
     @staticmethod
     def _stored_version(db: Rdict, db_dir: Path) -> int:
@@ -452,7 +489,7 @@ class JournalStore:
         return True, ""
 
     def _get(self, key: bytes) -> Any:
-        raw = self._db.get(key)
+        raw = self._migrated.get(key) or self._db.get(key)
         return _loads(raw, key) if raw is not None else None
 
     def _isolate(self, key: bytes, exc: JournalError) -> None:
@@ -474,7 +511,7 @@ class JournalStore:
             if not k.startswith(prefix):
                 break
             try:
-                value = _loads(it.value(), k)
+                value = _loads(self._migrated.get(k) or it.value(), k)
             except JournalCorruptError as exc:
                 if strict:
                     raise
@@ -796,7 +833,7 @@ class JournalStore:
         return self._records(b"pin/", NamespacePin.from_json)
 
     def get_pin(self, attachment: str) -> NamespacePin | None:
-        return self._get_record(b"pin/" + attachment.encode("utf-8"), NamespacePin.from_json)
+        return self._get_record(keys.pin_key(attachment), NamespacePin.from_json)
 
     def dump(self) -> dict[str, Any]:
         """Everything, as JSON, for ``dmn journal show``."""

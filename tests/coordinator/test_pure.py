@@ -7,9 +7,9 @@ import re
 import pytest
 
 from dmn.agent.coordinator import Refusal
-from dmn.agent.coordinator.coordinator import attachment_id
 from dmn.agent.coordinator.handles import operation_inputs
 from dmn.agent.coordinator.verify import DriverResult, driver_results, fingerprint
+from dmn.agent.journal.keys import attachment_id
 from dmn.agent.journal.records import AttachmentIdentity
 from dmn.agent.netns.pins import PIN_ID
 from dmn.api.root_config import TopologyRootConfiguration

@@ -17,6 +17,7 @@ from rocksdict import Options, Rdict
 from dmn.agent.journal import keys
 from dmn.agent.journal.cli import run as journal_cli
 from dmn.agent.journal.records import (
+    AttachedClaim,
     AttachmentIdentity,
     AttachmentRecord,
     AttachmentState,
@@ -24,6 +25,7 @@ from dmn.agent.journal.records import (
     PreparationRecord,
     PreparationState,
     Reservation,
+    RevisionRef,
     ShareRef,
 )
 from dmn.agent.journal.store import (
@@ -169,6 +171,9 @@ def test_files_are_private_and_commits_synchronous(tmp_path: Path) -> None:
     assert stat.S_IMODE(lock.stat().st_mode) == 0o600
 
 
+CLAIM = AttachedClaim("c", "f", "ns", "claim-c", RevisionRef("rev-1", "rev-uid", "sha256:0"))
+
+
 def test_coordinator_records_and_lookups(tmp_path: Path) -> None:
     ident = AttachmentIdentity("node-uid", "boot/1", "pod-a", "sandbox-1")
     other = AttachmentIdentity("node-uid", "boot/1", "pod-a", "sandbox-2")
@@ -178,9 +183,7 @@ def test_coordinator_records_and_lookups(tmp_path: Path) -> None:
             b.put_preparation(PreparationRecord("claim/1", "fp-a", operations=["op-p1"]))
             b.put_preparation(PreparationRecord("claim/1", "fp-b"))
             b.put_preparation(PreparationRecord("claim/10", "fp-a"))
-            b.put_attachment(
-                AttachmentRecord(ident, claims=[{"claimUID": "c", "fingerprint": "f"}])
-            )
+            b.put_attachment(AttachmentRecord(ident, claims=[CLAIM]))
             b.put_attachment(AttachmentRecord(other, state=AttachmentState.READY))
             b.put_share(ShareRef("pf0", "claim/1", "share-1", "fp-a", "macvlan-parent"))
             b.put_share(ShareRef("pf0", "claim/2", "share-2"))
@@ -191,7 +194,7 @@ def test_coordinator_records_and_lookups(tmp_path: Path) -> None:
         assert prep is not None and prep.operations == ["op-p1"]
         assert prep.state is PreparationState.PREPARING
         assert [p.allocation_fingerprint for p in store.preparations("claim/1")] == ["fp-a", "fp-b"]
-        assert store.get_attachment(ident).claims == [{"claimUID": "c", "fingerprint": "f"}]
+        assert store.get_attachment(ident).claims == [CLAIM]
         assert store.get_attachment(other).state is AttachmentState.READY
         assert len(store.attachments(pod_uid="pod-a")) == 2
         assert {s.claim_uid for s in store.shares("pf0")} == {"claim/1", "claim/2"}
