@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,6 +10,7 @@ import yaml
 
 from dmn.api.cluster import Cluster, NotFound, connect
 from dmn.api.cluster import resources as r
+from tests import waiting
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "charts" / "dra-multi-network" / "crds"
@@ -36,17 +36,10 @@ def example(name: str) -> dict[str, Any]:
 
 
 def wait_for(probe: Callable[[], T | None], timeout: float = 60.0, what: str = "") -> T:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = probe()
-        except NotFound:
-            last = None
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what or probe}: last={last!r}")
+    """:func:`tests.waiting.wait_for` where an object not existing yet means "not yet"."""
+    found = waiting.wait_for(probe, timeout=timeout, what=what, tolerate=(NotFound,))
+    assert found is not None
+    return found
 
 
 def ready(obj: dict[str, Any]) -> dict[str, Any] | None:

@@ -1,12 +1,10 @@
-"""Shared pieces of the crash tests: the fork-server client, one crash case, fixtures."""
+"""Shared pieces of the crash tests: the fork-server fixture, one crash case, fixtures."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,38 +14,12 @@ from typing import Any
 import pytest
 
 from dmn.engine.bound import BoundProgram
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class Server:
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.journal.crash_server"],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def call(self, req: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        assert line, "crash server died"
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
+from tests.crash_fork_server import CrashForkServer
 
 
 @pytest.fixture(scope="session")
-def server() -> Iterator[Server]:
-    s = Server()
+def server() -> Iterator[CrashForkServer]:
+    s = CrashForkServer()
     yield s
     s.close()
 
@@ -73,7 +45,7 @@ def crash_dir(tmp_path: Path) -> Iterator[Path]:
 
 @dataclass
 class Case:
-    server: Server
+    server: CrashForkServer
     dir: Path
     program: BoundProgram
     initial: dict[str, Any]
@@ -106,8 +78,9 @@ class Case:
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         out = self.dir / "out.json"
         out.unlink(missing_ok=True)
-        reply = self.server.call(
+        reply = self.server.request(
             {
+                "child": "journal",
                 "action": action,
                 "state_dir": str(self.dir / "state"),
                 "world": str(self.world_path),

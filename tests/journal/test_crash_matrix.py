@@ -26,8 +26,9 @@ from typing import Any
 import pytest
 
 from dmn.engine.bound import BoundProgram
+from tests.crash_fork_server import CrashForkServer
 from tests.journal.builtin_calls import FOREIGN_WORLD, SCENARIOS, bind_scenario, covered_effects
-from tests.journal.crashkit import Case, Server, op_of
+from tests.journal.crashkit import Case, op_of
 from tests.journal.programs import child_program, foreign_world, reset_program
 
 pytestmark = pytest.mark.crash
@@ -38,7 +39,7 @@ class Matrix:
 
     def __init__(
         self,
-        server: Server,
+        server: CrashForkServer,
         tmp: Path,
         program: BoundProgram,
         initial: dict[str, Any],
@@ -198,7 +199,11 @@ def _programs() -> list[tuple[str, BoundProgram, dict[str, Any]]]:
     ("name", "program", "initial"), _programs(), ids=lambda v: v if isinstance(v, str) else ""
 )
 def test_crash_matrix(
-    server: Server, crash_dir: Path, name: str, program: BoundProgram, initial: dict[str, Any]
+    server: CrashForkServer,
+    crash_dir: Path,
+    name: str,
+    program: BoundProgram,
+    initial: dict[str, Any],
 ) -> None:
     m = Matrix(server, crash_dir, program, initial)
     assert m.run_boundaries[0] == "before-intent" and m.run_boundaries[-1] == "before-completed"
@@ -210,7 +215,7 @@ def test_crash_matrix(
 
 
 @pytest.mark.parametrize("label", [s[0] for s in SCENARIOS])
-def test_crash_matrix_builtin(server: Server, crash_dir: Path, label: str) -> None:
+def test_crash_matrix_builtin(server: CrashForkServer, crash_dir: Path, label: str) -> None:
     """Every builtin hook program, bound by the real binder, under the real opcode specs."""
     program = bind_scenario(label)
     if not isinstance(program, BoundProgram):
@@ -242,7 +247,7 @@ def test_crash_matrix_covers_every_builtin_effect_line() -> None:
                 pytest.xfail(f"{name}/{hook}: effects {sorted(missing)} not bound by any scenario")
 
 
-def test_injected_failures_in_subprocess(server: Server, crash_dir: Path) -> None:
+def test_injected_failures_in_subprocess(server: CrashForkServer, crash_dir: Path) -> None:
     m = Matrix(server, crash_dir, child_program(), foreign_world())
     # observe: postcondition false → compensated
     case = m.case()
@@ -265,7 +270,7 @@ def test_injected_failures_in_subprocess(server: Server, crash_dir: Path) -> Non
 
 
 def test_irreversible_uncertain_after_sigkill_is_quarantined(
-    server: Server, crash_dir: Path
+    server: CrashForkServer, crash_dir: Path
 ) -> None:
     m = Matrix(server, crash_dir, reset_program(), foreign_world())
     k = m.run_boundaries.index("after-apply:reset")

@@ -36,7 +36,8 @@ from dmn.engine.binder import Call, bind_program  # noqa: E402
 from dmn.engine.runner import Runner  # noqa: E402
 from dmn.interpreter.loader import load_builtin_plugins  # noqa: E402
 from dmn.opcodes.linux.netns import NamespaceRef  # noqa: E402
-from tests.journal.crashkit import Case, Server, op_of  # noqa: E402
+from tests.crash_fork_server import CrashForkServer  # noqa: E402
+from tests.journal.crashkit import Case, op_of  # noqa: E402
 from tests.kernel.scratch import netns_path  # noqa: E402
 from tests.kernel.world import EXECUTORS, World, host_handle, world  # noqa: E402
 
@@ -52,7 +53,9 @@ def _norm(snap: dict[str, tuple[Any, ...]]) -> dict[str, tuple[Any, ...]]:
 
 
 class KernelMatrix:
-    def __init__(self, server: Server, tmp: Path, w: World, sandbox: str, program: BoundProgram):
+    def __init__(
+        self, server: CrashForkServer, tmp: Path, w: World, sandbox: str, program: BoundProgram
+    ):
         self.server, self.tmp, self.w, self.sandbox = server, tmp, w, sandbox
         self.program = program
         self.env = {"host": netns_path(w.host), "sandbox": netns_path(sandbox)}
@@ -137,7 +140,7 @@ def _sandbox_scope(sandbox: str) -> Scope:
 
 
 def test_host_cni_connect_kernel_crash_matrix(
-    server: Server, crash_dir: Path, kernel_world: tuple[World, str]
+    server: CrashForkServer, crash_dir: Path, kernel_world: tuple[World, str]
 ) -> None:
     w, sandbox = kernel_world
     root, _peer = w.veth(w.host, mtu=1400)
@@ -158,7 +161,7 @@ def test_host_cni_connect_kernel_crash_matrix(
 
 
 def test_macvlan_connect_crash_matrix(
-    server: Server, crash_dir: Path, kernel_world: tuple[World, str]
+    server: CrashForkServer, crash_dir: Path, kernel_world: tuple[World, str]
 ) -> None:
     w, sandbox = kernel_world
     parent, _peer = w.veth(w.host)

@@ -9,9 +9,6 @@ the executor environment from the pins alone, as a restarted agent would.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +25,7 @@ from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import Handle, Scope
 from dmn.vocabulary.terms import ScopeKind
+from tests.crash_fork_server import CrashForkServer
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS
 
@@ -106,7 +104,7 @@ class Node:
 
     def killed_at(
         self,
-        server: CrashServer,
+        server: CrashForkServer,
         index: int,
         action: str,
         op: str,
@@ -121,6 +119,7 @@ class Node:
         out = self.state_dir.parent / "crash-boundaries.txt"
         reply = server.request(
             {
+                "child": "kernel",
                 "state_dir": str(self.state_dir),
                 "host": netns_path(self.host),
                 "sandbox": sandbox.to_json() if sandbox else None,
@@ -138,37 +137,6 @@ class Node:
             assert reply["exit"] == 0, f"crash child failed: {reply}"
             return []
         return names
-
-
-class CrashServer:
-    """The fork server (``tests.kernel.crash_server``) as a long-lived child process."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.kernel.crash_server"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=Path(__file__).resolve().parents[2],
-        )
-
-    def request(self, req: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        assert line, "crash server died"
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def sandbox_scope(ref: NamespaceRef) -> Scope:

@@ -17,7 +17,8 @@ import pytest
 
 from dmn.opcodes.linux.links import all_links
 from dmn.vocabulary.terms import Access
-from tests.kernel.node import CrashServer, Node, bind, call
+from tests.crash_fork_server import CrashForkServer
+from tests.kernel.node import Node, bind, call
 from tests.kernel.world import World, host_handle, world
 
 pytestmark = [pytest.mark.netns, pytest.mark.crash]
@@ -28,8 +29,8 @@ MAX_BOUNDARIES = 40
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[CrashServer]:
-    s = CrashServer()
+def server() -> Iterator[CrashForkServer]:
+    s = CrashForkServer()
     try:
         yield s
     finally:
@@ -51,7 +52,7 @@ def _sandbox_names(w: World, ns: str) -> set[str]:
 
 
 def _crash_matrix(
-    server: CrashServer,
+    server: CrashForkServer,
     node: Node,
     w: World,
     sandbox: str,
@@ -91,7 +92,7 @@ def _crash_matrix(
 
 
 def test_macvlan_cni_crash_at_every_boundary(
-    server: CrashServer, node_world: tuple[Node, World]
+    server: CrashForkServer, node_world: tuple[Node, World]
 ) -> None:
     node, w = node_world
     sandbox = w.sandbox()
@@ -138,7 +139,7 @@ def test_macvlan_cni_crash_at_every_boundary(
 
 
 def test_host_cni_crash_at_every_boundary(
-    server: CrashServer, node_world: tuple[Node, World]
+    server: CrashForkServer, node_world: tuple[Node, World]
 ) -> None:
     node, w = node_world
     sandbox, peer_ns = w.sandbox(), w.sandbox()

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
 from dmn.lab.cluster import LabCluster
 from dmn.lab.state_dir import StateDir
+from tests.waiting import wait_for
 
 READY = f"{DRIVER}/allocationReady"
 
@@ -30,15 +30,6 @@ def _devices(cluster: Cluster) -> dict[str, dict[str, Any]]:
         for s in cluster.list(r.RESOURCE_SLICES).items
         for d in s["spec"].get("devices") or []
     }
-
-
-def _wait(probe: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if probe():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _claim(cluster: Cluster, device_class: str) -> dict[str, Any]:
@@ -84,4 +75,4 @@ def test_withdrawn_policy_keeps_the_allocated_device_not_ready(lab: LabCluster) 
         return macvlan == [device] and devices[device]["attributes"][READY]["bool"] is False
 
     # the other link's macvlan persona goes; the allocated one stays, blocked for new claims
-    _wait(withdrawn, "the allocated macvlan device pinned with allocationReady=false")
+    wait_for(withdrawn, what="the allocated macvlan device pinned with allocationReady=false")

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from dmn.api.cluster import Cluster, connect
 from dmn.api.cluster import resources as r
 from dmn.lab.state_dir import StateDir
 from tests.lab.support import REPO, dmn_lab, ensure_stopped, no_traceback, ok
+from tests.waiting import wait_for
 
 EXAMPLE = REPO / "examples" / "topologies" / "host-device.yaml"
 
@@ -33,14 +33,14 @@ def state_dir(tmp_path: Path) -> Iterator[Path]:
 def _wait_ready(state_dir: Path, name: str) -> dict[str, Any]:
     """Poll through the lab's kubeconfig until the topology is Ready=True (bounded)."""
     with Cluster(connect(kubeconfig=str(StateDir(state_dir).kubeconfig))) as cluster:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def ready() -> dict[str, Any] | None:
             topo = cluster.get(r.NETWORK_TOPOLOGIES, name)
             conds = (topo.get("status") or {}).get("conditions") or []
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in conds):
-                return topo
-            time.sleep(0.1)
-    raise AssertionError(f"topology {name} never became Ready")
+            ok = any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+            return topo if ok else None
+
+        return wait_for(ready, what=f"topology {name} Ready")
 
 
 def test_detached_round_trip_and_restart_keeps_state(state_dir: Path) -> None:
@@ -97,14 +97,14 @@ def test_policy_change_republishes_slices(state_dir: Path, tmp_path: Path) -> No
     kubeconfig = str(StateDir(state_dir).kubeconfig)
     with Cluster(connect(kubeconfig=kubeconfig)) as cluster:
         cluster.delete(r.DEVICE_EXPOSURE_POLICIES, "lab-link-ipvlan")
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def republished() -> dict[str, Any] | None:
             [devices] = [
                 s for s in cluster.list(r.RESOURCE_SLICES).items if s["spec"].get("devices")
             ]
-            if len(devices["spec"]["devices"]) == 4:
-                break
-            time.sleep(0.1)
+            return devices if len(devices["spec"]["devices"]) == 4 else None
+
+        devices = wait_for(republished, what="slices without the ipvlan personas")
         assert len(devices["spec"]["devices"]) == 4  # 2 links x (kernel, macvlan)
         assert devices["spec"]["pool"]["generation"] == 2
     ok(dmn_lab("down", "--state-dir", str(state_dir)))
@@ -120,11 +120,12 @@ def test_foreground_up_stops_cleanly_on_sigterm(state_dir: Path) -> None:
     )
     try:
         state = StateDir(state_dir)
-        deadline = time.monotonic() + 60
-        while state.running_pid() != proc.pid and time.monotonic() < deadline:
+
+        def running() -> bool:
             assert proc.poll() is None, proc.communicate()
-            time.sleep(0.1)
-        assert state.running_pid() == proc.pid
+            return state.running_pid() == proc.pid
+
+        wait_for(running, what="the lab to record its pid")
         os.kill(proc.pid, signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -146,9 +147,10 @@ def test_no_traceback_on_foreground_interrupt(state_dir: Path) -> None:
         cwd=REPO,
     )
     try:
-        deadline = time.monotonic() + 60
-        while StateDir(state_dir).running_pid() != proc.pid and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(
+            lambda: StateDir(state_dir).running_pid() == proc.pid,
+            what="the lab to record its pid",
+        )
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:

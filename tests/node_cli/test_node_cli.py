@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from dmn.api.cluster import Cluster, connect
 from dmn.api.identity import DRIVER
 from dmn.lab.apiserver import LabApiServer
 from dmn.lab.runtime.nri_runtime import LabNriRuntime
+from tests.waiting import wait_for
 
 NODE = "n1-node"
 WAIT = 30.0
@@ -86,15 +86,6 @@ def _http(port: int, path: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def _wait_for(predicate: object, timeout: float = WAIT) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if callable(predicate) and predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_node_runs_agent_and_stops_on_sigterm(root: Path, server: LabApiServer) -> None:
     nri = root / "nri.sock"
     runtime = LabNriRuntime(str(nri), request_timeout=30.0, registration_timeout=20.0).start()
@@ -122,7 +113,11 @@ def test_node_runs_agent_and_stops_on_sigterm(root: Path, server: LabApiServer) 
         ]
     )
     try:
-        assert _wait_for(lambda: reg_sock.is_socket() and dra_sock.is_socket()), proc.poll()
+        wait_for(
+            lambda: reg_sock.is_socket() and dra_sock.is_socket(),
+            timeout=WAIT,
+            what="the registration and DRA sockets",
+        )
         assert runtime.wait_ready(1, WAIT), "the NRI plugin did not register and synchronize"
         assert (root / "state").is_dir()
         # readiness is honest: no kubelet has confirmed the registration yet
@@ -173,7 +168,7 @@ def test_sigint_before_nri_runtime_exists_exits_zero(root: Path, server: LabApiS
         ]
     )
     try:
-        assert _wait_for(reg_sock.is_socket), proc.poll()
+        wait_for(reg_sock.is_socket, timeout=WAIT, what="the registration socket")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=WAIT)
     finally:
@@ -220,7 +215,11 @@ def test_second_agent_on_a_held_journal_exits_1(root: Path, server: LabApiServer
     common += ["--nri-socket", str(root / "absent.sock")]
     first = _node([*common, *_kubelet(root, "1")])
     try:
-        assert _wait_for((root / "r1" / f"{DRIVER}-reg.sock").is_socket), first.poll()
+        wait_for(
+            (root / "r1" / f"{DRIVER}-reg.sock").is_socket,
+            timeout=WAIT,
+            what="the first agent's registration socket",
+        )
         second = _run([*common, *_kubelet(root, "2")])
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=WAIT)
@@ -270,19 +269,19 @@ def test_readiness_follows_kubelet_registration_nri_and_stop(
     argv += ["--kubelet-plugins-dir", str(root / "plugins"), "--nri-socket", str(nri)]
     proc = _node([*argv, "--readiness-interval", "0.2"])
     try:
-        assert _wait_for(reg_sock.is_socket), proc.poll()
+        wait_for(reg_sock.is_socket, timeout=WAIT, what="the registration socket")
         assert runtime.wait_ready(1, WAIT)
-        assert _wait_for(lambda: "kubeletRegistered" in _ready(state).stderr)
+        wait_for(lambda: "kubeletRegistered" in _ready(state).stderr, timeout=WAIT)
         first = _ready(state)
         assert first.returncode == 1 and "nriConnected" not in first.stderr, first.stderr
         _notify_registration(reg_sock, registered=True)
-        assert _wait_for(lambda: _ready(state).returncode == 0)
+        wait_for(lambda: _ready(state).returncode == 0, timeout=WAIT)
         _notify_registration(reg_sock, registered=False)  # kubelet withdrew it
-        assert _wait_for(lambda: _ready(state).returncode == 1)
+        wait_for(lambda: _ready(state).returncode == 1, timeout=WAIT)
         _notify_registration(reg_sock, registered=True)
-        assert _wait_for(lambda: _ready(state).returncode == 0)
+        wait_for(lambda: _ready(state).returncode == 0, timeout=WAIT)
         runtime.stop()  # the runtime connection drops
-        assert _wait_for(lambda: "nriConnected" in _ready(state).stderr)
+        wait_for(lambda: "nriConnected" in _ready(state).stderr, timeout=WAIT)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=WAIT)
     finally:

@@ -86,12 +86,3 @@ def release(handler: RecordingHandler) -> None:
     """Open every gate so no hook thread outlives the test."""
     for gate in handler.block.values():
         gate.set()
-
-
-def wait_until(pred, timeout: float = WAIT, step: float = 0.01) -> bool:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return bool(pred())

@@ -7,8 +7,7 @@ import shutil
 import socket
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import grpc
@@ -34,6 +33,7 @@ from dmn.agent.protos import (
     pluginregistration_v1_pb2,
     pluginregistration_v1_pb2_grpc,
 )
+from tests.waiting import wait_for
 
 DRIVER = "dra-multi-network.schseba.github.io"
 # Generous: a wait returns as soon as its condition holds; the CI machine is shared.
@@ -98,15 +98,6 @@ def plugin(tmp_path: Path) -> Iterator[tuple[KubeletPluginServer, Handler]]:
     ).start()
     yield srv, handler
     srv.stop(grace=1.0)
-
-
-def _wait_for(pred: Callable[[], bool]) -> bool:
-    end = time.monotonic() + WAIT
-    while not pred():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def _claims(pb: object, *uids: str) -> list[object]:
@@ -238,7 +229,7 @@ def test_graceful_stop_finishes_in_flight_and_refuses_new(tmp_path: Path) -> Non
         stopper = threading.Thread(target=lambda: results.setdefault("drained", srv.stop(WAIT)))
         stopper.start()
         # registration is withdrawn at once; new prepares are refused per claim
-        assert _wait_for(lambda: srv.core.draining)
+        wait_for(lambda: srv.core.draining, timeout=WAIT, interval=0.01, what="draining")
         assert not srv.registration_socket.exists()
         late = stub.NodePrepareResources(
             dra_v1_pb2.NodePrepareResourcesRequest(claims=_claims(dra_v1_pb2, "late")), timeout=WAIT

@@ -20,8 +20,8 @@ from tests.protocols.nri_fixtures import (
     WAIT,
     RecordingHandler,
     release,
-    wait_until,
 )
+from tests.waiting import wait_for
 
 # Fast reconnects; a hook deadline that only the deadline tests lower.
 FAST = {"backoff_initial": 0.02, "backoff_max": 0.2, "hook_deadline": RELAXED_DEADLINE}
@@ -41,14 +41,14 @@ def test_runtime_restart_reconnects_reregisters_resynchronizes(tmp_path: Path) -
         assert runtime.wait_ready(1, WAIT)
         runtime.run_pod_sandbox(LabPod("a", "uid-a", "a", "ns", "/run/netns/a"))
         runtime.stop()  # runtime goes away, socket removed
-        assert wait_until(lambda: not thread.ready.is_set())
+        wait_for(lambda: not thread.ready.is_set(), timeout=WAIT, interval=0.01)
 
         runtime = LabNriRuntime(sock, **RELAXED)
         runtime.pods["a"] = LabPod("a", "uid-a", "a", "ns", "/run/netns/a")
         runtime.pods["b"] = LabPod("b", "uid-b", "b", "ns", "/run/netns/b")
         runtime.start()
         assert runtime.wait_ready(1, WAIT)
-        assert wait_until(lambda: len(handler.synced) == 2)
+        wait_for(lambda: len(handler.synced) == 2, timeout=WAIT, interval=0.01)
         assert handler.synced[-1] == (["uid-a", "uid-b"], [])
         assert thread.plugin.stats.registrations == 2
         runtime.run_pod_sandbox(LabPod("c", "uid-c", "c", "ns", "/run/netns/c"))
@@ -66,7 +66,7 @@ def test_plugin_restart_is_accepted_and_resynchronized(tmp_path: Path) -> None:
     try:
         assert runtime.wait_ready(1, WAIT)
         first.stop()
-        assert wait_until(lambda: runtime.ready_plugins == [])
+        wait_for(lambda: runtime.ready_plugins == [], timeout=WAIT, interval=0.01)
         handler = RecordingHandler()
         second = _plugin(sock, handler)
         try:
@@ -117,7 +117,7 @@ def test_hook_exceeding_deadline_is_reported_not_hung(tmp_path: Path) -> None:
         assert thread.plugin.hook_deadline() == pytest.approx(0.3)
         with pytest.raises(HookFailed, match=r"exceeded its 0\.300s deadline"):
             runtime.run_pod_sandbox(LabPod("slow", "uid-slow", "slow", "ns", "/run/netns/s"))
-        assert wait_until(lambda: len(handler.timeouts) == 1)
+        wait_for(lambda: len(handler.timeouts) == 1, timeout=WAIT, interval=0.01)
         report = handler.timeouts[0]
         assert (report.event, report.pod_uid) == ("RunPodSandbox", "uid-slow")
         assert thread.plugin.stats.hook_timeouts == 1
@@ -169,11 +169,11 @@ def test_runtime_drops_plugin_that_never_answers(tmp_path: Path) -> None:
     try:
         mute = _raw_register(sock, "mute", "05")  # registers, never answers Configure
         bad = _raw_register(sock, "bad name!", "5")
-        assert wait_until(lambda: len(dropped()) == 2)
+        wait_for(lambda: len(dropped()) == 2, timeout=WAIT, interval=0.01)
         runtime.registration_timeout = 0.3  # read when the next connection is accepted
         silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         silent.connect(sock)  # never registers
-        assert wait_until(lambda: len(dropped()) == 3)
+        wait_for(lambda: len(dropped()) == 3, timeout=WAIT, interval=0.01)
         reasons = dropped()
         assert any("registration timed out" in r for r in reasons)
         assert any("invalid plugin name" in r for r in reasons)
@@ -209,7 +209,7 @@ def test_runtime_drops_slow_plugin_pod_proceeds_plugin_recovers(tmp_path: Path) 
         assert "p" in runtime.pods
         dropped = runtime.wait_event("dropped", WAIT)
         assert dropped is not None and "RunPodSandbox" in dropped.detail
-        assert wait_until(lambda: thread.plugin.stats.synchronizes >= 2)
+        wait_for(lambda: thread.plugin.stats.synchronizes >= 2, timeout=WAIT, interval=0.01)
         assert handler.synced[-1] == (["uid-p"], [])
         assert runtime.wait_ready(1, WAIT)
     finally:
@@ -227,7 +227,7 @@ def test_runtime_shutdown_reaches_handler_and_plugin_waits_for_return(tmp_path: 
         assert runtime.wait_ready(1, WAIT)
         runtime.shutdown()
         assert handler.events() == ["Shutdown"]
-        assert wait_until(lambda: not thread.ready.is_set())
+        wait_for(lambda: not thread.ready.is_set(), timeout=WAIT, interval=0.01)
         runtime = LabNriRuntime(sock, **RELAXED).start()
         assert runtime.wait_ready(1, WAIT)
         assert thread.plugin.stats.registrations == 2
@@ -253,7 +253,7 @@ def test_malformed_runtime_reply_ends_the_session_not_the_plugin(tmp_path: Path)
         assert conn.recv(65536)  # the RegisterPlugin request
         garbage = encode_frame(1, t.TYPE_RESPONSE, b"\xff\xff\xff")  # corrupt protobuf
         conn.sendall(mux.encode(mux.RUNTIME_SERVICE_CONN, garbage))
-        assert wait_until(lambda: thread.plugin.stats.disconnects >= 1)
+        wait_for(lambda: thread.plugin.stats.disconnects >= 1, timeout=WAIT, interval=0.01)
         conn.close()
         bogus.close()
         runtime = LabNriRuntime(sock, **RELAXED).start()  # a real runtime takes the path over

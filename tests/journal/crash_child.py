@@ -1,11 +1,6 @@
-"""A fork server for the crash matrix: one interpreter start, one forked child per step.
-
-Started once per test session (``python -m tests.journal.crash_server``). It imports the
-runner, the store and the test executors up front and never opens RocksDB itself, so every
-forked child is a fresh process with respect to the journal: it opens the store, runs one
-step, and either exits or is SIGKILLed by the runner's boundary hook at the requested
-boundary index. Requests and replies are JSON lines on stdin/stdout; a child's own report
-goes to the request's ``out`` file.
+"""The crash matrix's step, run in a child of :mod:`tests.crash_fork_server` (``"child":
+"journal"``): open the store, run one step, and either exit or be SIGKILLed by the runner's
+boundary hook at the requested boundary index; the child's report goes to ``out``.
 
 Request: ``{"action": "run"|"cleanup"|"recover"|"recover+run", "state_dir", "world",
 "out", "op", "scope",
@@ -21,8 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +49,7 @@ def _env(spec: dict[str, str] | None) -> Any:
     )
 
 
-def _child(req: dict[str, Any]) -> int:
+def child(req: dict[str, Any]) -> int:
     boundaries: list[str] = []
     crash_at = req.get("crash_at")
 
@@ -99,7 +92,7 @@ def _child(req: dict[str, Any]) -> int:
     return 0
 
 
-def _preload() -> None:
+def preload() -> None:
     """Import every executor family once, before the first fork.
 
     Importing pyroute2 and the opcode registry costs ~0.4 s; paid in every forked child it
@@ -111,30 +104,3 @@ def _preload() -> None:
     builtin_executors(World())
     with contextlib.suppress(ImportError):  # no pyroute2: the kernel matrix is skipped
         _executors("kernel", World())
-
-
-def main() -> None:
-    _preload()
-    for line in sys.stdin:
-        req = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                code = _child(req)
-            except BaseException:
-                traceback.print_exc(file=sys.stderr)
-            finally:
-                sys.stderr.flush()
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        if os.WIFSIGNALED(status):
-            reply = {"signal": os.WTERMSIG(status)}
-        else:
-            reply = {"exit": os.WEXITSTATUS(status)}
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    main()

@@ -1,12 +1,8 @@
-"""Fork server for real-executor crash tests: one interpreter, one forked child per crash.
+"""A real-executor crash step, run in a child of :mod:`tests.crash_fork_server` (``"child":
+"kernel"``): open the journal and namespace pins, run (or clean up) one operation over the
+real executors and SIGKILL itself at the requested journal boundary.
 
-Forking the pytest process itself is unsafe: pyroute2 and RocksDB run helper threads, and a
-child forked while one of them holds a lock deadlocks. This server is a fresh interpreter that
-imports everything up front but opens no socket and no journal, so each forked child starts
-clean: it opens the journal and its own netlink sockets, runs (or cleans up) one operation and
-SIGKILLs itself at the requested journal boundary.
-
-Request (one JSON line on stdin): ``state_dir``, ``host`` (host netns path), ``sandbox``
+Request: ``state_dir``, ``host`` (host netns path), ``sandbox``
 (NamespaceRef JSON or null), ``action`` (``run``/``cleanup``), ``op``, ``scope``, ``program``
 (BoundProgram JSON, for run), ``crash_at`` (boundary index), ``out`` (file that receives the
 boundary names passed), optionally ``bridge_grants`` (approved bridges, for device
@@ -15,11 +11,8 @@ executors). Reply: ``{"signal": n}`` or ``{"exit": code}``.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +25,7 @@ from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from tests.kernel.world import EXECUTORS
 
 
-def _child(req: dict[str, Any]) -> int:
+def child(req: dict[str, Any]) -> int:
     out = open(req["out"], "w")  # noqa: SIM115 - lives until SIGKILL or exit
     seen = [0]
 
@@ -65,29 +58,3 @@ def _child(req: dict[str, Any]) -> int:
         runner.cleanup(req["op"])
     journal.close()
     return 0
-
-
-def main() -> None:
-    for line in sys.stdin:
-        req = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                code = _child(req)
-            except BaseException:
-                traceback.print_exc(file=sys.stderr)
-            finally:
-                sys.stderr.flush()
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        if os.WIFSIGNALED(status):
-            reply = {"signal": os.WTERMSIG(status)}
-        else:
-            reply = {"exit": os.WEXITSTATUS(status)}
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    main()

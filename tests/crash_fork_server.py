@@ -1,0 +1,99 @@
+"""The crash fork server: one fresh interpreter, one forked child per crash step.
+
+Why a server: forking the pytest process itself is unsafe (pyroute2 and RocksDB run helper
+threads; a child forked while one holds a lock deadlocks), and starting an interpreter per
+step made the crash matrices slow. This process imports everything up front but opens no
+journal and no socket, so every forked child starts clean: it opens the journal (and its own
+netlink sockets), runs one step and either exits or SIGKILLs itself at the requested
+journal boundary.
+
+Protocol: one JSON request per line on stdin; ``child`` names what the child does —
+``journal`` (:mod:`tests.journal.crash_child`: test, builtin or kernel executors; writes
+its report to ``out`` when it finishes) or ``kernel`` (:mod:`tests.kernel.crash_child`:
+real executors over namespace pins; appends each boundary name to ``out`` as it passes).
+The rest of the request is that child's. Reply per request: ``{"signal": n}`` when the
+child was killed, else ``{"exit": code}``. :class:`CrashForkServer` is the test-side client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+Child = Callable[[dict[str, Any]], int]
+
+
+def _children() -> dict[str, Child]:
+    """Import every child (and through them the executors) once, before the first fork."""
+    from tests.journal import crash_child as journal
+    from tests.kernel import crash_child as kernel
+
+    journal.preload()
+    return {"journal": journal.child, "kernel": kernel.child}
+
+
+def main() -> None:
+    children = _children()
+    for line in sys.stdin:
+        req = json.loads(line)
+        child = children[req["child"]]
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = child(req)
+            except BaseException:
+                traceback.print_exc(file=sys.stderr)
+            finally:
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status):
+            reply = {"signal": os.WTERMSIG(status)}
+        else:
+            reply = {"exit": os.WEXITSTATUS(status)}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+class CrashForkServer:
+    """The server as a long-lived child process of the test session."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.crash_fork_server"],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def request(self, req: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, "crash fork server died"
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+if __name__ == "__main__":
+    main()
