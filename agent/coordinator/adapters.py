@@ -1,8 +1,8 @@
-"""The kubelet ``DraHandler`` and the NRI ``NriHandler`` as thin adapters over the coordinator.
+"""The kubelet ``DraHandler`` and the NRI ``NriHandler`` as thin adapters over the services.
 
 Each claim of a kubelet batch gets its own result: a :class:`Refusal` becomes that claim's
 ``error`` (reason code first, so the kubelet event names it). An NRI hook refused by the
-coordinator raises :class:`HookRefused`, which fails the runtime operation. Containers of
+services raises :class:`HookRefused`, which fails the runtime operation. Containers of
 Pods without claims of ours pass untouched.
 """
 
@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from dmn.agent.coordinator.coordinator import Coordinator
+from dmn.agent.coordinator.preparation import PreparationService
+from dmn.agent.coordinator.reconcile import ReconcileLoop
+from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
 from dmn.agent.coordinator.verify import Refusal
 from dmn.agent.kubelet.handler import (
     ClaimRef,
@@ -36,8 +38,10 @@ class DraAdapter:
 
     Every refused or failed claim is reported (metric + Event on the ResourceClaim)."""
 
-    def __init__(self, coordinator: Coordinator, reporter: RefusalReporter | None = None) -> None:
-        self.coordinator = coordinator
+    def __init__(
+        self, preparation: PreparationService, reporter: RefusalReporter | None = None
+    ) -> None:
+        self.preparation = preparation
         self.reporter = reporter or RefusalReporter(None, "")
 
     def _report(self, request: str, claim: ClaimRef, error: str) -> None:
@@ -48,7 +52,7 @@ class DraAdapter:
         out: dict[str, PrepareResult] = {}
         for c in claims:
             try:
-                devices = self.coordinator.prepare(c.namespace, c.name, c.uid)
+                devices = self.preparation.prepare(c.namespace, c.name, c.uid)
             except Refusal as exc:
                 log.warning("event=prepare-refused claim=%s code=%s", c.uid, exc.code)
                 out[c.uid] = PrepareResult(error=str(exc))
@@ -76,7 +80,7 @@ class DraAdapter:
         out: dict[str, UnprepareResult] = {}
         for c in claims:
             try:
-                self.coordinator.unprepare(c.uid)
+                self.preparation.unprepare(c.uid)
                 out[c.uid] = UnprepareResult()
             except Refusal as exc:
                 log.warning("event=unprepare-refused claim=%s code=%s", c.uid, exc.code)
@@ -94,8 +98,14 @@ class NriAdapter:
 
     Every refused hook is reported (metric + Event on the Pod) before the runtime is told."""
 
-    def __init__(self, coordinator: Coordinator, reporter: RefusalReporter | None = None) -> None:
-        self.coordinator = coordinator
+    def __init__(
+        self,
+        attachments: SandboxAttachmentService,
+        reconcile: ReconcileLoop,
+        reporter: RefusalReporter | None = None,
+    ) -> None:
+        self.attachments = attachments
+        self.reconcile = reconcile
         self.reporter = reporter or RefusalReporter(None, "")
 
     def _refuse(self, request: str, pod: PodSandbox, exc: Refusal) -> HookRefused:
@@ -105,23 +115,23 @@ class NriAdapter:
 
     def synchronize(self, pods: Sequence[PodSandbox], containers: Sequence[Container]) -> None:
         log.info("event=synchronize pods=%d containers=%d", len(pods), len(containers))
-        self.coordinator.synchronize([(p.uid, p.id) for p in pods])
+        self.reconcile.synchronize([(p.uid, p.id) for p in pods])
 
     def run_pod_sandbox(self, pod: PodSandbox) -> None:
         try:
-            self.coordinator.run_pod(pod.namespace, pod.name, pod.uid, pod.id, pod.netns_path)
+            self.attachments.run_pod(pod.namespace, pod.name, pod.uid, pod.id, pod.netns_path)
         except Refusal as exc:
             raise self._refuse("RunPodSandbox", pod, exc) from exc
 
     def stop_pod_sandbox(self, pod: PodSandbox) -> None:
         try:
-            self.coordinator.stop_pod(pod.uid, pod.id)
+            self.attachments.stop_pod(pod.uid, pod.id)
         except Refusal as exc:
             raise self._refuse("StopPodSandbox", pod, exc) from exc
 
     def remove_pod_sandbox(self, pod: PodSandbox) -> None:
         try:
-            self.coordinator.remove_pod(pod.uid, pod.id)
+            self.attachments.remove_pod(pod.uid, pod.id)
         except Refusal as exc:
             raise self._refuse("RemovePodSandbox", pod, exc) from exc
 
@@ -134,7 +144,7 @@ class NriAdapter:
 
     def _gate(self, pod: PodSandbox, request: str) -> None:
         try:
-            self.coordinator.gate(pod.namespace, pod.name, pod.uid, pod.id)
+            self.attachments.gate(pod.namespace, pod.name, pod.uid, pod.id)
         except Refusal as exc:
             raise self._refuse(request, pod, exc) from exc
 

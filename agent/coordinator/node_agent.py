@@ -1,7 +1,7 @@
-"""The node agent's runtime wiring: coordinator, kubelet DRA plugin server and NRI plugin.
+"""The node agent's runtime wiring: node services, kubelet DRA plugin server and NRI plugin.
 
 :class:`NodeAgent` starts them in the order a restarted node needs (seed 000 §11.5): the
-coordinator first (journal opened, unfinished operations recovered), then the kubelet
+node services first (journal opened, unfinished operations recovered), then the kubelet
 sockets (DRA, then registration), then the NRI plugin, whose first Synchronize reconciles
 attachments against the runtime's sandboxes. :meth:`NodeAgent.stop` reverses that order
 and closes the journal last. Paths are injected (the lab and tests use private ones).
@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dmn.agent.coordinator.adapters import DraAdapter, NriAdapter
-from dmn.agent.coordinator.coordinator import Coordinator, NodeConfig
+from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import DeviceView
+from dmn.agent.coordinator.node_services import NodeServices
 from dmn.agent.kubelet.server import (
     DEFAULT_PLUGINS_DIR,
     DEFAULT_REGISTRY_DIR,
@@ -51,7 +52,7 @@ class NodeAgent:
         self.cluster = cluster
         self.devices = devices
         self.sockets = sockets or AgentSockets()
-        self.coordinator: Coordinator | None = None
+        self.services: NodeServices | None = None
         self.dra: DraAdapter | None = None
         self.nri: NriAdapter | None = None
         self.kubelet: KubeletPluginServer | None = None
@@ -62,11 +63,11 @@ class NodeAgent:
     def start(self) -> NodeAgent:
         """Start everything; on a failure what was started is stopped again and it raises."""
         try:
-            self.coordinator = Coordinator(self.config, self.cluster, self.devices)
-            self.coordinator.start()
+            self.services = NodeServices.open(self.config, self.cluster, self.devices)
+            self.services.start()
             self.reporter.start()
-            self.dra = DraAdapter(self.coordinator, self.reporter)
-            self.nri = NriAdapter(self.coordinator, self.reporter)
+            self.dra = DraAdapter(self.services.preparation, self.reporter)
+            self.nri = NriAdapter(self.services.attachments, self.services.reconcile, self.reporter)
             self.kubelet = KubeletPluginServer(
                 self.config.driver,
                 self.dra,
@@ -85,9 +86,9 @@ class NodeAgent:
         kubelet = self.kubelet is not None and self.kubelet.registration.registered.is_set()
         nri = self.plugin is not None and self.plugin.ready.is_set()
         journal = False
-        if self.coordinator is not None:
+        if self.services is not None:
             try:
-                self.coordinator.journal.schema_version  # noqa: B018 - a read that must answer
+                self.services.journal.schema_version  # noqa: B018 - a read that must answer
                 journal = True
             except Exception as exc:  # closed or failing store: not writable either
                 log.warning("event=journal-unreadable error=%s", exc)
@@ -100,10 +101,10 @@ class NodeAgent:
     # ---- health conditions (served by dmn.observability.health)
 
     def journal_writable(self) -> tuple[bool, str]:
-        coordinator = self.coordinator
-        if coordinator is None:
-            return False, "the coordinator is not running"
-        return coordinator.journal.writable()
+        services = self.services
+        if services is None:
+            return False, "the node services are not running"
+        return services.journal.writable()
 
     def kubelet_registered(self) -> tuple[bool, str]:
         if self.kubelet is None:
@@ -129,18 +130,19 @@ class NodeAgent:
             "api-reachable": self.api_reachable,
         }
 
-    def restart_coordinator(self) -> Coordinator:
-        """Close the journal and open a new coordinator on the same state dir (recovering),
-        as a restarted agent would; the protocol adapters switch to it."""
-        if self.coordinator is not None:
-            self.coordinator.close()
-        self.coordinator = Coordinator(self.config, self.cluster, self.devices)
-        self.coordinator.start()
+    def restart_services(self) -> NodeServices:
+        """Close the journal and open new services on the same state dir (recovering), as
+        a restarted agent would; the protocol adapters switch to them."""
+        if self.services is not None:
+            self.services.close()
+        self.services = NodeServices.open(self.config, self.cluster, self.devices)
+        self.services.start()
         if self.dra is not None:
-            self.dra.coordinator = self.coordinator
+            self.dra.preparation = self.services.preparation
         if self.nri is not None:
-            self.nri.coordinator = self.coordinator
-        return self.coordinator
+            self.nri.attachments = self.services.attachments
+            self.nri.reconcile = self.services.reconcile
+        return self.services
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop in reverse order; safe after a failed start and more than once."""
@@ -150,7 +152,7 @@ class NodeAgent:
         if self.kubelet is not None:
             self.kubelet.stop(grace)
             self.kubelet = None
-        if self.coordinator is not None:
-            self.coordinator.close()
+        if self.services is not None:
+            self.services.close()
         self.reporter.stop()
         log.info("event=agent-stopped node=%s", self.config.node_name)

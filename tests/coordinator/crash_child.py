@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dmn.agent.coordinator import Coordinator, NodeConfig
+from dmn.agent.coordinator import NodeConfig, NodeServices
 from dmn.agent.coordinator.handles import LinkFacts
 from dmn.agent.personas.model import Persona, PersonaSet
 from dmn.api.cluster import Cluster, connect
@@ -49,18 +49,18 @@ def main() -> int:
         state_dir=Path(req["state_dir"]),
         host_netns=req["host_netns"],
     )
-    coordinator = Coordinator(
+    services = NodeServices.open(
         config, Cluster(connect(url=req["url"])), Devices(req), boundary=boundary
     )
-    coordinator.start()
+    services.start()
     call = req["call"]
     if call["action"] == "prepare":
-        coordinator.prepare(call["namespace"], call["name"], call["uid"])
+        services.preparation.prepare(call["namespace"], call["name"], call["uid"])
     else:
-        coordinator.run_pod(
+        services.attachments.run_pod(
             call["namespace"], call["pod_name"], call["pod_uid"], call["sandbox"], call["netns"]
         )
-    coordinator.close()
+    services.close()
     return 0
 
 

@@ -3,7 +3,7 @@
 :func:`lab_node` starts the real lab control plane (API server with the generated CRDs and
 builtin NetworkPlugins, the real controller, slice publication of a node whose links are a
 veth pair in a namespace the lab creates), applies ``examples/topologies/shared-macvlan``,
-then the node agent: a :class:`Coordinator` over a RocksDB journal in a private state
+then the node agent: :class:`NodeServices` over a RocksDB journal in a private state
 directory, the kubelet gRPC plugin server on unix sockets and the NRI plugin connected to
 the lab NRI runtime. Everything is stopped and removed on exit, also after a failure.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dmn.agent.coordinator import Coordinator, NodeConfig
+from dmn.agent.coordinator import NodeConfig, NodeServices
 from dmn.agent.coordinator.handles import InventoryDevices
 from dmn.agent.coordinator.node_agent import AgentSockets, NodeAgent
 from dmn.agent.kubelet.server import KubeletPluginServer
@@ -73,9 +73,9 @@ class LabNode:
     root: Path
 
     @property
-    def coordinator(self) -> Coordinator:
-        assert self.agent.coordinator is not None
-        return self.agent.coordinator
+    def services(self) -> NodeServices:
+        assert self.agent.services is not None
+        return self.agent.services
 
     @property
     def kubelet(self) -> KubeletPluginServer:
@@ -89,9 +89,9 @@ class LabNode:
         assert topo.ready == "True", topo
         return topo.device_classes[0]
 
-    def restart_agent(self) -> Coordinator:
-        """A restarted agent's coordinator on the same state dir; the adapters follow."""
-        return self.agent.restart_coordinator()
+    def restart_agent(self) -> NodeServices:
+        """A restarted agent's services on the same state dir; the adapters follow."""
+        return self.agent.restart_services()
 
     @property
     def host_ns(self) -> str:
@@ -149,9 +149,9 @@ def _teardown(agent: NodeAgent) -> None:
     """Stop the agent, then release the pins under our private state dir (ours, also after
     a failure) so that the directory can be removed."""
     agent.stop(1.0)
-    if agent.coordinator is None:
+    if agent.services is None:
         return
-    pins = agent.coordinator.pins
+    pins = agent.services.pins
     for ref in pins.list():
         pins.release(Path(ref.path).name, cleanup_verified=True)
     pins.close()

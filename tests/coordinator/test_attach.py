@@ -44,7 +44,7 @@ def claimed_pod(node: LabNode, prepare: bool = True) -> tuple[dict[str, Any], di
     (claim,) = ClaimService(node.cluster, NODE_NAME).allocate([claim], pod=pod)
     if prepare:
         meta = claim["metadata"]
-        assert node.coordinator.prepare(meta["namespace"], meta["name"], meta["uid"])
+        assert node.services.preparation.prepare(meta["namespace"], meta["name"], meta["uid"])
     return claim, pod
 
 
@@ -63,13 +63,13 @@ def test_connect_failure_compensates_and_refuses(node: LabNode) -> None:
         sb = LabPod("sb-fail", pod_uid, pod["metadata"]["name"], "default", netns_path(sandbox))
         with pytest.raises(HookFailed, match="E_NAME_TAKEN"):
             node.runtime.run_pod_sandbox(sb)
-        att = node.coordinator.attachment(pod_uid, "sb-fail")
+        att = node.services.attachments.attachment(pod_uid, "sb-fail")
         assert att is not None and att.state is AttachmentState.REMOVED and att.error
         assert names(sandbox) == ["fpeer", "lo", "net1"]
         with IPRoute(netns=sandbox) as ipr:
             foreign = by_name(ipr, "net1")
             assert foreign is not None and foreign.kind == "veth"
-        assert node.coordinator.pins.list() == []
+        assert node.services.pins.list() == []
         assert snapshot(node.host_ns) == baseline  # the created child went away again
 
         # the foreign link gone, the next sandbox of the Pod attaches
@@ -82,7 +82,7 @@ def test_connect_failure_compensates_and_refuses(node: LabNode) -> None:
             assert net1 is not None and net1.kind == "macvlan"
         node.runtime.remove_pod_sandbox("sb-ok")
         assert names(sandbox) == ["lo"]
-    node.coordinator.unprepare(uid)
+    node.services.preparation.unprepare(uid)
     assert snapshot(node.host_ns) == baseline
 
 
@@ -95,7 +95,7 @@ def test_pod_without_our_claims_passes(node: LabNode) -> None:
         node.runtime.create_container("sb-plain", LabContainer("c-plain", "sb-plain", "app"))
         node.runtime.start_container("c-plain")
         assert names(sandbox) == ["lo"]
-        assert node.coordinator.attachment(pod["metadata"]["uid"], "sb-plain") is None
+        assert node.services.attachments.attachment(pod["metadata"]["uid"], "sb-plain") is None
         node.runtime.remove_pod_sandbox("sb-plain")
 
 
@@ -108,13 +108,13 @@ def test_claim_reserved_but_not_prepared_refuses_the_sandbox(node: LabNode) -> N
         with pytest.raises(HookFailed, match="E_NOT_PREPARED"):
             node.runtime.run_pod_sandbox(sb)
         assert names(sandbox) == ["lo"]
-    assert node.coordinator.pins.list() == []
+    assert node.services.pins.list() == []
 
 
 def test_host_namespace_is_never_a_sandbox(node: LabNode) -> None:
     claim, pod = claimed_pod(node)
     with pytest.raises(Refusal) as info:
-        node.coordinator.run_pod(
+        node.services.attachments.run_pod(
             "default",
             pod["metadata"]["name"],
             pod["metadata"]["uid"],
@@ -122,7 +122,7 @@ def test_host_namespace_is_never_a_sandbox(node: LabNode) -> None:
             f"/var/run/netns/{node.host_ns}",
         )
     assert info.value.code == "E_HOST_NETNS"
-    node.coordinator.unprepare(claim["metadata"]["uid"])
+    node.services.preparation.unprepare(claim["metadata"]["uid"])
 
 
 def test_restarted_agent_gates_and_cleans_up_from_its_journal(node: LabNode) -> None:
@@ -133,20 +133,20 @@ def test_restarted_agent_gates_and_cleans_up_from_its_journal(node: LabNode) -> 
         sb = LabPod("sb-r", pod_uid, pod["metadata"]["name"], "default", netns_path(sandbox))
         node.runtime.run_pod_sandbox(sb)
         with pytest.raises(Refusal) as busy:
-            node.coordinator.unprepare(uid)
+            node.services.preparation.unprepare(uid)
         assert busy.value.code == "E_ATTACHED" and busy.value.retryable
 
         fresh = node.restart_agent()
-        fresh.gate(
+        fresh.attachments.gate(
             "default", pod["metadata"]["name"], pod_uid, "sb-r"
         )  # Ready survives the restart
         node.runtime.create_container("sb-r", LabContainer("c-r", "sb-r", "app"))
         with pytest.raises(Refusal, match="E_NOT_READY"):
-            fresh.gate("default", pod["metadata"]["name"], pod_uid, "sb-other")
+            fresh.attachments.gate("default", pod["metadata"]["name"], pod_uid, "sb-other")
         node.runtime.stop_pod_sandbox("sb-r")
         node.runtime.remove_pod_sandbox("sb-r")
         assert names(sandbox) == ["lo"]
-    fresh.unprepare(uid)
+    fresh.preparation.unprepare(uid)
     assert fresh.journal.preparations(uid)[0].state is PreparationState.RELEASED
     assert fresh.pins.list() == []
     assert snapshot(node.host_ns) == baseline
@@ -179,8 +179,8 @@ def test_pod_checks_before_any_attachment(node: LabNode) -> None:
             pod = node.pod(f"att-pod-{i}", claim["metadata"]["name"], **kw)
             (claim,) = ClaimService(node.cluster, NODE_NAME).allocate([claim], pod=pod)
             assert code in refused_pod(node, pod, sandbox)
-    assert node.coordinator.pins.list() == []
-    assert node.coordinator.journal.attachments() == []
+    assert node.services.pins.list() == []
+    assert node.services.journal.attachments() == []
 
 
 def test_sandbox_the_runtime_forgot_is_cleaned_up_at_synchronize(node: LabNode) -> None:
@@ -198,13 +198,13 @@ def test_sandbox_the_runtime_forgot_is_cleaned_up_at_synchronize(node: LabNode) 
         runtime.start()  # knows no pods
         try:
             assert runtime.wait_ready(1, WAIT)
-            att = node.coordinator.attachment(pod_uid, "sb-gone")
+            att = node.services.attachments.attachment(pod_uid, "sb-gone")
             assert att is not None and att.state is AttachmentState.REMOVED
             assert names(sandbox) == ["lo"]
-            assert node.coordinator.pins.list() == []
+            assert node.services.pins.list() == []
         finally:
             runtime.stop()
-    node.coordinator.unprepare(claim["metadata"]["uid"])
+    node.services.preparation.unprepare(claim["metadata"]["uid"])
     assert snapshot(node.host_ns) == baseline
 
 
@@ -217,23 +217,23 @@ def test_repeated_callback_after_a_crash_before_ready_resumes(node: LabNode) -> 
     with scratch_netns("dmc1s") as sandbox:
         sb = LabPod("sb-crash", pod_uid, pod["metadata"]["name"], "default", netns_path(sandbox))
         node.runtime.run_pod_sandbox(sb)
-        rec = node.coordinator.attachment(pod_uid, "sb-crash")
+        rec = node.services.attachments.attachment(pod_uid, "sb-crash")
         assert rec is not None
         rec.state = AttachmentState.CONNECTING
-        with node.coordinator.journal.batch() as b:
+        with node.services.journal.batch() as b:
             b.put_attachment(rec)
         fresh = node.restart_agent()
         with pytest.raises(HookFailed, match="E_NOT_READY"):
             node.runtime.create_container("sb-crash", LabContainer("c-x", "sb-crash", "app"))
         node.runtime.run_pod_sandbox(sb)  # the runtime retries the sandbox
-        again = fresh.attachment(pod_uid, "sb-crash")
+        again = fresh.attachments.attachment(pod_uid, "sb-crash")
         assert again is not None and again.state is AttachmentState.READY
         assert again.operations == rec.operations
         assert names(sandbox) == ["lo", "net1"]
         node.runtime.create_container("sb-crash", LabContainer("c-y", "sb-crash", "app"))
         node.runtime.remove_pod_sandbox("sb-crash")
         assert names(sandbox) == ["lo"]
-    fresh.unprepare(claim["metadata"]["uid"])
+    fresh.preparation.unprepare(claim["metadata"]["uid"])
 
 
 def test_new_incarnation_never_takes_over_a_live_attachment(node: LabNode) -> None:
@@ -254,7 +254,7 @@ def test_new_incarnation_never_takes_over_a_live_attachment(node: LabNode) -> No
         node.runtime.run_pod_sandbox(sb_new)
         assert names(new) == ["lo", "net1"] and names(old) == ["lo"]
         node.runtime.remove_pod_sandbox("sb-new")
-    node.coordinator.unprepare(claim["metadata"]["uid"])
+    node.services.preparation.unprepare(claim["metadata"]["uid"])
 
 
 def test_claim_with_two_consumers_refuses_the_sandbox(node: LabNode) -> None:

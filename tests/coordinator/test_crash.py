@@ -47,7 +47,7 @@ def killed(node: LabNode, call: dict[str, Any], crash_at: str) -> list[str]:
     """Run ``call`` in a child coordinator that dies at ``crash_at``; returns the
     boundaries it passed. The parent's coordinator is closed meanwhile and restarted
     (recovering) afterwards."""
-    devices = node.coordinator.devices
+    devices = node.services.devices
     personas = devices.personas()
     links = {}
     for p in personas.personas:
@@ -72,7 +72,7 @@ def killed(node: LabNode, call: dict[str, Any], crash_at: str) -> list[str]:
             }
         )
     )
-    node.coordinator.close()
+    node.services.close()
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "tests.coordinator.crash_child", str(req)],
@@ -108,13 +108,15 @@ def test_killed_during_prepare(node: LabNode, crash_at: str) -> None:
     meta = claim["metadata"]
     call = {"action": "prepare", "namespace": "default", "name": meta["name"], "uid": meta["uid"]}
     assert killed(node, call, crash_at)[-1] == crash_at
-    devices = node.coordinator.prepare("default", meta["name"], meta["uid"])  # kubelet retry
+    devices = node.services.preparation.prepare(
+        "default", meta["name"], meta["uid"]
+    )  # kubelet retry
     assert [d.device for d in devices] == [
         claim["status"]["allocation"]["devices"]["results"][0]["device"]
     ]
-    (prep,) = node.coordinator.journal.preparations(meta["uid"])
+    (prep,) = node.services.journal.preparations(meta["uid"])
     assert prep.state is PreparationState.PREPARED
-    node.coordinator.unprepare(meta["uid"])
+    node.services.preparation.unprepare(meta["uid"])
     assert snapshot(node.host_ns) == baseline
 
 
@@ -132,7 +134,7 @@ def test_killed_during_run_pod_sandbox(node: LabNode, crash_at: str) -> None:
     baseline = snapshot(node.host_ns)
     claim, pod = claimed_pod(node)
     meta, pmeta = claim["metadata"], pod["metadata"]
-    assert node.coordinator.prepare("default", meta["name"], meta["uid"])
+    assert node.services.preparation.prepare("default", meta["name"], meta["uid"])
     with scratch_netns("dmc1k") as sandbox:
         sb_id = f"sb-crash-{next(_n)}"
         call = {
@@ -148,12 +150,12 @@ def test_killed_during_run_pod_sandbox(node: LabNode, crash_at: str) -> None:
         # the runtime retries the same sandbox
         sb = LabPod(sb_id, pmeta["uid"], pmeta["name"], "default", netns_path(sandbox))
         node.runtime.run_pod_sandbox(sb)
-        att = node.coordinator.attachment(pmeta["uid"], sb_id)
+        att = node.services.attachments.attachment(pmeta["uid"], sb_id)
         assert att is not None and att.state is AttachmentState.READY
         assert names(sandbox) == ["lo", "net1"]
         node.runtime.stop_pod_sandbox(sb_id)
         node.runtime.remove_pod_sandbox(sb_id)
         assert names(sandbox) == ["lo"]
-    node.coordinator.unprepare(meta["uid"])
-    assert node.coordinator.pins.list() == []
+    node.services.preparation.unprepare(meta["uid"])
+    assert node.services.pins.list() == []
     assert snapshot(node.host_ns) == baseline

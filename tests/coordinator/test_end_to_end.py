@@ -51,8 +51,8 @@ def snapshot(ns: str) -> dict[str, tuple[Any, ...]]:
 
 def other_end(node: LabNode, device: str) -> tuple[str, str]:
     """(parent, its veth peer) for an allocated lab device."""
-    persona = node.coordinator.devices.personas().by_name()[device]
-    facts = node.coordinator.devices.link(persona.inventory_id)
+    persona = node.services.devices.personas().by_name()[device]
+    facts = node.services.devices.link(persona.inventory_id)
     assert facts is not None and facts.ifname in ("lab0", "lab1")
     parent = facts.ifname
     return parent, "lab1" if parent == "lab0" else "lab0"
@@ -95,7 +95,7 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
             # the same claim again: the recorded result, nothing re-run
             again = stub.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(claims=[ref]))
             assert again.claims[uid].devices[0].device_name == result["device"]
-            (prep,) = node.coordinator.journal.preparations(uid)
+            (prep,) = node.services.journal.preparations(uid)
             assert prep.state is PreparationState.PREPARED and prep.revision == node.revision
 
             sb = LabPod("sb-1", pod_uid, "c1-pod", "default", netns_path(sandbox))
@@ -106,7 +106,7 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
                 assert net1.up
                 add_address(ipr, "net1", "10.93.0.2/24")
             assert ping(sandbox, "10.93.0.1")
-            att = node.coordinator.attachment(pod_uid, "sb-1")
+            att = node.services.attachments.attachment(pod_uid, "sb-1")
             assert att is not None and att.state is AttachmentState.READY
             (nas,) = node.cluster.list(r.NETWORK_ATTACHMENT_STATUSES, "default").items
             assert nas["spec"]["revisionRef"]["name"] == node.revision
@@ -141,17 +141,23 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
             req = dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[ref])
             busy = stub.NodeUnprepareResources(req)
             assert "E_ATTACHED" in busy.claims[uid].error
-            assert node.coordinator.journal.preparations(uid)[0].state is PreparationState.PREPARED
+            assert node.services.journal.preparations(uid)[0].state is PreparationState.PREPARED
 
             node.runtime.stop_pod_sandbox("sb-1")
-            assert node.coordinator.attachment(pod_uid, "sb-1").state is AttachmentState.REMOVING
+            assert (
+                node.services.attachments.attachment(pod_uid, "sb-1").state
+                is AttachmentState.REMOVING
+            )
             with pytest.raises(HookFailed, match="E_NOT_READY"):
                 node.runtime.create_container("sb-1", LabContainer("ctr-3", "sb-1", "app"))
             node.runtime.remove_pod_sandbox("sb-1")
             with IPRoute(netns=sandbox) as ipr:
                 assert [x.name for x in all_links(ipr)] == ["lo"]
-            assert node.coordinator.attachment(pod_uid, "sb-1").state is AttachmentState.REMOVED
-            assert node.coordinator.pins.list() == []
+            assert (
+                node.services.attachments.attachment(pod_uid, "sb-1").state
+                is AttachmentState.REMOVED
+            )
+            assert node.services.pins.list() == []
             (nas,) = node.cluster.list(r.NETWORK_ATTACHMENT_STATUSES, "default").items
             assert nas["status"]["phase"] == "Released"
             stored = node.cluster.get(r.RESOURCE_CLAIMS, "c1-claim", "default")["status"]
@@ -159,7 +165,7 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
 
             done = stub.NodeUnprepareResources(req)
             assert done.claims[uid].error == ""
-        assert node.coordinator.journal.preparations(uid)[0].state is PreparationState.RELEASED
+        assert node.services.journal.preparations(uid)[0].state is PreparationState.RELEASED
         assert snapshot(node.host_ns) == baseline
 
 

@@ -134,13 +134,13 @@ def test_operation_steps_run_in_order_and_a_failure_returns_the_roots(node: LabN
     baseline = snapshot(node.host_ns)
     claim, pod = bonded_claim(node)
     meta, pmeta = claim["metadata"], pod["metadata"]
-    devices = node.coordinator.prepare("default", meta["name"], meta["uid"])
+    devices = node.services.preparation.prepare("default", meta["name"], meta["uid"])
     assert sorted(d.request for d in devices) == ["left", "right"]
     with scratch_netns("dmc1s") as sandbox:
         sb = LabPod("sb-bond", pmeta["uid"], pmeta["name"], "default", netns_path(sandbox))
         with pytest.raises(HookFailed, match="E_NETLINK_95: step uplink"):
             node.runtime.run_pod_sandbox(sb)
-        att = node.coordinator.attachment(pmeta["uid"], "sb-bond")
+        att = node.services.attachments.attachment(pmeta["uid"], "sb-bond")
         assert att is not None and att.state is AttachmentState.REMOVED
         assert [op.rsplit("-", 1)[1] for op in att.operations] == [
             "left",
@@ -150,7 +150,7 @@ def test_operation_steps_run_in_order_and_a_failure_returns_the_roots(node: LabN
         ]
         assert names(sandbox) == ["lo"]
     assert snapshot(node.host_ns) == baseline  # both roots back under their own names
-    node.coordinator.unprepare(meta["uid"])
+    node.services.preparation.unprepare(meta["uid"])
     assert snapshot(node.host_ns) == baseline
 
 
@@ -170,7 +170,7 @@ def test_bond_and_vlan_over_two_roots_in_the_kernel_lab(
     baseline = snapshot(node.host_ns)
     claim, pod = bonded_claim(node)
     meta, pmeta = claim["metadata"], pod["metadata"]
-    node.coordinator.prepare("default", meta["name"], meta["uid"])
+    node.services.preparation.prepare("default", meta["name"], meta["uid"])
     with scratch_netns("dmc1s") as sandbox:
         sb = LabPod("sb-bond", pmeta["uid"], pmeta["name"], "default", netns_path(sandbox))
         node.runtime.run_pod_sandbox(sb)
@@ -185,5 +185,5 @@ def test_bond_and_vlan_over_two_roots_in_the_kernel_lab(
         node.runtime.stop_pod_sandbox("sb-bond")
         node.runtime.remove_pod_sandbox("sb-bond")
         assert names(sandbox) == ["lo"]
-    node.coordinator.unprepare(meta["uid"])
+    node.services.preparation.unprepare(meta["uid"])
     assert snapshot(node.host_ns) == baseline

@@ -60,11 +60,11 @@ def bent(
 
 def refused(node: LabNode, claim: dict[str, Any], uid: str | None = None) -> Refusal:
     meta = claim["metadata"]
-    before = node.coordinator.journal.operation_ids()
+    before = node.services.journal.operation_ids()
     with pytest.raises(Refusal) as info:
-        node.coordinator.prepare(meta["namespace"], meta["name"], uid or meta["uid"])
-    assert node.coordinator.journal.operation_ids() == before
-    assert node.coordinator.journal.preparations(meta["uid"]) == []
+        node.services.preparation.prepare(meta["namespace"], meta["name"], uid or meta["uid"])
+    assert node.services.journal.operation_ids() == before
+    assert node.services.journal.preparations(meta["uid"]) == []
     return info.value
 
 
@@ -132,8 +132,8 @@ def test_revision_not_ready_is_refused(node: LabNode) -> None:
     revision = node.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, node.revision)
     kw: dict[str, Any] = {
         "pool": NODE_NAME,
-        "personas": node.coordinator.devices.personas(),
-        "plugins": node.coordinator.plugins,
+        "personas": node.services.devices.personas(),
+        "plugins": node.services.attachments.plugins,
     }
     uid = claim["metadata"]["uid"]
     for phase in ("Pending", "Failed", "Superseded"):
@@ -151,23 +151,23 @@ def test_whole_link_refused_while_a_share_of_it_is_prepared(node: LabNode) -> No
     link handed off whole while a macvlan share of it is held (seed 000 §9.2 item 5)."""
     shared = allocated(node)
     meta = shared["metadata"]
-    assert node.coordinator.prepare(meta["namespace"], meta["name"], meta["uid"])
+    assert node.services.preparation.prepare(meta["namespace"], meta["name"], meta["uid"])
     (result,) = shared["status"]["allocation"]["devices"]["results"]
-    parent = node.coordinator.devices.personas().by_name()[result["device"]].inventory_id
-    (share,) = node.coordinator.journal.shares(parent)
+    parent = node.services.devices.personas().by_name()[result["device"]].inventory_id
+    (share,) = node.services.journal.shares(parent)
     assert (share.claim_uid, share.share_id) == (meta["uid"], result["shareID"])
 
     kernel_class = node.kernel_class()
     kernel = next(
         p.name
-        for p in node.coordinator.devices.personas().personas
+        for p in node.services.devices.personas().personas
         if p.inventory_id == parent and p.plugin == "host-cni"
     )
     claim = bent(node, lambda d: d["results"][0].update(device=kernel), kernel_class)
     assert refused(node, claim).code == "E_SHARED_BUSY"
 
-    node.coordinator.unprepare(meta["uid"])
-    assert node.coordinator.journal.shares(parent) == []
+    node.services.preparation.unprepare(meta["uid"])
+    assert node.services.journal.shares(parent) == []
 
 
 def test_link_that_changed_identity_is_refused(node: LabNode) -> None:
@@ -175,8 +175,8 @@ def test_link_that_changed_identity_is_refused(node: LabNode) -> None:
     published: no handle is made from a name alone."""
     claim = allocated(node)
     (result,) = claim["status"]["allocation"]["devices"]["results"]
-    persona = node.coordinator.devices.personas().by_name()[result["device"]]
-    facts = node.coordinator.devices.link(persona.inventory_id)
+    persona = node.services.devices.personas().by_name()[result["device"]]
+    facts = node.services.devices.link(persona.inventory_id)
     assert facts is not None and facts.mac
     with IPRoute(netns=node.host_ns) as ipr:
         index = ipr.link_lookup(ifname=facts.ifname)[0]

@@ -1,0 +1,79 @@
+"""Reading a ResourceClaim and verifying its allocation against its revision and this node.
+
+Shared by preparation (a new allocation needs a Ready revision) and sandbox attachment
+(an already prepared claim may use a revision a newer one superseded). The pure check is
+:func:`.verify.verify_allocation`; this class adds the two reads it needs (the claim, its
+NetworkTopologyRevision) and turns API failures into :class:`Refusal` values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dmn.agent.coordinator.config import NodeConfig
+from dmn.agent.coordinator.handles import DeviceView
+from dmn.agent.coordinator.verify import (
+    Refusal,
+    VerifiedClaim,
+    driver_results,
+    verify_allocation,
+)
+from dmn.api.cluster import ApiFailure, Cluster, NotFound
+from dmn.api.cluster import resources as r
+from dmn.interpreter.loader import Plugin
+
+
+class ClaimVerifier:
+    def __init__(
+        self,
+        config: NodeConfig,
+        cluster: Cluster,
+        devices: DeviceView,
+        plugins: Mapping[str, Plugin],
+    ) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.devices = devices
+        self.plugins = plugins
+
+    def read(self, namespace: str, name: str, uid: str) -> dict[str, Any]:
+        try:
+            claim = self.cluster.get(r.RESOURCE_CLAIMS, name, namespace)
+        except NotFound as exc:
+            raise Refusal("E_CLAIM_NOT_FOUND", f"claim {namespace}/{name} not found") from exc
+        except ApiFailure as exc:
+            raise Refusal(
+                "E_API", f"reading claim {namespace}/{name}: {exc}", retryable=True
+            ) from exc
+        if (claim.get("metadata") or {}).get("uid") != uid:
+            raise Refusal(
+                "E_CLAIM_UID", f"claim {namespace}/{name} is not uid {uid}", "metadata.uid"
+            )
+        return claim
+
+    def verify(
+        self, claim: Mapping[str, Any], accept_superseded: bool = False
+    ) -> VerifiedClaim | None:
+        uid = str(claim["metadata"]["uid"])
+        results = driver_results(claim, self.config.driver)
+        if not results:
+            return None
+        name = results[0].root.revision_ref.name
+        try:
+            revision = self.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, name)
+        except NotFound as exc:
+            raise Refusal(
+                "E_REVISION_NOT_FOUND", f"revision {name} not found", "revisionRef"
+            ) from exc
+        except ApiFailure as exc:
+            raise Refusal("E_API", f"reading revision {name}: {exc}", retryable=True) from exc
+        return verify_allocation(
+            uid,
+            results,
+            revision,
+            pool=self.config.pool_name,
+            personas=self.devices.personas(),
+            plugins=self.plugins,
+            accept_superseded=accept_superseded,
+        )

@@ -1,0 +1,22 @@
+"""What the node services know about the node they run on (from the Node object and flags)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dmn.api.identity import DRIVER
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    node_name: str
+    node_uid: str
+    state_dir: Path
+    host_netns: str = "/proc/1/ns/net"
+    driver: str = DRIVER
+    pool: str = ""  # default: the node name (one pool per node)
+
+    @property
+    def pool_name(self) -> str:
+        return self.pool or self.node_name

@@ -1,0 +1,97 @@
+"""The composition root of the node services: one journal, pins, runner, three services.
+
+:meth:`NodeServices.open` is the only place that builds the collaborators — the journal
+(single writer), the namespace pins, the :class:`Runner` over the executors, the claim
+verifier and the one node lock — and passes them to the preparation service, the sandbox
+attachment service and the reconcile loop. The kubelet and NRI adapters call the services;
+:class:`~dmn.agent.coordinator.node_agent.NodeAgent`, the lab and the tests open one
+:class:`NodeServices` per agent incarnation. Executors, plugins, the boot id source and a
+journal boundary hook are injectable (tests use them; the agent takes the defaults).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from dmn.agent.coordinator.claim_verifier import ClaimVerifier
+from dmn.agent.coordinator.config import NodeConfig
+from dmn.agent.coordinator.handles import DeviceView
+from dmn.agent.coordinator.operations import NodeOperations
+from dmn.agent.coordinator.preparation import PreparationService
+from dmn.agent.coordinator.reconcile import ReconcileLoop
+from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
+from dmn.agent.journal.store import JournalStore
+from dmn.agent.netns.pins import NamespacePins
+from dmn.api.cluster import Cluster
+from dmn.engine.runner import BoundaryHook, Runner
+from dmn.interpreter.loader import Plugin, load_builtin_plugins
+from dmn.opcodes.executor import Executor
+from dmn.opcodes.executor_table import default_executors
+from dmn.opcodes.linux.netns import current_boot_id
+
+
+@dataclass
+class NodeServices:
+    config: NodeConfig
+    devices: DeviceView
+    journal: JournalStore
+    pins: NamespacePins
+    preparation: PreparationService
+    attachments: SandboxAttachmentService
+    reconcile: ReconcileLoop
+    lock: threading.RLock
+
+    @classmethod
+    def open(
+        cls,
+        config: NodeConfig,
+        cluster: Cluster,
+        devices: DeviceView,
+        *,
+        executors: Mapping[str, Executor] | None = None,
+        plugins: Mapping[str, Plugin] | None = None,
+        boot_id: Callable[[], str] = current_boot_id,
+        boundary: BoundaryHook | None = None,
+    ) -> NodeServices:
+        """Open the journal (raises ``JournalError``) and wire the services over it."""
+        known = dict(plugins) if plugins is not None else load_builtin_plugins()
+        # warm: each pinned sandbox's fd and netlink sockets stay open until its pin is
+        # released (every service call holds the node lock, which the shared sockets need)
+        pins = NamespacePins(config.state_dir, host_netns=config.host_netns, warm=True)
+        journal = JournalStore.open(config.state_dir)
+        runner = Runner(
+            journal,
+            executors if executors is not None else default_executors(),
+            env_factory=lambda op: pins.link_environment(),
+            boundary=boundary,
+        )
+        operations = NodeOperations(runner, pins)
+        claims = ClaimVerifier(config, cluster, devices, known)
+        lock = threading.RLock()
+        attachments = SandboxAttachmentService(
+            config, cluster, journal, pins, operations, claims, known, boot_id, lock
+        )
+        return cls(
+            config=config,
+            devices=devices,
+            journal=journal,
+            pins=pins,
+            preparation=PreparationService(
+                config, journal, pins, operations, claims, devices, lock
+            ),
+            attachments=attachments,
+            reconcile=ReconcileLoop(config, journal, operations, attachments, boot_id, lock),
+            lock=lock,
+        )
+
+    def start(self) -> None:
+        """Recover what a crash left unfinished; call before serving anything."""
+        self.reconcile.recover()
+
+    def close(self) -> None:
+        with self.lock:
+            self.journal.close()
+            if self.pins.warm is not None:
+                self.pins.warm.close()

@@ -1,0 +1,87 @@
+"""How the node services run effect programs: bind, run journaled, undo, fence, recover.
+
+Why one place: preparation, sandbox attachment and reconciliation all run programs the same
+way — a fresh link environment from the namespace pins for every run, every started
+operation recorded so that a later failure undoes it too, a run that is not ok turned into a
+:class:`Refusal` with the runner's reason code. :class:`NodeOperations` receives the
+:class:`Runner` (journal + executors) and the pins; it builds neither.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Mapping
+
+from dmn.agent.coordinator.verify import Refusal
+from dmn.agent.netns.pins import NamespacePins
+from dmn.engine.binder import Call, bind_program
+from dmn.engine.bound import BoundProgram
+from dmn.engine.runner import Runner, RunResult
+from dmn.interpreter.loader import Plugin
+
+log = logging.getLogger("dmn.agent.coordinator.coordinator")
+
+
+def short_digest(value: str) -> str:
+    """16 hex digits of SHA-256: a stable, name-safe fragment of an operation id."""
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+class NodeOperations:
+    def __init__(self, runner: Runner, pins: NamespacePins) -> None:
+        self.runner = runner
+        self.pins = pins
+
+    def bind(self, plugin: Plugin, hook: str, call: Call) -> BoundProgram:
+        bound = bind_program(plugin, hook, call)
+        if not isinstance(bound, BoundProgram):
+            first = bound[0]
+            raise Refusal(str(first.code.value), f"{plugin.name} {hook}: {first.message}")
+        return bound
+
+    def run_or_refuse(
+        self,
+        op: str,
+        scope: str,
+        program: BoundProgram,
+        digests: Mapping[str, str],
+        done: list[str],
+        *,
+        failed: tuple[str, str],
+        attachment: str | None = None,
+    ) -> RunResult:
+        """Run one bound program in a fresh link environment and record ``op`` in ``done``
+        (so a later failure undoes it too); a result that is not ok becomes a Refusal with
+        the runner's code, else ``failed[0]``, prefixed by ``failed[1]``."""
+        env = self.pins.link_environment(attachment)
+        try:
+            result = self.runner.run(op, scope, program, digests=digests, env=env)
+        finally:
+            env.close()
+        done.append(op)
+        if not result.ok:
+            failure = result.failure
+            raise Refusal(
+                failure.code if failure and failure.code else failed[0],
+                f"{failed[1]}: {failure.message if failure else result.state}",
+            )
+        return result
+
+    def undo(self, operations: Iterable[str]) -> bool:
+        """Cleanup operations in the given order; True when every one is Undone."""
+        ok = True
+        for op in operations:
+            res = self.runner.cleanup(op)
+            if res.state.value != "Undone":
+                ok = False
+                log.error("event=cleanup-incomplete operation=%s state=%s", op, res.state)
+        return ok
+
+    def fence(self, scope: str, reason: str) -> None:
+        """No run of ``scope`` can finish after this (the runner's durable fence)."""
+        self.runner.fence(scope, reason)
+
+    def recover(self) -> list[RunResult]:
+        """Settle every operation a crash left unfinished (see :meth:`Runner.recover`)."""
+        return self.runner.recover()

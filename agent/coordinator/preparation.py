@@ -1,0 +1,222 @@
+"""The preparation service: kubelet NodePrepareResources / NodeUnprepareResources.
+
+* :meth:`PreparationService.prepare`: read the claim, verify its allocation against the
+  revision and this node's personas — refusing before any mutation — then take its
+  exclusive reservations and share references, commit Preparing, run every root's
+  ``prepare`` program in the revision's order, commit Prepared. The same claim UID and
+  allocation fingerprint returns the recorded result; a different live allocation for a
+  prepared claim is ``E_ALLOCATION_CHANGED``.
+* :meth:`PreparationService.unprepare` is retryable while an attachment of the claim
+  remains, else undoes the prepare operations from the journal and records Released.
+
+Collaborators are passed in (journal, pins, operations, claim verifier, device view and
+the node lock shared with the other services); this class builds none of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from dmn.agent.coordinator.claim_verifier import ClaimVerifier
+from dmn.agent.coordinator.config import NodeConfig
+from dmn.agent.coordinator.handles import DeviceView, allocation_port, kernel_handle
+from dmn.agent.coordinator.operations import NodeOperations, short_digest
+from dmn.agent.coordinator.verify import Refusal, VerifiedClaim, driver_results, fingerprint
+from dmn.agent.journal.records import (
+    AttachmentState,
+    PreparationRecord,
+    PreparationState,
+    PreparedDevice,
+    Reservation,
+    RevisionRef,
+    ShareRef,
+)
+from dmn.agent.journal.store import JournalBatch, JournalStore, ReservationConflict
+from dmn.agent.netns.pins import NamespacePins, PinError
+from dmn.engine.binder import Call
+from dmn.engine.runner import RunRefused
+
+log = logging.getLogger("dmn.agent.coordinator.coordinator")
+
+LIVE_ATTACHMENT = (AttachmentState.CONNECTING, AttachmentState.READY, AttachmentState.REMOVING)
+
+
+class PreparationService:
+    def __init__(
+        self,
+        config: NodeConfig,
+        journal: JournalStore,
+        pins: NamespacePins,
+        operations: NodeOperations,
+        claims: ClaimVerifier,
+        devices: DeviceView,
+        lock: threading.RLock,
+    ) -> None:
+        self.config = config
+        self.journal = journal
+        self.pins = pins
+        self.operations = operations
+        self.claims = claims
+        self.devices = devices
+        self._lock = lock
+
+    def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
+        """NodePrepare of one claim; raises :class:`Refusal` (nothing changed) or returns
+        the prepared devices."""
+        with self._lock:
+            claim = self.claims.read(namespace, name, uid)
+            results = driver_results(claim, self.config.driver)
+            if not results:
+                return []
+            fp = fingerprint(uid, results)
+            for rec in self.journal.preparations(uid):
+                if rec.state is PreparationState.RELEASED:
+                    continue
+                if rec.allocation_fingerprint != fp:
+                    raise Refusal(
+                        "E_ALLOCATION_CHANGED",
+                        f"claim {uid} is prepared for another allocation",
+                        "status.allocation",
+                    )
+                if rec.state is PreparationState.PREPARED:
+                    return list(rec.devices)
+            verified = self.claims.verify(claim)
+            if verified is None:
+                return []
+            return self._prepare(verified)
+
+    def _holder(self, v: VerifiedClaim) -> str:
+        return f"prep/{v.claim_uid}/{v.fingerprint}"
+
+    def _check_sharing(self, v: VerifiedClaim) -> None:
+        """Exclusive roots and shares of one parent never mix across claims (seed 000 §9.2
+        items 4-5), judged from the journal's share references and reservations."""
+        holder = self._holder(v)
+        for root in v.roots:
+            inv = root.persona.inventory_id
+            held = self.journal.reservation(inv)
+            if held is not None and held.holder != holder:
+                raise Refusal("E_RESERVED", f"{root.result.device}: {inv} is held exclusively")
+            if not root.result.share_id:
+                others = [s for s in self.journal.shares(inv) if s.claim_uid != v.claim_uid]
+                if others:
+                    raise Refusal(
+                        "E_SHARED_BUSY", f"{root.result.device}: {inv} has {len(others)} shares"
+                    )
+
+    def _release_holds(self, b: JournalBatch, v_claim: str, rec: PreparationRecord) -> None:
+        holder = f"prep/{v_claim}/{rec.allocation_fingerprint}"
+        for share in self.journal.shares():
+            if share.claim_uid == v_claim and share.allocation_fingerprint == (
+                rec.allocation_fingerprint
+            ):
+                b.delete_share(share.parent_inventory_id, share.claim_uid, share.share_id)
+        for res in self.journal.reservations():
+            if res.holder == holder:
+                b.delete_reservation(res.resource)
+
+    def _prepare(self, v: VerifiedClaim) -> list[PreparedDevice]:
+        ops = [f"prep-{short_digest(v.claim_uid + v.fingerprint)}-{root.step}" for root in v.roots]
+        devices = [
+            PreparedDevice(
+                root.result.request, root.result.pool, root.result.device, root.result.share_id
+            )
+            for root in v.roots
+        ]
+        # plan every root before anything mutates: live link, handle, bound program
+        self._check_sharing(v)
+        env = self.pins.link_environment()
+        try:
+            programs = []
+            for op, root in zip(ops, v.roots, strict=True):
+                handle = kernel_handle(env, self.devices, root, v.claim_uid)
+                port = allocation_port(root.plugin, handle)
+                call = Call(config=root.config, operation_id=op, allocation={port: (handle,)})
+                programs.append(self.operations.bind(root.plugin, "prepare", call))
+        finally:
+            env.close()
+        rec = PreparationRecord(
+            claim_uid=v.claim_uid,
+            allocation_fingerprint=v.fingerprint,
+            revision=RevisionRef(v.revision, v.revision_uid, v.revision_digest),
+            operations=ops,
+        )
+        holder = self._holder(v)
+        try:
+            self.journal.reserve(
+                [
+                    Reservation(root.persona.inventory_id, holder)
+                    for root in v.roots
+                    if not root.result.share_id
+                ]
+            )
+        except ReservationConflict as exc:
+            raise Refusal("E_RESERVED", str(exc)) from exc
+        with self.journal.batch() as b:
+            b.put_preparation(rec)
+            for root in v.roots:
+                if root.result.share_id:
+                    b.put_share(
+                        ShareRef(
+                            root.persona.inventory_id,
+                            v.claim_uid,
+                            root.result.share_id,
+                            v.fingerprint,
+                            root.persona.persona,
+                        )
+                    )
+        done: list[str] = []
+        scope = f"claim/{v.claim_uid}"
+        try:
+            for op, root, program in zip(ops, v.roots, programs, strict=True):
+                self.operations.run_or_refuse(
+                    op,
+                    scope,
+                    program,
+                    {"revision": v.revision_digest, "allocation": v.fingerprint},
+                    done,
+                    failed=("E_PREPARE_FAILED", f"root {root.step}"),
+                )
+        except (Refusal, RunRefused, PinError) as exc:
+            cleaned = self.operations.undo(reversed(done))
+            rec.error = str(exc)
+            if cleaned:  # an uncertain effect keeps the claim's holds (seed 000 §10.1)
+                rec.state = PreparationState.RELEASED
+            with self.journal.batch() as b:
+                b.put_preparation(rec)
+                if cleaned:
+                    self._release_holds(b, v.claim_uid, rec)
+            if isinstance(exc, Refusal):
+                raise
+            raise Refusal(str(getattr(exc, "code", "E_PREPARE_FAILED")), str(exc)) from exc
+        rec.state = PreparationState.PREPARED
+        rec.devices = devices
+        with self.journal.batch() as b:
+            b.put_preparation(rec)
+        log.info("event=prepared claim=%s roots=%d", v.claim_uid, len(v.roots))
+        return devices
+
+    def unprepare(self, uid: str) -> None:
+        """Release the claim's preparation; retryable :class:`Refusal` while attached."""
+        with self._lock:
+            for att in self.journal.attachments():
+                if att.state in LIVE_ATTACHMENT and any(c.claim_uid == uid for c in att.claims):
+                    raise Refusal(
+                        "E_ATTACHED",
+                        f"claim {uid} is still attached to sandbox {att.identity.sandbox_id}",
+                        retryable=True,
+                    )
+            for rec in self.journal.preparations(uid):
+                if rec.state is PreparationState.RELEASED:
+                    continue
+                rec.state = PreparationState.UNPREPARING
+                with self.journal.batch() as b:
+                    b.put_preparation(rec)
+                if not self.operations.undo(reversed(rec.operations)):
+                    raise Refusal("E_CLEANUP_INCOMPLETE", f"claim {uid}", retryable=True)
+                rec.state = PreparationState.RELEASED
+                with self.journal.batch() as b:
+                    b.put_preparation(rec)
+                    self._release_holds(b, uid, rec)
+                log.info("event=unprepared claim=%s", uid)

@@ -1,0 +1,378 @@
+"""The sandbox attachment service: NRI RunPodSandbox, container gate, Stop and Remove.
+
+* :meth:`SandboxAttachmentService.run_pod` (RunPodSandbox): the Pod verified (runtime UID,
+  bound to this node, not hostNetwork), its claims reserved for it alone, each Prepared
+  with its current fingerprint and attached to no other live sandbox; pin the runtime's
+  netns (refusing the host namespace), commit Connecting, run ``connect`` of every step in
+  topological order (Operation steps take earlier steps' exports), commit Ready. A failure
+  cleans up what ran, releases the pin and refuses the hook.
+* :meth:`~SandboxAttachmentService.gate` (Create/StartContainer): a Pod with our claims
+  starts containers only in the exact sandbox whose attachment is Ready.
+* :meth:`~SandboxAttachmentService.stop_pod` fences the attachment (no run of it can
+  finish afterwards) and records Removing; :meth:`~SandboxAttachmentService.remove_pod`
+  undoes the connect operations in reverse from the journal, then releases the pin.
+
+NetworkAttachmentStatus objects and claim device status report each attachment
+(:mod:`.attachment_status`, never authority). Collaborators are passed in; the node lock
+is shared with the other services so kubelet and NRI threads serialise.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from dmn.agent.coordinator.attachment_status import (
+    AttachmentReporter,
+    ClaimBinding,
+    ClaimDeviceStatus,
+    device_entries,
+    status_outputs,
+)
+from dmn.agent.coordinator.claim_verifier import ClaimVerifier
+from dmn.agent.coordinator.config import NodeConfig
+from dmn.agent.coordinator.handles import operation_inputs
+from dmn.agent.coordinator.operations import NodeOperations, short_digest
+from dmn.agent.coordinator.pod_claims import pod_claims
+from dmn.agent.coordinator.verify import (
+    Refusal,
+    VerifiedClaim,
+    driver_results,
+    fingerprint,
+)
+from dmn.agent.journal.keys import attachment_id
+from dmn.agent.journal.records import (
+    AttachedClaim,
+    AttachmentIdentity,
+    AttachmentRecord,
+    AttachmentState,
+    NamespacePin,
+    PinState,
+    PreparationRecord,
+    PreparationState,
+    RevisionRef,
+)
+from dmn.agent.journal.store import JournalStore
+from dmn.agent.netns.pins import NamespacePins, PinError
+from dmn.api.cluster import Cluster
+from dmn.api.cluster import resources as r
+from dmn.engine.binder import Call
+from dmn.engine.runner import RunRefused
+from dmn.interpreter.loader import Plugin
+from dmn.opcodes.linux.netns import NamespaceRef, identity_of
+from dmn.vocabulary.handles import Handle, Scope
+from dmn.vocabulary.terms import ScopeKind
+
+log = logging.getLogger("dmn.agent.coordinator.coordinator")
+
+
+class SandboxAttachmentService:
+    def __init__(
+        self,
+        config: NodeConfig,
+        cluster: Cluster,
+        journal: JournalStore,
+        pins: NamespacePins,
+        operations: NodeOperations,
+        claims: ClaimVerifier,
+        plugins: Mapping[str, Plugin],
+        boot_id: Callable[[], str],
+        lock: threading.RLock,
+    ) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.journal = journal
+        self.pins = pins
+        self.operations = operations
+        self.claims = claims
+        self.plugins = plugins
+        self.boot_id = boot_id
+        self.reporter = AttachmentReporter(cluster, config.node_name)
+        self.claim_status = ClaimDeviceStatus(cluster)
+        self._lock = lock
+
+    def _pod_claims(self, namespace: str, pod_name: str, pod_uid: str) -> list[dict[str, Any]]:
+        return pod_claims(
+            self.cluster, self.config.driver, self.config.node_name, namespace, pod_name, pod_uid
+        )
+
+    def _identity(self, pod_uid: str, sandbox_id: str) -> AttachmentIdentity:
+        return AttachmentIdentity(self.config.node_uid, self.boot_id(), pod_uid, sandbox_id)
+
+    def run_pod(
+        self,
+        namespace: str,
+        pod_name: str,
+        pod_uid: str,
+        sandbox_id: str,
+        netns_path: str | None,
+    ) -> bool:
+        """Attach the Pod's prepared claims to the sandbox; False: no claims of ours."""
+        with self._lock:
+            claims = self._pod_claims(namespace, pod_name, pod_uid)
+            if not claims:
+                return False
+            identity = self._identity(pod_uid, sandbox_id)
+            existing = self.journal.get_attachment(identity)
+            if existing is not None and existing.state is AttachmentState.READY:
+                return True
+            if existing is not None and existing.state is not AttachmentState.CONNECTING:
+                raise Refusal("E_ATTACHMENT_STATE", f"sandbox {sandbox_id} is {existing.state}")
+            plan: list[tuple[PreparationRecord, VerifiedClaim, dict[str, Any]]] = []
+            for c in claims:
+                uid = str(c["metadata"]["uid"])
+                fp = fingerprint(uid, driver_results(c, self.config.driver))
+                prep = self.journal.get_preparation(uid, fp)
+                if prep is None or prep.state is not PreparationState.PREPARED:
+                    raise Refusal("E_NOT_PREPARED", f"claim {uid} is not prepared on this node")
+                verified = self.claims.verify(c, accept_superseded=True)
+                if verified is None:
+                    raise Refusal("E_NOT_PREPARED", f"claim {uid} has no results of ours")
+                if verified.revision_digest != prep.revision.digest:
+                    raise Refusal(
+                        "E_REVISION_DIGEST", f"claim {uid} was prepared under another revision"
+                    )
+                revision = self.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, verified.revision)
+                plan.append((prep, verified, revision))
+            wanted_claims = {p.claim_uid for p, _, _ in plan}
+            for other in self.journal.attachments():
+                if other.identity == identity or other.state is AttachmentState.REMOVED:
+                    continue
+                if wanted_claims & {c.claim_uid for c in other.claims}:
+                    # a new incarnation never steals roots or shares from a live one
+                    raise Refusal(
+                        "E_CLAIM_IN_USE",
+                        f"claims are attached to sandbox {other.identity.sandbox_id} "
+                        f"({other.state.value})",
+                        retryable=True,
+                    )
+            if not netns_path:
+                raise Refusal("E_NO_NETNS", "the runtime supplied no network namespace")
+            att = attachment_id(identity)
+            try:
+                wanted = identity_of(netns_path)
+            except OSError as exc:
+                raise Refusal("E_NETNS_GONE", f"{netns_path}: {exc.strerror}") from exc
+            ops = [
+                f"conn-{att[4:20]}-{short_digest(prep.claim_uid)[:8]}-{step}"
+                for prep, _, rev in plan
+                for step in rev["spec"]["order"]
+            ]
+            rec = AttachmentRecord(
+                identity=identity,
+                claims=[
+                    AttachedClaim(
+                        p.claim_uid,
+                        p.allocation_fingerprint,
+                        namespace,
+                        str(c["metadata"]["name"]),
+                        RevisionRef(v.revision, v.revision_uid, v.revision_digest),
+                    )
+                    for (p, v, _), c in zip(plan, claims, strict=True)
+                ],
+                operations=ops,
+            )
+            pin = NamespacePin(
+                att, str(self.pins.path(att)), wanted.dev, wanted.inode, identity.boot_id
+            )
+            # the intent is durable before the mount exists: a crash leaves a record that
+            # proves the pin is ours
+            with self.journal.batch() as b:
+                b.put_attachment(rec)
+                b.put_pin(pin)
+            self.reporter.created(
+                namespace,
+                pod_name,
+                identity,
+                att,
+                [
+                    ClaimBinding(c.claim_uid, c.fingerprint, c.revision.to_json())
+                    for c in rec.claims
+                ],
+            )
+            try:
+                ref = self.pins.pin(att, netns_path)
+            except PinError as exc:
+                rec.state, rec.error = AttachmentState.REMOVED, str(exc)
+                with self.journal.batch() as b:
+                    b.put_attachment(rec)
+                    b.delete_pin(att)
+                self.reporter.phase(att, "Released", error=f"{exc.code}: {exc}")
+                raise Refusal(exc.code, str(exc)) from exc
+            # not synced on its own: durable with the runner's first commit below; a crash
+            # before that leaves the pin's intent record, which already proves it ours
+            with self.journal.batch(sync=False) as b:
+                b.put_pin(replace(pin, state=PinState.MOUNTED))
+            done: list[str] = []
+            outputs: list[dict[str, Any]] = []
+            device_status: list[list[dict[str, Any]]] = []
+            try:
+                for prep, verified, revision in plan:
+                    exports = self._connect(att, ref, prep, verified, revision, done)
+                    outputs.extend(status_outputs(exports, verified))
+                    device_status.append(device_entries(self.config.driver, verified, exports))
+            except (Refusal, RunRefused, PinError) as exc:
+                cleaned = self.operations.undo(reversed(done))
+                rec.state, rec.error = AttachmentState.REMOVED, str(exc)
+                if not cleaned:
+                    rec.state = AttachmentState.REMOVING
+                with self.journal.batch() as b:
+                    b.put_attachment(rec)
+                    if cleaned:
+                        b.delete_pin(att)
+                if cleaned:
+                    self.pins.release(att, cleanup_verified=True)
+                self.reporter.phase(
+                    att, "Released" if cleaned else "CleanupPending", error=str(exc)
+                )
+                if isinstance(exc, Refusal):
+                    raise
+                raise Refusal(str(getattr(exc, "code", "E_CONNECT_FAILED")), str(exc)) from exc
+            rec.state = AttachmentState.READY
+            with self.journal.batch() as b:
+                b.put_attachment(rec)
+            self.reporter.phase(att, "Ready", outputs=outputs)
+            for claim, entries in zip(rec.claims, device_status, strict=True):
+                self.claim_status.write(claim.namespace, claim.name, entries)
+            log.info("event=ready pod=%s sandbox=%s operations=%d", pod_uid, sandbox_id, len(ops))
+            return True
+
+    def _drop_device_status(self, rec: AttachmentRecord) -> None:
+        for c in rec.claims:
+            if not c.name:  # migrated from a version-1 record that did not name the claim
+                continue
+            prep = self.journal.get_preparation(c.claim_uid, c.fingerprint)
+            if prep is None:
+                continue
+            drop = [
+                {
+                    "driver": self.config.driver,
+                    "pool": d.pool,
+                    "device": d.device,
+                    "shareID": d.share_id,
+                }
+                for d in prep.devices
+            ]
+            self.claim_status.write(c.namespace, c.name, [], drop)
+
+    def _connect(
+        self,
+        att: str,
+        ref: NamespaceRef,
+        prep: PreparationRecord,
+        verified: VerifiedClaim,
+        revision: Mapping[str, Any],
+        done: list[str],
+    ) -> dict[str, Mapping[str, tuple[Handle, ...]]]:
+        spec = revision["spec"]
+        steps = {str(s["id"]): s for s in spec["normalizedSpec"]["steps"]}
+        roots = {root.step: root for root in verified.roots}
+        prepared_ops = dict(
+            zip((root.step for root in verified.roots), prep.operations, strict=True)
+        )
+        exports: dict[str, Mapping[str, tuple[Handle, ...]]] = {}
+        sandbox = Scope(ScopeKind.SANDBOX, ref.identity)
+        for step_id in spec["order"]:
+            step = steps[step_id]
+            op = f"conn-{att[4:20]}-{short_digest(prep.claim_uid)[:8]}-{step_id}"
+            if step_id in roots:
+                plugin = roots[step_id].plugin
+                prepared_rec = self.journal.load_operation(prepared_ops[step_id])
+                if prepared_rec is None:
+                    raise Refusal("E_NOT_PREPARED", f"root {step_id} has no prepare record")
+                call = Call(
+                    config=dict(step.get("config") or {}),
+                    operation_id=op,
+                    prepared=dict(prepared_rec.result),
+                    sandbox=sandbox,
+                )
+            else:
+                name = str(step["pluginRef"]["name"])
+                plugin = self.plugins[name]
+                call = Call(
+                    config=dict(step.get("config") or {}),
+                    operation_id=op,
+                    inputs=operation_inputs(step.get("inputs") or {}, exports),
+                    sandbox=sandbox,
+                )
+            result = self.operations.run_or_refuse(
+                op,
+                f"attachment/{att}",
+                self.operations.bind(plugin, "connect", call),
+                {"revision": verified.revision_digest},
+                done,
+                failed=("E_CONNECT_FAILED", f"step {step_id}"),
+                attachment=att,
+            )
+            exports[step_id] = result.exports
+        return exports
+
+    def gate(self, namespace: str, pod_name: str, pod_uid: str, sandbox_id: str) -> None:
+        """Refuse (:class:`Refusal`) unless this exact sandbox is Ready, for Pods with our
+        claims; a Pod without claims of ours passes."""
+        with self._lock:
+            identity = self._identity(pod_uid, sandbox_id)
+            att = self.journal.get_attachment(identity)
+            if att is not None and att.state is AttachmentState.READY:
+                if self.pins.ref(attachment_id(identity)) is None:
+                    raise Refusal("E_PIN_MISSING", f"sandbox {sandbox_id} lost its namespace pin")
+                for c in att.claims:
+                    prep = self.journal.get_preparation(c.claim_uid, c.fingerprint)
+                    if prep is None or prep.state is not PreparationState.PREPARED:
+                        raise Refusal("E_NOT_READY", f"claim {c.claim_uid} is not prepared")
+                return
+            if att is not None or self._pod_claims(namespace, pod_name, pod_uid):
+                state = att.state.value if att is not None else "not attached"
+                raise Refusal("E_NOT_READY", f"sandbox {sandbox_id} is {state}")
+
+    def stop_pod(self, pod_uid: str, sandbox_id: str) -> None:
+        """Durably invalidate Ready and fence the attachment's scope."""
+        with self._lock:
+            identity = self._identity(pod_uid, sandbox_id)
+            rec = self.journal.get_attachment(identity)
+            if rec is None or rec.state is AttachmentState.REMOVED:
+                return
+            att = attachment_id(identity)
+            self.operations.fence(f"attachment/{att}", "sandbox stopped")
+            rec.state = AttachmentState.REMOVING
+            with self.journal.batch() as b:
+                b.put_attachment(rec)
+            self.reporter.phase(att, "CleanupPending")
+            log.info("event=invalidated pod=%s sandbox=%s", pod_uid, sandbox_id)
+
+    def remove_pod(self, pod_uid: str, sandbox_id: str) -> None:
+        """Reverse cleanup of the attachment; the pin goes only after verified cleanup."""
+        with self._lock:
+            rec = self.journal.get_attachment(self._identity(pod_uid, sandbox_id))
+            if rec is None or rec.state is AttachmentState.REMOVED:
+                return
+            self.remove(rec)
+
+    def remove(self, rec: AttachmentRecord) -> None:
+        with self._lock:
+            identity = rec.identity
+            pod_uid, sandbox_id = identity.pod_uid, identity.sandbox_id
+            att = attachment_id(identity)
+            if rec.state is not AttachmentState.REMOVING:
+                self.operations.fence(f"attachment/{att}", "sandbox removed")
+                rec.state = AttachmentState.REMOVING
+                with self.journal.batch() as b:
+                    b.put_attachment(rec)
+            if not self.operations.undo(reversed(rec.operations)):
+                raise Refusal("E_CLEANUP_INCOMPLETE", f"sandbox {sandbox_id}", retryable=True)
+            rec.state = AttachmentState.REMOVED
+            with self.journal.batch() as b:
+                b.put_attachment(rec)
+                b.delete_pin(att)
+            if self.pins.ref(att) is not None:
+                self.pins.release(att, cleanup_verified=True)
+            self.reporter.phase(att, "Released")
+            self._drop_device_status(rec)
+            log.info("event=removed pod=%s sandbox=%s", pod_uid, sandbox_id)
+
+    def attachment(self, pod_uid: str, sandbox_id: str) -> AttachmentRecord | None:
+        with self._lock:
+            return self.journal.get_attachment(self._identity(pod_uid, sandbox_id))
