@@ -7,25 +7,27 @@
 
 Connects through the official client (``--url``, ``--kubeconfig``, else in-cluster config),
 reads this node's ``Node`` object (its UID keys the journal's identities), scans the node's
-inventory once (sysfs, rtnetlink, devlink), plans and writes the node's ResourceSlices once
-from the cluster's DeviceExposurePolicies, then starts the real :class:`NodeAgent` (journal
+inventory (sysfs, rtnetlink, devlink), plans and writes the node's ResourceSlices from the
+cluster's DeviceExposurePolicies, then starts the real :class:`NodeAgent` (journal
 recovery, kubelet DRA and registration sockets, NRI plugin; ``NRI_PLUGIN_SOCKET`` is
-honoured as the NRI plugin does), and serves ``/metrics``, ``/livez`` (journal writable) and
-``/readyz`` (journal writable, kubelet registered, NRI connected, API server reachable) on
-``--health-address:--health-port``. SIGTERM/SIGINT stop it in reverse order and exit 0.
+honoured as the NRI plugin does) and the slice publisher's triggers: an inventory change
+(rtnetlink/udev), a DeviceExposurePolicy or ResourceClaim change and a periodic resync
+republish (:class:`~dmn.agent.slices.NodeSlicePublisher`). It serves ``/metrics``,
+``/livez`` (journal writable) and ``/readyz`` (journal writable, kubelet registered, NRI
+connected, API server reachable) on ``--health-address:--health-port``. SIGTERM/SIGINT
+stop it in reverse order and exit 0.
 
 Bad arguments exit 2 (reported by :mod:`dmn.command_line` as
 ``dmn node: error[E_USAGE]: ...``) and an unreachable or refusing API server exits 1, each
 with one line ``dmn node: error[CODE]: message`` on stderr, never a traceback.
 
-Not done here (said plainly): the slices are published once at start — no republication
-on policy, claim or inventory change, and the publication state is not persisted.
+Not done here (said plainly): the publication state (generation, declarations, degraded)
+is not persisted; a restarted agent publishes above the generation it finds in the API.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import signal
 import socket
@@ -33,32 +35,23 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
-
-from pydantic import ValidationError
 
 from dmn.agent.coordinator import NodeConfig
 from dmn.agent.coordinator.handles import InventoryDevices
 from dmn.agent.coordinator.node_agent import AgentSockets, NodeAgent
-from dmn.agent.inventory import Inventory
 from dmn.agent.inventory.live import Pyroute2Devlink, Pyroute2Links
 from dmn.agent.inventory.scan import ScanConfig, scan
 from dmn.agent.journal.store import JournalError, JournalHeldError
 from dmn.agent.kubelet.server import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, SocketPathError
 from dmn.agent.nri.plugin import DEFAULT_SOCKET_PATH, PluginConfig
-from dmn.agent.personas.status_report import report_policy_statuses
 from dmn.agent.readiness import DEFAULT_INTERVAL, ReadinessReporter
-from dmn.agent.slices import NodePublication, allocated_devices
-from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, NotFound, connect
+from dmn.agent.slices import InventoryWatch, NodeSlicePublisher
+from dmn.api.cluster import ApiFailure, Cluster, NotFound, connect
 from dmn.api.cluster import resources as r
-from dmn.api.cluster.events import EventRecorder
-from dmn.api.identity import DRIVER
-from dmn.api.policy import DeviceExposurePolicy
 from dmn.command_line import CommandParser, UsageError, run_command
 from dmn.observability import json_logs
 from dmn.observability.health import HealthServer
 from dmn.observability.health import add_arguments as add_health_arguments
-from dmn.observability.metrics import PUBLISHED_DEVICES, PUBLISHED_SLICES
 
 log = logging.getLogger("dmn.agent")
 
@@ -148,86 +141,21 @@ def node_uid(cluster: Cluster, node_name: str) -> str:
     return uid
 
 
-def _policy_objects(cluster: Cluster) -> list[dict[str, Any]]:
-    try:
-        return list(cluster.list(r.DEVICE_EXPOSURE_POLICIES).items)
-    except NotFound:  # CRD not installed: nothing is exposed
-        log.warning("event=no-policy-crd resource=%s", r.DEVICE_EXPOSURE_POLICIES.plural)
-        return []
-
-
-def _policies(docs: list[dict[str, Any]]) -> list[DeviceExposurePolicy]:
-    out: list[DeviceExposurePolicy] = []
-    for doc in docs:
-        try:
-            out.append(DeviceExposurePolicy.model_validate(doc))
-        except ValidationError as exc:
-            name = (doc.get("metadata") or {}).get("name")
-            log.warning("event=policy-skipped name=%s error=%s", name, exc.errors()[0]["msg"])
-    return out
-
-
-def publish_once(cluster: Cluster, node_name: str, inventory: Inventory) -> NodePublication:
-    """Plan this node's pool once, write its slices and delete the ones it no longer has."""
-    publication = NodePublication(node_name)
-    existing = [
-        s
-        for s in cluster.list(r.RESOURCE_SLICES).items
-        if (s.get("spec") or {}).get("driver") == DRIVER
-        and (s.get("spec") or {}).get("nodeName") == node_name
-    ]
-    if existing:  # publish above what a previous run left behind
-        publication.publisher.generation = max(
-            int(s["spec"]["pool"]["generation"]) for s in existing
-        )
-    node = cluster.get(r.NODES, node_name)
-    labels = dict((node.get("metadata") or {}).get("labels") or {})
-    claims = cluster.list(r.RESOURCE_CLAIMS).items
-    policy_docs = _policy_objects(cluster)
-    plan = publication.plan(
-        inventory, _policies(policy_docs), labels, allocated_devices(claims, DRIVER, node_name)
-    )
-    stored = []
-    for doc in plan.slices:
-        try:
-            stored.append(cluster.create(r.RESOURCE_SLICES, doc))
-        except AlreadyExists:
-            current = cluster.get(r.RESOURCE_SLICES, doc["metadata"]["name"])
-            version = {"resourceVersion": current["metadata"]["resourceVersion"]}
-            body = {**doc, "metadata": {**doc["metadata"], **version}}
-            stored.append(cluster.replace(r.RESOURCE_SLICES, body))
-    for name in plan.obsolete(s["metadata"]["name"] for s in existing):
-        with contextlib.suppress(NotFound):
-            cluster.delete(r.RESOURCE_SLICES, name)
-    PUBLISHED_SLICES.set(len(stored))
-    PUBLISHED_DEVICES.set(len(plan.personas.personas))
-    if publication.verify(plan.slices, stored):
-        log.warning("event=slices-degraded node=%s", node_name)
-    events = EventRecorder(cluster, "dra-multi-network-node", node_name)
-    report_policy_statuses(cluster, events, plan.personas, policy_docs)
-    log.info(
-        "event=slices-published node=%s slices=%d devices=%d",
-        node_name,
-        len(stored),
-        len(plan.personas.personas),
-    )
-    return publication
-
-
 def build_agent(args: argparse.Namespace, cluster: Cluster) -> NodeAgent:
     """Everything :class:`NodeAgent` needs, built as the tests build it (not yet started)."""
     uid = node_uid(cluster, args.node_name)
-    inventory = scan(
-        ScanConfig(
-            sysfs_root=args.sysfs,
-            node_uid=uid,
-            links=Pyroute2Links(),
-            devlink=Pyroute2Devlink(),
-            lab_links=list(args.lab_link),
-        )
+    config_scan = ScanConfig(
+        sysfs_root=args.sysfs,
+        node_uid=uid,
+        links=Pyroute2Links(),
+        devlink=Pyroute2Devlink(),
+        lab_links=list(args.lab_link),
+    )
+    publisher = NodeSlicePublisher(
+        cluster, args.node_name, lambda: scan(config_scan), inventory_watch=InventoryWatch()
     )
     try:
-        publication = publish_once(cluster, args.node_name, inventory)
+        publisher.publish()  # slices exist before the kubelet can ask to prepare
     except ApiFailure as exc:
         raise NodeStartError("E_API_UNREACHABLE", f"publishing slices: {exc}", 1) from exc
     config = NodeConfig(
@@ -241,8 +169,8 @@ def build_agent(args: argparse.Namespace, cluster: Cluster) -> NodeAgent:
         plugins_dir=args.kubelet_plugins_dir,
         nri=PluginConfig(socket_path=args.nri_socket),
     )
-    devices = InventoryDevices(lambda: publication.last, lambda: inventory)
-    return NodeAgent(config, cluster, devices, sockets)
+    devices = InventoryDevices(lambda: publisher.publication.last, lambda: publisher.inventory)
+    return NodeAgent(config, cluster, devices, sockets, publisher)
 
 
 def _fail(error: NodeStartError) -> int:

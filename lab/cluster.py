@@ -23,13 +23,13 @@ from typing import Any
 import yaml
 
 from dmn.agent.inventory.live import LinkSource
+from dmn.agent.slices import InventoryWatch, NodeSlicePublisher
 from dmn.api.cluster import ApiFailure, Cluster, connect
 from dmn.controller.manager import Controller
 from dmn.lab import node, node_netns
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.apiserver import LabApiServer
 from dmn.lab.shipped import chart_dir
-from dmn.lab.slice_publication import LabSlicePublication
 from dmn.lab.state_dir import StateDir
 from dmn.opcodes.registry import default_registry
 
@@ -78,7 +78,7 @@ class LabCluster:
         self.server: LabApiServer | None = None
         self.cluster: Cluster | None = None
         self.controller: Controller | None = None
-        self.publication: LabSlicePublication | None = None
+        self.publication: NodeSlicePublisher | None = None
         self.url = ""
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -103,9 +103,17 @@ class LabCluster:
             self._install(self.cluster)
             self.controller = Controller(self.cluster, default_registry(), resync=self.resync)
             self.controller.start()
-            inventory = node.inventory(self.state_dir.sysfs, self._link_source())
-            self.publication = LabSlicePublication(
-                self.cluster, node.NODE_NAME, inventory, resync=self.resync
+            links = self._link_source()
+            sysfs = self.state_dir.sysfs
+            self.publication = NodeSlicePublisher(
+                self.cluster,
+                node.NODE_NAME,
+                lambda: node.inventory(sysfs, links),
+                resync=self.resync,
+                # live links in the lab's namespace: a link change republishes
+                inventory_watch=InventoryWatch(netns=self.netns, udev=False)
+                if self.netns
+                else None,
             )
             self.publication.publish()
             self.publication.start()

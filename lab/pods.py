@@ -114,10 +114,10 @@ class LabPods:
     def _release_pins(self) -> None:
         """Namespace pins left by an attachment that did not finish removal live under our
         own state directory (ours by construction): unmount them so it can be removed."""
-        coordinator = self.agent.coordinator
-        if coordinator is None:
+        services = self.agent.services
+        if services is None:
             return
-        pins = coordinator.pins
+        pins = services.pins
         for ref in pins.list():
             log.warning("event=pin-left path=%s", ref.path)
             pins.release(Path(ref.path).name, cleanup_verified=True)

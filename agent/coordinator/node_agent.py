@@ -3,8 +3,11 @@
 :class:`NodeAgent` starts them in the order a restarted node needs (seed 000 §11.5): the
 node services first (journal opened, unfinished operations recovered), then the kubelet
 sockets (DRA, then registration), then the NRI plugin, whose first Synchronize reconciles
-attachments against the runtime's sandboxes. :meth:`NodeAgent.stop` reverses that order
-and closes the journal last. Paths are injected (the lab and tests use private ones).
+attachments against the runtime's sandboxes, and last the slice publisher's triggers
+(inventory, policy and claim changes republish; the first publication happened before
+start, so the kubelet never sees this driver without slices). :meth:`NodeAgent.stop`
+reverses that order and closes the journal last. Paths are injected (the lab and tests
+use private ones).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dmn.agent.kubelet.server import (
 from dmn.agent.nri.plugin import NriPlugin, PluginConfig, PluginThread
 from dmn.agent.readiness import Readiness
 from dmn.agent.refusal_events import RefusalReporter
+from dmn.agent.slices import NodeSlicePublisher
 from dmn.api.cluster import Cluster
 from dmn.api.cluster.reachability import ApiReachability
 
@@ -47,11 +51,13 @@ class NodeAgent:
         cluster: Cluster,
         devices: DeviceView,
         sockets: AgentSockets | None = None,
+        publisher: NodeSlicePublisher | None = None,
     ) -> None:
         self.config = config
         self.cluster = cluster
         self.devices = devices
         self.sockets = sockets or AgentSockets()
+        self.publisher = publisher
         self.services: NodeServices | None = None
         self.dra: DraAdapter | None = None
         self.nri: NriAdapter | None = None
@@ -75,6 +81,8 @@ class NodeAgent:
                 plugins_dir=self.sockets.plugins_dir,
             ).start()
             self.plugin = PluginThread(NriPlugin(self.nri, self.sockets.nri)).start()
+            if self.publisher is not None:
+                self.publisher.start()
         except BaseException:
             self.stop()
             raise
@@ -146,6 +154,8 @@ class NodeAgent:
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop in reverse order; safe after a failed start and more than once."""
+        if self.publisher is not None:
+            self.publisher.stop()
         if self.plugin is not None:
             self.plugin.stop(grace)
             self.plugin = None

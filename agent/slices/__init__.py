@@ -1,7 +1,9 @@
 """ResourceSlice publication for the node's pool (seed 000 §7.6).
 
-``NodePublication(node).plan(inventory, policies, labels, allocated, cleanup_pending)``
-then ``.verify(written, stored)``; underneath, ``build_slices`` and ``SlicePublisher``.
+``NodeSlicePublisher`` publishes the pool and republishes it on inventory, policy and
+allocation changes; each pass is ``NodePublication(node).plan(inventory, policies, labels,
+allocated, cleanup_pending)`` then ``.verify(written, stored)``; underneath,
+``build_slices`` and ``SlicePublisher``.
 """
 
 from dmn.agent.slices.build import (
@@ -11,12 +13,15 @@ from dmn.agent.slices.build import (
     content_digest,
     limit_violations,
 )
+from dmn.agent.slices.node_publisher import InventoryWatch, NodeSlicePublisher
 from dmn.agent.slices.pins import allocated_devices
 from dmn.agent.slices.publication import NodePublication, Plan
 from dmn.agent.slices.readback import node_allocation_check, stripped_prerequisites
 
 __all__ = [
+    "InventoryWatch",
     "NodePublication",
+    "NodeSlicePublisher",
     "Plan",
     "SliceLimitError",
     "SlicePublisher",

@@ -76,3 +76,30 @@ def test_withdrawn_policy_keeps_the_allocated_device_not_ready(lab: LabCluster) 
 
     # the other link's macvlan persona goes; the allocated one stays, blocked for new claims
     wait_for(withdrawn, what="the allocated macvlan device pinned with allocationReady=false")
+
+
+def test_link_changes_in_the_lab_namespace_republish(tmp_path: Path) -> None:
+    """With live links the publisher follows rtnetlink: the veth pair disappearing withdraws
+    its devices and its return publishes them again (resync is far away, so only the
+    inventory monitor can have triggered these passes)."""
+    from pyroute2 import IPRoute
+
+    with LabCluster(StateDir(tmp_path), resync=3600.0, links="netns") as lab:
+        cluster = lab.client()
+        initial = wait_for(lambda: sorted(_devices(cluster)), what="the lab's devices")
+        assert len(initial) == 6, initial  # 2 links x (kernel, macvlan, ipvlan)
+        assert lab.publication is not None
+        generation = lab.publication.publication.publisher.generation
+        with IPRoute(netns=lab.netns) as ip:
+            ip.link("del", ifname="lab0")  # its veth peer lab1 goes with it
+        wait_for(lambda: not _devices(cluster), what="the links' devices withdrawn")
+        withdrawn = lab.publication.publication.publisher.generation
+        assert withdrawn > generation
+        with IPRoute(netns=lab.netns) as ip:
+            ip.link("add", ifname="lab0", kind="veth", peer="lab1")
+            for name in ("lab0", "lab1"):
+                ip.link("set", index=ip.link_lookup(ifname=name)[0], state="up", mtu=1500)
+        wait_for(
+            lambda: sorted(_devices(cluster)) == initial, what="the links' devices republished"
+        )
+        assert lab.publication.publication.publisher.generation > withdrawn

@@ -1,0 +1,243 @@
+"""Publishes this node's ResourceSlices and republishes them whenever their inputs change.
+
+Why here: publication was written twice — once in the agent (once, at start) and once in
+the lab (with republishing) — and the two disagreed (the lab planned without the Node's
+labels and failed when the policy CRD was absent). :class:`NodeSlicePublisher` is the one
+implementation; ``dmn node`` and the lab both run it.
+
+Inputs and triggers. A pass scans nothing by itself: it plans the pool with
+:class:`~dmn.agent.slices.NodePublication` from the last inventory, the
+DeviceExposurePolicies, the Node's labels and the devices allocated in ResourceClaim
+status (allocated devices stay published, pinned with their previous declaration), writes
+the slices, deletes slices the pool no longer has and verifies the read-back (a server that
+drops fields switches publication to degraded). Triggers: a DeviceExposurePolicy or
+ResourceClaim watch event; an inventory change seen by the
+:class:`~dmn.agent.inventory.watch.ChangeMonitor` (rtnetlink, udev), which rescans the
+inventory first; and a periodic resync. Events are coalesced into one pass.
+
+Contract: :meth:`NodeSlicePublisher.publish` is synchronous and returns the stored slices
+(callers use it once at start so a node never serves before its slices exist);
+:meth:`start`/:meth:`stop` run the triggers in background threads. A failed pass is logged
+and retried on the next trigger or resync, never fatal. :attr:`inventory` and
+``publication.last`` are what the node services read as the node's devices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from dmn.agent.inventory.facts import Inventory
+from dmn.agent.inventory.watch import ChangeMonitor
+from dmn.agent.personas.status_report import report_policy_statuses
+from dmn.agent.slices.pins import allocated_devices
+from dmn.agent.slices.publication import NodePublication
+from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, ListWatch, NotFound
+from dmn.api.cluster import resources as r
+from dmn.api.cluster.events import EventRecorder
+from dmn.api.identity import DRIVER
+from dmn.api.policy import DeviceExposurePolicy
+from dmn.observability.metrics import PUBLISHED_DEVICES, PUBLISHED_SLICES
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class InventoryWatch:
+    """How to notice inventory changes (see :class:`ChangeMonitor`): ``netns`` whose
+    rtnetlink events to follow (None: the agent's own), and whether to listen to udev."""
+
+    netns: str | None = None
+    udev: bool = True
+    uevent_source: str = "udev"
+    debounce: float = 0.2
+    resync: float = 300.0
+
+
+class NodeSlicePublisher:
+    def __init__(
+        self,
+        cluster: Cluster,
+        node_name: str,
+        scan: Callable[[], Inventory],
+        *,
+        driver: str = DRIVER,
+        resync: float = 30.0,
+        inventory_watch: InventoryWatch | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.node_name = node_name
+        self.scan = scan
+        self.driver = driver
+        self.resync = resync
+        self.inventory_watch = inventory_watch
+        self.inventory = scan()
+        self.publication = NodePublication(node_name)
+        self.events = EventRecorder(cluster, "dra-multi-network-node", node_name)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._rescan = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._watches: list[ListWatch] = []
+        self._monitor: ChangeMonitor | None = None
+
+    # --- one pass ------------------------------------------------------------------------
+
+    def _own_slices(self) -> list[Obj]:
+        return [
+            s
+            for s in self.cluster.list(r.RESOURCE_SLICES).items
+            if (s.get("spec") or {}).get("driver") == self.driver
+            and (s.get("spec") or {}).get("nodeName") == self.node_name
+        ]
+
+    def _policy_objects(self) -> list[Obj]:
+        try:
+            return list(self.cluster.list(r.DEVICE_EXPOSURE_POLICIES).items)
+        except NotFound:  # CRD not installed: nothing is exposed
+            log.warning("event=no-policy-crd resource=%s", r.DEVICE_EXPOSURE_POLICIES.plural)
+            return []
+
+    def _policies(self, docs: list[Obj]) -> list[DeviceExposurePolicy]:
+        out: list[DeviceExposurePolicy] = []
+        for doc in docs:
+            try:
+                out.append(DeviceExposurePolicy.model_validate(doc))
+            except ValidationError as exc:
+                name = (doc.get("metadata") or {}).get("name")
+                log.warning("event=policy-skipped name=%s error=%s", name, exc.errors()[0]["msg"])
+        return out
+
+    def _labels(self) -> dict[str, str]:
+        node = self.cluster.get(r.NODES, self.node_name)
+        return dict((node.get("metadata") or {}).get("labels") or {})
+
+    def publish(self) -> list[Obj]:
+        """Plan and write the pool once from the current inventory; returns the slices as
+        stored. Raises ``ApiFailure`` when the API server cannot be used."""
+        with self._lock:
+            existing = self._own_slices()
+            if self.publication.publisher.generation == 0 and existing:
+                # a restarted agent publishes above what its previous run left behind
+                self.publication.publisher.generation = max(
+                    int(s["spec"]["pool"]["generation"]) for s in existing
+                )
+            claims = self.cluster.list(r.RESOURCE_CLAIMS).items
+            policy_docs = self._policy_objects()
+            plan = self.publication.plan(
+                self.inventory,
+                self._policies(policy_docs),
+                self._labels(),
+                allocated_devices(claims, self.driver, self.node_name),
+            )
+            stored = [self._write(doc) for doc in plan.slices]
+            for name in plan.obsolete(s["metadata"]["name"] for s in existing):
+                with contextlib.suppress(NotFound):
+                    self.cluster.delete(r.RESOURCE_SLICES, name)
+            PUBLISHED_SLICES.set(len(stored))
+            PUBLISHED_DEVICES.set(len(plan.personas.personas))
+            if self.publication.verify(plan.slices, stored):
+                log.warning("event=slices-degraded node=%s", self.node_name)
+            report_policy_statuses(self.cluster, self.events, plan.personas, policy_docs)
+            log.info(
+                "event=slices-published node=%s slices=%d devices=%d generation=%d",
+                self.node_name,
+                len(stored),
+                len(plan.personas.personas),
+                self.publication.publisher.generation,
+            )
+            return stored
+
+    def _write(self, doc: Obj) -> Obj:
+        try:
+            return self.cluster.create(r.RESOURCE_SLICES, doc)
+        except AlreadyExists:
+            current = self.cluster.get(r.RESOURCE_SLICES, doc["metadata"]["name"])
+            version = {"resourceVersion": current["metadata"]["resourceVersion"]}
+            body = {**doc, "metadata": {**doc["metadata"], **version}}
+            return self.cluster.replace(r.RESOURCE_SLICES, body)
+
+    # --- triggers ------------------------------------------------------------------------
+
+    def inventory_changed(self, reason: str) -> None:
+        """The :class:`ChangeMonitor` callback: rescan, then republish (in the loop)."""
+        log.info("event=inventory-changed node=%s reason=%s", self.node_name, reason)
+        self._rescan.set()
+        self._wake.set()
+
+    def _watch(self, res: r.Resource) -> None:
+        lw = ListWatch(self.cluster, res, timeout_seconds=60)
+        self._watches.append(lw)
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    for _event in lw.events():
+                        self._wake.set()
+                    return
+                except Exception:
+                    log.exception("event=publication-watch-failed resource=%s", res.plural)
+                    self._stop.wait(1.0)
+
+        self._spawn(loop, f"publish-watch-{res.plural}")
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.resync)
+            if self._stop.is_set():
+                return
+            self._wake.clear()
+            try:
+                if self._rescan.is_set():
+                    self._rescan.clear()
+                    self.inventory = self.scan()
+                self.publish()
+            except ApiFailure as exc:
+                log.info("event=publication-retry node=%s error=%s", self.node_name, exc)
+            except Exception:
+                log.exception("event=publication-failed node=%s", self.node_name)
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def start(self) -> NodeSlicePublisher:
+        self._stop.clear()
+        self._watch(r.DEVICE_EXPOSURE_POLICIES)
+        self._watch(r.RESOURCE_CLAIMS)
+        self._spawn(self._loop, "publish")
+        if self.inventory_watch is not None:
+            w = self.inventory_watch
+            self._monitor = ChangeMonitor(
+                self.inventory_changed,
+                netns=w.netns,
+                udev=w.udev,
+                uevent_source=w.uevent_source,
+                debounce=w.debounce,
+                resync=w.resync,
+            )
+            self._monitor.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._monitor is not None:
+            self._monitor.stop()
+            self._monitor = None
+        for lw in self._watches:
+            lw.stop()
+        for t in self._threads:
+            t.join(timeout=5)
+        self._threads.clear()
+        self._watches.clear()
