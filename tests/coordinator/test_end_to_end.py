@@ -96,7 +96,7 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
             again = stub.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(claims=[ref]))
             assert again.claims[uid].devices[0].device_name == result["device"]
             (prep,) = node.services.journal.preparations(uid)
-            assert prep.state is PreparationState.PREPARED and prep.revision == node.revision
+            assert prep.state is PreparationState.PREPARED and prep.revision.name == node.revision
 
             sb = LabPod("sb-1", pod_uid, "c1-pod", "default", netns_path(sandbox))
             node.runtime.run_pod_sandbox(sb)
