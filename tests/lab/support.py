@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from dmn.lab.state_dir import StateDir
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,9 +31,13 @@ def ensure_stopped(state_dir: Path) -> None:
     if pid is None:
         return
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and StateDir(state_dir).running_pid() == pid:
-        time.sleep(0.1)
+    with contextlib.suppress(AssertionError):  # not stopped in time: killed below
+        wait_for(
+            lambda: StateDir(state_dir).running_pid() != pid,
+            timeout=30,
+            interval=0.1,
+            what="the lab to stop",
+        )
     if StateDir(state_dir).running_pid() == pid:
         os.kill(pid, signal.SIGKILL)
 
