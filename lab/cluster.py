@@ -67,10 +67,16 @@ class LabCluster:
         port: int = 0,
         resync: float = 30.0,
         links: str = "recorded",
+        follow_links: bool = False,
     ) -> None:
         if links not in LINK_MODES:
             raise LabError("E_USAGE", f"links must be one of {', '.join(LINK_MODES)}")
         self.links = links
+        # republish on rtnetlink events of the lab namespace (netns links only). Off by
+        # default: a rescan opens netlink in that namespace, which pyroute2 does from a
+        # forked child that inherits the open descriptors (an in-process agent's journal
+        # lock among them) for its lifetime.
+        self.follow_links = follow_links
         self.netns = ""
         self.state_dir = state_dir
         self.host, self.port = host, port
@@ -112,7 +118,7 @@ class LabCluster:
                 resync=self.resync,
                 # live links in the lab's namespace: a link change republishes
                 inventory_watch=InventoryWatch(netns=self.netns, udev=False)
-                if self.netns
+                if self.netns and self.follow_links
                 else None,
             )
             self.publication.publish()

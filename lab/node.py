@@ -4,9 +4,9 @@ The lab's node is called ``lab-node``. Its "NICs" are two ends of a veth pair na
 ``lab0`` and ``lab1``. By default they are *recorded* link facts (MTU 1500, up, locally
 administered MACs): the lab creates no kernel link and reads none of the host's, so
 ``dmn lab up`` is safe to run anywhere. With ``--links netns`` they are a real veth pair
-in a namespace the lab creates and owns (:mod:`dmn.lab.node_netns`, needs root); the
-lab's slice publisher follows that namespace's rtnetlink events and republishes when a
-link changes. The inventory is produced by the real scanner
+in a namespace the lab creates and owns (:mod:`dmn.lab.node_netns`, needs root); with
+``LabCluster(follow_links=True)`` the lab's slice publisher follows that namespace's
+rtnetlink events and republishes when a link changes. The inventory is produced by the real scanner
 (:func:`dmn.agent.inventory.scan` with ``lab_links``) over an empty sysfs tree, so
 identities, protection and link types follow the same rules as on a real node.
 

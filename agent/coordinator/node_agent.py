@@ -1,11 +1,12 @@
 """The node agent's runtime wiring: node services, kubelet DRA plugin server and NRI plugin.
 
 :class:`NodeAgent` starts them in the order a restarted node needs (seed 000 §11.5): the
-node services first (journal opened, unfinished operations recovered), then the kubelet
-sockets (DRA, then registration), then the NRI plugin, whose first Synchronize reconciles
-attachments against the runtime's sandboxes, and last the slice publisher's triggers
-(inventory, policy and claim changes republish; the first publication happened before
-start, so the kubelet never sees this driver without slices). :meth:`NodeAgent.stop`
+slice publisher's triggers (inventory, policy and claim changes republish; the first
+publication happened before start, so the kubelet never sees this driver without slices;
+their listeners bind before any socket is served), the node services (journal opened,
+unfinished operations recovered), then the kubelet sockets (DRA, then registration), then
+the NRI plugin, whose first Synchronize reconciles attachments against the runtime's
+sandboxes. :meth:`NodeAgent.stop`
 reverses that order and closes the journal last. Paths are injected (the lab and tests
 use private ones).
 """
@@ -69,6 +70,8 @@ class NodeAgent:
     def start(self) -> NodeAgent:
         """Start everything; on a failure what was started is stopped again and it raises."""
         try:
+            if self.publisher is not None:  # its listeners bind before the sockets exist
+                self.publisher.start()
             self.services = NodeServices.open(self.config, self.cluster, self.devices)
             self.services.start()
             self.reporter.start()
@@ -81,8 +84,6 @@ class NodeAgent:
                 plugins_dir=self.sockets.plugins_dir,
             ).start()
             self.plugin = PluginThread(NriPlugin(self.nri, self.sockets.nri)).start()
-            if self.publisher is not None:
-                self.publisher.start()
         except BaseException:
             self.stop()
             raise

@@ -84,7 +84,7 @@ def test_link_changes_in_the_lab_namespace_republish(tmp_path: Path) -> None:
     inventory monitor can have triggered these passes)."""
     from pyroute2 import IPRoute
 
-    with LabCluster(StateDir(tmp_path), resync=3600.0, links="netns") as lab:
+    with LabCluster(StateDir(tmp_path), resync=3600.0, links="netns", follow_links=True) as lab:
         cluster = lab.client()
         initial = wait_for(lambda: sorted(_devices(cluster)), what="the lab's devices")
         assert len(initial) == 6, initial  # 2 links x (kernel, macvlan, ipvlan)
