@@ -23,7 +23,8 @@ from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment
 from dmn.opcodes.executor import EffectContext, ExecutorError
 from dmn.opcodes.linux.links import by_name
 from dmn.opcodes.linux.netns import NamespaceRef
-from tests.kernel.node import CrashServer, Node, bind, call
+from tests.crash_fork_server import CrashForkServer
+from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, World, world
 from tests.kernel_lab import netdevsim
@@ -176,7 +177,7 @@ def test_accelerated_bridge_cni_program_and_removal(lab: Lab, tmp_path: Path) ->
 @pytest.mark.crash
 def test_accelerated_bridge_cni_crash_at_every_boundary(lab: Lab, tmp_path: Path) -> None:
     node = Node(tmp_path / "state", lab.w.host, bridge_grants=(lab.grant,))
-    server = CrashServer()
+    server = CrashForkServer()
     try:
         baseline = lab.port()
         sandbox = lab.w.sandbox()

@@ -17,7 +17,8 @@ import pytest
 
 from dmn.opcodes.linux.links import all_links, by_name
 from dmn.vocabulary.terms import Access
-from tests.kernel.node import CrashServer, Node, bind, call
+from tests.crash_fork_server import CrashForkServer
+from tests.kernel.node import Node, bind, call
 from tests.kernel.world import World, add_address, host_handle, link, ping, world
 
 pytestmark = pytest.mark.kernel_lab
@@ -155,7 +156,7 @@ def test_dual_vf_bond_vlan_topology(node_world: tuple[Node, World]) -> None:
 
 @pytest.mark.crash
 def test_bond_and_vlan_crash_at_every_boundary(tmp_path: Path) -> None:
-    server = CrashServer()
+    server = CrashForkServer()
     try:
         with world() as w:
             node = Node(tmp_path / "state", w.host)
@@ -172,7 +173,7 @@ def _sandbox_state(w: World, ns: str) -> dict[str, Any]:
     return {x.name: (x.kind, x.mtu, x.up, x.mac, x.alias, x.master > 0) for x in all_links(ipr)}
 
 
-def _bond_vlan_crashes(server: CrashServer, node: Node, w: World) -> None:
+def _bond_vlan_crashes(server: CrashForkServer, node: Node, w: World) -> None:
     topo = DualVfBondVlan(node, w, "crash")
     host_baseline = w.snapshot(w.host)
     topo.roots_up()

@@ -20,7 +20,8 @@ from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservati
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
-from tests.kernel.node import CrashServer, Node, bind, call
+from tests.crash_fork_server import CrashForkServer
+from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, World, add_address, host_handle, link, ping, world
 from tests.kernel_lab import netdevsim
@@ -242,7 +243,7 @@ def test_sriov_cni_vf_settings_crash_at_every_boundary(
     and cleanup from the journal alone the PF's VF table is exactly as before."""
     w, dev = pf
     node = Node(tmp_path / "state", w.host)
-    server = CrashServer()
+    server = CrashForkServer()
     try:
         host = w.ipr(w.host)
         stand_in, _ = w.veth(w.host)
