@@ -132,7 +132,11 @@ def node_agent_rbac() -> list[dict[str, Any]]:
             ],
         },
         {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        {
+            "apiGroups": ["", "events.k8s.io"],
+            "resources": ["events"],
+            "verbs": ["get", "create", "update", "patch"],
+        },
     ]
     meta = {"name": NODE_SA}
     return [
