@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any
 from pyroute2 import IPRoute
 
 from tests.kernel.scratch import unique
+from tests.waiting import wait_for
 
 BUS = Path("/sys/bus/netdevsim")
 _ids = itertools.count(100 + os.getpid() % 500)
@@ -56,13 +56,15 @@ def _free_id() -> int:
 
 
 def _pf_index(ipr: Any, parent: str, timeout: float = 20.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def index() -> int | None:
         for msg in ipr.get_links():
             if msg.get_attr("IFLA_PARENT_DEV_NAME") == parent:
                 return int(msg["index"])
-        time.sleep(0.1)
-    raise AssertionError(f"no netdev of {parent} appeared")
+        return None
+
+    found = wait_for(index, timeout=timeout, interval=0.1, what=f"a netdev of {parent}")
+    assert found is not None
+    return found
 
 
 def create(netns: str, vfs: int) -> NetdevsimPf:
@@ -108,17 +110,20 @@ def switchdev(dev: NetdevsimPf) -> None:
 
 def representors(dev: NetdevsimPf, timeout: float = 20.0) -> dict[str, tuple[str, str]]:
     """``{port name: (ifname, switch ID)}`` of the device's VF representors (``pf0vfN``)."""
-    deadline = time.monotonic() + timeout
     with IPRoute(netns=dev.netns) as ipr:
         pf = ipr.link("get", ifname=dev.pf)[0]
         switch = str(pf.get_attr("IFLA_PHYS_SWITCH_ID") or "").replace(":", "").lower()
-        while True:
+
+        def listed() -> dict[str, tuple[str, str]]:
             out = {}
             for msg in ipr.get_links():
                 sid = str(msg.get_attr("IFLA_PHYS_SWITCH_ID") or "").replace(":", "").lower()
                 port = str(msg.get_attr("IFLA_PHYS_PORT_NAME") or "")
                 if switch and sid == switch and "vf" in port:
                     out[port] = (str(msg.get_attr("IFLA_IFNAME")), sid)
-            if out or time.monotonic() > deadline:
-                return out
-            time.sleep(0.1)
+            return out
+
+        try:
+            return wait_for(listed, timeout=timeout, interval=0.1, what="VF representors")
+        except AssertionError:
+            return {}

@@ -8,7 +8,6 @@ the interface from the journal's record and leaves the node's links as before.""
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from dmn.lab.demo import wait_settled
 from dmn.lab.pod_demo import NAMESPACE, claim_template, pod_manifest
 from dmn.lab.pods import LabPods
 from dmn.lab.state_dir import StateDir
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.netns
 
@@ -91,11 +91,12 @@ def test_admin_plugin_gives_a_pod_its_interface_and_removes_it(tmp_path: Path) -
             schema = edited["spec"]["configSchema"]["properties"]
             schema["mtu"]["maximum"] = 8000
             cluster.apply(edited)
-            deadline = time.monotonic() + 60
-            now = result
-            while time.monotonic() < deadline and now.revision == result.revision:
-                time.sleep(0.2)
+
+            def recompiled() -> Any:
                 (now,) = wait_settled(cluster, ["private-macvlan"], 60)
+                return now if now.revision != result.revision else None
+
+            now = wait_for(recompiled, interval=0.2, what="a new revision after the edit")
             assert now.ready == "True" and now.revision != result.revision, now
             # the Pod attached under the old revision is undone from the journal as recorded
             pods.delete(NAMESPACE, "admin-a")

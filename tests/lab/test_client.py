@@ -16,6 +16,7 @@ from dmn.lab import cli
 from dmn.lab.cluster import LabCluster, LabError
 from dmn.lab.state_dir import StateDir
 from tests.lab.support import REPO
+from tests.waiting import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +160,6 @@ def test_offline_compile_names_are_the_controllers(
 ) -> None:
     """``dmn compile`` prints the revision and DeviceClass names the controller creates for
     the same documents (applied through the lab API server, CRD defaults applied)."""
-    import time
-
     from dmn.cli import main
 
     sources = sorted((REPO / "examples" / "topologies").glob("*.yaml"))
@@ -175,9 +174,9 @@ def test_offline_compile_names_are_the_controllers(
     rc, _, err = _run(capsys, lab, "apply", "-f", str(REPO / "examples" / "topologies"))
     assert rc == 0, err
     in_cluster: dict[str, tuple[str, list[str]]] = {}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(in_cluster) < len(offline):
-        rc, out, _ = _run(capsys, lab, "get", "topologies", "-o", "json")
+
+    def all_compiled() -> bool:
+        _, out, _ = _run(capsys, lab, "get", "topologies", "-o", "json")
         for topo in json.loads(out)["items"]:
             status = topo.get("status") or {}
             revision = (status.get("revision") or {}).get("name")
@@ -185,7 +184,9 @@ def test_offline_compile_names_are_the_controllers(
             if revision and name in offline:
                 classes = sorted(c["deviceClassName"] for c in status.get("roots") or [])
                 in_cluster[name] = (revision, classes)
-        time.sleep(0.2)
+        return len(in_cluster) >= len(offline)
+
+    wait_for(all_compiled, interval=0.2, what="every example topology compiled in the lab")
     assert in_cluster == offline
 
 
@@ -195,8 +196,6 @@ def test_policy_conflict_is_visible_on_both_policies_and_as_events(
     """A second policy exposing the lab links as macvlan at equal priority: both policies
     say Conflict=True with E_POLICY_CONFLICT, name each other and the devices, and a
     Warning Event with that reason is recorded on each (issue 12.3)."""
-    import time
-
     from dmn.api.cluster import Cluster, connect
     from dmn.api.cluster import resources as r
     from dmn.lab.node import policies
@@ -211,15 +210,17 @@ def test_policy_conflict_is_visible_on_both_policies_and_as_events(
     assert rc == 0, err
     cluster = Cluster(connect(kubeconfig=str(lab.kubeconfig)))
     try:
-        deadline = time.monotonic() + 60
         seen: dict[str, dict[str, Any]] = {}
-        while time.monotonic() < deadline and len(seen) < 2:
+
+        def both_conflicted() -> bool:
             for name in ("lab-link-macvlan", "rival-macvlan"):
                 status = cluster.get(r.DEVICE_EXPOSURE_POLICIES, name).get("status") or {}
                 conds = {c["type"]: c for c in status.get("conditions") or []}
                 if conds.get("Conflict", {}).get("status") == "True" and "Validated" in conds:
                     seen[name] = status
-            time.sleep(0.2)
+            return len(seen) >= 2
+
+        wait_for(both_conflicted, interval=0.2, what="Conflict=True on both policies")
         assert set(seen) == {"lab-link-macvlan", "rival-macvlan"}
         for name, status in seen.items():
             conds = {c["type"]: c for c in status["conditions"]}
@@ -242,13 +243,12 @@ def test_policy_conflict_is_visible_on_both_policies_and_as_events(
         }
         rc, _, err = _run(capsys, lab, "delete", "-f", str(manifest))
         assert rc == 0, err
-        deadline = time.monotonic() + 60
-        cleared = False
-        while time.monotonic() < deadline and not cleared:
+
+        def cleared() -> bool:
             status = cluster.get(r.DEVICE_EXPOSURE_POLICIES, "lab-link-macvlan")["status"]
             conds = {c["type"]: c for c in status["conditions"]}
-            cleared = conds["Conflict"]["status"] == "False" and conds["Ready"]["status"] == "True"
-            time.sleep(0.2)
-        assert cleared
+            return conds["Conflict"]["status"] == "False" and conds["Ready"]["status"] == "True"
+
+        wait_for(cleared, interval=0.2, what="the conflict cleared after the rival's delete")
     finally:
         cluster.close()
