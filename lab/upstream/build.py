@@ -225,15 +225,21 @@ def ensure(names: list[str]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("components", nargs="*", default=list(COMPONENTS), choices=COMPONENTS)
+    # validated by hand: Python 3.11's argparse checks an empty or list default of a
+    # nargs="*" positional against `choices` as one value and refuses it
+    parser.add_argument("components", nargs="*", metavar="COMPONENT", help=", ".join(COMPONENTS))
     parser.add_argument("--print-bin", metavar="NAME", choices=COMPONENTS)
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.components) - set(COMPONENTS))
+    if unknown:
+        choices = ", ".join(COMPONENTS)
+        parser.error(f"unknown component(s) {', '.join(unknown)}; choose from {choices}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.print_bin:
         print(bin_dir(args.print_bin))
         return 0
     try:
-        spent = ensure(args.components)
+        spent = ensure(args.components or list(COMPONENTS))
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         LOG.error("E_UPSTREAM_BUILD %s", exc)
         return 1
