@@ -238,13 +238,16 @@ class LabPods:
         )
 
     def delete(self, namespace: str, name: str) -> None:
-        """Stop and remove the sandbox, unprepare and deallocate its claims, delete it."""
+        """Stop the sandbox, unprepare and deallocate its claims, remove the sandbox, delete.
+
+        The order is a real kubelet's: NodeUnprepareResources comes after StopPodSandbox
+        and before the sandbox is removed (removal is garbage collection).
+        """
         running = self.pods.pop((namespace, name), None)
         if running is None:
             raise LabError("E_NOT_FOUND", f"no running lab pod {namespace}/{name}")
         if running.sandbox in self.runtime.pods:
             self.runtime.stop_pod_sandbox(running.sandbox)
-            self.runtime.remove_pod_sandbox(running.sandbox)
         if running.claims:
             channel, stub = self._dra()
             with channel:
@@ -257,6 +260,8 @@ class LabPods:
             for claim in running.claims:
                 with contextlib.suppress(NotFound):
                     self.scheduler.release(claim)
+        if running.sandbox in self.runtime.pods:
+            self.runtime.remove_pod_sandbox(running.sandbox)
         for claim_name in running.generated:
             with contextlib.suppress(NotFound):
                 self.cluster.delete(r.RESOURCE_CLAIMS, claim_name, namespace)

@@ -9,8 +9,15 @@
 * :meth:`~SandboxAttachmentService.gate` (Create/StartContainer): a Pod with our claims
   starts containers only in the exact sandbox whose attachment is Ready.
 * :meth:`~SandboxAttachmentService.stop_pod` fences the attachment (no run of it can
-  finish afterwards) and records Removing; :meth:`~SandboxAttachmentService.remove_pod`
-  undoes the connect operations in reverse from the journal, then releases the pin.
+  finish afterwards), records Removing, undoes the connect operations in reverse from the
+  journal and releases the pin. Teardown belongs to StopPodSandbox, not RemovePodSandbox:
+  a real kubelet calls NodeUnprepareResources after the sandbox is stopped and before it
+  is removed (sandbox removal is garbage collection and may come much later), and
+  containerd tears a sandbox's CNI network down at Stop too. Cleaning up only at Remove
+  refused that unprepare (E_ATTACHED) forever and left the Pod Terminating.
+  :meth:`~SandboxAttachmentService.remove_pod` finishes a cleanup that Stop could not
+  complete (or that never saw a Stop); the Removed record stays as the tombstone that
+  refuses a late RunPodSandbox of the same sandbox.
 
 NetworkAttachmentStatus objects and claim device status report each attachment
 (:mod:`.attachment_status`, never authority). Collaborators are passed in; the node lock
@@ -329,7 +336,11 @@ class SandboxAttachmentService:
                 raise Refusal("E_NOT_READY", f"sandbox {sandbox_id} is {state}")
 
     def stop_pod(self, pod_uid: str, sandbox_id: str) -> None:
-        """Durably invalidate Ready and fence the attachment's scope."""
+        """Durably invalidate Ready, fence the attachment's scope, then tear it down.
+
+        A failed teardown is a retryable :class:`Refusal`; the record stays Removing and
+        RemovePodSandbox (or the reconcile loop) finishes it.
+        """
         with self._lock:
             identity = self._identity(pod_uid, sandbox_id)
             rec = self.journal.get_attachment(identity)
@@ -342,6 +353,7 @@ class SandboxAttachmentService:
                 b.put_attachment(rec)
             self.reporter.phase(att, "CleanupPending")
             log.info("event=invalidated pod=%s sandbox=%s", pod_uid, sandbox_id)
+            self.remove(rec)
 
     def remove_pod(self, pod_uid: str, sandbox_id: str) -> None:
         """Reverse cleanup of the attachment; the pin goes only after verified cleanup."""

@@ -143,14 +143,9 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
             assert "E_ATTACHED" in busy.claims[uid].error
             assert node.services.journal.preparations(uid)[0].state is PreparationState.PREPARED
 
+            # kubelet's order: StopPodSandbox tears the network down, NodeUnprepare follows,
+            # RemovePodSandbox (garbage collection) may come much later
             node.runtime.stop_pod_sandbox("sb-1")
-            assert (
-                node.services.attachments.attachment(pod_uid, "sb-1").state
-                is AttachmentState.REMOVING
-            )
-            with pytest.raises(HookFailed, match="E_NOT_READY"):
-                node.runtime.create_container("sb-1", LabContainer("ctr-3", "sb-1", "app"))
-            node.runtime.remove_pod_sandbox("sb-1")
             with IPRoute(netns=sandbox) as ipr:
                 assert [x.name for x in all_links(ipr)] == ["lo"]
             assert (
@@ -158,6 +153,13 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
                 is AttachmentState.REMOVED
             )
             assert node.services.pins.list() == []
+            with pytest.raises(HookFailed, match="E_NOT_READY"):
+                node.runtime.create_container("sb-1", LabContainer("ctr-3", "sb-1", "app"))
+            node.runtime.remove_pod_sandbox("sb-1")
+            assert (
+                node.services.attachments.attachment(pod_uid, "sb-1").state
+                is AttachmentState.REMOVED
+            )
             (nas,) = node.cluster.list(r.NETWORK_ATTACHMENT_STATUSES, "default").items
             assert nas["status"]["phase"] == "Released"
             stored = node.cluster.get(r.RESOURCE_CLAIMS, "c1-claim", "default")["status"]
