@@ -67,8 +67,7 @@ def pods(admin: Cluster) -> Iterator[list[str]]:
     for name in created:
         with contextlib.suppress(NotFound):
             admin.delete(r.PODS, name, NAMESPACE)
-    # deletion is not yet proven on the upstream backend (Pods stayed Terminating longer
-    # than 120 s in the first run); `down` deletes and stops whatever is left
+    # not waited for here (test_pod_deletion_... proves deletion); `down` stops what is left
 
 
 def _run(admin: Cluster, pods: list[str], name: str, template: str) -> None:
@@ -134,6 +133,48 @@ def test_pods_get_networks_and_traffic_flows(
     statuses = kubectl.run("get", "networkattachmentstatuses", "-A", "-o", "json")
     assert statuses.returncode == 0, statuses.stderr
     assert json.loads(statuses.stdout)["items"]
+
+
+def test_pod_deletion_leaves_no_link_pin_or_live_record(
+    upstream_lab: UpstreamLab, admin: Cluster, classes: dict[str, str], pods: list[str]
+) -> None:
+    """kubelet stops the sandbox, unprepares the claim, then removes the sandbox: the Pod
+    goes away, its claim with it, and the journal keeps only terminal records of both."""
+    _run(admin, pods, "e2e-del", "shared-macvlan")
+    assert _running(admin, ["e2e-del"]), pod_phase(admin, "e2e-del")
+    pod_uid = admin.get(r.PODS, "e2e-del", NAMESPACE)["metadata"]["uid"]
+    claim_uids = {
+        c["metadata"]["uid"]
+        for c in admin.list(r.RESOURCE_CLAIMS, NAMESPACE).items
+        if any(o.get("uid") == pod_uid for o in c["metadata"].get("ownerReferences") or [])
+    }
+    assert claim_uids
+    admin.delete(r.PODS, "e2e-del", NAMESPACE)
+    assert wait_for(lambda: not _exists(admin, r.PODS, "e2e-del"), WAIT), admin.get(
+        r.PODS, "e2e-del", NAMESPACE
+    ).get("status")
+    assert wait_for(
+        lambda: (
+            not any(
+                c["metadata"]["uid"] in claim_uids
+                for c in admin.list(r.RESOURCE_CLAIMS, NAMESPACE).items
+            )
+        ),
+        WAIT,
+    )
+    journal = _journal(upstream_lab)
+    attachments = [a for a in journal["attachments"] if a["identity"]["podUID"] == pod_uid]
+    preparations = [p for p in journal["preparations"] if p["claimUID"] in claim_uids]
+    assert attachments and {a["state"] for a in attachments} == {"Removed"}, attachments
+    assert preparations and {p["state"] for p in preparations} == {"Released"}, preparations
+
+
+def _exists(admin: Cluster, resource: Any, name: str) -> bool:
+    try:
+        admin.get(resource, name, NAMESPACE)
+    except NotFound:
+        return False
+    return True
 
 
 def _journal(lab: UpstreamLab) -> dict[str, Any]:
