@@ -271,8 +271,18 @@ def test_readiness_follows_kubelet_registration_nri_and_stop(
     try:
         wait_for(reg_sock.is_socket, timeout=WAIT, what="the registration socket")
         assert runtime.wait_ready(1, WAIT)
-        wait_for(lambda: "kubeletRegistered" in _ready(state).stderr, timeout=WAIT)
-        first = _ready(state)
+        # the agent rewrites its readiness every 0.2 s: wait for the write that follows the
+        # NRI connection (an earlier one still lists nriConnected as missing)
+        first = wait_for(
+            lambda: (
+                (r := _ready(state)).returncode == 1
+                and "kubeletRegistered" in r.stderr
+                and "nriConnected" not in r.stderr
+                and r
+            ),
+            timeout=WAIT,
+            what="not ready only for want of kubelet registration",
+        )
         assert first.returncode == 1 and "nriConnected" not in first.stderr, first.stderr
         _notify_registration(reg_sock, registered=True)
         wait_for(lambda: _ready(state).returncode == 0, timeout=WAIT)
