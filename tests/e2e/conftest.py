@@ -7,10 +7,12 @@ Never skipped: without the built components the fixture fails with the build com
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,17 +65,38 @@ class Session:
     before: dict[str, object]
 
 
+NODE_LAB_LOCK = Path("/run/lock/dmn-upstream-node.lock")
+
+
 def _session(with_node: bool) -> Iterator[Session]:
-    root = Path(tempfile.mkdtemp(prefix="dmn-e2e-", dir="/tmp"))
-    lab = UpstreamLab(root, with_node=with_node)
-    before = host_snapshot()
-    try:
-        lab.up()
-        yield Session(lab, before)
-    finally:
-        problems = lab.down()  # a no-op when a test already brought it down
-        shutil.rmtree(root, ignore_errors=True)
-        assert not problems, problems
+    """A lab with a node owns machine-wide things (the node address, containerd's and CNI's
+    fixed directories, the lab cgroup), so node labs of concurrent test runs on one machine
+    take turns through a lock; control-plane labs use only their own ports and run freely."""
+    with _node_lab_turn(with_node):
+        root = Path(tempfile.mkdtemp(prefix="dmn-e2e-", dir="/tmp"))
+        lab = UpstreamLab(root, with_node=with_node)
+        before = host_snapshot()
+        try:
+            lab.up()
+            yield Session(lab, before)
+        finally:
+            problems = lab.down()  # a no-op when a test already brought it down
+            shutil.rmtree(root, ignore_errors=True)
+            assert not problems, problems
+
+
+@contextmanager
+def _node_lab_turn(with_node: bool) -> Iterator[None]:
+    if not with_node:
+        yield
+        return
+    NODE_LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with NODE_LAB_LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="module")
