@@ -24,6 +24,7 @@ Runs with the system ``python3`` (stdlib only): CI calls it before the project v
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import logging
 import os
@@ -205,19 +206,28 @@ BUILDERS = {
 
 
 def ensure(names: list[str]) -> dict[str, float]:
-    """Build each named component unless its stamp exists; return seconds spent per component."""
+    """Build each named component unless its stamp exists; return seconds spent per component.
+
+    Concurrent callers (two CI clones, a test and a developer) take turns per component
+    through a lock in the cache, so a second caller waits for the first build and then
+    reuses it instead of wiping a half-built directory."""
     pins, gover = load_pins(), go_version()
     spent: dict[str, float] = {}
+    cache_root().mkdir(parents=True, exist_ok=True)
     for name in names:
         base = component_dir(name, pins, gover)
         stamp = base / ".complete"
         started = time.monotonic()
-        if not stamp.exists():
-            out = base / "bin"
-            shutil.rmtree(base, ignore_errors=True)
-            out.mkdir(parents=True)
-            BUILDERS[name](pins[name], out, cache_root() / "work" / name)
-            stamp.write_text(json.dumps({"version": pins[name]["version"], "go": gover}) + "\n")
+        with (cache_root() / f".{name}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not stamp.exists():
+                out = base / "bin"
+                shutil.rmtree(base, ignore_errors=True)
+                out.mkdir(parents=True)
+                BUILDERS[name](pins[name], out, cache_root() / "work" / name)
+                stamp.write_text(
+                    json.dumps({"version": pins[name]["version"], "go": gover}) + "\n"
+                )
         spent[name] = round(time.monotonic() - started, 1)
         LOG.info("component=%s dir=%s seconds=%s", name, base, spent[name])
     return spent
