@@ -91,6 +91,7 @@ class NodeServices:
         self.reconcile.recover()
 
     def close(self) -> None:
+        self.attachments.status.close()  # pending status writes first (no lock needed)
         with self.lock:
             self.journal.close()
             if self.pins.warm is not None:

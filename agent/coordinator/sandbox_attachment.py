@@ -20,8 +20,10 @@
   refuses a late RunPodSandbox of the same sandbox.
 
 NetworkAttachmentStatus objects and claim device status report each attachment
-(:mod:`.attachment_status`, never authority). Collaborators are passed in; the node lock
-is shared with the other services so kubelet and NRI threads serialise.
+(:mod:`.attachment_status`, never authority), written in order by a background
+:class:`~.status_writer.StatusWriter` so that no hook waits on the API server.
+Collaborators are passed in; the node lock is shared with the other services so kubelet
+and NRI threads serialise.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import operation_inputs
 from dmn.agent.coordinator.operations import NodeOperations, short_digest
 from dmn.agent.coordinator.pod_claims import pod_claims
+from dmn.agent.coordinator.status_writer import StatusWriter
 from dmn.agent.coordinator.verify import (
     Refusal,
     VerifiedClaim,
@@ -99,6 +102,8 @@ class SandboxAttachmentService:
         self.boot_id = boot_id
         self.reporter = AttachmentReporter(cluster, config.node_name)
         self.claim_status = ClaimDeviceStatus(cluster)
+        # status is reporting, never authority: written off the hook path, in order
+        self.status = StatusWriter()
         self._lock = lock
 
     def _pod_claims(self, namespace: str, pod_name: str, pod_uid: str) -> list[dict[str, Any]]:
@@ -190,7 +195,8 @@ class SandboxAttachmentService:
             with self.journal.batch() as b:
                 b.put_attachment(rec)
                 b.put_pin(pin)
-            self.reporter.created(
+            self.status.submit(
+                self.reporter.created,
                 namespace,
                 pod_name,
                 identity,
@@ -207,7 +213,7 @@ class SandboxAttachmentService:
                 with self.journal.batch() as b:
                     b.put_attachment(rec)
                     b.delete_pin(att)
-                self.reporter.phase(att, "Released", error=f"{exc.code}: {exc}")
+                self.status.submit(self.reporter.phase, att, "Released", error=f"{exc.code}: {exc}")
                 raise Refusal(exc.code, str(exc)) from exc
             # not synced on its own: durable with the runner's first commit below; a crash
             # before that leaves the pin's intent record, which already proves it ours
@@ -232,8 +238,11 @@ class SandboxAttachmentService:
                         b.delete_pin(att)
                 if cleaned:
                     self.pins.release(att, cleanup_verified=True)
-                self.reporter.phase(
-                    att, "Released" if cleaned else "CleanupPending", error=str(exc)
+                self.status.submit(
+                    self.reporter.phase,
+                    att,
+                    "Released" if cleaned else "CleanupPending",
+                    error=str(exc),
                 )
                 if isinstance(exc, Refusal):
                     raise
@@ -241,9 +250,9 @@ class SandboxAttachmentService:
             rec.state = AttachmentState.READY
             with self.journal.batch() as b:
                 b.put_attachment(rec)
-            self.reporter.phase(att, "Ready", outputs=outputs)
+            self.status.submit(self.reporter.phase, att, "Ready", outputs=outputs)
             for claim, entries in zip(rec.claims, device_status, strict=True):
-                self.claim_status.write(claim.namespace, claim.name, entries)
+                self.status.submit(self.claim_status.write, claim.namespace, claim.name, entries)
             log.info("event=ready pod=%s sandbox=%s operations=%d", pod_uid, sandbox_id, len(ops))
             return True
 
@@ -263,7 +272,7 @@ class SandboxAttachmentService:
                 }
                 for d in prep.devices
             ]
-            self.claim_status.write(c.namespace, c.name, [], drop)
+            self.status.submit(self.claim_status.write, c.namespace, c.name, [], drop)
 
     def _connect(
         self,
@@ -351,7 +360,7 @@ class SandboxAttachmentService:
             rec.state = AttachmentState.REMOVING
             with self.journal.batch() as b:
                 b.put_attachment(rec)
-            self.reporter.phase(att, "CleanupPending")
+            self.status.submit(self.reporter.phase, att, "CleanupPending")
             log.info("event=invalidated pod=%s sandbox=%s", pod_uid, sandbox_id)
             self.remove(rec)
 
@@ -381,7 +390,7 @@ class SandboxAttachmentService:
                 b.delete_pin(att)
             if self.pins.ref(att) is not None:
                 self.pins.release(att, cleanup_verified=True)
-            self.reporter.phase(att, "Released")
+            self.status.submit(self.reporter.phase, att, "Released")
             self._drop_device_status(rec)
             log.info("event=removed pod=%s sandbox=%s", pod_uid, sandbox_id)
 

@@ -108,6 +108,7 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
             assert ping(sandbox, "10.93.0.1")
             att = node.services.attachments.attachment(pod_uid, "sb-1")
             assert att is not None and att.state is AttachmentState.READY
+            assert node.services.attachments.status.flush()  # status is written off the hook
             (nas,) = node.cluster.list(r.NETWORK_ATTACHMENT_STATUSES, "default").items
             assert nas["spec"]["revisionRef"]["name"] == node.revision
             assert (nas["spec"]["podUID"], nas["spec"]["sandboxID"]) == (pod_uid, "sb-1")
@@ -160,6 +161,7 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
                 node.services.attachments.attachment(pod_uid, "sb-1").state
                 is AttachmentState.REMOVED
             )
+            assert node.services.attachments.status.flush()
             (nas,) = node.cluster.list(r.NETWORK_ATTACHMENT_STATUSES, "default").items
             assert nas["status"]["phase"] == "Released"
             stored = node.cluster.get(r.RESOURCE_CLAIMS, "c1-claim", "default")["status"]

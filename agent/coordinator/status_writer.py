@@ -1,0 +1,90 @@
+"""Attachment status writes on one background thread, in the order they were submitted.
+
+Why: NetworkAttachmentStatus objects and ResourceClaim ``status.devices`` are reporting,
+never authority (the journal governs attach and cleanup), yet writing them took four to six
+API round trips inside every RunPodSandbox and StopPodSandbox hook — most of the hook's time
+(issue 15 profile). NRI hooks are serialised runtime-wide, so that time was the node's
+Pod-start capacity. As for refusal Events (:mod:`dmn.agent.refusal_events`), a runtime hook
+must not wait on the API server.
+
+Contract:
+
+* Writes run one at a time on one thread, in submission order, so an attachment's phases
+  reach the API server in the order the coordinator decided them (created before
+  Connecting, Ready before CleanupPending before Released).
+* Nothing is dropped: when ``capacity`` writes are pending, :meth:`submit` waits for room
+  (back-pressure, only while the API server is that far behind).
+* A write that raises is logged and the next one runs (the reporters already log
+  ``ApiFailure`` themselves); it never reaches the hook.
+* :meth:`flush` waits until everything submitted before it has been written (tests and
+  shutdown); :meth:`close` flushes and stops the thread. The thread starts on the first
+  submission.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+CAPACITY = 1024
+
+_Task = Callable[[], Any] | threading.Event | None
+
+
+class StatusWriter:
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self._queue: queue.Queue[_Task] = queue.Queue(capacity)
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def submit(self, write: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Queue ``write(*args, **kwargs)`` behind every earlier write."""
+        self._ensure_started()
+        self._queue.put(lambda: write(*args, **kwargs))
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every write submitted so far has run; False on timeout."""
+        if self._thread is None:
+            return True
+        done = threading.Event()
+        self._queue.put(done)
+        return done.wait(timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Write what is pending, then stop the thread (a later submit starts a new one)."""
+        with self._start_lock:  # a submit meanwhile waits for the next thread
+            thread, self._thread = self._thread, None
+            if thread is None:
+                return
+            self._queue.put(None)
+            thread.join(timeout)
+            if thread.is_alive():
+                log.warning("event=status-writer-slow pending=%d", self._queue.qsize())
+
+    def _ensure_started(self) -> None:
+        if self._thread is not None:
+            return
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._drain, name="attachment-status", daemon=True
+                )
+                self._thread.start()
+
+    def _drain(self) -> None:
+        while True:
+            task = self._queue.get()
+            if task is None:
+                return
+            if isinstance(task, threading.Event):
+                task.set()
+                continue
+            try:
+                task()
+            except Exception:
+                log.exception("event=status-write-failed")
