@@ -91,7 +91,7 @@ class LabPods:
             nri=PluginConfig(socket_path=str(root / "nri.sock"), use_env_socket=False),
             nri_ready_timeout=WAIT,
         )
-        self.agent = NodeAgent(config, self.cluster, devices, sockets)
+        self.agent = NodeAgent(config, self.cluster, devices, sockets, health_from=publication)
         self.scheduler = ClaimService(self.cluster, NODE_NAME)
         self.pods: dict[tuple[str, str], RunningPod] = {}
 

@@ -6,7 +6,9 @@ publication happened before start, so the kubelet never sees this driver without
 their listeners bind before any socket is served), the node services (journal opened,
 unfinished operations recovered), then the kubelet sockets (DRA, then registration), then
 the NRI plugin, whose first Synchronize reconciles attachments against the runtime's
-sandboxes. :meth:`NodeAgent.stop`
+sandboxes. With a publisher, the health of every published device (judged from the
+inventory by :mod:`dmn.agent.slices.device_health`) goes to the kubelet's DRAResourceHealth
+stream after each publication pass. :meth:`NodeAgent.stop`
 reverses that order and closes the journal last. Paths are injected (the lab and tests
 use private ones).
 """
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,6 +26,7 @@ from dmn.agent.coordinator.adapters import DraAdapter, NriAdapter
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import DeviceView
 from dmn.agent.coordinator.node_services import NodeServices
+from dmn.agent.kubelet.handler import DeviceHealth
 from dmn.agent.kubelet.server import (
     DEFAULT_PLUGINS_DIR,
     DEFAULT_REGISTRY_DIR,
@@ -31,6 +36,7 @@ from dmn.agent.nri.plugin import NriPlugin, PluginConfig, PluginThread
 from dmn.agent.readiness import Readiness
 from dmn.agent.refusal_events import RefusalReporter
 from dmn.agent.slices import NodeSlicePublisher
+from dmn.agent.slices.device_health import device_health
 from dmn.api.cluster import Cluster
 from dmn.api.cluster.reachability import ApiReachability
 
@@ -53,12 +59,17 @@ class NodeAgent:
         devices: DeviceView,
         sockets: AgentSockets | None = None,
         publisher: NodeSlicePublisher | None = None,
+        health_from: NodeSlicePublisher | None = None,
     ) -> None:
+        """``publisher`` is started and stopped with the agent; device health is judged
+        from ``health_from`` (default: ``publisher``), which may be one run by someone else
+        (the embedded lab runs its node's publisher itself)."""
         self.config = config
         self.cluster = cluster
         self.devices = devices
         self.sockets = sockets or AgentSockets()
         self.publisher = publisher
+        self.health_from = health_from or publisher
         self.services: NodeServices | None = None
         self.dra: DraAdapter | None = None
         self.nri: NriAdapter | None = None
@@ -66,6 +77,8 @@ class NodeAgent:
         self.plugin: PluginThread | None = None
         self.reporter = RefusalReporter(cluster, config.node_name)
         self.api_reachable = ApiReachability(cluster)
+        self._health: dict[str, DeviceHealth] = {}
+        self._health_lock = threading.Lock()
 
     def start(self) -> NodeAgent:
         """Start everything; on a failure what was started is stopped again and it raises."""
@@ -83,12 +96,41 @@ class NodeAgent:
                 registry_dir=self.sockets.registry_dir,
                 plugins_dir=self.sockets.plugins_dir,
             ).start()
+            if self.health_from is not None:
+                self.health_from.add_listener(self.report_health)
             self.plugin = PluginThread(NriPlugin(self.nri, self.sockets.nri)).start()
         except BaseException:
             self.stop()
             raise
         log.info("event=agent-started node=%s", self.config.node_name)
         return self
+
+    def report_health(self) -> None:
+        """Judge every published device against the current inventory and hand the list
+        to the kubelet plugin's health stream (a publisher listener)."""
+        publisher, kubelet = self.health_from, self.kubelet
+        if publisher is None or kubelet is None:
+            return
+        personas = publisher.publication.last
+        with self._health_lock:
+            devices = device_health(
+                personas.personas if personas is not None else (),
+                publisher.inventory,
+                publisher.node_name,  # the pool (one per node)
+                publisher.allocated,
+                int(time.time()),
+                self._health,
+            )
+            changed = [d for d in devices if self._health.get(d.device_name) != d]
+            self._health = {d.device_name: d for d in devices}
+            kubelet.publish_health(devices)
+        for d in changed:
+            log.info(
+                "event=device-health device=%s health=%s message=%s",
+                d.device_name,
+                d.health.name,
+                d.message,
+            )
 
     def readiness(self) -> Readiness:
         """The facts the readiness probe reports (see :mod:`dmn.agent.readiness`)."""
@@ -155,6 +197,8 @@ class NodeAgent:
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop in reverse order; safe after a failed start and more than once."""
+        if self.health_from is not None:
+            self.health_from.remove_listener(self.report_health)
         if self.publisher is not None:
             self.publisher.stop()
         if self.plugin is not None:

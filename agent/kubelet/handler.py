@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Protocol
 
 
@@ -44,14 +45,29 @@ class UnprepareResult:
     error: str = ""
 
 
+class Health(Enum):
+    """The DRAResourceHealth ``HealthStatus`` values (same numbers in v1 and v1alpha1)."""
+
+    UNKNOWN = 0
+    HEALTHY = 1
+    UNHEALTHY = 2
+
+
+#: The kubelet keeps at most this many characters of a health message (v1.37
+#: ``truncateHealthMessage``: longer ones become 1021 characters plus "...").
+MAX_HEALTH_MESSAGE = 1024
+
+
 @dataclass(frozen=True)
 class DeviceHealth:
-    """One device's health for the DRAResourceHealth stream."""
+    """One device's health for the DRAResourceHealth stream: ``last_updated`` (unix
+    seconds) is when the agent last determined this status, ``message`` why."""
 
     pool_name: str
     device_name: str
-    healthy: bool | None  # None: unknown
-    last_updated: int  # unix seconds
+    health: Health
+    last_updated: int
+    message: str = ""
 
 
 class DraHandler(Protocol):

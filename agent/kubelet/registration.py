@@ -4,6 +4,11 @@ Facts: kubernetes staging/src/k8s.io/kubelet/pkg/apis/pluginregistration/v1/api.
 constants.go (type "DRAPlugin"); staging/src/k8s.io/kubelet/pkg/apis/dra/v1/types.go
 (supported version string "v1.DRAPlugin"; v1beta1 likewise "v1beta1.DRAPlugin"). We list
 v1 first so a kubelet that knows both picks v1.
+
+The same list names the optional services the plugin serves on its DRA socket: the
+kubelet (v1.37 pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go ``pickHealthService``)
+watches device health only if it finds "v1.DRAResourceHealth" or
+"v1alpha1.DRAResourceHealth" there; entries it does not know are ignored.
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ from typing import Any
 
 import grpc
 
+from dmn.agent.kubelet.health import HEALTH_SERVICES
 from dmn.agent.protos import pluginregistration_v1_pb2 as reg_pb
 from dmn.agent.protos import pluginregistration_v1_pb2_grpc as reg_grpc
 
 log = logging.getLogger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"
-SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin", *HEALTH_SERVICES)
 
 
 class RegistrationServicer(reg_grpc.RegistrationServicer):

@@ -25,9 +25,17 @@ import grpc
 
 from dmn.agent.kubelet.dra_service import DraCore, DraV1beta1Servicer, DraV1Servicer
 from dmn.agent.kubelet.handler import DeviceHealth, DraHandler
-from dmn.agent.kubelet.health import HealthBoard, HealthServicer, ResourceHealthServicer
+from dmn.agent.kubelet.health import (
+    HEALTH_SERVICES,
+    RESEND_SECONDS,
+    HealthBoard,
+    HealthServicer,
+    ResourceHealthV1alpha1Servicer,
+    ResourceHealthV1Servicer,
+)
 from dmn.agent.kubelet.registration import RegistrationServicer
 from dmn.agent.protos import (
+    dra_health_v1_pb2_grpc,
     dra_health_v1alpha1_pb2_grpc,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2_grpc,
@@ -70,6 +78,7 @@ class KubeletPluginServer:
         plugins_dir: str | os.PathLike[str] = DEFAULT_PLUGINS_DIR,
         max_workers: int = 8,
         on_registration: Callable[[bool, str], None] | None = None,
+        health_resend: float = RESEND_SECONDS,
     ) -> None:
         if len(driver_name) > 253 or not _DNS_SUBDOMAIN.fullmatch(driver_name):
             raise ValueError(f"driver name {driver_name!r} is not a DNS subdomain")
@@ -81,13 +90,14 @@ class KubeletPluginServer:
             [
                 "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",
                 "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
-                "v1alpha1.DRAResourceHealth",
+                *HEALTH_SERVICES,
             ]
         )
         self.registration = RegistrationServicer(
             driver_name, str(self.dra_socket), on_status=on_registration
         )
         self._max_workers = max_workers
+        self._health_resend = health_resend
         self._dra_server: grpc.Server | None = None
         self._reg_server: grpc.Server | None = None
 
@@ -105,8 +115,11 @@ class KubeletPluginServer:
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1Servicer(self.core), dra)  # type: ignore[no-untyped-call]
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraV1beta1Servicer(self.core), dra)  # type: ignore[no-untyped-call]
         grpc_health_v1_pb2_grpc.add_HealthServicer_to_server(HealthServicer(self.board), dra)  # type: ignore[no-untyped-call]
+        dra_health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
+            ResourceHealthV1Servicer(self.board, self._health_resend), dra
+        )
         dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
-            ResourceHealthServicer(self.board), dra
+            ResourceHealthV1alpha1Servicer(self.board, self._health_resend), dra
         )
         self._bind(dra, self.dra_socket)
         dra.start()
@@ -132,6 +145,8 @@ class KubeletPluginServer:
         return self
 
     def publish_health(self, devices: Sequence[DeviceHealth]) -> None:
+        """Replace the device health list every NodeWatchResources stream sends (the
+        complete list of the driver's devices, as the kubelet expects)."""
         self.board.publish(devices)
 
     def stop(self, grace: float = 10.0) -> bool:

@@ -23,6 +23,7 @@ GRPC_PROTOS = (
     "dra_v1.proto",
     "dra_v1beta1.proto",
     "pluginregistration_v1.proto",
+    "dra_health_v1.proto",
     "dra_health_v1alpha1.proto",
     "grpc_health_v1.proto",
 )

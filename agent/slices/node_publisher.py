@@ -19,7 +19,11 @@ Contract: :meth:`NodeSlicePublisher.publish` is synchronous and returns the stor
 (callers use it once at start so a node never serves before its slices exist);
 :meth:`start`/:meth:`stop` run the triggers in background threads. A failed pass is logged
 and retried on the next trigger or resync, never fatal. :attr:`inventory` and
-``publication.last`` are what the node services read as the node's devices.
+``publication.last`` are what the node services read as the node's devices; ``allocated``
+is the set of the pool's devices the last pass found allocated. Listeners added with
+:meth:`add_listener` are called after every pass and every rescan (also when the API
+server could not be written), from the publisher's thread: the agent's device health
+report follows the inventory through them.
 """
 
 from __future__ import annotations
@@ -89,6 +93,9 @@ class NodeSlicePublisher:
         self._threads: list[threading.Thread] = []
         self._watches: list[ListWatch] = []
         self._monitor: ChangeMonitor | None = None
+        self.allocated: frozenset[str] = frozenset()
+        self._listeners: list[Callable[[], None]] = []
+        self._listeners_lock = threading.Lock()  # not _lock: that one spans API calls
 
     # --- one pass ------------------------------------------------------------------------
 
@@ -133,11 +140,12 @@ class NodeSlicePublisher:
                 )
             claims = self.cluster.list(r.RESOURCE_CLAIMS).items
             policy_docs = self._policy_objects()
+            self.allocated = allocated_devices(claims, self.driver, self.node_name)
             plan = self.publication.plan(
                 self.inventory,
                 self._policies(policy_docs),
                 self._labels(),
-                allocated_devices(claims, self.driver, self.node_name),
+                self.allocated,
             )
             stored = [self._write(doc) for doc in plan.slices]
             for name in plan.obsolete(s["metadata"]["name"] for s in existing):
@@ -165,6 +173,32 @@ class NodeSlicePublisher:
             version = {"resourceVersion": current["metadata"]["resourceVersion"]}
             body = {**doc, "metadata": {**doc["metadata"], **version}}
             return self.cluster.replace(r.RESOURCE_SLICES, body)
+
+    # --- listeners -----------------------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every pass from now on (and once right away)."""
+        with self._listeners_lock:
+            self._listeners.append(listener)
+        self._notify_one(listener)
+
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        with self._listeners_lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    def _notify(self) -> None:
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            self._notify_one(listener)
+
+    @staticmethod
+    def _notify_one(listener: Callable[[], None]) -> None:
+        try:
+            listener()
+        except Exception:  # a listener's failure must not stop publication
+            log.exception("event=publication-listener-failed")
 
     # --- triggers ------------------------------------------------------------------------
 
@@ -205,6 +239,7 @@ class NodeSlicePublisher:
                 log.info("event=publication-retry node=%s error=%s", self.node_name, exc)
             except Exception:
                 log.exception("event=publication-failed node=%s", self.node_name)
+            self._notify()
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)

@@ -158,12 +158,16 @@ def _teardown(agent: NodeAgent) -> None:
 
 
 @contextmanager
-def lab_node() -> Iterator[LabNode]:
+def lab_node(follow_links: bool = False) -> Iterator[LabNode]:
+    """``follow_links``: the lab's publisher rescans on rtnetlink events of its namespace
+    (and so the agent's device health follows link changes)."""
     # short paths: unix socket paths must fit sockaddr_un
     root = Path(tempfile.mkdtemp(prefix="dmn-c1-", dir="/tmp"))
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, root, True)
-        lab = LabCluster(StateDir(root / "lab"), resync=5.0, links="netns")
+        lab = LabCluster(
+            StateDir(root / "lab"), resync=5.0, links="netns", follow_links=follow_links
+        )
         lab.start()
         stack.callback(lab.stop)
         cluster = lab.client()
@@ -186,7 +190,7 @@ def lab_node() -> Iterator[LabNode]:
             nri=PluginConfig(socket_path=sock, hook_deadline=25.0, use_env_socket=False),
             nri_ready_timeout=WAIT,
         )
-        agent = NodeAgent(config, cluster, lab_devices(lab), sockets)
+        agent = NodeAgent(config, cluster, lab_devices(lab), sockets, health_from=lab.publication)
         stack.callback(_teardown, agent)
         agent.start()
         assert runtime.wait_ready(1, WAIT) and agent.wait_nri_ready()

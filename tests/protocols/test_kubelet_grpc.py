@@ -9,6 +9,7 @@ import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -16,12 +17,15 @@ import pytest
 from dmn.agent.kubelet.handler import (
     ClaimRef,
     DeviceHealth,
+    Health,
     PreparedDevice,
     PrepareResult,
     UnprepareResult,
 )
 from dmn.agent.kubelet.server import KubeletPluginServer, SocketPathError
 from dmn.agent.protos import (
+    dra_health_v1_pb2,
+    dra_health_v1_pb2_grpc,
     dra_health_v1alpha1_pb2,
     dra_health_v1alpha1_pb2_grpc,
     dra_v1_pb2,
@@ -114,7 +118,13 @@ def test_registration_get_info_and_status(plugin: tuple[KubeletPluginServer, Han
         assert info.type == "DRAPlugin"
         assert info.name == DRIVER
         assert info.endpoint == str(srv.dra_socket)
-        assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+        # the DRA service versions, then the health service versions kubelet v1.37 looks for
+        assert list(info.supported_versions) == [
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth",
+        ]
         stub.NotifyRegistrationStatus(
             pluginregistration_v1_pb2.RegistrationStatus(plugin_registered=True), timeout=WAIT
         )
@@ -182,29 +192,103 @@ def test_v1beta1_service_serves_same_core(plugin: tuple[KubeletPluginServer, Han
         assert resp.claims["x"].devices[0].device_name == "vf-x"
 
 
-def test_health_check_and_device_health_stream(
-    plugin: tuple[KubeletPluginServer, Handler],
-) -> None:
+def test_health_check(plugin: tuple[KubeletPluginServer, Handler]) -> None:
     srv, _ = plugin
     with grpc.insecure_channel(f"unix://{srv.dra_socket}") as ch:
         health = grpc_health_v1_pb2_grpc.HealthStub(ch)
-        got = health.Check(grpc_health_v1_pb2.HealthCheckRequest(service=""), timeout=WAIT)
-        assert got.status == grpc_health_v1_pb2.HealthCheckResponse.SERVING
+        for service in ("", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"):
+            got = health.Check(grpc_health_v1_pb2.HealthCheckRequest(service=service), timeout=WAIT)
+            assert got.status == grpc_health_v1_pb2.HealthCheckResponse.SERVING
         with pytest.raises(grpc.RpcError) as err:
             health.Check(grpc_health_v1_pb2.HealthCheckRequest(service="nope"), timeout=WAIT)
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
-        watch = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(ch)
-        stream = watch.NodeWatchResources(
-            dra_health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=WAIT
-        )
+
+@pytest.mark.parametrize(
+    ("pb", "pb_grpc"),
+    [
+        (dra_health_v1_pb2, dra_health_v1_pb2_grpc),
+        (dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc),
+    ],
+    ids=["v1", "v1alpha1"],
+)
+def test_device_health_stream_in_both_versions(
+    plugin: tuple[KubeletPluginServer, Handler], pb: Any, pb_grpc: Any
+) -> None:
+    """What kubelet v1.37 reads: the complete list on connect and on every change, with
+    the health timeout and message set on every device."""
+    srv, _ = plugin
+    with grpc.insecure_channel(f"unix://{srv.dra_socket}") as ch:
+        watch = pb_grpc.DRAResourceHealthStub(ch)
+        stream = watch.NodeWatchResources(pb.NodeWatchResourcesRequest(), timeout=WAIT)
         assert list(next(stream).devices) == []
-        srv.publish_health([DeviceHealth("node-a", "vf-0", False, 1700000000)])
+        srv.publish_health(
+            [
+                DeviceHealth("node-a", "vf-0", Health.UNHEALTHY, 1700000000, "link x is down"),
+                DeviceHealth("node-a", "vf-1", Health.HEALTHY, 1700000001, "link y is up"),
+                DeviceHealth("node-a", "vf-2", Health.UNKNOWN, 1700000002),
+            ]
+        )
         update = next(stream)
-        (dev,) = update.devices
-        assert (dev.device.pool_name, dev.device.device_name) == ("node-a", "vf-0")
-        assert dev.health == dra_health_v1alpha1_pb2.UNHEALTHY
+        got = [
+            (
+                d.device.pool_name,
+                d.device.device_name,
+                d.health,
+                d.last_updated_time,
+                d.health_check_timeout_seconds,
+                d.message,
+            )
+            for d in update.devices
+        ]
+        assert got == [
+            ("node-a", "vf-0", pb.UNHEALTHY, 1700000000, 30, "link x is down"),
+            ("node-a", "vf-1", pb.HEALTHY, 1700000001, 30, "link y is up"),
+            ("node-a", "vf-2", pb.UNKNOWN, 1700000002, 30, ""),
+        ]
         stream.cancel()
+
+
+def test_device_health_is_resent_within_the_kubelet_timeout(tmp_path: Path) -> None:
+    """The kubelet reads a device as Unknown once its timeout passes without a report: an
+    unchanged list is sent again every ``health_resend`` seconds; an equal republish does
+    not count as a change."""
+    srv = KubeletPluginServer(
+        DRIVER,
+        Handler(),
+        registry_dir=tmp_path / "r",
+        plugins_dir=tmp_path / "p",
+        health_resend=0.2,
+    ).start()
+    try:
+        devices = [DeviceHealth("node-a", "vf-0", Health.HEALTHY, 1, "up")]
+        srv.publish_health(devices)
+        version = srv.board.version
+        srv.publish_health(list(devices))
+        assert srv.board.version == version
+        with grpc.insecure_channel(f"unix://{srv.dra_socket}") as ch:
+            watch = dra_health_v1_pb2_grpc.DRAResourceHealthStub(ch)
+            stream = watch.NodeWatchResources(
+                dra_health_v1_pb2.NodeWatchResourcesRequest(), timeout=WAIT
+            )
+            reports = [next(stream) for _ in range(3)]
+            assert all([d.device.device_name for d in r.devices] == ["vf-0"] for r in reports)
+            stream.cancel()
+    finally:
+        srv.stop(grace=1.0)
+
+
+def test_stop_ends_the_health_stream(tmp_path: Path) -> None:
+    srv = KubeletPluginServer(
+        DRIVER, Handler(), registry_dir=tmp_path / "r", plugins_dir=tmp_path / "p"
+    ).start()
+    with grpc.insecure_channel(f"unix://{srv.dra_socket}") as ch:
+        watch = dra_health_v1_pb2_grpc.DRAResourceHealthStub(ch)
+        request = dra_health_v1_pb2.NodeWatchResourcesRequest()
+        stream = watch.NodeWatchResources(request, timeout=WAIT)
+        next(stream)
+        srv.stop(grace=1.0)
+        assert list(stream) == []  # ended by the server (EOF), not by an error
 
 
 def test_graceful_stop_finishes_in_flight_and_refuses_new(tmp_path: Path) -> None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from dmn.agent.protos import dra_v1_pb2, nri_api_pb2, ttrpc_request_pb2
+from dmn.agent.protos import (
+    dra_health_v1_pb2,
+    dra_health_v1alpha1_pb2,
+    dra_v1_pb2,
+    nri_api_pb2,
+    ttrpc_request_pb2,
+)
 from dmn.agent.protos.generate import generate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,3 +61,30 @@ def test_wire_names_match_upstream() -> None:
     assert nri_api_pb2.Event.Value("START_CONTAINER") == 6
     assert nri_api_pb2.SynchronizeRequest.DESCRIPTOR.fields_by_name["more"].number == 3
     assert nri_api_pb2.ConfigureResponse.DESCRIPTOR.fields_by_name["events"].number == 2
+
+
+def test_health_wire_names_match_upstream() -> None:
+    """kubernetes v1.37.2 staging/src/k8s.io/kubelet/pkg/apis/dra-health/{v1,v1alpha1}:
+    full method "/v1.DRAResourceHealth/NodeWatchResources" (api_grpc.pb.go), field numbers
+    of api.proto, HealthStatus values."""
+    for pb, package in ((dra_health_v1_pb2, "v1"), (dra_health_v1alpha1_pb2, "v1alpha1")):
+        svc = pb.DESCRIPTOR.services_by_name["DRAResourceHealth"]
+        assert svc.full_name == f"{package}.DRAResourceHealth"
+        method = svc.methods_by_name["NodeWatchResources"]
+        assert method.server_streaming and not method.client_streaming
+        health = pb.DeviceHealth.DESCRIPTOR
+        assert {f.name: f.number for f in health.fields} == {
+            "device": 1,
+            "health": 2,
+            "last_updated_time": 3,
+            "health_check_timeout_seconds": 4,
+            "message": 5,
+        }
+        ident = pb.DeviceIdentifier.DESCRIPTOR
+        assert {f.name: f.number for f in ident.fields} == {"pool_name": 1, "device_name": 2}
+        assert pb.NodeWatchResourcesResponse.DESCRIPTOR.fields_by_name["devices"].number == 1
+        assert [(v.name, v.number) for v in pb.HealthStatus.DESCRIPTOR.values] == [
+            ("UNKNOWN", 0),
+            ("HEALTHY", 1),
+            ("UNHEALTHY", 2),
+        ]
