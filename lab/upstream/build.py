@@ -225,9 +225,7 @@ def ensure(names: list[str]) -> dict[str, float]:
                 shutil.rmtree(base, ignore_errors=True)
                 out.mkdir(parents=True)
                 BUILDERS[name](pins[name], out, cache_root() / "work" / name)
-                stamp.write_text(
-                    json.dumps({"version": pins[name]["version"], "go": gover}) + "\n"
-                )
+                stamp.write_text(json.dumps({"version": pins[name]["version"], "go": gover}) + "\n")
         spent[name] = round(time.monotonic() - started, 1)
         LOG.info("component=%s dir=%s seconds=%s", name, base, spent[name])
     return spent
