@@ -36,6 +36,7 @@ import os
 import re
 import socket
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -116,8 +117,15 @@ class PluginConfig:
             raise ValueError("deadline_fraction must be in (0, 1)")
 
 
+#: How many recent hook names :attr:`PluginStats.events` keeps (it used to grow per hook).
+EVENT_HISTORY = 256
+
+
 @dataclass
 class PluginStats:
+    """Counters of one plugin's lifetime; every field is bounded (counters and the last
+    :data:`EVENT_HISTORY` hook names), however long the agent runs."""
+
     connects: int = 0
     registrations: int = 0
     configures: int = 0
@@ -130,7 +138,7 @@ class PluginStats:
     disconnects: int = 0
     runtime: str = ""
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
-    events: list[str] = field(default_factory=list)
+    events: deque[str] = field(default_factory=lambda: deque(maxlen=EVENT_HISTORY))
 
 
 def pod_from_proto(pod: api.PodSandbox) -> PodSandbox:

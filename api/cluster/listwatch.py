@@ -6,15 +6,18 @@ live changes. Each watch request resumes from the last version seen (bookmarks i
 when the server answers 410 Gone it relists and emits the *difference* against what it had
 reported — ``ADDED``/``MODIFIED`` for new or changed objects, ``DELETED`` for vanished ones —
 followed by another ``SYNCED``. Other failures (server unreachable, the resource not served
-yet because its CRD is not installed, ...) are logged and retried with exponential backoff,
-as client-go informers do. ``stop()`` ends the iteration from any thread.
+yet because its CRD is not installed, ...) are logged and retried with exponential backoff
+and full jitter (each wait uniform in [0, backoff]), as client-go informers do: after an
+API server restart, the watches of every agent on every node must not reconnect in
+lockstep. ``stop()`` ends the iteration from any thread.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .access import Cluster, WatchEvent, WatchStream
@@ -24,6 +27,12 @@ from .resources import Resource
 log = logging.getLogger(__name__)
 
 SYNCED = "SYNCED"
+INITIAL_BACKOFF = 0.2
+
+
+def jittered(backoff: float, rand: Callable[[], float] = random.random) -> float:
+    """Full jitter: a wait uniform in [0, ``backoff``] (never below a small floor)."""
+    return max(0.01, backoff * rand())
 
 
 def _key(obj: dict[str, Any]) -> tuple[str, str]:
@@ -42,6 +51,7 @@ class ListWatch:
         field_selector: str | None = None,
         timeout_seconds: int = 300,
         max_backoff: float = 10.0,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self.cluster = cluster
         self.resource = resource
@@ -50,6 +60,9 @@ class ListWatch:
         self.field_selector = field_selector
         self.timeout_seconds = timeout_seconds
         self.max_backoff = max_backoff
+        self.rand = rand
+        #: the waits taken before reconnecting after failures (the last 32; tests, logs)
+        self.waits: list[float] = []
         self._stopped = threading.Event()
         self._stream: WatchStream | None = None
         self.known: dict[tuple[str, str], dict[str, Any]] = {}
@@ -83,7 +96,7 @@ class ListWatch:
         yield WatchEvent(SYNCED, {"metadata": {"resourceVersion": listed.resource_version}})
 
     def events(self) -> Iterator[WatchEvent]:
-        backoff = 0.2
+        backoff = INITIAL_BACKOFF
         rv: str | None = None
         while not self._stopped.is_set():
             try:
@@ -114,20 +127,23 @@ class ListWatch:
                     else:
                         self.known[_key(event.object)] = event.object
                     yield event
-                backoff = 0.2
+                backoff = INITIAL_BACKOFF
             except Gone:
                 log.info("watch expired, relisting resource=%s", self.resource.plural)
                 rv = None
             except ApiFailure as exc:  # Unavailable, NotFound (CRD not installed yet), ...
                 if self._stopped.is_set():
                     return
+                wait = jittered(backoff, self.rand)
                 log.warning(
-                    "watch failed resource=%s error=%s backoff=%.1f",
+                    "watch failed resource=%s error=%s backoff=%.1f wait=%.2f",
                     self.resource.plural,
                     exc,
                     backoff,
+                    wait,
                 )
-                self._stopped.wait(backoff)
+                self.waits = [*self.waits[-31:], wait]
+                self._stopped.wait(wait)
                 backoff = min(backoff * 2, self.max_backoff)
             finally:
                 self._stream = None

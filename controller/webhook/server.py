@@ -1,7 +1,10 @@
 """The admission webhook: HTTPS server for AdmissionReview v1 (``POST /validate``).
 
-Certificates come from files (see :mod:`.tls` for rotation). The server is threaded,
-answers ``GET /healthz`` for readiness, and never returns a traceback: malformed
+Certificates come from files (see :mod:`.tls` for rotation). Connections are served by a
+bounded pool of worker threads (``workers``) with at most ``backlog`` more waiting for one;
+a connection beyond that is closed at once and counted, so a flood of connections cannot
+start a thread each (the server used to) or queue without bound. The server answers
+``GET /healthz`` for readiness, and never returns a traceback: malformed
 requests get 400, and validation problems are denials with reason-coded causes.
 Plugins are read from the API server for every topology review (fail closed if it is
 unreachable).
@@ -13,7 +16,8 @@ import json
 import logging
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 from dmn.api.cluster import Cluster
@@ -30,6 +34,9 @@ MAX_BODY = 3 * 1024 * 1024
 #: Seconds a connection may stay silent (TLS handshake included) before it is dropped, so
 #: idle or stalled clients cannot pin handler threads.
 IO_TIMEOUT = 30.0
+#: Worker threads serving connections, and connections that may wait for a free worker.
+DEFAULT_WORKERS = 8
+DEFAULT_BACKLOG = 32
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -47,6 +54,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+        if self.server.waiting > 0:
+            # a kept-alive idle connection must not hold a worker others wait for
+            self.close_connection = True
 
     def do_GET(self) -> None:
         if self.path == "/healthz":
@@ -80,22 +90,63 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(HTTPServer):
+    """An HTTPServer whose connections run on a bounded worker pool (see the module doc)."""
+
     allow_reuse_address = True
     context: ReviewContext
     tls: ReloadingTLS
 
+    def __init__(self, address: tuple[str, int], workers: int, backlog: int) -> None:
+        super().__init__(address, _Handler)
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="webhook-worker")
+        self._slots = threading.BoundedSemaphore(workers + backlog)
+        self._count = threading.Lock()
+        self.rejected = 0
+        #: accepted connections not yet picked up by a worker
+        self.waiting = 0
+
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, addr = super().get_request()
-        # Handshake happens on first read, in the handler thread, with the current pair.
+        # Handshake happens on first read, in the worker thread, with the current pair.
         wrapped = self.tls.context().wrap_socket(
             sock, server_side=True, do_handshake_on_connect=False
         )
         return wrapped, addr
 
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.rejected += 1
+            log.warning("webhook busy: connection refused client=%s", client_address)
+            self.shutdown_request(request)
+            return
+        with self._count:
+            self.waiting += 1
+        try:
+            self.pool.submit(self._serve_one, request, client_address)
+        except RuntimeError:  # the pool is shut down: the server is closing
+            with self._count:
+                self.waiting -= 1
+            self._slots.release()
+            self.shutdown_request(request)
+
+    def _serve_one(self, request: Any, client_address: Any) -> None:
+        with self._count:
+            self.waiting -= 1
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            self._slots.release()
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.info("webhook connection error client=%s", client_address)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 class WebhookServer:
@@ -109,8 +160,13 @@ class WebhookServer:
         host: str = "127.0.0.1",
         port: int = 0,
         controller_users: frozenset[str] = frozenset(),
+        workers: int = DEFAULT_WORKERS,
+        backlog: int = DEFAULT_BACKLOG,
     ) -> None:
+        if workers < 1 or backlog < 0:
+            raise ValueError("the webhook needs at least one worker and a backlog >= 0")
         self.cluster = cluster
+        self.workers, self.backlog = workers, backlog
         self.tls = ReloadingTLS(cert_file, key_file)
         self.context = ReviewContext(
             registry=registry, plugins=self._plugins, controller_users=controller_users
@@ -128,13 +184,18 @@ class WebhookServer:
         return plugins
 
     @property
+    def rejected(self) -> int:
+        """Connections closed unserved because every worker and backlog slot was taken."""
+        return self._httpd.rejected if self._httpd is not None else 0
+
+    @property
     def url(self) -> str:
         assert self._httpd is not None
         host, port = self._httpd.server_address[:2]
         return f"https://{host!s}:{port}"
 
     def start(self) -> str:
-        httpd = _Server((self.host, self.port), _Handler)
+        httpd = _Server((self.host, self.port), self.workers, self.backlog)
         httpd.context = self.context
         httpd.tls = self.tls
         self._httpd = httpd

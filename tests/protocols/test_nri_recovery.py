@@ -264,3 +264,22 @@ def test_malformed_runtime_reply_ends_the_session_not_the_plugin(tmp_path: Path)
         if runtime is not None:
             runtime.stop()
         bogus.close()
+
+
+def test_plugin_stats_stay_bounded_however_many_hooks_run() -> None:
+    """Issue 13 (bounds): the stats kept every hook name ever run; now the last
+    EVENT_HISTORY of them, while the counters still count all."""
+    import asyncio
+
+    from dmn.agent.nri.plugin import EVENT_HISTORY
+
+    plugin = NriPlugin(RecordingHandler(), PluginConfig(hook_deadline=RELAXED_DEADLINE))
+
+    async def many() -> None:
+        for i in range(EVENT_HISTORY * 3):
+            await plugin._hook(f"Hook{i}", "", "", 0, lambda: None)
+
+    asyncio.run(many())
+    assert plugin.stats.hooks == EVENT_HISTORY * 3
+    assert len(plugin.stats.events) == EVENT_HISTORY
+    assert plugin.stats.events[-1] == f"Hook{EVENT_HISTORY * 3 - 1}"

@@ -1,0 +1,78 @@
+"""The webhook serves connections on a bounded worker pool (issue 13, deliverable 8).
+
+Before: one thread per connection (ThreadingHTTPServer), so stalled clients that never
+finish their TLS handshake each pinned a thread, without bound. Now: ``workers`` threads
+and ``backlog`` waiting connections; a connection beyond that is closed at once and
+counted, no thread is started for it, and the server serves again when the stalled
+clients go away.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from dmn.controller.webhook.server import WebhookServer
+from dmn.opcodes.registry import default_registry
+from tests.controller.support import example
+from tests.waiting import wait_for
+from tests.webhook.certs import ThrowawayCA
+from tests.webhook.test_admission import G, post, req
+
+pytestmark = pytest.mark.adversarial
+
+
+def _stalled(url: str) -> socket.socket:
+    """A TCP connection that never starts its TLS handshake (holds a worker until timeout)."""
+    host, port = url.removeprefix("https://").split(":")
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def _workers() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("webhook-worker"))
+
+
+def test_connections_beyond_workers_and_backlog_are_closed_not_threaded(
+    tmp_path: Path,
+) -> None:
+    ca = ThrowawayCA()
+    (tmp_path / "ca.crt").write_bytes(ca.pem())
+    ca.issue(tmp_path / "tls.crt", tmp_path / "tls.key")
+    server = WebhookServer(
+        None,
+        default_registry(),
+        cert_file=str(tmp_path / "tls.crt"),
+        key_file=str(tmp_path / "tls.key"),
+        workers=2,
+        backlog=1,
+    )
+    url = server.start()
+    held: list[socket.socket] = []
+    try:
+        before = _workers()
+        held = [_stalled(url) for _ in range(3)]  # two served (stalled), one waiting
+        extra = [_stalled(url) for _ in range(5)]  # nothing left: closed at once
+        wait_for(lambda: server.rejected == 5, timeout=30, interval=0.02)
+        for s in extra:
+            s.settimeout(30)
+            assert s.recv(1) == b""  # the server closed it without serving
+            s.close()
+        assert _workers() - before <= 2
+        for s in held:
+            s.close()  # the stalled clients go: the workers serve again
+        resp, _ = post(
+            server, tmp_path / "ca.crt", req("NetworkTopology", G, "CREATE", example("vfio"))
+        )
+        assert "allowed" in resp
+    finally:
+        for s in held:
+            s.close()
+        server.stop()
+
+
+def test_pool_size_is_checked() -> None:
+    with pytest.raises(ValueError):
+        WebhookServer(None, default_registry(), cert_file="x", key_file="y", workers=0)
