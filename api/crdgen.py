@@ -189,7 +189,15 @@ def crd_specs() -> list[CrdSpec]:
             "networktopologies",
             "Cluster",
             ("nettopo",),
-            (_ready(), {"name": "Revision", "type": "string", "jsonPath": ".status.revision.name"}),
+            (
+                _ready(),
+                {
+                    "name": "Devices",
+                    "type": "string",
+                    "jsonPath": '.status.conditions[?(@.type=="DevicesMatched")].status',
+                },
+                {"name": "Revision", "type": "string", "jsonPath": ".status.revision.name"},
+            ),
         ),
         CrdSpec(
             NetworkTopologyRevision,

@@ -104,12 +104,30 @@ class RootClass(ApiModel):
     device_class_name: str = Field(max_length=253)
 
 
+class DeviceMatch(ApiModel):
+    """How many published devices one root's DeviceClass selects (its real CEL selectors
+    over the newest complete pools of every node's ResourceSlices)."""
+
+    root_step: str = Field(max_length=40)
+    device_class_name: str = Field(max_length=253)
+    devices: int = Field(ge=0)
+    nodes: int = Field(ge=0)
+    #: devices on which a selector failed with a CEL runtime error (upstream aborts the
+    #: allocation attempt that reaches one)
+    selector_errors: int = Field(default=0, ge=0)
+
+
 class NetworkTopologyStatus(ApiModel):
     observed_generation: int | None = Field(default=None, ge=0)
     conditions: list[Condition] | None = list_map("type", max_items=16, default=None)
     revision: RevisionRef | None = None
     roots: list[RootClass] | None = list_map("rootStep", max_items=MAX_ROOTS, default=None)
     diagnostics: list[DiagnosticEntry] | None = Field(default=None, max_length=64)
+    #: per root of the Ready revision: the devices its class selects (condition
+    #: ``DevicesMatched`` is False with E_NO_MATCHING_DEVICES when one selects none)
+    device_matches: list[DeviceMatch] | None = list_map(
+        "deviceClassName", max_items=MAX_ROOTS, default=None
+    )
 
 
 class NetworkTopology(ApiModel):

@@ -5,7 +5,9 @@ converges (level-triggered). A periodic resync re-enqueues every known object, s
 missed event is repaired within one resync period. Failed reconciles are retried with
 per-key exponential backoff; a key is never processed by two workers at once.
 
-Keys are ``(kind, name)`` with kind in topology | revision | plugin | policy.
+Keys are ``(kind, name)`` with kind in topology | revision | plugin | policy. A change of
+this driver's ResourceSlices re-enqueues every topology (its status counts the devices each
+class selects, from the slices this watch holds).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from dmn.api.cluster import ApiFailure, Cluster, ListWatch, WatchEvent
 from dmn.api.cluster import resources as r
 from dmn.api.cluster.listwatch import SYNCED
-from dmn.api.identity import LABEL_MANAGED_BY, LABEL_TOPOLOGY, MANAGED_BY
+from dmn.api.identity import DRIVER, LABEL_MANAGED_BY, LABEL_TOPOLOGY, MANAGED_BY
 from dmn.controller.plugin_status import PluginStatusReconciler, PolicyStatusReconciler
 from dmn.controller.revision_gc import RevisionCollector
 from dmn.controller.topology import TopologyReconciler
@@ -41,13 +43,16 @@ class Controller:
     queue: RateLimitedQueue = field(default_factory=RateLimitedQueue)
 
     def __post_init__(self) -> None:
-        self.topologies = TopologyReconciler(self.cluster, self.registry)
+        self.topologies = TopologyReconciler(
+            self.cluster, self.registry, published_slices=self.published_slices
+        )
         self.revisions = RevisionCollector(self.cluster, publishing=self.topologies.latest)
         self.plugins = PluginStatusReconciler(self.cluster, self.registry)
         self.policies = PolicyStatusReconciler(self.cluster)
         self._watches: list[ListWatch] = []
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
+        self._slices_listed = False
         self.processed = 0
 
     # --- keys --------------------------------------------------------------------------
@@ -64,7 +69,24 @@ class Controller:
         for name in self._names(res):
             self.queue.add((kind, name))
 
+    def published_slices(self) -> list[dict[str, Any]] | None:
+        """This driver's ResourceSlices as the watch holds them; None before its first list
+        (a count from no slices would report every class as matching nothing)."""
+        if not self._slices_listed:
+            return None
+        for lw in self._watches:
+            if lw.resource is r.RESOURCE_SLICES:
+                return list(lw.known.values())  # one step: the watch thread mutates it
+        return None
+
     def _on_event(self, kind: str, event: WatchEvent) -> None:
+        if kind == "slice":
+            # before the first list, ADDED events only fill the cache: count once it is whole
+            if event.type == SYNCED:
+                self._slices_listed = True
+            if self._slices_listed:
+                self.enqueue_all("topology", r.NETWORK_TOPOLOGIES)
+            return
         if event.type == SYNCED:
             return
         obj = event.object
@@ -136,8 +158,20 @@ class Controller:
         while not self._stop.is_set():
             self.process_one(timeout=0.5)
 
-    def _watch(self, kind: str, res: Any, label_selector: str | None = None) -> None:
-        lw = ListWatch(self.cluster, res, label_selector=label_selector, timeout_seconds=60)
+    def _watch(
+        self,
+        kind: str,
+        res: Any,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> None:
+        lw = ListWatch(
+            self.cluster,
+            res,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            timeout_seconds=60,
+        )
         self._watches.append(lw)
 
         def loop() -> None:
@@ -179,6 +213,7 @@ class Controller:
         self._watch("plugin", r.NETWORK_PLUGINS)
         self._watch("policy", r.DEVICE_EXPOSURE_POLICIES)
         self._watch("class", r.DEVICE_CLASSES, f"{LABEL_MANAGED_BY}={MANAGED_BY}")
+        self._watch("slice", r.RESOURCE_SLICES, field_selector=f"spec.driver={DRIVER}")
         self._watch("claim", r.RESOURCE_CLAIMS)
         self._watch("attachment", r.NETWORK_ATTACHMENT_STATUSES)
         self._watch("node", r.NODES)
@@ -204,4 +239,5 @@ class Controller:
             t.join(timeout=5)
         self._watches.clear()
         self._threads.clear()
+        self._slices_listed = False
         log.info("controller stopped")

@@ -10,7 +10,11 @@ plugins and what already exists, and converges (seed 000 §5.4):
    same-name revision with different content is an ``E_CONFLICT`` (never overwritten);
 4. create or adopt one DeviceClass per root, bound to the revision's UID (conflicting
    pre-existing classes are ``E_CONFLICT``);
-5. mark the revision Ready, then the topology Ready with revision ref and root classes.
+5. mark the revision Ready, then the topology Ready with revision ref and root classes;
+6. count the published devices each root's class selects (:mod:`.device_matches`) and
+   report them as ``status.deviceMatches`` and the ``DevicesMatched`` condition (False with
+   ``E_NO_MATCHING_DEVICES`` and a Warning Event when a class selects none). The count is
+   made from the slices the controller watches; a slice change re-enqueues every topology.
 
 When the API server refuses a generated object (422 Invalid, 403 from admission or RBAC)
 the topology reports ``Rejected`` with the server's message and the key is retried with
@@ -32,10 +36,13 @@ from typing import Any
 from dmn.api.cluster import AlreadyExists, Cluster, Forbidden, Invalid, NotFound
 from dmn.api.cluster import resources as r
 from dmn.api.cluster.events import EventRecorder
+from dmn.api.device_selectors import SelectorCache
 from dmn.api.identity import LABEL_MANAGED_BY, MANAGED_BY, REVISION_FINALIZER
 from dmn.controller.compile.compiler import CompiledTopology, compile_topology
 from dmn.controller.compile.plugin_sources import plugins_from_objects
-from dmn.controller.conditions import diagnostic_entries, set_condition, summary
+from dmn.controller.conditions import condition, diagnostic_entries, set_condition, summary
+from dmn.controller.device_matches import CONDITION as DEVICES_MATCHED
+from dmn.controller.device_matches import ClassMatch, count_matches, matches_condition
 from dmn.controller.workqueue import RetryLater
 from dmn.interpreter.diagnostics import Code, Diagnostic
 from dmn.observability.metrics import EVENTS_RECORDED
@@ -122,6 +129,10 @@ class TopologyReconciler:
     latest: dict[str, str] = field(default_factory=dict)
     #: Events about the topologies it rejects (created on first use)
     events: EventRecorder | None = None
+    #: the ResourceSlices of this driver the controller watches, or None while that watch
+    #: has not listed yet (no count is reported from a partial view)
+    published_slices: Callable[[], list[dict[str, Any]] | None] = lambda: None
+    selectors: SelectorCache = field(default_factory=SelectorCache)
 
     def reconcile(self, name: str) -> None:
         try:
@@ -157,7 +168,7 @@ class TopologyReconciler:
             self._report_failure(topo, [rejected], "Rejected")
             raise RetryLater(str(exc)) from exc
         self._mark_revision_ready(revision, classes)
-        self._report_ready(topo, compiled, revision)
+        self._report_ready(topo, compiled, revision, self._device_matches(compiled, revision))
         self.on_revision(compiled.revision_name)
 
     # --- revision ----------------------------------------------------------------------
@@ -255,10 +266,25 @@ class TopologyReconciler:
             status=True,
         )
 
+    # --- devices the classes select ----------------------------------------------------
+
+    def _device_matches(
+        self, compiled: CompiledTopology, revision: dict[str, Any]
+    ) -> list[ClassMatch] | None:
+        slices = self.published_slices()
+        if slices is None:
+            return None
+        classes = compiled.device_classes(revision["metadata"]["uid"])
+        return count_matches(classes, slices, self.selectors)
+
     # --- topology status ---------------------------------------------------------------
 
     def _report_ready(
-        self, topo: dict[str, Any], compiled: CompiledTopology, revision: dict[str, Any]
+        self,
+        topo: dict[str, Any],
+        compiled: CompiledTopology,
+        revision: dict[str, Any],
+        matches: list[ClassMatch] | None = None,
     ) -> None:
         generation = topo["metadata"].get("generation")
         status = topo.get("status") or {}
@@ -275,31 +301,47 @@ class TopologyReconciler:
             f"revision {compiled.revision_name} is Ready",
             generation,
         )
-        new = {
+        new: dict[str, Any] = {
             "observedGeneration": generation,
             "conditions": conds,
             "revision": ref,
             "roots": roots,
             "diagnostics": None,
         }
+        newly_unmatched: tuple[str, str] | None = None
+        if matches is not None:
+            ok, reason, message = matches_condition(matches)
+            before = condition(topo, DEVICES_MATCHED)
+            new["conditions"] = set_condition(
+                conds, DEVICES_MATCHED, ok, reason, message, generation
+            )
+            new["deviceMatches"] = [m.to_api() for m in matches]
+            was = (before or {}).get("status"), (before or {}).get("reason")
+            if not ok and was != ("False", reason):
+                newly_unmatched = (reason, message)
         if all(status.get(k) == v for k, v in new.items() if v is not None) and not status.get(
             "diagnostics"
         ):
             return
+        if newly_unmatched is not None:
+            self._warn(topo, *newly_unmatched)
         self.cluster.patch(
             r.NETWORK_TOPOLOGIES, topo["metadata"]["name"], {"status": new}, status=True
         )
 
-    def _event(self, topo: dict[str, Any], diagnostics: list[Diagnostic]) -> None:
-        """One Warning Event per distinct reason code of a newly reported failure."""
+    def _warn(self, topo: dict[str, Any], reason: str, message: str) -> None:
         if self.events is None:
             self.events = EventRecorder(self.cluster, "dra-multi-network-controller")
+        if self.events.record(topo, "Warning", reason, message) is not None:
+            EVENTS_RECORDED.labels(kind="NetworkTopology", reason=reason).inc()
+
+    def _event(self, topo: dict[str, Any], diagnostics: list[Diagnostic]) -> None:
+        """One Warning Event per distinct reason code of a newly reported failure."""
         by_code: dict[str, list[Diagnostic]] = {}
         for diag in diagnostics:
             by_code.setdefault(diag.code.value, []).append(diag)
         for code, group in by_code.items():
-            if self.events.record(topo, "Warning", code, summary(group)) is not None:
-                EVENTS_RECORDED.labels(kind="NetworkTopology", reason=code).inc()
+            self._warn(topo, code, summary(group))
 
     def _report_failure(
         self, topo: dict[str, Any], diagnostics: list[Diagnostic], reason: str

@@ -243,6 +243,23 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "(never overwritten), or an update raced another writer.",
         "Delete or rename the conflicting object; retried automatically for update races.",
     ),
+    _r(
+        "E_NO_MATCHING_DEVICES",
+        ADMIT,
+        "A DeviceClass of a Ready topology selects no device any node publishes, so its "
+        "claims cannot be scheduled (NetworkTopology condition DevicesMatched).",
+        "Expose a device with the root's plugin and mode through a DeviceExposurePolicy, "
+        "resolve policy conflicts, or relax the step's hardwareSelectors; "
+        "`status.deviceMatches` has the count per class.",
+    ),
+    _r(
+        "E_SELECTOR_ERROR",
+        ADMIT,
+        "A DeviceClass selector of a topology fails with a CEL runtime error on a published "
+        "device; the scheduler aborts every allocation attempt that reaches that device.",
+        'Guard the step\'s hardwareSelectors (`has(...)`, `"x" in device.attributes[...]`) '
+        "so a device without the attribute is simply not selected.",
+    ),
     _r("E_USAGE", CLI, "Bad command-line arguments.", "See the command's --help."),
     # ---- node agent refusals (NodePrepare, RunPodSandbox, CreateContainer, removal)
     _r(

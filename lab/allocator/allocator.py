@@ -10,8 +10,8 @@ Semantics implemented (resource.k8s.io/v1):
 * pools: per (driver, pool name) only the slices of the highest generation count; slices
   for other nodes are ignored; an incomplete pool (fewer slices than
   ``resourceSliceCount``) or an invalid one (duplicate device names) is not allocated from;
-* DeviceClass selectors, then request selectors, CEL (see :mod:`.selectors`), evaluated
-  lazily in search order exactly where upstream's ``allocateOne`` evaluates them: a device
+* DeviceClass selectors, then request selectors, CEL (:mod:`dmn.api.device_selectors`),
+  evaluated lazily in search order exactly where upstream's ``allocateOne`` evaluates them: a device
   already in use is skipped before any selector runs, results are cached per (request,
   device), and the search stops at the first full solution. A CEL compile or runtime
   error on a device the search reaches aborts the whole attempt with that error (upstream
@@ -46,13 +46,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from dmn.lab.allocator.quantity import format_quantity, parse_quantity
-from dmn.lab.allocator.selectors import (
+from dmn.api.device_selectors import (
     SelectorCache,
     SelectorError,
     device_variables,
     qualified_attribute,
 )
+from dmn.api.published_pools import usable_slices
+from dmn.api.quantity import format_quantity, parse_quantity
 
 log = logging.getLogger(__name__)
 
@@ -133,19 +134,9 @@ class Allocator:
         self._classes.pop(name, None)
 
     def set_slices(self, slices: Sequence[Mapping[str, Any]]) -> None:
-        """Replace the slice view; only the newest generation of each pool is used."""
-        newest: dict[tuple[str, str], int] = {}
-        mine = [s for s in slices if self._for_node(s)]
-        for s in mine:
-            spec = s["spec"]
-            pool = (spec["driver"], spec["pool"]["name"])
-            newest[pool] = max(newest.get(pool, 0), int(spec["pool"]["generation"]))
-        current = [
-            s
-            for s in mine
-            if int(s["spec"]["pool"]["generation"])
-            == newest[(s["spec"]["driver"], s["spec"]["pool"]["name"])]
-        ]
+        """Replace the slice view: this node's slices of the pools upstream allocates from
+        (:func:`dmn.api.published_pools.usable_slices`: newest generation, complete, valid)."""
+        current = usable_slices(s for s in slices if self._for_node(s))
         counters: dict[tuple[str, str, str], dict[str, Fraction]] = {}
         for s in current:
             spec = s["spec"]
@@ -153,39 +144,16 @@ class Allocator:
                 counters[(spec["driver"], spec["pool"]["name"], cs["name"])] = {
                     name: parse_quantity(c["value"]) for name, c in cs["counters"].items()
                 }
-        unusable = self._unusable_pools(current)
         candidates: list[Candidate] = []
-        for s in sorted(current, key=lambda s: (s["spec"]["driver"], s["metadata"]["name"])):
+        for s in current:
             spec = s["spec"]
             driver, pool = spec["driver"], spec["pool"]["name"]
-            if (driver, pool) in unusable:
-                continue
             pool_sets = {k[2]: v for k, v in counters.items() if k[:2] == (driver, pool)}
             for d in spec.get("devices") or ():
                 candidates.append(Candidate((driver, pool, d["name"]), d, pool_sets))
         self._candidates = candidates
         self._by_key = {c.key: c for c in candidates}
         self._counters = counters
-
-    @staticmethod
-    def _unusable_pools(current: Sequence[Mapping[str, Any]]) -> set[tuple[str, str]]:
-        """Pools upstream does not allocate from: incomplete (fewer slices at the newest
-        generation than ``resourceSliceCount``, e.g. mid-publication) or invalid (a device
-        name twice in the pool)."""
-        seen: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-        for s in current:
-            spec = s["spec"]
-            seen.setdefault((spec["driver"], spec["pool"]["name"]), []).append(spec)
-        out: set[tuple[str, str]] = set()
-        for pool, specs in seen.items():
-            names = [d["name"] for spec in specs for d in spec.get("devices") or ()]
-            if len(specs) != int(specs[0]["pool"]["resourceSliceCount"]):
-                log.info("pool incomplete driver=%s pool=%s slices=%d", *pool, len(specs))
-                out.add(pool)
-            elif len(names) != len(set(names)):
-                log.info("pool invalid driver=%s pool=%s reason=duplicate-device", *pool)
-                out.add(pool)
-        return out
 
     def _for_node(self, s: Mapping[str, Any]) -> bool:
         spec = s["spec"]

@@ -15,6 +15,7 @@ import pytest
 from pyroute2 import IPRoute
 
 from dmn.api.builtin_plugins import plugin_object
+from dmn.api.cluster import resources as r
 from dmn.interpreter.loader import load_plugins
 from dmn.interpreter.source import load_yaml_documents
 from dmn.lab.cluster import LabCluster
@@ -58,6 +59,14 @@ def _links(lab: LabCluster) -> dict[str, tuple[str, int]]:
         }
 
 
+def _devices_matched(cluster: Any, name: str) -> list[dict[str, Any]] | None:
+    status = cluster.get(r.NETWORK_TOPOLOGIES, name).get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond["type"] == "DevicesMatched" and cond["status"] == "True":
+            return list(status["deviceMatches"])
+    return None
+
+
 def test_admin_plugin_gives_a_pod_its_interface_and_removes_it(tmp_path: Path) -> None:
     found, problems = load_plugins(str(ADMIN / "macvlan-modes" / "v1"))
     assert problems == []
@@ -75,6 +84,13 @@ def test_admin_plugin_gives_a_pod_its_interface_and_removes_it(tmp_path: Path) -
         (result,) = wait_settled(cluster, ["private-macvlan"], 60)
         assert result.ready == "True", result
         (device_class,) = result.device_classes
+        # the controller counts the devices the class selects in the agent's slices: the
+        # lab node's uplink, exposed by the admin's policy
+        matched = wait_for(
+            lambda: _devices_matched(cluster, "private-macvlan"), what="DevicesMatched True"
+        )
+        assert [(m["deviceClassName"], m["nodes"]) for m in matched] == [(device_class, 1)]
+        assert matched[0]["devices"] >= 1
         cluster.apply(claim_template("private-macvlan", device_class))
         before = _links(lab)
         short = tempfile.TemporaryDirectory(prefix="dmnp-")  # unix socket paths are short

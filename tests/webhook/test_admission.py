@@ -26,7 +26,14 @@ from dmn.lab.apiserver import LabApiServer
 from dmn.lab.apiserver.identity import UserInfo
 from dmn.opcodes.registry import default_registry
 from tests.chart.helm import find, render
-from tests.controller.support import PLUGIN_DIR, example, install, topology_settled, wait_for
+from tests.controller.support import (
+    PLUGIN_DIR,
+    example,
+    install,
+    ready,
+    topology_settled,
+    wait_for,
+)
 from tests.webhook.certs import ThrowawayCA
 
 CONTROLLER = "system:serviceaccount:dra-multi-network:dra-multi-network-controller"
@@ -293,7 +300,7 @@ def test_end_to_end_through_the_api_server(
             good["metadata"]["name"] = "e2e"
             alice.create(r.NETWORK_TOPOLOGIES, good)
             topo = wait_for(topology_settled(alice, "e2e"), what="e2e Ready")
-            assert topo["status"]["conditions"][0]["status"] == "True", topo["status"]
+            assert (ready(topo) or {}).get("status") == "True", topo["status"]
             cls_name = topo["status"]["roots"][0]["deviceClassName"]
             cls = alice.get(r.DEVICE_CLASSES, cls_name)
             cls["spec"]["selectors"] = [{"cel": {"expression": "true"}}]

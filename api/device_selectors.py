@@ -28,7 +28,7 @@ from typing import Any
 
 import cel
 
-from dmn.lab.allocator.quantity import parse_quantity
+from dmn.api.quantity import parse_quantity
 
 _DOMAIN_LITERAL = re.compile(r"device\.(attributes|capacity)\[\s*(['\"])([^'\"]+)\2\s*\]")
 
