@@ -71,7 +71,7 @@ class NodeServices:
         claims = ClaimVerifier(config, cluster, devices, known)
         lock = threading.RLock()
         attachments = SandboxAttachmentService(
-            config, cluster, journal, pins, operations, claims, known, boot_id, lock
+            config, cluster, journal, pins, operations, claims, boot_id, lock
         )
         return cls(
             config=config,

@@ -71,7 +71,6 @@ from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
 from dmn.engine.binder import Call
 from dmn.engine.runner import RunRefused
-from dmn.interpreter.loader import Plugin
 from dmn.opcodes.linux.netns import NamespaceRef, identity_of
 from dmn.vocabulary.handles import Handle, Scope
 from dmn.vocabulary.terms import ScopeKind
@@ -88,7 +87,6 @@ class SandboxAttachmentService:
         pins: NamespacePins,
         operations: NodeOperations,
         claims: ClaimVerifier,
-        plugins: Mapping[str, Plugin],
         boot_id: Callable[[], str],
         lock: threading.RLock,
     ) -> None:
@@ -98,7 +96,6 @@ class SandboxAttachmentService:
         self.pins = pins
         self.operations = operations
         self.claims = claims
-        self.plugins = plugins
         self.boot_id = boot_id
         self.reporter = AttachmentReporter(cluster, config.node_name)
         self.claim_status = ClaimDeviceStatus(cluster)
@@ -306,8 +303,9 @@ class SandboxAttachmentService:
                     sandbox=sandbox,
                 )
             else:
-                name = str(step["pluginRef"]["name"])
-                plugin = self.plugins[name]
+                # verified like a root's: this agent's builtin of the pinned digest, or the
+                # EffectProgram the revision pins, re-checked on this node
+                plugin = verified.operations[step_id].plugin
                 call = Call(
                     config=dict(step.get("config") or {}),
                     operation_id=op,

@@ -14,13 +14,16 @@ revision that pinned them (:func:`pinned_effect_program`): rebuilt and digest-ch
 (:mod:`dmn.interpreter.pinned_plugins`), then re-checked with this agent's own checker and
 opcode registry for the step's config — same budget, grants and reason codes as
 ``dmn lint`` — so a program that does not check on the node is refused with its code before
-any mutation, even if the controller was bypassed.
+any mutation, even if the controller was bypassed. ``Operation`` steps (no device of their
+own: they consume earlier steps' exports) take the same path (:func:`verify_operations`), so
+an administrator's Operation plugin runs from its pin and a builtin one only from this
+agent's copy whose digest equals the pinned one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -81,6 +84,17 @@ class VerifiedClaim:
     revision_uid: str
     revision_digest: str
     roots: tuple[VerifiedRoot, ...]  # in the revision's topological order
+    #: the Operation steps by step id, each with the plugin verified for it
+    operations: Mapping[str, VerifiedStep] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VerifiedStep:
+    """An Operation step with the plugin this agent will run for it."""
+
+    step: str
+    plugin: Plugin
+    config: Mapping[str, Any]
 
 
 def _applies(config: Mapping[str, Any], request: str) -> bool:
@@ -230,6 +244,57 @@ def pinned_effect_program(
     return plugin
 
 
+def _plugin_for(
+    name: str,
+    digest: str,
+    pin: Mapping[str, Any] | None,
+    config: Mapping[str, Any],
+    plugins: Mapping[str, Plugin],
+    registry: OpcodeRegistry,
+    where: str,
+) -> Plugin:
+    """This agent's builtin when its contract digest is the pinned one, else the
+    ``EffectProgram`` the revision pins, re-checked here for ``config``; refused otherwise."""
+    plugin = plugins.get(name)
+    if plugin is not None and plugin.contract_digest == digest:
+        return plugin
+    checked = pinned_effect_program(pin, config, registry) if pin is not None else None
+    if checked is None:
+        raise Refusal(
+            "E_PLUGIN_UNSUPPORTED",
+            f"plugin {name} with contract {digest} is not implemented by this agent",
+            where,
+        )
+    return checked
+
+
+def verify_operations(
+    revision: Mapping[str, Any], plugins: Mapping[str, Plugin], registry: OpcodeRegistry
+) -> dict[str, VerifiedStep]:
+    """The Operation steps of ``revision`` (pure): each step's plugin must be pinned by the
+    revision (``E_CONTRACT_MISMATCH`` otherwise) and is taken as :func:`_plugin_for` says —
+    refused before any mutation when it does not check on this node."""
+    spec = revision.get("spec") or {}
+    roots = {str(r["rootStep"]) for r in spec.get("roots") or []}
+    steps = {str(s["id"]): s for s in (spec.get("normalizedSpec") or {}).get("steps") or []}
+    pins = {str(p["name"]): p for p in spec.get("plugins") or [] if isinstance(p, Mapping)}
+    out: dict[str, VerifiedStep] = {}
+    for step_id in [s for s in spec.get("order") or [] if s not in roots]:
+        step = steps.get(step_id) or {}
+        name = str((step.get("pluginRef") or {}).get("name", ""))
+        where = f"revision.spec.normalizedSpec.steps[{step_id}]"
+        pin = pins.get(name)
+        if pin is None:
+            raise Refusal(
+                "E_CONTRACT_MISMATCH", f"step {step_id}: plugin {name} is not pinned", where
+            )
+        config = dict(step.get("config") or {})
+        digest = str(pin.get("contractDigest"))
+        plugin = _plugin_for(name, digest, pin, config, plugins, registry, where)
+        out[step_id] = VerifiedStep(step_id, plugin, config)
+    return out
+
+
 def verify_allocation(
     claim_uid: str,
     results: Sequence[DriverResult],
@@ -247,6 +312,7 @@ def verify_allocation(
     A new preparation needs a Ready revision; attaching an already prepared claim
     (``accept_superseded``) also accepts a revision a newer one superseded — existing
     allocations keep the contract they were prepared under."""
+    registry = registry or default_registry()
     names = {r.root.revision_ref.name for r in results}
     if len(names) != 1:
         raise Refusal("E_MIXED_REVISIONS", f"results reference revisions {sorted(names)}")
@@ -310,19 +376,12 @@ def verify_allocation(
         if bool(root.get("shared")) != bool(r.share_id):
             raise Refusal("E_SHARE", f"root {step_id}: shareID does not match sharing", where)
         digest = r.root.plugin_contract_digest
-        plugin = plugins.get(name)
         if digest != root.get("pluginContractDigest") or digest != locked.get(name):
             raise Refusal("E_CONTRACT_MISMATCH", f"root {step_id}: contract digest differs", where)
         config = dict(steps[step_id].get("config") or {})
-        if plugin is None or plugin.contract_digest != digest:
-            plugin = pinned_effect_program(pins[name], config, registry or default_registry())
-            if plugin is None:
-                raise Refusal(
-                    "E_PLUGIN_UNSUPPORTED",
-                    f"plugin {name} with contract {digest} is not implemented by this agent",
-                    where,
-                )
+        plugin = _plugin_for(name, digest, pins.get(name), config, plugins, registry, where)
         verified.append(VerifiedRoot(step_id, plugin, config, r, persona))
+    operations = verify_operations(revision, plugins, registry)
     return VerifiedClaim(
         claim_uid=claim_uid,
         fingerprint=fingerprint(claim_uid, results),
@@ -330,4 +389,5 @@ def verify_allocation(
         revision_uid=ref.uid,
         revision_digest=ref.digest,
         roots=tuple(verified),
+        operations=operations,
     )

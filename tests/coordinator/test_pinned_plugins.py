@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dmn.agent.coordinator import Refusal
-from dmn.agent.coordinator.verify import pinned_effect_program
+from dmn.agent.coordinator.verify import pinned_effect_program, verify_operations
 from dmn.controller.compile.compiler import compile_topology
 from dmn.interpreter.lint import lint_paths
 from dmn.interpreter.loader import load_builtin_plugins, load_plugins
@@ -115,3 +115,89 @@ def _lint_codes_of(pin: dict[str, Any], tmp_path: Path) -> list[str]:
     cr.write_text(json.dumps(descriptor))
     result = lint_paths([str(cr)])
     return sorted({d.code.value for d in result.diagnostics if d.severity.value == "error"})
+
+
+# --- Operation steps: the same pin + node re-check path as the roots ----------------------
+
+TUNE_DIR = ADMIN / "link-tune" / "v1"
+
+
+def _tuned_revision() -> dict[str, Any]:
+    plugins = load_builtin_plugins()
+    for directory in (PLUGIN_DIR, TUNE_DIR):
+        found, problems = load_plugins(str(directory))
+        assert problems == []
+        plugins.update(found)
+    (doc,), problems = load_yaml_documents(
+        (ADMIN / "link-tune-topology.yaml").read_bytes(), "topology.yaml"
+    )
+    assert problems == []
+    result = compile_topology(doc.data, plugins, default_registry(), uid="uid-1")
+    assert result.compiled is not None, result.diagnostics
+    return result.compiled.revision
+
+
+def test_an_admins_operation_step_runs_from_its_pin() -> None:
+    revision = _tuned_revision()
+    steps = verify_operations(revision, load_builtin_plugins(), default_registry())
+    assert list(steps) == ["tune"]
+    tune = steps["tune"]
+    assert tune.plugin.name == "link-tune"
+    assert tune.plugin.contract_digest == _pin(revision, "link-tune")["contractDigest"]
+    assert tune.plugin.descriptor.spec.implementation.type == "EffectProgram"
+    assert dict(tune.config) == {"mtu": 1300, "up": True}
+
+
+def test_a_builtin_operation_step_runs_only_from_the_agents_copy() -> None:
+    from tests.coordinator.test_operations import BOND_TOPOLOGY
+
+    builtins = load_builtin_plugins()
+    result = compile_topology(BOND_TOPOLOGY, builtins, default_registry(), uid="uid-1")
+    assert result.compiled is not None, result.diagnostics
+    revision = result.compiled.revision
+    steps = verify_operations(revision, builtins, default_registry())
+    assert steps["uplink"].plugin is builtins["bond-cni"]
+    assert steps["tenant"].plugin is builtins["vlan-cni"]
+    # a revision pinning another (self-consistent) vlan-cni contract finds no copy of it
+    # here: refused, never run from the revision (builtins are not taken from pins)
+    pin = _pin(revision, "vlan-cni")
+    pin["descriptor"]["descriptor"]["spec"]["configSchema"]["properties"]["mtu"]["maximum"] = 1600
+    rebuilt, problems = rebuild_pinned(pin)
+    assert problems == [] and rebuilt is not None
+    pin["contractDigest"] = rebuilt.contract_digest
+    with pytest.raises(Refusal) as info:
+        verify_operations(revision, builtins, default_registry())
+    assert info.value.code == "E_PLUGIN_UNSUPPORTED"
+
+
+@pytest.mark.adversarial
+def test_an_operation_steps_program_outside_its_grants_is_refused_on_the_node() -> None:
+    """The controller bypassed: the Operation plugin's pinned program, re-digested so the
+    pin is self-consistent, moves the interface out (an opcode it does not allow)."""
+    revision = _tuned_revision()
+    pin = _pin(revision, "link-tune")
+    pin["descriptor"]["programs"]["connect"]["effects"].append(
+        {
+            "id": "steal",
+            "kind": "linux/link-move/v1",
+            "inputs": {"interface": {"from": "effects.tune.interface"}},
+        }
+    )
+    rebuilt, problems = rebuild_pinned(pin)
+    assert problems == [] and rebuilt is not None
+    pin["contractDigest"] = rebuilt.contract_digest
+    with pytest.raises(Refusal) as info:
+        verify_operations(revision, load_builtin_plugins(), default_registry())
+    assert info.value.code == "E_EFFECT_DENIED"
+    assert "link-tune" in info.value.message
+
+
+@pytest.mark.adversarial
+def test_an_operation_step_whose_plugin_is_not_pinned_is_refused() -> None:
+    revision = _tuned_revision()
+    revision["spec"]["plugins"] = [
+        p for p in revision["spec"]["plugins"] if p["name"] != "link-tune"
+    ]
+    with pytest.raises(Refusal) as info:
+        verify_operations(revision, load_builtin_plugins(), default_registry())
+    assert info.value.code == "E_CONTRACT_MISMATCH"

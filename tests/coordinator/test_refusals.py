@@ -133,7 +133,7 @@ def test_revision_not_ready_is_refused(node: LabNode) -> None:
     kw: dict[str, Any] = {
         "pool": NODE_NAME,
         "personas": node.services.devices.personas(),
-        "plugins": node.services.attachments.plugins,
+        "plugins": node.services.attachments.claims.plugins,
     }
     uid = claim["metadata"]["uid"]
     for phase in ("Pending", "Failed", "Superseded"):

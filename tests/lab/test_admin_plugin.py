@@ -122,3 +122,47 @@ def test_admin_plugin_gives_a_pod_its_interface_and_removes_it(tmp_path: Path) -
             short.cleanup()
     finally:
         lab.stop()
+
+
+def test_admin_operation_plugin_runs_after_the_root_and_is_undone(tmp_path: Path) -> None:
+    """An administrator's Operation plugin (link-tune: MTU 1300 on the root's interface)
+    runs on the node from the revision's pin, after the admin's root, and its undo restores
+    the recorded MTU before the root's child is removed."""
+    plugins = {}
+    for name in ("macvlan-modes", "link-tune"):
+        found, problems = load_plugins(str(ADMIN / name / "v1"))
+        assert problems == []
+        plugins.update(found)
+    (topology,), problems = load_yaml_documents(
+        (ADMIN / "link-tune-topology.yaml").read_bytes(), "topology.yaml"
+    )
+    assert problems == []
+    lab = LabCluster(StateDir(tmp_path / "lab"), links="netns")
+    lab.start()
+    try:
+        cluster = lab.client()
+        for plugin in plugins.values():
+            cluster.apply(plugin_object(plugin))
+        cluster.apply(POLICY)
+        cluster.apply(topology.data)
+        (result,) = wait_settled(cluster, ["tuned-macvlan"], 60)
+        assert result.ready == "True", result
+        (device_class,) = result.device_classes
+        cluster.apply(claim_template("tuned-macvlan", device_class))
+        before = _links(lab)
+        short = tempfile.TemporaryDirectory(prefix="dmnp-")
+        pods = LabPods(lab, Path(short.name))
+        pods.start()
+        try:
+            pods.run(pod_manifest("tuned-a", "tuned-macvlan"))
+            shown = pods.exec(NAMESPACE, "tuned-a", ["ip", "-d", "-o", "link", "show", "net1"])
+            assert shown.returncode == 0, shown.stderr
+            assert "macvlan mode private" in shown.stdout, shown.stdout
+            assert "mtu 1300" in shown.stdout, shown.stdout  # the Operation step's MTU
+            pods.delete(NAMESPACE, "tuned-a")
+            assert _links(lab) == before
+        finally:
+            pods.stop()
+            short.cleanup()
+    finally:
+        lab.stop()
