@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from dmn.api.served_yaml import POSITION_NOTE
 from dmn.interpreter.diagnostics import Diagnostic
 
 MAX_DIAGNOSTICS = 64
@@ -64,8 +65,12 @@ def diagnostic_entries(diagnostics: Iterable[Diagnostic]) -> list[dict[str, Any]
 
 
 def summary(diagnostics: Sequence[Diagnostic]) -> str:
+    """The first diagnostic in one line; its position (when it has one) is a line:column in
+    the served object's YAML rendering, and the message says so (:mod:`dmn.api.served_yaml`)."""
     if not diagnostics:
         return ""
     first = diagnostics[0]
     more = f" (and {len(diagnostics) - 1} more)" if len(diagnostics) > 1 else ""
-    return f"{first.code.value} at {first.path}: {first.message}{more}"
+    where = f" ({first.file}:{first.line}:{first.column})" if first.file else ""
+    note = f" [{POSITION_NOTE}]" if first.file else ""
+    return f"{first.code.value} at {first.path}{where}: {first.message}{more}{note}"

@@ -17,9 +17,8 @@ from pydantic import ValidationError
 from dmn.api.cluster import Cluster, NotFound
 from dmn.api.cluster import resources as r
 from dmn.api.policy import DeviceExposurePolicy
-from dmn.controller.compile.plugin_sources import plugin_from_object
+from dmn.controller.compile.plugin_sources import checked_plugin_object
 from dmn.controller.conditions import diagnostic_entries, set_condition, summary
-from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
 from dmn.opcodes.spec import OpcodeRegistry
 
@@ -36,9 +35,7 @@ class PluginStatusReconciler:
             obj = self.cluster.get(r.NETWORK_PLUGINS, name)
         except NotFound:
             return
-        plugin, diagnostics = plugin_from_object(obj, f"networkplugin/{name}")
-        if plugin is not None and not diagnostics:
-            diagnostics = check_plugin(plugin, self.registry)
+        plugin, diagnostics = checked_plugin_object(obj, self.registry)
         ok = plugin is not None and not has_errors(diagnostics)
         generation = obj["metadata"].get("generation")
         status = obj.get("status") or {}

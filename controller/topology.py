@@ -27,6 +27,7 @@ until the revision GC proves it released.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import re
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from dmn.api.cluster import resources as r
 from dmn.api.cluster.events import EventRecorder
 from dmn.api.device_selectors import SelectorCache
 from dmn.api.identity import LABEL_MANAGED_BY, MANAGED_BY, REVISION_FINALIZER
+from dmn.api.served_yaml import served_document
 from dmn.controller.compile.compiler import CompiledTopology, compile_topology
 from dmn.controller.compile.plugin_sources import plugins_from_objects
 from dmn.controller.conditions import condition, diagnostic_entries, set_condition, summary
@@ -111,9 +113,7 @@ def _explain_invalid_plugins(
             name = ((steps[int(m.group(1))] or {}).get("pluginRef") or {}).get("name")
         if isinstance(name, str) and name in invalid:
             why = summary(invalid[name]) or "it does not parse"
-            d = Diagnostic(
-                Code.E_REF_UNRESOLVED, f"NetworkPlugin {name!r} is invalid: {why}", path=d.path
-            )
+            d = dataclasses.replace(d, message=f"NetworkPlugin {name!r} is invalid: {why}")
         out.append(d)
     return out
 
@@ -145,6 +145,11 @@ class TopologyReconciler:
         plugin_objs = self.cluster.list(r.NETWORK_PLUGINS).items
         plugins, invalid = plugins_from_objects(plugin_objs)
         result = compile_topology(topo, plugins, self.registry, uid=meta["uid"])
+        if result.compiled is None:
+            # again with positions in the served object's YAML rendering (only on failure:
+            # rendering and re-parsing is not free, and a Ready topology has no diagnostic)
+            source = served_document(topo, "NetworkTopology").source
+            result = compile_topology(topo, plugins, self.registry, source=source, uid=meta["uid"])
         if result.compiled is None:
             diagnostics = _explain_invalid_plugins(list(result.diagnostics), topo, invalid)
             self._report_failure(topo, diagnostics, "CompileFailed")

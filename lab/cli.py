@@ -40,6 +40,7 @@ import yaml
 
 from dmn.api.cluster import ApiFailure, Cluster, Invalid, NotFound, Unavailable, connect
 from dmn.api.cluster import resources as r
+from dmn.api.served_yaml import render as render_served
 from dmn.command_line import CommandParser, UsageError, run_command
 from dmn.lab import manifests
 from dmn.lab.state_dir import StateDir, default_state_dir
@@ -412,6 +413,9 @@ def _get(args: argparse.Namespace) -> int:
     body: Any = objs[0] if args.name else {"apiVersion": "v1", "kind": "List", "items": objs}
     if args.output == "json":
         _out(json.dumps(body, indent=2, sort_keys=True))
+    elif args.output == "yaml" and args.name:
+        # the layout the controller's and the webhook's line:column positions refer to
+        _out(render_served(body).rstrip())
     elif args.output == "yaml":
         _out(yaml.safe_dump(body, sort_keys=False).rstrip())
     else:

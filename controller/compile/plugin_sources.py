@@ -14,25 +14,53 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dmn.interpreter.diagnostics import Code, Diagnostic
+from dmn.api.served_yaml import served_document, source_label
+from dmn.interpreter.checker import check_plugin
+from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
 from dmn.interpreter.documents import NetworkPlugin, parse_document
 from dmn.interpreter.loader import Plugin, load_builtin_plugins, plugin_from_descriptor
 from dmn.interpreter.source import SourceMap, YamlDocument
+from dmn.opcodes.spec import OpcodeRegistry
 
 
 def plugin_from_object(
-    obj: Mapping[str, Any], file: str = "<api>"
+    obj: Mapping[str, Any], file: str = "<api>", source: SourceMap | None = None
 ) -> tuple[Plugin | None, list[Diagnostic]]:
-    """A NetworkPlugin API object as a checked-shape :class:`Plugin` (status ignored)."""
+    """A NetworkPlugin API object as a checked-shape :class:`Plugin` (status ignored).
+
+    ``source`` gives positions for the object's paths (see :mod:`dmn.api.served_yaml`);
+    without it every position is the start of ``file``."""
     # Server-managed metadata (uid, resourceVersion, ...) is not part of the contract.
     data = {k: v for k, v in obj.items() if k not in ("status", "metadata")}
     data["metadata"] = {"name": (obj.get("metadata") or {}).get("name")}
-    doc = YamlDocument(data=data, source=SourceMap(file))
+    doc = YamlDocument(data=data, source=source or SourceMap(file))
     model, diagnostics = parse_document(doc)
     if not isinstance(model, NetworkPlugin):
         return None, diagnostics
     plugin, merge = plugin_from_descriptor(model, doc.source)
     return plugin, [*diagnostics, *merge, *_builtin_mismatch(plugin)]
+
+
+def checked_plugin_object(
+    obj: Mapping[str, Any], registry: OpcodeRegistry
+) -> tuple[Plugin | None, list[Diagnostic]]:
+    """:func:`plugin_from_object` then the language checker on the whole plugin, the check
+    the controller's status and the webhook both make. When it fails, the diagnostics carry
+    line and column in the served object's YAML rendering (:mod:`dmn.api.served_yaml`; the
+    object is rendered and re-parsed only then)."""
+    name = str((obj.get("metadata") or {}).get("name", ""))
+    file = source_label("NetworkPlugin", name)
+
+    def run(source: SourceMap | None) -> tuple[Plugin | None, list[Diagnostic]]:
+        plugin, diagnostics = plugin_from_object(obj, file, source)
+        if plugin is not None and not diagnostics:
+            diagnostics = check_plugin(plugin, registry)
+        return plugin, diagnostics
+
+    plugin, diagnostics = run(None)
+    if plugin is None or has_errors(diagnostics):
+        plugin, diagnostics = run(served_document(obj, "NetworkPlugin").source)
+    return plugin, diagnostics
 
 
 def same_contract(a: Plugin, b: Plugin) -> bool:

@@ -27,11 +27,11 @@ from pydantic import ValidationError
 
 from dmn.api.identity import DRIVER, LABEL_MANAGED_BY, MANAGED_BY
 from dmn.api.policy import DeviceExposurePolicy
+from dmn.api.served_yaml import POSITION_NOTE, served_document
 from dmn.controller.compile.compiler import compile_topology
 from dmn.controller.compile.digest import semantic_digest
-from dmn.controller.compile.plugin_sources import plugin_from_object, same_contract
+from dmn.controller.compile.plugin_sources import checked_plugin_object, same_contract
 from dmn.interpreter.canonical_json import sha256_digest
-from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
 from dmn.interpreter.loader import Plugin, load_builtin_plugins
 from dmn.opcodes.spec import OpcodeRegistry
@@ -49,17 +49,26 @@ class ReviewContext:
     controller_users: frozenset[str] = frozenset()
 
 
+def _position(d: Diagnostic) -> str:
+    """`` (networktopology/x:67:15)`` for a diagnostic positioned in a served object."""
+    return f" ({d.file}:{d.line}:{d.column})" if d.file else ""
+
+
 def _deny(uid: str, diagnostics: list[Diagnostic], summary: str) -> dict[str, Any]:
     causes = [
-        {"reason": d.code.value, "field": d.path, "message": d.message}
+        {"reason": d.code.value, "field": d.path, "message": f"{d.message}{_position(d)}"}
         for d in diagnostics[:MAX_CAUSES]
     ]
     first = diagnostics[0] if diagnostics else None
     message = summary
     if first is not None:
-        message += f": {first.code.value} at {first.path or '<object>'}: {first.message}"
+        message += (
+            f": {first.code.value} at {first.path or '<object>'}{_position(first)}: {first.message}"
+        )
         if len(diagnostics) > 1:
             message += f" (and {len(diagnostics) - 1} more)"
+        if first.file:
+            message += f" [{POSITION_NOTE}]"
     return {
         "uid": uid,
         "allowed": False,
@@ -132,8 +141,14 @@ def review(request: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
 
 def _topology(uid: str, obj: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
-    result = compile_topology(obj, ctx.plugins(), ctx.registry, uid=str(meta.get("uid", "")))
+    plugins = ctx.plugins()
+    result = compile_topology(obj, plugins, ctx.registry, uid=str(meta.get("uid", "")))
     if result.compiled is None:  # exactly when the controller would refuse it
+        # again with line:column in the served object's YAML rendering (only to deny)
+        source = served_document(obj, "NetworkTopology").source
+        result = compile_topology(
+            obj, plugins, ctx.registry, source=source, uid=str(meta.get("uid", ""))
+        )
         return _deny(uid, list(result.diagnostics), "NetworkTopology rejected")
     allowed = _allow(uid)
     if result.diagnostics:  # warnings only: admitted, and the client is told
@@ -145,10 +160,7 @@ def _topology(uid: str, obj: Mapping[str, Any], ctx: ReviewContext) -> dict[str,
 
 
 def _plugin(uid: str, obj: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
-    name = str((obj.get("metadata") or {}).get("name", ""))
-    plugin, diagnostics = plugin_from_object(obj, f"networkplugin/{name}")
-    if plugin is not None and not diagnostics:
-        diagnostics = check_plugin(plugin, ctx.registry)
+    plugin, diagnostics = checked_plugin_object(obj, ctx.registry)
     if plugin is None or has_errors(diagnostics):
         return _deny(uid, diagnostics, "NetworkPlugin rejected")
     impl = plugin.descriptor.spec.implementation
