@@ -25,6 +25,7 @@ from .helm import CHART, VALUES, find, helm, render
 
 VALUE_SETS = [(), ("all-options.yaml",), ("secret-certs.yaml",), ("issuer-ref.yaml",)]
 CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
+EVENT_WRITER = {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}
 
 
 def _crd_schemas() -> dict[str, dict[str, Any]]:
@@ -74,6 +75,11 @@ def test_every_rendered_object_is_valid(values: tuple[str, ...]) -> None:
             # no cert-manager schema is available here: its objects are checked by shape
             assert doc["kind"] in CERT_MANAGER_KINDS and doc["apiVersion"] == "cert-manager.io/v1"
             assert set(doc) == {"apiVersion", "kind", "metadata", "spec"}
+        elif group == "monitoring.coreos.com":
+            # nor a prometheus-operator schema: the ServiceMonitor is checked by shape
+            assert doc["kind"] == "ServiceMonitor" and doc["apiVersion"].endswith("/v1")
+            assert set(doc) == {"apiVersion", "kind", "metadata", "spec"}
+            assert {"selector", "endpoints", "namespaceSelector"} == set(doc["spec"])
         else:
             kubernetes_validate.validate(doc, "1.37.0", strict=True)
     assert "CustomResourceDefinition" in kinds and "NetworkPlugin" in kinds
@@ -101,13 +107,28 @@ def test_default_install_objects() -> None:
     }
     probe = agent["readinessProbe"]["exec"]["command"]
     assert probe[:2] == ["/opt/dmn/bin/dmn", "node-ready"]
+    assert agent["ports"] == [{"name": "metrics", "containerPort": 9811}]
+    assert "--health-port=9811" in agent["command"]
+    for kind in ("startupProbe", "livenessProbe"):
+        assert agent[kind]["httpGet"] == {"path": "/livez", "port": "metrics"}
     assert "--nri-socket=/var/run/nri/nri.sock" in agent["command"]
 
     ctl = find(docs, "Deployment", "dra-multi-network-controller")["spec"]["template"]["spec"]
     assert ctl["securityContext"]["runAsNonRoot"] is True
     assert ctl["securityContext"]["runAsUser"] == 65532
     assert ctl["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    ctl_container = ctl["containers"][0]
+    assert {"name": "metrics", "containerPort": 8081} in ctl_container["ports"]
+    assert "--health-port=8081" in ctl_container["command"]
+    assert ctl_container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
+    # metrics Services and the ServiceMonitor are opt-in
+    assert not [d for d in docs if d["kind"] == "ServiceMonitor"]
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-metrics")]
     assert find(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    assert "hostNetwork" not in ctl
+    assert "strategy" not in find(docs, "Deployment")["spec"]
+    assert [e["name"] for e in ctl_container["env"]] == ["POD_NAME", "POD_NAMESPACE"]
+    assert [e["name"] for e in agent["env"]] == ["NODE_NAME"]
     lease = find(docs, "Role", "dra-multi-network-controller-lease")["rules"][0]
     assert lease["resourceNames"] == ["dra-multi-network-controller"]
 
@@ -157,11 +178,64 @@ def test_all_options_reach_the_objects() -> None:
     assert ctl["replicas"] == 3
     assert "--lease-name=dmn-leader" in ctl["template"]["spec"]["containers"][0]["command"]
     assert "--webhook-port=10443" in ctl["template"]["spec"]["containers"][0]["command"]
-    assert find(docs, "Service")["spec"]["ports"][0]["targetPort"] == 10443
+    webhook_service = find(docs, "Service", "dra-multi-network-webhook")
+    assert webhook_service["spec"]["ports"][0]["targetPort"] == 10443
+    assert "--health-port=19811" in agent["command"]
+    assert agent["command"][-2:] == ["--sysfs=/sys", "--lab-link=dmnlab0"]
+    api_env = [
+        {"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.10"},
+        {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"},
+    ]
+    assert agent["env"][1:] == api_env
+    ctl_pod = ctl["template"]["spec"]
+    assert ctl_pod["hostNetwork"] is True and ctl_pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert ctl["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert ctl_pod["containers"][0]["env"][2:] == api_env
+    assert "--health-port=18081" in ctl["template"]["spec"]["containers"][0]["command"]
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    node_metrics = services["dra-multi-network-node-metrics"]["spec"]
+    assert node_metrics["ports"] == [{"name": "metrics", "port": 19811, "targetPort": "metrics"}]
+    ctl_metrics = services["dra-multi-network-controller-metrics"]["spec"]["ports"][0]
+    assert ctl_metrics["port"] == 18081
+    monitor = find(docs, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "15s"}
+    ]
+    selected = monitor["spec"]["selector"]["matchLabels"].items()
+    assert all(
+        selected <= s["metadata"]["labels"].items()
+        for s in services.values()
+        if s["metadata"]["name"].endswith("-metrics")
+    )
     secret_docs = render(["secret-certs.yaml"])
     assert not [d for d in secret_docs if d["kind"] in ("DaemonSet", "PodDisruptionBudget")]
     ctl_volumes = find(secret_docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
     assert ctl_volumes[0]["secret"]["secretName"] == "my-webhook-tls"
+
+
+@pytest.mark.parametrize("values", VALUE_SETS, ids=lambda v: v[0] if v else "defaults")
+def test_install_creates_the_plugins_before_the_webhook_that_judges_them(
+    values: tuple[str, ...],
+) -> None:
+    """``helm install`` creates objects in Helm's kind order (``helm template`` prints that
+    order): the builtin NetworkPlugins must exist before the ValidatingWebhookConfiguration
+    that would send their creation to a controller not yet running (failurePolicy Fail)."""
+    kinds = [d["kind"] for d in render(values)]
+    webhook = kinds.index("ValidatingWebhookConfiguration")
+    assert max(i for i, k in enumerate(kinds) if k == "NetworkPlugin") < webhook
+    assert webhook == len(kinds) - 1
+
+
+def test_both_components_may_write_events_and_nothing_more_of_them() -> None:
+    """The agent and the controller write Events (dmn/api/cluster/events.py: create, and get
+    + patch to bump a repeat) in the involved object's namespace: a ClusterRole rule with
+    exactly those verbs, no list/watch/delete."""
+    docs = render()
+    for name in ("dra-multi-network-node", "dra-multi-network-controller"):
+        rules = find(docs, "ClusterRole", name)["rules"]
+        events = [r for r in rules if "events" in r["resources"]]
+        assert events == [EVENT_WRITER], name
 
 
 @pytest.mark.parametrize(
@@ -173,6 +247,10 @@ def test_all_options_reach_the_objects() -> None:
         ("nodeAgent.deviceDirs={/etc}", "deviceDirs"),
         ("controller.replicas=0", "replicas"),
         ("controller.unknownOption=1", "unknownOption"),
+        ("nodeAgent.healthPort=0", "healthPort"),
+        ("nodeAgent.extraArgs={rm -rf}", "extraArgs"),
+        ("apiServer.host=10.0.0.1", "port"),
+        ("metrics.serviceMonitor.interval=often", "interval"),
         ("webhook.certificates.source=secret", "secretName"),
     ],
 )

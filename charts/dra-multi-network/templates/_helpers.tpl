@@ -30,3 +30,12 @@ dra-multi-network-webhook-tls
 {{- define "dmn.webhookHost" -}}
 dra-multi-network-webhook.{{ .Release.Namespace }}.svc
 {{- end -}}
+
+{{/* KUBERNETES_SERVICE_HOST/PORT for the in-cluster client when apiServer.host is set
+(container env wins over the variables kubelet derives from the kubernetes Service). */}}
+{{- define "dmn.apiServerEnv" -}}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ .Values.apiServer.host | quote }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ .Values.apiServer.port | toString | quote }}
+{{- end -}}
