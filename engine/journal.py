@@ -286,9 +286,14 @@ class Journal(Protocol):
         fences: Sequence[Fence] = (),
         *,
         header: bool = True,
+        sync: bool = True,
     ) -> None:
         """Atomically and durably write the given effect records of ``operation``, its
-        header too when ``header`` is true, and ``fences`` (all of them or none)."""
+        header too when ``header`` is true, and ``fences`` (all of them or none).
+
+        ``sync=False`` (group commit): written atomically, in order after every earlier
+        commit, but durable only with the next synced commit (which makes every earlier
+        write durable too); a crash may lose it, never a later synced commit without it."""
         ...
 
     def fence(self, scope: str) -> Fence | None: ...
@@ -325,8 +330,10 @@ class MemoryJournal:
         fences: Sequence[Fence] = (),
         *,
         header: bool = True,
+        sync: bool = True,
     ) -> None:
-        self.commits += 1
+        if sync:
+            self.commits += 1
         if operation is not None:
             op_id = operation.operation_id
             if header or op_id not in self.headers:

@@ -18,11 +18,17 @@ compensation commit. The intent, too, rides in the first effect's before-image b
 (capture only reads, so nothing has changed before that batch is durable). An N-effect
 operation of reversible effects therefore costs N + 1 synced commits (budget N + 2); the
 outcome of an Irreversible or Rediscover effect, which recovery may not be able to observe
-again, is still synced on its own (one more commit each). What this
-gives up is only knowledge, never safety: an effect's outcome is durable before the next
-effect mutates anything (its before-image is in the same batch), and a crash that loses an
-outcome leaves that effect Applying in the journal, which recovery treats as Uncertain and
-*observes* (``recover``) — an outcome is never assumed.
+again, is still synced on its own (one more commit each).
+
+With ``sync_end=False`` (:meth:`Runner.run`, :meth:`Runner.cleanup`) the operation's end
+record (Completed with the last outcome, or the final Undone) is written unsynced too and
+becomes durable with the *caller's* next synced commit (the coordinator's Ready or Removed
+record), which the caller makes before it acts on the result: a RunPodSandbox then costs
+N + 2 synced commits in all (the attachment's intent, N effects, Ready), a StopPodSandbox
+two. What group commit gives up is only knowledge, never safety: an effect's outcome is
+durable before the next effect mutates anything (its before-image is in the same batch), and
+a crash that loses an outcome leaves that effect Applying in the journal, which recovery
+treats as Uncertain and *observes* (``recover``) — an outcome is never assumed.
 
 A failure compensates the attempted effects in reverse, the failed one included. Each undo
 costs one commit (the ``Undone`` of one effect is written together with the ``Undoing`` of
@@ -40,8 +46,10 @@ Crash boundaries: the runner calls ``boundary(name)`` at every journal boundary 
 can kill the process exactly there. Names: ``before-intent``, ``after-intent``,
 ``after-before-image:<effect>`` (this effect's before-image and the previous effect's outcome
 are durable), ``after-apply:<effect>``, ``after-outcome:<effect>`` (outcome observed, not yet
-durable: it is written with the next batch), ``before-completed``, and on the undo path
-``after-undoing:<effect>``, ``after-undo:<effect>``.
+durable: it is written with the next batch), ``before-completed``, ``after-completed`` (the
+end record written; unsynced with ``sync_end=False``), and on the undo path
+``after-undoing:<effect>``, ``after-undo:<effect>``, ``after-compensated`` (the final
+Undone/Quarantined record written).
 """
 
 from __future__ import annotations
@@ -164,6 +172,7 @@ class Runner:
         self.lock = lock if lock is not None else NodeMutationLock()
         self._recheck_hook = recheck
         self._boundary_hook = boundary
+        self._sync_end = True  # per public call; see run(sync_end=...)
 
     # ------------------------------------------------------------------ public API
 
@@ -178,6 +187,7 @@ class Runner:
         digests: Mapping[str, str] | None = None,
         policy: RecoveryPolicy = RecoveryPolicy.ROLL_BACK,
         env: Any = None,
+        sync_end: bool = True,
     ) -> RunResult:
         """Run ``program`` as operation ``operation_id`` of ``scope``.
 
@@ -188,9 +198,17 @@ class Runner:
         digest under the same id raises :class:`RunRefused` (E_OPERATION_CONFLICT); a
         fenced scope raises E_FENCED; an operation holding quarantined effects raises
         E_QUARANTINED. An operation left unfinished by a crash is recovered first.
+
+        ``sync_end=False``: the end record is not synced on its own; the caller's next synced
+        commit, made before it acts on the result, makes it durable (a crash that loses it
+        leaves the last effect Applying, which recovery observes, never assumes).
         """
         semantic = digest if digest is not None else program.digest
-        with self.lock.hold(f"run {operation_id}"), self._with_env(operation_id, env):
+        with (
+            self.lock.hold(f"run {operation_id}"),
+            self._with_env(operation_id, env),
+            self._end_sync(sync_end),
+        ):
             attempt = 1
             existing = self.journal.load_operation(operation_id)
             if existing is not None:
@@ -250,15 +268,21 @@ class Runner:
         fence_scope: str | None = None,
         reason: str = "removed",
         env: Any = None,
+        sync_end: bool = True,
     ) -> RunResult:
         """Undo a recorded operation in reverse from the journal alone.
 
         With ``fence_scope`` a terminal fence is committed first (in the same commit as the
         Undoing state), so no older run for that scope can start or replay afterwards. An
         operation that was never recorded changed nothing (the intent is always committed
-        before the first effect): the result is Undone.
+        before the first effect): the result is Undone. ``sync_end`` as for :meth:`run`:
+        the final Undone record rides with the caller's next synced commit.
         """
-        with self.lock.hold(f"cleanup {operation_id}"), self._with_env(operation_id, env):
+        with (
+            self.lock.hold(f"cleanup {operation_id}"),
+            self._with_env(operation_id, env),
+            self._end_sync(sync_end),
+        ):
             fences = [Fence(fence_scope, reason, operation_id)] if fence_scope else []
             op = self.journal.load_operation(operation_id)
             if op is None:
@@ -429,7 +453,8 @@ class Runner:
         op.state = OperationState.COMPLETED
         op.result = exports
         op.failure = None
-        self.journal.commit(op, pending)
+        self.journal.commit(op, pending, sync=self._sync_end)
+        self._boundary("after-completed")
         _log.info("operation=%s event=completed", op.operation_id)
 
     def _recheck(
@@ -507,6 +532,15 @@ class Runner:
     def _context(self, op: OperationRecord, rec: EffectRecord) -> EffectContext:
         bound = op.program.effects[rec.index]
         return EffectContext(op.operation_id, rec.id, rec.inputs, bound.parameters, self._env(op))
+
+    @contextmanager
+    def _end_sync(self, sync_end: bool) -> Iterator[None]:
+        """For one public call: whether the end record is synced on its own."""
+        self._sync_end = sync_end
+        try:
+            yield
+        finally:
+            self._sync_end = True
 
     @contextmanager
     def _with_env(self, operation_id: str, env: Any) -> Iterator[None]:
@@ -622,7 +656,9 @@ class Runner:
             self._boundary(f"after-undo:{rec.id}")
             pending.append(rec)
         op.state = OperationState.QUARANTINED if op.quarantined else OperationState.UNDONE
-        self.journal.commit(op, pending, fence_list)
+        # a fence is never left to ride: it guards against older runs, not just this one
+        self.journal.commit(op, pending, fence_list, sync=self._sync_end or bool(fence_list))
+        self._boundary("after-compensated")
         _log.info("operation=%s event=%s", op.operation_id, op.state.value.lower())
 
     # ------------------------------------------------------------------ recovery

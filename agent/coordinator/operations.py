@@ -50,13 +50,17 @@ class NodeOperations:
         *,
         failed: tuple[str, str],
         attachment: str | None = None,
+        sync_end: bool = True,
     ) -> RunResult:
         """Run one bound program in a fresh link environment and record ``op`` in ``done``
         (so a later failure undoes it too); a result that is not ok becomes a Refusal with
-        the runner's code, else ``failed[0]``, prefixed by ``failed[1]``."""
+        the runner's code, else ``failed[0]``, prefixed by ``failed[1]``. ``sync_end=False``:
+        the caller's next synced commit makes the end record durable (see the runner)."""
         env = self.pins.link_environment(attachment)
         try:
-            result = self.runner.run(op, scope, program, digests=digests, env=env)
+            result = self.runner.run(
+                op, scope, program, digests=digests, env=env, sync_end=sync_end
+            )
         finally:
             env.close()
         done.append(op)
@@ -68,11 +72,12 @@ class NodeOperations:
             )
         return result
 
-    def undo(self, operations: Iterable[str]) -> bool:
-        """Cleanup operations in the given order; True when every one is Undone."""
+    def undo(self, operations: Iterable[str], *, sync_end: bool = True) -> bool:
+        """Cleanup operations in the given order; True when every one is Undone.
+        ``sync_end=False``: the caller's next synced commit makes the last Undone durable."""
         ok = True
         for op in operations:
-            res = self.runner.cleanup(op)
+            res = self.runner.cleanup(op, sync_end=sync_end)
             if res.state.value != "Undone":
                 ok = False
                 log.error("event=cleanup-incomplete operation=%s state=%s", op, res.state)

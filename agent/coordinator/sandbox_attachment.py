@@ -70,6 +70,7 @@ from dmn.agent.netns.pins import NamespacePins, PinError
 from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
 from dmn.engine.binder import Call
+from dmn.engine.journal import Fence
 from dmn.engine.runner import RunRefused
 from dmn.opcodes.linux.netns import NamespaceRef, identity_of
 from dmn.vocabulary.handles import Handle, Scope
@@ -225,7 +226,7 @@ class SandboxAttachmentService:
                     outputs.extend(status_outputs(exports, verified))
                     device_status.append(device_entries(self.config.driver, verified, exports))
             except (Refusal, RunRefused, PinError) as exc:
-                cleaned = self.operations.undo(reversed(done))
+                cleaned = self.operations.undo(reversed(done), sync_end=False)  # batch below
                 rec.state, rec.error = AttachmentState.REMOVED, str(exc)
                 if not cleaned:
                     rec.state = AttachmentState.REMOVING
@@ -244,6 +245,7 @@ class SandboxAttachmentService:
                 if isinstance(exc, Refusal):
                     raise
                 raise Refusal(str(getattr(exc, "code", "E_CONNECT_FAILED")), str(exc)) from exc
+            # synced: also makes the last connect's Completed record durable (sync_end=False)
             rec.state = AttachmentState.READY
             with self.journal.batch() as b:
                 b.put_attachment(rec)
@@ -320,6 +322,7 @@ class SandboxAttachmentService:
                 done,
                 failed=("E_CONNECT_FAILED", f"step {step_id}"),
                 attachment=att,
+                sync_end=False,  # durable with the next step's intent or the Ready commit
             )
             exports[step_id] = result.exports
         return exports
@@ -354,10 +357,8 @@ class SandboxAttachmentService:
             if rec is None or rec.state is AttachmentState.REMOVED:
                 return
             att = attachment_id(identity)
-            self.operations.fence(f"attachment/{att}", "sandbox stopped")
             rec.state = AttachmentState.REMOVING
-            with self.journal.batch() as b:
-                b.put_attachment(rec)
+            self._invalidate(rec, att, "sandbox stopped")
             self.status.submit(self.reporter.phase, att, "CleanupPending")
             log.info("event=invalidated pod=%s sandbox=%s", pod_uid, sandbox_id)
             self.remove(rec)
@@ -376,12 +377,13 @@ class SandboxAttachmentService:
             pod_uid, sandbox_id = identity.pod_uid, identity.sandbox_id
             att = attachment_id(identity)
             if rec.state is not AttachmentState.REMOVING:
-                self.operations.fence(f"attachment/{att}", "sandbox removed")
                 rec.state = AttachmentState.REMOVING
-                with self.journal.batch() as b:
+                self._invalidate(rec, att, "sandbox removed")
+            if not self.operations.undo(reversed(rec.operations), sync_end=False):
+                with self.journal.batch() as b:  # Removing and what ran, durable now
                     b.put_attachment(rec)
-            if not self.operations.undo(reversed(rec.operations)):
                 raise Refusal("E_CLEANUP_INCOMPLETE", f"sandbox {sandbox_id}", retryable=True)
+            # synced: also makes the fence, Removing and the last Undone durable
             rec.state = AttachmentState.REMOVED
             with self.journal.batch() as b:
                 b.put_attachment(rec)
@@ -391,6 +393,15 @@ class SandboxAttachmentService:
             self.status.submit(self.reporter.phase, att, "Released")
             self._drop_device_status(rec)
             log.info("event=removed pod=%s sandbox=%s", pod_uid, sandbox_id)
+
+    def _invalidate(self, rec: AttachmentRecord, att: str, reason: str) -> None:
+        """Fence the attachment's scope (no run of it can finish afterwards) and record
+        Removing, in one batch that is not synced on its own: the first undo's synced commit
+        (or the Removed commit) makes it durable before anything is changed, and a crash
+        before that leaves the attachment as it was before the stop (issue 15)."""
+        with self.journal.batch(sync=False) as b:
+            b.put_fence(Fence(f"attachment/{att}", reason))
+            b.put_attachment(rec)
 
     def attachment(self, pod_uid: str, sandbox_id: str) -> AttachmentRecord | None:
         with self._lock:

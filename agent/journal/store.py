@@ -568,6 +568,7 @@ class JournalStore:
         fences: Sequence[Fence] = (),
         *,
         header: bool = True,
+        sync: bool = True,
     ) -> None:
         puts: dict[bytes, bytes] = {}
         deletes: set[bytes] = set()
@@ -588,7 +589,7 @@ class JournalStore:
         for f in fences:
             puts[keys.key("fence", f.scope)] = _dumps(f.to_json())
         started = time.perf_counter()
-        self._write(puts, deletes)
+        self._write(puts, deletes, sync)
         self.observer.committed(operation, effects, time.perf_counter() - started)
 
     def fence(self, scope: str) -> Fence | None:

@@ -91,8 +91,16 @@ def netlink_sockets_in(ns_fd: int, count: int) -> list[int]:
     return [sock.detach() for sock in socks]
 
 
+_boot_id: str | None = None
+
+
 def current_boot_id() -> str:
-    return BOOT_ID_PATH.read_text().strip()
+    """The running kernel's boot id, read once per process: it cannot change while the
+    process lives (a reboot ends it), and every namespace identity check asks for it."""
+    global _boot_id
+    if _boot_id is None:
+        _boot_id = BOOT_ID_PATH.read_text().strip()
+    return _boot_id
 
 
 def identity_of(path: str | Path) -> NamespaceIdentity:

@@ -2,7 +2,8 @@
 
 ``python -m tests.coordinator.crash_child <request.json>``: the request names the lab API
 server, the agent's state dir and host namespace, the node's personas and link facts (as
-the parent's agent saw them), the call (prepare or run_pod) and the boundary to die at.
+the parent's agent saw them), the call (prepare, run_pod or stop_pod) and the boundary to die
+at.
 Every boundary passed is appended to ``out`` first, so the parent knows where it died.
 """
 
@@ -56,6 +57,8 @@ def main() -> int:
     call = req["call"]
     if call["action"] == "prepare":
         services.preparation.prepare(call["namespace"], call["name"], call["uid"])
+    elif call["action"] == "stop_pod":
+        services.attachments.stop_pod(call["pod_uid"], call["sandbox"])
     else:
         services.attachments.run_pod(
             call["namespace"], call["pod_name"], call["pod_uid"], call["sandbox"], call["netns"]

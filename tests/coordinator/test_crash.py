@@ -1,11 +1,18 @@
-"""A node agent killed (SIGKILL) at runner boundaries of NodePrepare and RunPodSandbox.
+"""A node agent killed (SIGKILL) at runner boundaries of NodePrepare, RunPodSandbox and
+StopPodSandbox.
 
 The coordinator runs in a child process against the same lab API server, journal and
 pins, and kills itself at one boundary; the parent then starts a fresh coordinator on the
 state dir (recovery first), and the kubelet / runtime retry: the claim is prepared once,
 the sandbox ends with exactly one macvlan child, and removal plus unprepare leave the
 host namespace exactly as before. Boundaries: the runner's (``after-intent``,
-``after-apply:<effect>``, ``after-outcome:<effect>``, ``before-completed``).
+``after-apply:<effect>``, ``after-outcome:<effect>``, ``before-completed``,
+``after-completed``; on the undo path ``after-undoing:<effect>``, ``after-undo:<effect>``,
+``after-compensated``). RunPodSandbox's last Completed and StopPodSandbox's fence, Removing
+and last Undone ride unsynced with the coordinator's next synced commit (issue 15); a
+SIGKILL keeps the page cache, so these cases show that recovery and the runtime's retry
+finish from every one of those points (a lost unsynced record leaves the state of the
+boundary before it, which is in the matrix too).
 """
 
 from __future__ import annotations
@@ -128,6 +135,7 @@ def test_killed_during_prepare(node: LabNode, crash_at: str) -> None:
         "after-apply:create",
         "after-outcome:create",
         "before-completed",
+        "after-completed",
     ],
 )
 def test_killed_during_run_pod_sandbox(node: LabNode, crash_at: str) -> None:
@@ -154,6 +162,36 @@ def test_killed_during_run_pod_sandbox(node: LabNode, crash_at: str) -> None:
         assert att is not None and att.state is AttachmentState.READY
         assert names(sandbox) == ["lo", "net1"]
         node.runtime.stop_pod_sandbox(sb_id)
+        node.runtime.remove_pod_sandbox(sb_id)
+        assert names(sandbox) == ["lo"]
+    node.services.preparation.unprepare(meta["uid"])
+    assert node.services.pins.list() == []
+    assert snapshot(node.host_ns) == baseline
+
+
+@pytest.mark.parametrize(
+    "crash_at", ["after-undoing:create", "after-undo:create", "after-compensated"]
+)
+def test_killed_during_stop_pod_sandbox(node: LabNode, crash_at: str) -> None:
+    baseline = snapshot(node.host_ns)
+    claim, pod = claimed_pod(node)
+    meta, pmeta = claim["metadata"], pod["metadata"]
+    assert node.services.preparation.prepare("default", meta["name"], meta["uid"])
+    with scratch_netns("dmc1s") as sandbox:
+        sb_id = f"sb-crash-{next(_n)}"
+        sb = LabPod(sb_id, pmeta["uid"], pmeta["name"], "default", netns_path(sandbox))
+        node.runtime.run_pod_sandbox(sb)
+        assert names(sandbox) == ["lo", "net1"]
+        call = {"action": "stop_pod", "pod_uid": pmeta["uid"], "sandbox": sb_id}
+        assert killed(node, call, crash_at)[-1] == crash_at
+        # recovery finished the undo; the sandbox is fenced: no container starts in it
+        assert names(sandbox) == ["lo"]
+        att = node.services.attachments.attachment(pmeta["uid"], sb_id)
+        assert att is not None and att.state is AttachmentState.REMOVING
+        # the runtime retries the stop, then removes the sandbox
+        node.runtime.stop_pod_sandbox(sb_id)
+        att = node.services.attachments.attachment(pmeta["uid"], sb_id)
+        assert att is not None and att.state is AttachmentState.REMOVED
         node.runtime.remove_pod_sandbox(sb_id)
         assert names(sandbox) == ["lo"]
     node.services.preparation.unprepare(meta["uid"])

@@ -206,8 +206,12 @@ def test_crash_matrix(
     initial: dict[str, Any],
 ) -> None:
     m = Matrix(server, crash_dir, program, initial)
-    assert m.run_boundaries[0] == "before-intent" and m.run_boundaries[-1] == "before-completed"
-    assert len(m.run_boundaries) == 3 + 3 * len(program.effects)
+    assert m.run_boundaries[0] == "before-intent" and m.run_boundaries[-2:] == [
+        "before-completed",
+        "after-completed",
+    ]
+    assert len(m.run_boundaries) == 4 + 3 * len(program.effects)
+    assert m.cleanup_boundaries[-1] == "after-compensated"
     states = m.run_crashes()
     assert states[0] == "Absent" and states[-1] == "Completed"
     m.cleanup_crashes()
@@ -221,8 +225,8 @@ def test_crash_matrix_builtin(server: CrashForkServer, crash_dir: Path, label: s
     if not isinstance(program, BoundProgram):
         pytest.xfail(f"does not bind yet: {program}")
     m = Matrix(server, crash_dir, program, FOREIGN_WORLD, executors="builtin")
-    assert len(m.run_boundaries) == 3 + 3 * len(program.effects)
-    assert len(m.cleanup_boundaries) == 2 * len(program.effects)
+    assert len(m.run_boundaries) == 4 + 3 * len(program.effects)
+    assert len(m.cleanup_boundaries) == 2 * len(program.effects) + 1
     states = m.run_crashes()
     assert states[0] == "Absent" and states[-1] == "Completed"
     m.cleanup_crashes()

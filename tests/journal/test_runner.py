@@ -78,6 +78,24 @@ def test_group_commit_outcome_rides_in_the_next_batch_and_is_never_assumed() -> 
     assert op is not None and [e.state for e in op.effects] == [EffectState.APPLIED] * 3
 
 
+def test_end_record_rides_with_the_callers_commit_when_asked() -> None:
+    """``sync_end=False``: Completed (and cleanup's final Undone) is written, not synced on
+    its own; the caller's next synced commit makes it durable (issue 15)."""
+    runner, journal, world = make()
+    assert runner.run("op1", "att/a", child_program(), sync_end=False).ok
+    assert journal.commits == 3  # one per effect; the end record rides
+    op = journal.load_operation("op1")
+    assert op is not None and op.state is OperationState.COMPLETED
+    assert [e.state for e in op.effects] == [EffectState.APPLIED] * 3
+    base = journal.commits
+    assert runner.cleanup("op1", sync_end=False).state is OperationState.UNDONE
+    assert journal.commits - base == 3  # one per undo; the final Undone rides
+    assert state(world) == INITIAL
+    # the next call syncs its end record on its own again
+    assert runner.run("op2", "att/b", child_program()).ok
+    assert journal.commits - base == 3 + 4
+
+
 def test_crash_with_an_outcome_pending_is_recovered_by_observation() -> None:
     def boundary(name: str) -> None:
         if name == "before-completed":
