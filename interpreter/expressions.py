@@ -25,6 +25,7 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedInput
 
 from dmn.interpreter.diagnostics import Code, Diagnostic, SourceSpan
+from dmn.interpreter.source import ExpressionSpans
 
 #: Longest expression accepted (expressions are bounded, DESIGN §3.3).
 MAX_EXPRESSION_LENGTH = 1024
@@ -362,6 +363,26 @@ def _parse(
         return None, [
             Diagnostic.at(Code.E_SYNTAX, "expression must be a string", span_of(1, 1), path)
         ]
+    if span_of is _no_span or isinstance(span_of, ExpressionSpans):
+        expr, diags = _parse_positioned(text, start, span_of, path)
+        return expr, list(diags)
+    return _build(text, start, span_of, path)
+
+
+@lru_cache(maxsize=16384)
+def _parse_positioned(
+    text: str, start: str, span_of: SpanFn, path: str
+) -> tuple[Expr | None, tuple[Diagnostic, ...]]:
+    """:func:`_build` for a span function that names its position by value: the same text
+    at the same position gives the same AST (immutable nodes), built once (issue 15: the
+    checker parses every expression of a plugin again for each step that uses it)."""
+    expr, diags = _build(text, start, span_of, path)
+    return expr, tuple(diags)
+
+
+def _build(
+    text: str, start: str, span_of: SpanFn, path: str
+) -> tuple[Expr | None, list[Diagnostic]]:
     tree = _parse_tree(text, start)
     try:
         if isinstance(tree, _ExprError):

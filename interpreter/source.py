@@ -117,6 +117,34 @@ class SourceMap:
         return SourceSpan(base.file, base.line, base.column + quote + column - 1)
 
 
+class ExpressionSpans:
+    """The span function of the expression scalar at ``path`` of ``source``: (line, column)
+    inside the expression -> absolute position (:meth:`SourceMap.expression_span`).
+
+    Equal and hashable by the source map's *identity* and the path, so that the expression
+    parser can reuse the AST it built for the same text at the same position (a source map
+    is filled while its document loads and not changed afterwards)."""
+
+    __slots__ = ("path", "source")
+
+    def __init__(self, source: SourceMap, path: Path) -> None:
+        self.source = source
+        self.path = tuple(path)
+
+    def __call__(self, line: int, column: int) -> SourceSpan | None:
+        return self.source.expression_span(self.path, column, line)
+
+    def __hash__(self) -> int:
+        return hash((id(self.source), self.path))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ExpressionSpans)
+            and other.source is self.source
+            and other.path == self.path
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class YamlDocument:
     """One YAML document: its data, positions and index in the file (0-based)."""

@@ -395,7 +395,10 @@ def compile_topology(
     if report.failed:
         return CompileResult(None, tuple(report.items))
 
-    contracts = {s.plugin: s.descriptor.contract_digest for s in steps.values()}
+    contracts: dict[str, str] = {}  # one digest per plugin, not per step (issue 15)
+    for s in steps.values():
+        if s.plugin not in contracts:
+            contracts[s.plugin] = s.descriptor.contract_digest
     normalized = normalize_spec(topology["spec"], {s.id: s.config for s in steps.values()})
     locked = [
         {"name": p, "contractDigest": contracts[p], "descriptor": plugins[p].to_json()}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dmn.interpreter.checker.context import _PluginContext
 from dmn.interpreter.checker.guard_checks import _check_guard
 from dmn.interpreter.config_schema import ObjectSchema
-from dmn.interpreter.diagnostics import Code, SourceSpan
-from dmn.interpreter.source import Path
+from dmn.interpreter.diagnostics import Code
+from dmn.interpreter.source import ExpressionSpans, Path
 
 
 def _check_conditional_presence(ctx: _PluginContext) -> None:
@@ -30,11 +30,7 @@ def _check_conditional_presence(ctx: _PluginContext) -> None:
                     path,
                 )
                 continue
-
-            def span_of(line: int, column: int, path: Path = path) -> SourceSpan | None:
-                return source.expression_span(path, column, line)
-
-            expr = _check_guard(ctx, text, span_of, path)
+            expr = _check_guard(ctx, text, ExpressionSpans(source, path), path)
             if expr is not None:
                 table[name] = expr
                 ctx.guards.append(expr)

@@ -8,9 +8,9 @@ from dmn.interpreter.checker.config_presence_checks import _check_conditional_pr
 from dmn.interpreter.checker.context import _Guard, _PluginContext
 from dmn.interpreter.checker.guard_checks import _check_guard
 from dmn.interpreter.config_schema import StringSchema
-from dmn.interpreter.diagnostics import Code, SourceSpan
+from dmn.interpreter.diagnostics import Code
 from dmn.interpreter.documents import InputPort, OutputPort
-from dmn.interpreter.source import Path, path_text
+from dmn.interpreter.source import ExpressionSpans, Path, path_text
 from dmn.vocabulary.ifname import ifname_problem, is_ifname_field
 
 
@@ -71,11 +71,7 @@ def _check_descriptor(ctx: _PluginContext) -> None:
             if port.when is None:
                 continue
             path: Path = ("spec", group, name, "when")
-
-            def span_of(line: int, column: int, path: Path = path) -> SourceSpan | None:
-                return plugin.source.expression_span(path, column, line)
-
-            expr = _check_guard(ctx, port.when, span_of, path)
+            expr = _check_guard(ctx, port.when, ExpressionSpans(plugin.source, path), path)
             if expr is not None:
                 ctx.guards.append(expr)
             if group == "outputs":

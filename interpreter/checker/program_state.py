@@ -10,7 +10,7 @@ from dmn.interpreter.diagnostics import Code, SourceSpan
 from dmn.interpreter.documents import Effect, Ref
 from dmn.interpreter.expressions import Expr, SpanFn
 from dmn.interpreter.loader import ProgramSource
-from dmn.interpreter.source import Path
+from dmn.interpreter.source import ExpressionSpans, Path
 from dmn.opcodes.spec import OpcodeSpec
 
 
@@ -58,12 +58,7 @@ class _ProgramBase:
         self.ctx.error(code, message, span, self.path(*parts))
 
     def span_of(self, *parts: str | int) -> SpanFn:
-        rel: Path = tuple(parts)
-
-        def at(line: int, column: int) -> SourceSpan | None:
-            return self.prog.expression_span(rel, column, line)
-
-        return at
+        return ExpressionSpans(self.prog.source, (*self.prog.base, *parts))
 
     def _refs(self, port: str, value: Ref | list[Ref]) -> list[tuple[tuple[str | int, ...], Ref]]:
         if isinstance(value, list):

@@ -23,7 +23,7 @@ from dmn.interpreter.expressions import (
     parse_reference,
     references,
 )
-from dmn.interpreter.source import load_yaml_documents
+from dmn.interpreter.source import ExpressionSpans, load_yaml_documents
 
 
 @pytest.mark.parametrize(
@@ -203,9 +203,30 @@ def test_the_parser_is_built_once_and_parse_trees_are_cached() -> None:
     assert expressions._parser() is expressions._parser()
     assert expressions._parser().options.parser == "lalr"
     before = expressions._parse_tree.cache_info().hits
-    parse_guard("call.config.cached == 1")
-    parse_guard("call.config.cached == 1")
+    parse_guard("call.config.cached == 1", lambda line, column: None)
+    parse_guard("call.config.cached == 1", lambda line, column: None)
     assert expressions._parse_tree.cache_info().hits > before
+
+
+def test_a_built_ast_is_reused_only_at_the_same_position() -> None:
+    """Issue 15: the checker parses a plugin's expressions again for every step using it;
+    an AST is reused for the same text at the same position (source map identity + path),
+    and the same text elsewhere still carries its own positions."""
+    from dmn.interpreter import expressions
+
+    (doc,), problems = load_yaml_documents("a: call.config.x == 1\nb: call.config.x == 1\n", "f")
+    assert not problems
+    at_a = ExpressionSpans(doc.source, ("a",))
+    first, _ = parse_guard("call.config.x == 1", at_a, "a")
+    hits = expressions._parse_positioned.cache_info().hits
+    again, _ = parse_guard("call.config.x == 1", ExpressionSpans(doc.source, ("a",)), "a")
+    assert again is first and expressions._parse_positioned.cache_info().hits == hits + 1
+    at_b, _ = parse_guard("call.config.x == 1", ExpressionSpans(doc.source, ("b",)), "b")
+    assert at_b is not None and first is not None
+    assert (first.span.line, at_b.span.line) == (1, 2)
+    (other,), _ = load_yaml_documents("a: call.config.x == 1\n", "g")
+    elsewhere, _ = parse_guard("call.config.x == 1", ExpressionSpans(other.source, ("a",)), "a")
+    assert elsewhere is not None and elsewhere.span.file == "g"
 
 
 MULTILINE = """\
