@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dmn.api.cluster import Cluster
+from dmn.api.cluster import Cluster, Conflict
 from dmn.api.cluster import resources as r
 from dmn.lab.allocator.allocator import Allocator
 
@@ -80,9 +80,18 @@ class ClaimService:
         self.allocator.release(claim["metadata"]["uid"])
         return updated
 
-    def _clear(self, claim: Mapping[str, Any]) -> Obj:
+    def _clear(self, claim: Mapping[str, Any], attempts: int = 5) -> Obj:
+        """Clear the claim's status, re-reading it after a write conflict: the node agent
+        writes ``status.devices`` from a background thread (its StatusWriter) and may land
+        between our read and our write, as with a real scheduler, which retries too."""
         meta = claim["metadata"]
-        current = self.cluster.get(r.RESOURCE_CLAIMS, meta["name"], meta.get("namespace"))
-        current["status"] = {}
-        result: Obj = self.cluster.replace(r.RESOURCE_CLAIMS, current, status=True)
-        return result
+        for attempt in range(attempts):
+            current = self.cluster.get(r.RESOURCE_CLAIMS, meta["name"], meta.get("namespace"))
+            current["status"] = {}
+            try:
+                result: Obj = self.cluster.replace(r.RESOURCE_CLAIMS, current, status=True)
+                return result
+            except Conflict:
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")

@@ -18,11 +18,12 @@ from dmn.api.builtin_plugins import plugin_object
 from dmn.api.cluster import resources as r
 from dmn.interpreter.loader import load_plugins
 from dmn.interpreter.source import load_yaml_documents
-from dmn.lab.cluster import LabCluster
+from dmn.lab.cluster import LabCluster, LabError
 from dmn.lab.demo import wait_settled
 from dmn.lab.pod_demo import NAMESPACE, claim_template, pod_manifest
 from dmn.lab.pods import LabPods
 from dmn.lab.state_dir import StateDir
+from tests.fixtures.forged_revision import forged_class, forged_revision, ready_status
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.netns
@@ -127,7 +128,9 @@ def test_admin_plugin_gives_a_pod_its_interface_and_removes_it(tmp_path: Path) -
 def test_admin_operation_plugin_runs_after_the_root_and_is_undone(tmp_path: Path) -> None:
     """An administrator's Operation plugin (link-tune: MTU 1300 on the root's interface)
     runs on the node from the revision's pin, after the admin's root, and its undo restores
-    the recorded MTU before the root's child is removed."""
+    the recorded MTU before the root's child is removed. Then the same admin plugin with a
+    program outside its grants, pinned by a revision written by hand with the controller
+    stopped, is refused by the node (E_EFFECT_DENIED) before anything changes."""
     plugins = {}
     for name in ("macvlan-modes", "link-tune"):
         found, problems = load_plugins(str(ADMIN / name / "v1"))
@@ -160,6 +163,32 @@ def test_admin_operation_plugin_runs_after_the_root_and_is_undone(tmp_path: Path
             assert "macvlan mode private" in shown.stdout, shown.stdout
             assert "mtu 1300" in shown.stdout, shown.stdout  # the Operation step's MTU
             pods.delete(NAMESPACE, "tuned-a")
+            assert _links(lab) == before
+
+            # the controller bypassed: with it stopped, a revision and class written by
+            # hand whose admin program also moves the held parent away (not granted), every
+            # digest made consistent again; the node refuses it at NodePrepare, unchanged
+            assert lab.controller is not None
+            lab.controller.stop()
+            real = cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, result.revision)
+            forged = cluster.create(
+                r.NETWORK_TOPOLOGY_REVISIONS,
+                forged_revision(real, "macvlan-modes", "forged-tuned"),
+            )
+            cluster.patch(
+                r.NETWORK_TOPOLOGY_REVISIONS,
+                "forged-tuned",
+                ready_status(forged["metadata"]["generation"]),
+                status=True,
+            )
+            cls = forged_class(cluster.get(r.DEVICE_CLASSES, device_class), forged, "forged")
+            cluster.create(r.DEVICE_CLASSES, cls)
+            cluster.apply(claim_template("forged", "forged"))
+            with pytest.raises(LabError) as refused:
+                pods.run(pod_manifest("forged-a", "forged"))
+            assert refused.value.code == "E_PREPARE"
+            assert "E_EFFECT_DENIED" in str(refused.value), refused.value
+            assert "linux/link-move/v1" in str(refused.value)
             assert _links(lab) == before
         finally:
             pods.stop()
