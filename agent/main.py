@@ -4,6 +4,8 @@
              [--state-dir DIR] [--kubelet-registry-dir DIR] [--kubelet-plugins-dir DIR]
              [--nri-socket PATH] [--sysfs DIR] [--host-netns PATH] [--lab-link NAME]...
              [--health-address ADDR] [--health-port N] [--log-format text|json]
+             [--journal-retention-max-age S] [--journal-retention-max-count N]
+             [--journal-retention-interval S] [--reconcile-interval S]
 
 Connects through the official client (``--url``, ``--kubeconfig``, else in-cluster config),
 reads this node's ``Node`` object (its UID keys the journal's identities), scans the node's
@@ -16,6 +18,15 @@ republish (:class:`~dmn.agent.slices.NodeSlicePublisher`). It serves ``/metrics`
 ``/livez`` (journal writable) and ``/readyz`` (journal writable, kubelet registered, NRI
 connected, API server reachable) on ``--health-address:--health-port``. SIGTERM/SIGINT
 stop it in reverse order and exit 0.
+
+Periodically, off every hook path (:mod:`~dmn.agent.coordinator.maintenance`), it retries
+failed cleanups with backoff (every ``--reconcile-interval`` seconds) and collects terminal
+journal records older than ``--journal-retention-max-age`` seconds or beyond the
+``--journal-retention-max-count`` newest (every ``--journal-retention-interval`` seconds).
+
+At the first failed journal commit (no space, I/O error) the agent stops mutating (the
+journal refuses every write), reports not ready, stops, and exits 1 with
+``dmn node: error[E_JOURNAL_WRITE]: ...`` so that the restarted agent runs recovery.
 
 Bad arguments exit 2 (reported by :mod:`dmn.command_line` as
 ``dmn node: error[E_USAGE]: ...``) and an unreachable or refusing API server exits 1, each
@@ -38,10 +49,11 @@ from types import FrameType
 
 from dmn.agent.coordinator import NodeConfig
 from dmn.agent.coordinator.handles import InventoryDevices
+from dmn.agent.coordinator.maintenance import MaintenanceConfig
 from dmn.agent.coordinator.node_agent import AgentSockets, NodeAgent
 from dmn.agent.inventory.live import Pyroute2Devlink, Pyroute2Links
 from dmn.agent.inventory.scan import ScanConfig, scan
-from dmn.agent.journal.store import JournalError, JournalHeldError
+from dmn.agent.journal.store import JournalError, JournalHeldError, Retention
 from dmn.agent.kubelet.server import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, SocketPathError
 from dmn.agent.nri.plugin import DEFAULT_SOCKET_PATH, PluginConfig
 from dmn.agent.readiness import DEFAULT_INTERVAL, ReadinessReporter
@@ -95,6 +107,35 @@ def _parser() -> CommandParser:
         default=DEFAULT_INTERVAL,
         help="seconds between writes of <state-dir>/readiness.json (dmn node-ready reads it)",
     )
+    p.add_argument(
+        "--journal-retention-max-age",
+        type=float,
+        default=Retention().max_age,
+        metavar="SECONDS",
+        help="terminal journal records (Removed attachments, Released preparations) are "
+        "collected this long after a collection first saw them",
+    )
+    p.add_argument(
+        "--journal-retention-max-count",
+        type=int,
+        default=Retention().max_count,
+        metavar="N",
+        help="at most this many terminal journal records are kept (the newest)",
+    )
+    p.add_argument(
+        "--journal-retention-interval",
+        type=float,
+        default=MaintenanceConfig.retention_interval,
+        metavar="SECONDS",
+        help="seconds between journal retention passes",
+    )
+    p.add_argument(
+        "--reconcile-interval",
+        type=float,
+        default=MaintenanceConfig.reconcile_interval,
+        metavar="SECONDS",
+        help="seconds between retries of failed cleanups (each sandbox backs off on its own)",
+    )
     p.add_argument("--log-level", default="INFO")
     add_health_arguments(p)
     return p
@@ -108,6 +149,14 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--sysfs {args.sysfs}: not a directory")
     if args.kubeconfig is not None and not Path(args.kubeconfig).is_file():
         raise NodeStartError("E_KUBECONFIG", f"--kubeconfig {args.kubeconfig}: no such file", 2)
+    if args.journal_retention_max_age < 0:
+        raise UsageError("--journal-retention-max-age: must not be negative")
+    if args.journal_retention_max_count < 0:
+        raise UsageError("--journal-retention-max-count: must not be negative")
+    if args.journal_retention_interval <= 0:
+        raise UsageError("--journal-retention-interval: must be positive")
+    if args.reconcile_interval <= 0:
+        raise UsageError("--reconcile-interval: must be positive")
     level = logging.getLevelName(args.log_level.upper())
     if not isinstance(level, int):
         raise UsageError(f"--log-level {args.log_level}: unknown level")
@@ -170,7 +219,12 @@ def build_agent(args: argparse.Namespace, cluster: Cluster) -> NodeAgent:
         nri=PluginConfig(socket_path=args.nri_socket),
     )
     devices = InventoryDevices(lambda: publisher.publication.last, lambda: publisher.inventory)
-    return NodeAgent(config, cluster, devices, sockets, publisher)
+    maintenance = MaintenanceConfig(
+        reconcile_interval=args.reconcile_interval,
+        retention_interval=args.journal_retention_interval,
+        retention=Retention(args.journal_retention_max_age, args.journal_retention_max_count),
+    )
+    return NodeAgent(config, cluster, devices, sockets, publisher, maintenance=maintenance)
 
 
 def _fail(error: NodeStartError) -> int:
@@ -206,6 +260,7 @@ def _serve(args: argparse.Namespace) -> int:
     failure: NodeStartError | None = None
     try:
         agent = build_agent(args, cluster)
+        agent.on_fatal(stop.set)
         try:
             args.state_dir.mkdir(parents=True, exist_ok=True)
             agent.start()
@@ -241,6 +296,10 @@ def _serve(args: argparse.Namespace) -> int:
             args.nri_socket,
         )
         stop.wait()
+        if agent.fatal.is_set() and agent.fatal_error is not None:
+            error = agent.fatal_error
+            message = f"{error}; stopped so that the restarted agent runs recovery"
+            raise NodeStartError(error.code, message, 1)
     except NodeStartError as exc:
         failure = exc
     finally:

@@ -6,6 +6,9 @@ attachments (no operations left: all collectable) and ``--live`` Ready ones. Sid
 
 * ``before``: median wall time of ``store.attachments()`` (the scan the coordinator runs
   under its lock) over ``--repeats`` rounds with every terminal record present;
+* ``retained``: the same scan after one ``collect_terminal`` with the agent's default
+  :class:`Retention` (``dmn node`` runs it periodically: at most ``--retain-count``, default
+  1000, terminal records kept), timed once too;
 * ``after``: the same scan after one ``forget_terminal()`` (timed once, reported too).
 
 The ratio is before / after.
@@ -24,7 +27,7 @@ import time
 from pathlib import Path
 
 from dmn.agent.journal.records import AttachmentIdentity, AttachmentRecord, AttachmentState
-from dmn.agent.journal.store import JournalStore
+from dmn.agent.journal.store import JournalStore, Retention
 
 
 def _fill(store: JournalStore, terminal: int, live: int) -> None:
@@ -50,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--terminal", type=int, default=20000)
     parser.add_argument("--live", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--retain-count", type=int, default=Retention().max_count)
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -58,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         with JournalStore.open(root) as store:
             _fill(store, args.terminal, args.live)
             before = _scan_ms(store, args.repeats)
+            started = time.perf_counter()
+            retention = Retention(max_age=3600.0, max_count=args.retain_count)
+            collected = store.collect_terminal(retention, time.time())
+            collect_ms = (time.perf_counter() - started) * 1000
+            retained = _scan_ms(store, args.repeats)
             started = time.perf_counter()
             forgotten = store.forget_terminal()
             forget_ms = (time.perf_counter() - started) * 1000
@@ -70,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         "live_records": args.live,
         "repeats": args.repeats,
         "scan_ms_before": round(before, 2),
+        "retention_collect_ms": round(collect_ms, 1),
+        "records_collected_by_retention": collected,
+        "scan_ms_with_retention": round(retained, 2),
         "forget_terminal_ms": round(forget_ms, 1),
         "records_forgotten": forgotten,
         "records_remaining": remaining,

@@ -410,6 +410,14 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Keep the state directory for analysis; do not delete it while effects are recorded.",
     ),
     _r(
+        "E_HOOK_DEADLINE",
+        AGENT,
+        "An NRI hook outlived its deadline (the runtime was already answered): it attached "
+        "nothing, and undid what it had started.",
+        "Look for what made the hook slow (API server, a slow executor, the node lock); the "
+        "runtime retries the sandbox.",
+    ),
+    _r(
         "E_JOURNAL_FAILED",
         AGENT,
         "The journal refuses writes because an earlier commit failed.",

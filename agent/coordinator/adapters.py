@@ -3,7 +3,10 @@
 Each claim of a kubelet batch gets its own result: a :class:`Refusal` becomes that claim's
 ``error`` (reason code first, so the kubelet event names it). An NRI hook refused by the
 services raises :class:`HookRefused`, which fails the runtime operation. Containers of
-Pods without claims of ours pass untouched.
+Pods without claims of ours pass untouched. A journal that failed a commit answers every
+request with its reason code (E_JOURNAL_WRITE, then E_JOURNAL_FAILED): nothing more is
+mutated, and the agent exits so that a restart runs recovery (see
+:class:`~dmn.agent.coordinator.node_agent.NodeAgent`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dmn.agent.coordinator.preparation import PreparationService
 from dmn.agent.coordinator.reconcile import ReconcileLoop
 from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
 from dmn.agent.coordinator.verify import Refusal
+from dmn.agent.journal.store import JournalError
 from dmn.agent.kubelet.handler import (
     ClaimRef,
     PreparedDevice,
@@ -27,6 +31,7 @@ from dmn.agent.nri.handler import (
     HookRefused,
     HookTimeout,
     PodSandbox,
+    current_deadline,
 )
 from dmn.agent.refusal_events import RefusalReporter, claim_object, pod_object, reason_of
 
@@ -58,6 +63,11 @@ class DraAdapter:
                 out[c.uid] = PrepareResult(error=str(exc))
                 self._report("NodePrepareResources", c, str(exc))
                 continue
+            except JournalError as exc:
+                log.error("event=prepare-journal-failed claim=%s code=%s", c.uid, exc.code)
+                out[c.uid] = PrepareResult(error=f"{exc.code}: {exc}")
+                self._report("NodePrepareResources", c, out[c.uid].error or "")
+                continue
             except Exception as exc:  # one claim's failure never fails the batch
                 log.exception("event=prepare-failed claim=%s", c.uid)
                 out[c.uid] = PrepareResult(error=f"E_INTERNAL: {type(exc).__name__}: {exc}")
@@ -86,6 +96,10 @@ class DraAdapter:
                 log.warning("event=unprepare-refused claim=%s code=%s", c.uid, exc.code)
                 out[c.uid] = UnprepareResult(error=str(exc))
                 self._report("NodeUnprepareResources", c, str(exc))
+            except JournalError as exc:
+                log.error("event=unprepare-journal-failed claim=%s code=%s", c.uid, exc.code)
+                out[c.uid] = UnprepareResult(error=f"{exc.code}: {exc}")
+                self._report("NodeUnprepareResources", c, out[c.uid].error or "")
             except Exception as exc:  # retried by the kubelet; the journal keeps the state
                 log.exception("event=unprepare-failed claim=%s", c.uid)
                 out[c.uid] = UnprepareResult(error=f"E_INTERNAL: {type(exc).__name__}: {exc}")
@@ -108,10 +122,11 @@ class NriAdapter:
         self.reconcile = reconcile
         self.reporter = reporter or RefusalReporter(None, "")
 
-    def _refuse(self, request: str, pod: PodSandbox, exc: Refusal) -> HookRefused:
+    def _refuse(self, request: str, pod: PodSandbox, exc: Refusal | JournalError) -> HookRefused:
         obj = pod_object(pod.namespace, pod.name, pod.uid)
-        self.reporter.refused(request, exc.code, str(exc), obj)
-        return HookRefused(str(exc))
+        message = str(exc) if isinstance(exc, Refusal) else f"{exc.code}: {exc}"
+        self.reporter.refused(request, exc.code, message, obj)
+        return HookRefused(message)
 
     def synchronize(self, pods: Sequence[PodSandbox], containers: Sequence[Container]) -> None:
         log.info("event=synchronize pods=%d containers=%d", len(pods), len(containers))
@@ -119,20 +134,27 @@ class NriAdapter:
 
     def run_pod_sandbox(self, pod: PodSandbox) -> None:
         try:
-            self.attachments.run_pod(pod.namespace, pod.name, pod.uid, pod.id, pod.netns_path)
-        except Refusal as exc:
+            self.attachments.run_pod(
+                pod.namespace,
+                pod.name,
+                pod.uid,
+                pod.id,
+                pod.netns_path,
+                deadline=current_deadline(),
+            )
+        except (Refusal, JournalError) as exc:
             raise self._refuse("RunPodSandbox", pod, exc) from exc
 
     def stop_pod_sandbox(self, pod: PodSandbox) -> None:
         try:
             self.attachments.stop_pod(pod.uid, pod.id)
-        except Refusal as exc:
+        except (Refusal, JournalError) as exc:
             raise self._refuse("StopPodSandbox", pod, exc) from exc
 
     def remove_pod_sandbox(self, pod: PodSandbox) -> None:
         try:
             self.attachments.remove_pod(pod.uid, pod.id)
-        except Refusal as exc:
+        except (Refusal, JournalError) as exc:
             raise self._refuse("RemovePodSandbox", pod, exc) from exc
 
     def create_container(self, pod: PodSandbox, container: Container) -> ContainerAdjustment:
@@ -145,7 +167,7 @@ class NriAdapter:
     def _gate(self, pod: PodSandbox, request: str) -> None:
         try:
             self.attachments.gate(pod.namespace, pod.name, pod.uid, pod.id)
-        except Refusal as exc:
+        except (Refusal, JournalError) as exc:
             raise self._refuse(request, pod, exc) from exc
 
     def shutdown(self) -> None:

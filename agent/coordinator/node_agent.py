@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from dmn.agent.coordinator.adapters import DraAdapter, NriAdapter
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import DeviceView
+from dmn.agent.coordinator.maintenance import Maintenance, MaintenanceConfig
 from dmn.agent.coordinator.node_services import NodeServices
+from dmn.agent.journal.store import JournalError
 from dmn.agent.kubelet.handler import DeviceHealth
 from dmn.agent.kubelet.server import (
     DEFAULT_PLUGINS_DIR,
@@ -60,6 +62,7 @@ class NodeAgent:
         sockets: AgentSockets | None = None,
         publisher: NodeSlicePublisher | None = None,
         health_from: NodeSlicePublisher | None = None,
+        maintenance: MaintenanceConfig | None = None,
     ) -> None:
         """``publisher`` is started and stopped with the agent; device health is judged
         from ``health_from`` (default: ``publisher``), which may be one run by someone else
@@ -79,14 +82,43 @@ class NodeAgent:
         self.api_reachable = ApiReachability(cluster)
         self._health: dict[str, DeviceHealth] = {}
         self._health_lock = threading.Lock()
+        self.maintenance = Maintenance(lambda: self.services, maintenance)
+        #: set at the first failed journal commit: the agent has stopped mutating (the
+        #: store refuses every write) and its owner must exit non-zero so that a restart
+        #: runs recovery (``dmn node`` does); :attr:`fatal_error` says why
+        self.fatal = threading.Event()
+        self.fatal_error: JournalError | None = None
+        self._fatal_listeners: list[Callable[[], None]] = []
+
+    def on_fatal(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (once, from the failing thread) when :attr:`fatal` is set."""
+        self._fatal_listeners.append(listener)
+
+    def _journal_failed(self, error: JournalError) -> None:
+        if self.fatal.is_set():
+            return
+        self.fatal_error = error
+        self.fatal.set()
+        log.critical(
+            "event=journal-failed code=%s error=%s action=stop-mutating-and-exit",
+            error.code,
+            error,
+        )
+        for listener in self._fatal_listeners:
+            listener()
+
+    def _open_services(self) -> NodeServices:
+        services = NodeServices.open(self.config, self.cluster, self.devices)
+        services.journal.failure_listeners.append(self._journal_failed)
+        services.start()
+        return services
 
     def start(self) -> NodeAgent:
         """Start everything; on a failure what was started is stopped again and it raises."""
         try:
             if self.publisher is not None:  # its listeners bind before the sockets exist
                 self.publisher.start()
-            self.services = NodeServices.open(self.config, self.cluster, self.devices)
-            self.services.start()
+            self.services = self._open_services()
             self.reporter.start()
             self.dra = DraAdapter(self.services.preparation, self.reporter)
             self.nri = NriAdapter(self.services.attachments, self.services.reconcile, self.reporter)
@@ -99,6 +131,7 @@ class NodeAgent:
             if self.health_from is not None:
                 self.health_from.add_listener(self.report_health)
             self.plugin = PluginThread(NriPlugin(self.nri, self.sockets.nri)).start()
+            self.maintenance.start()
         except BaseException:
             self.stop()
             raise
@@ -140,7 +173,7 @@ class NodeAgent:
         if self.services is not None:
             try:
                 self.services.journal.schema_version  # noqa: B018 - a read that must answer
-                journal = True
+                journal = self.services.journal.writable()[0]  # a failed commit: not ready
             except Exception as exc:  # closed or failing store: not writable either
                 log.warning("event=journal-unreadable error=%s", exc)
         return Readiness(kubelet, nri, journal)
@@ -186,8 +219,7 @@ class NodeAgent:
         a restarted agent would; the protocol adapters switch to them."""
         if self.services is not None:
             self.services.close()
-        self.services = NodeServices.open(self.config, self.cluster, self.devices)
-        self.services.start()
+        self.services = self._open_services()
         if self.dra is not None:
             self.dra.preparation = self.services.preparation
         if self.nri is not None:
@@ -197,6 +229,7 @@ class NodeAgent:
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop in reverse order; safe after a failed start and more than once."""
+        self.maintenance.stop()
         if self.health_from is not None:
             self.health_from.remove_listener(self.report_health)
         if self.publisher is not None:

@@ -12,6 +12,7 @@ journal boundary hook are injectable (tests use them; the agent takes the defaul
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ from dmn.agent.coordinator.operations import NodeOperations
 from dmn.agent.coordinator.preparation import PreparationService
 from dmn.agent.coordinator.reconcile import ReconcileLoop
 from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
-from dmn.agent.journal.store import JournalStore
+from dmn.agent.journal.store import JournalStore, Retention
 from dmn.agent.netns.pins import NamespacePins
 from dmn.api.cluster import Cluster
 from dmn.engine.runner import BoundaryHook, Runner
@@ -89,6 +90,13 @@ class NodeServices:
     def start(self) -> None:
         """Recover what a crash left unfinished; call before serving anything."""
         self.reconcile.recover()
+
+    def collect_terminal(self, retention: Retention) -> int:
+        """Journal retention (one commit, under the node lock: a terminal preparation's key
+        is reused if its claim is prepared again, which must not race the delete); called
+        periodically by :mod:`.maintenance`, never on a hook path."""
+        with self.lock:
+            return self.journal.collect_terminal(retention, time.time())
 
     def close(self) -> None:
         self.attachments.status.close()  # pending status writes first (no lock needed)

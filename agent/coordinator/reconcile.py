@@ -5,22 +5,31 @@
 * :meth:`ReconcileLoop.synchronize` (NRI Synchronize, seed 000 §11.5): remove attachments
   of this boot whose sandbox the runtime no longer has.
 
-Not done yet (said plainly): a periodic retry of cleanups that failed (RemovePodSandbox
-errors are retried only at the next Synchronize) and reconciliation of attachments of an
-older boot; both belong here.
+* :meth:`ReconcileLoop.tick` (periodic, from :mod:`.maintenance`, never on a hook):
+  retry cleanups that failed (attachments left Removing) with exponential backoff and
+  jitter per attachment (:mod:`.retry_backoff`), and resolve orphans — attachments left
+  Connecting whose RunPodSandbox is no longer running (the hook died with an earlier
+  incarnation, or gave up) for at least ``orphan_grace`` seconds (a runtime that retries
+  the same sandbox resumes it meanwhile): they are fenced, undone from the journal and end
+  Removed.
+
+Attachments of an earlier boot are not handled by the periodic tick (boot reconciliation
+is separate work).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.operations import NodeOperations
+from dmn.agent.coordinator.retry_backoff import RetrySchedule
 from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
 from dmn.agent.coordinator.verify import Refusal
-from dmn.agent.journal.records import AttachmentIdentity, AttachmentState
+from dmn.agent.journal.records import AttachmentIdentity, AttachmentRecord, AttachmentState
 from dmn.agent.journal.store import JournalStore
 from dmn.agent.netns.pins import PinError
 from dmn.engine.runner import RunRefused
@@ -37,8 +46,15 @@ class ReconcileLoop:
         attachments: SandboxAttachmentService,
         boot_id: Callable[[], str],
         lock: threading.RLock,
+        retries: RetrySchedule[AttachmentIdentity] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        orphan_grace: float = 120.0,
     ) -> None:
         self.config = config
+        self.retries: RetrySchedule[AttachmentIdentity] = retries or RetrySchedule()
+        self.clock = clock
+        self.orphan_grace = orphan_grace
+        self._orphan_seen: dict[AttachmentIdentity, float] = {}
         self.journal = journal
         self.operations = operations
         self.attachments = attachments
@@ -81,4 +97,52 @@ class ReconcileLoop:
                     )
         if removed:
             log.info("event=synchronized removed=%d", len(removed))
+        return removed
+
+    def _pending(self, rec: AttachmentRecord, boot: str) -> bool:
+        """Removing (a cleanup that failed), or Connecting with no run of it in flight."""
+        ident = rec.identity
+        if ident.node_uid != self.config.node_uid or ident.boot_id != boot:
+            return False
+        if rec.state is AttachmentState.REMOVING:
+            return True
+        return rec.state is AttachmentState.CONNECTING and not self.attachments.in_flight(ident)
+
+    def tick(self) -> list[AttachmentIdentity]:
+        """Retry every due cleanup and resolve orphans (see the module doc); returns what
+        ended Removed. A failure is logged and scheduled again with backoff and jitter."""
+        now = self.clock()
+        removed: list[AttachmentIdentity] = []
+        with self._lock:
+            boot = self.boot_id()
+            pending = [r.identity for r in self.journal.attachments() if self._pending(r, boot)]
+        self.retries.keep_only(pending)
+        self._orphan_seen = {i: t for i, t in self._orphan_seen.items() if i in pending}
+        for ident in pending:
+            if not self.retries.due(ident, now):
+                continue
+            try:
+                with self._lock:  # re-read: a hook may have finished it meanwhile
+                    rec = self.journal.get_attachment(ident)
+                    if rec is None or not self._pending(rec, boot):
+                        self.retries.succeeded(ident)
+                        continue
+                    orphan = rec.state is AttachmentState.CONNECTING
+                    if orphan and now - self._orphan_seen.setdefault(ident, now) < (
+                        self.orphan_grace
+                    ):
+                        continue  # not yet: the runtime may still retry it
+                    self.attachments.remove(rec)
+                self.retries.succeeded(ident)
+                removed.append(ident)
+                log.info("event=cleanup-retried sandbox=%s orphan=%s", ident.sandbox_id, orphan)
+            except (Refusal, RunRefused, PinError) as exc:
+                due = self.retries.failed(ident, now)
+                log.error(
+                    "event=cleanup-retry-failed sandbox=%s failures=%d next_in=%.1fs error=%s",
+                    ident.sandbox_id,
+                    self.retries.failures(ident),
+                    due - now,
+                    exc,
+                )
         return removed

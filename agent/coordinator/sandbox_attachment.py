@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -67,6 +68,7 @@ from dmn.agent.journal.records import (
 )
 from dmn.agent.journal.store import JournalStore
 from dmn.agent.netns.pins import NamespacePins, PinError
+from dmn.agent.nri.handler import HookDeadline
 from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
 from dmn.engine.binder import Call
@@ -77,6 +79,16 @@ from dmn.vocabulary.handles import Handle, Scope
 from dmn.vocabulary.terms import ScopeKind
 
 log = logging.getLogger("dmn.agent.coordinator.coordinator")
+
+
+def _in_time(deadline: HookDeadline | None, subject: str, when: str) -> None:
+    """Refuse (E_HOOK_DEADLINE) once the hook's deadline expired: its answer is gone."""
+    if deadline is not None and deadline.expired():
+        raise Refusal(
+            "E_HOOK_DEADLINE",
+            f"{subject}: the hook's deadline passed {when}; nothing more is attached",
+            retryable=True,
+        )
 
 
 class SandboxAttachmentService:
@@ -103,6 +115,26 @@ class SandboxAttachmentService:
         # status is reporting, never authority: written off the hook path, in order
         self.status = StatusWriter()
         self._lock = lock
+        self._running: dict[AttachmentIdentity, int] = {}
+        self._running_lock = threading.Lock()
+
+    def in_flight(self, identity: AttachmentIdentity) -> bool:
+        """True while a RunPodSandbox of ``identity`` is running in this process (its
+        Connecting record is no orphan)."""
+        with self._running_lock:
+            return identity in self._running
+
+    @contextmanager
+    def _running_for(self, identity: AttachmentIdentity) -> Iterator[None]:
+        with self._running_lock:
+            self._running[identity] = self._running.get(identity, 0) + 1
+        try:
+            yield
+        finally:
+            with self._running_lock:
+                left = self._running.pop(identity) - 1
+                if left:
+                    self._running[identity] = left
 
     def _pod_claims(self, namespace: str, pod_name: str, pod_uid: str) -> list[dict[str, Any]]:
         return pod_claims(
@@ -119,9 +151,19 @@ class SandboxAttachmentService:
         pod_uid: str,
         sandbox_id: str,
         netns_path: str | None,
+        deadline: HookDeadline | None = None,
     ) -> bool:
-        """Attach the Pod's prepared claims to the sandbox; False: no claims of ours."""
-        with self._lock:
+        """Attach the Pod's prepared claims to the sandbox; False: no claims of ours.
+
+        ``deadline`` is the NRI hook's: it is checked before the intent is committed,
+        before every connect step and before Ready is committed. Once it expired (the
+        runtime was answered DEADLINE_EXCEEDED while this thread went on), nothing more
+        is attached: what ran is undone and the record ends Removed (E_HOOK_DEADLINE). A
+        sandbox that was stopped or removed first left a Removed tombstone, and a Run
+        arriving after it is refused (E_ATTACHMENT_STATE) before anything is done.
+        """
+        with self._running_for(self._identity(pod_uid, sandbox_id)), self._lock:
+            _in_time(deadline, sandbox_id, "before reading the Pod")
             claims = self._pod_claims(namespace, pod_name, pod_uid)
             if not claims:
                 return False
@@ -130,7 +172,11 @@ class SandboxAttachmentService:
             if existing is not None and existing.state is AttachmentState.READY:
                 return True
             if existing is not None and existing.state is not AttachmentState.CONNECTING:
-                raise Refusal("E_ATTACHMENT_STATE", f"sandbox {sandbox_id} is {existing.state}")
+                raise Refusal(
+                    "E_ATTACHMENT_STATE",
+                    f"sandbox {sandbox_id} is {existing.state.value} (stopped or removed "
+                    "before this RunPodSandbox finished)",
+                )
             plan: list[tuple[PreparationRecord, VerifiedClaim, dict[str, Any]]] = []
             for c in claims:
                 uid = str(c["metadata"]["uid"])
@@ -188,6 +234,7 @@ class SandboxAttachmentService:
             pin = NamespacePin(
                 att, str(self.pins.path(att)), wanted.dev, wanted.inode, identity.boot_id
             )
+            _in_time(deadline, sandbox_id, "before the attachment intent")
             # the intent is durable before the mount exists: a crash leaves a record that
             # proves the pin is ours
             with self.journal.batch() as b:
@@ -222,9 +269,10 @@ class SandboxAttachmentService:
             device_status: list[list[dict[str, Any]]] = []
             try:
                 for prep, verified, revision in plan:
-                    exports = self._connect(att, ref, prep, verified, revision, done)
+                    exports = self._connect(att, ref, prep, verified, revision, done, deadline)
                     outputs.extend(status_outputs(exports, verified))
                     device_status.append(device_entries(self.config.driver, verified, exports))
+                _in_time(deadline, sandbox_id, "before Ready")
             except (Refusal, RunRefused, PinError) as exc:
                 cleaned = self.operations.undo(reversed(done), sync_end=False)  # batch below
                 rec.state, rec.error = AttachmentState.REMOVED, str(exc)
@@ -281,6 +329,7 @@ class SandboxAttachmentService:
         verified: VerifiedClaim,
         revision: Mapping[str, Any],
         done: list[str],
+        deadline: HookDeadline | None = None,
     ) -> dict[str, Mapping[str, tuple[Handle, ...]]]:
         spec = revision["spec"]
         steps = {str(s["id"]): s for s in spec["normalizedSpec"]["steps"]}
@@ -292,6 +341,7 @@ class SandboxAttachmentService:
         sandbox = Scope(ScopeKind.SANDBOX, ref.identity)
         for step_id in spec["order"]:
             step = steps[step_id]
+            _in_time(deadline, att, f"before step {step_id}")
             op = f"conn-{att[4:20]}-{short_digest(prep.claim_uid)[:8]}-{step_id}"
             if step_id in roots:
                 plugin = roots[step_id].plugin
@@ -354,7 +404,10 @@ class SandboxAttachmentService:
         with self._lock:
             identity = self._identity(pod_uid, sandbox_id)
             rec = self.journal.get_attachment(identity)
-            if rec is None or rec.state is AttachmentState.REMOVED:
+            if rec is None:
+                self._tombstone(identity, "stopped")
+                return
+            if rec.state is AttachmentState.REMOVED:
                 return
             att = attachment_id(identity)
             rec.state = AttachmentState.REMOVING
@@ -366,10 +419,33 @@ class SandboxAttachmentService:
     def remove_pod(self, pod_uid: str, sandbox_id: str) -> None:
         """Reverse cleanup of the attachment; the pin goes only after verified cleanup."""
         with self._lock:
-            rec = self.journal.get_attachment(self._identity(pod_uid, sandbox_id))
-            if rec is None or rec.state is AttachmentState.REMOVED:
+            identity = self._identity(pod_uid, sandbox_id)
+            rec = self.journal.get_attachment(identity)
+            if rec is None:
+                self._tombstone(identity, "removed")
+                return
+            if rec.state is AttachmentState.REMOVED:
                 return
             self.remove(rec)
+
+    def _tombstone(self, identity: AttachmentIdentity, how: str) -> None:
+        """A Removed record for a sandbox stopped or removed before any attachment of it
+        was recorded (a Pod without our claims, or a RunPodSandbox still on its way, e.g.
+        one that outlived its hook deadline): a RunPodSandbox of that sandbox arriving
+        later is refused. Synced before the runtime hears the hook succeeded, like every
+        record a hook's answer depends on; retention collects it like any Removed
+        record."""
+        with self.journal.batch() as b:
+            b.put_attachment(
+                AttachmentRecord(
+                    identity,
+                    state=AttachmentState.REMOVED,
+                    error=f"tombstone: sandbox {how} before any attachment was recorded",
+                )
+            )
+        log.info(
+            "event=tombstone pod=%s sandbox=%s how=%s", identity.pod_uid, identity.sandbox_id, how
+        )
 
     def remove(self, rec: AttachmentRecord) -> None:
         with self._lock:

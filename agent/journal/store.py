@@ -273,6 +273,9 @@ class JournalStore:
         #: the error of the first failed commit (None while every commit succeeded); sticky:
         #: once set every write is refused and liveness/readiness report the journal failed
         self.write_error: str | None = None
+        #: called once, with the error, when the first commit fails (the agent stops and
+        #: exits non-zero from there; a listener must not raise or block)
+        self.failure_listeners: list[Callable[[JournalWriteError], None]] = []
         #: records that could not be decoded, by key: scans skip them (isolated, logged) so
         #: one bad record does not fail every scan; ``dmn journal show`` reports them
         self.corrupt: dict[bytes, str] = {}
@@ -440,7 +443,10 @@ class JournalStore:
         except Exception as exc:  # e.g. the flush on close after ENOSPC: the WAL still has it
             _log.error("journal=%s event=close_failed error=%r", self.state_dir, str(exc))
         if not self.read_only:
-            _chmod_private(self.state_dir / DB_DIR)
+            try:
+                _chmod_private(self.state_dir / DB_DIR)
+            except OSError as exc:  # e.g. the filesystem went read-only after an I/O error
+                _log.error("journal=%s event=chmod_failed error=%r", self.state_dir, str(exc))
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -474,7 +480,13 @@ class JournalStore:
             self.write_error = f"{type(exc).__name__}: {exc}"
             JOURNAL_COMMIT_FAILURES.inc()
             _log.error("journal=%s event=commit_failed error=%r", self.state_dir, self.write_error)
-            raise JournalWriteError(f"journal {self.state_dir} commit failed: {exc}") from exc
+            failure = JournalWriteError(f"journal {self.state_dir} commit failed: {exc}")
+            for listener in list(self.failure_listeners):
+                try:
+                    listener(failure)
+                except Exception:  # a listener never hides the failure from the writer
+                    _log.exception("journal=%s event=failure_listener_failed", self.state_dir)
+            raise failure from exc
         if sync:
             self.commits += 1
 

@@ -45,10 +45,12 @@ from dmn.agent.nri import mux
 from dmn.agent.nri.handler import (
     Container,
     ContainerAdjustment,
+    HookDeadline,
     HookRefused,
     HookTimeout,
     NriHandler,
     PodSandbox,
+    call_with_deadline,
 )
 from dmn.agent.nri.transport import MuxTransport, TtrpcClient, TtrpcServer
 from dmn.agent.nri.ttrpc_frame import Code, TtrpcError
@@ -458,10 +460,13 @@ class NriPlugin:
         deadline = self.hook_deadline(timeout_nano)
         self.stats.hooks += 1
         self.stats.events.append(event)
-        fut = loop.run_in_executor(self._executor, fn, *args)
+        # the handler sees its deadline (current_deadline) and checks it before mutating
+        expiry = HookDeadline.after(deadline)
+        fut = loop.run_in_executor(self._executor, call_with_deadline, expiry, fn, *args)
         try:
             return await asyncio.wait_for(asyncio.shield(fut), deadline)
         except TimeoutError:
+            expiry.expire()  # before the runtime hears of it: a late finisher must undo
             self.stats.hook_timeouts += 1
             report = HookTimeout(event, pod_uid, container_id, deadline)
             log.error(

@@ -20,10 +20,11 @@ from typing import Any
 
 from dmn.agent.coordinator import NodeConfig, NodeServices
 from dmn.agent.coordinator.handles import InventoryDevices
+from dmn.agent.coordinator.maintenance import MaintenanceConfig
 from dmn.agent.coordinator.node_agent import AgentSockets, NodeAgent
 from dmn.agent.kubelet.server import KubeletPluginServer
 from dmn.agent.nri.plugin import PluginConfig
-from dmn.api.cluster import Cluster
+from dmn.api.cluster import Cluster, connect
 from dmn.api.cluster import resources as r
 from dmn.lab import manifests
 from dmn.lab.cluster import LabCluster
@@ -32,6 +33,7 @@ from dmn.lab.node import NODE_NAME, NODE_UID
 from dmn.lab.runtime.nri_runtime import LabNriRuntime
 from dmn.lab.shipped import examples_dir
 from dmn.lab.state_dir import StateDir
+from tests.stalling_proxy import StallingProxy
 
 TOPOLOGY = examples_dir() / "topologies" / "shared-macvlan.yaml"
 WAIT = 60.0
@@ -71,6 +73,7 @@ class LabNode:
     device_class: str
     revision: str
     root: Path
+    proxy: StallingProxy | None = None  # between the agent and the API server (brownouts)
 
     @property
     def services(self) -> NodeServices:
@@ -158,9 +161,11 @@ def _teardown(agent: NodeAgent) -> None:
 
 
 @contextmanager
-def lab_node(follow_links: bool = False) -> Iterator[LabNode]:
+def lab_node(follow_links: bool = False, proxied: bool = False) -> Iterator[LabNode]:
     """``follow_links``: the lab's publisher rescans on rtnetlink events of its namespace
-    (and so the agent's device health follows link changes)."""
+    (and so the agent's device health follows link changes). ``proxied``: the agent talks
+    to the API server through a :class:`StallingProxy` (``node.proxy``) with a 5 s request
+    timeout, so that a test can stall the API server for the agent alone."""
     # short paths: unix socket paths must fit sockaddr_un
     root = Path(tempfile.mkdtemp(prefix="dmn-c1-", dir="/tmp"))
     with ExitStack() as stack:
@@ -190,9 +195,27 @@ def lab_node(follow_links: bool = False) -> Iterator[LabNode]:
             nri=PluginConfig(socket_path=sock, hook_deadline=25.0, use_env_socket=False),
             nri_ready_timeout=WAIT,
         )
-        agent = NodeAgent(config, cluster, lab_devices(lab), sockets, health_from=lab.publication)
+        # maintenance passes only when a test runs them (tick, run_once): deterministic
+        quiet = MaintenanceConfig(reconcile_interval=3600.0, retention_interval=3600.0)
+        proxy: StallingProxy | None = None
+        agent_cluster = cluster
+        if proxied:
+            proxy = StallingProxy(("127.0.0.1", int(lab.url.rsplit(":", 1)[1])))
+            stack.callback(proxy.close)
+            agent_cluster = Cluster(connect(url=proxy.url), request_timeout=5.0)
+            stack.callback(agent_cluster.close)
+        agent = NodeAgent(
+            config,
+            agent_cluster,
+            lab_devices(lab),
+            sockets,
+            health_from=lab.publication,
+            maintenance=quiet,
+        )
         stack.callback(_teardown, agent)
         agent.start()
         assert runtime.wait_ready(1, WAIT) and agent.wait_nri_ready()
-        node = LabNode(lab, cluster, agent, runtime, topo.device_classes[0], topo.revision, root)
+        node = LabNode(
+            lab, cluster, agent, runtime, topo.device_classes[0], topo.revision, root, proxy
+        )
         yield node

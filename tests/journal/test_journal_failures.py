@@ -124,3 +124,39 @@ def test_an_undecodable_record_is_isolated_and_the_rest_is_served(tmp_path: Path
         with store.batch() as b:
             b.put_preparation(PreparationRecord("claim-d", "fp"))
         assert store.writable() == (True, "")
+
+
+def test_failed_fsync_is_reason_coded_sticky_and_a_reopen_recovers(tmp_path: Path) -> None:
+    """Issue 13 (deliverable 6), the injected fsync failure: the kernel fails the WAL's
+    fdatasync with EIO (see tests/journal/failing_disk.py for why this trick). The first
+    small commit after the disk fails is a JournalWriteError, the failure listeners hear
+    it once, every later write is refused; after repair a reopened store has what was
+    committed before and is writable."""
+    from tests.journal.failing_disk import failing_disk
+
+    heard: list[str] = []
+    with failing_disk(tmp_path) as disk:
+        state = disk.mount / "state"
+        store = JournalStore.open(state)
+        store.failure_listeners.append(lambda exc: heard.append(exc.code))
+        try:
+            with store.batch() as b:
+                b.put_preparation(PreparationRecord("claim-ok", "fp"))
+            disk.fill()
+            with pytest.raises(JournalWriteError) as failed, store.batch() as b:
+                b.put_preparation(PreparationRecord("claim-lost", "fp"))
+            assert "fdatasync" in str(failed.value) or "Input/output" in str(failed.value)
+            assert heard == ["E_JOURNAL_WRITE"]
+            with pytest.raises(JournalFailedError), store.batch() as b:
+                b.put_preparation(PreparationRecord("claim-after", "fp"))
+            assert heard == ["E_JOURNAL_WRITE"]  # once
+            assert not store.writable()[0]
+        finally:
+            store.close()  # the filesystem went read-only: close must not raise
+        disk.repair()
+        with JournalStore.open(state) as reopened:
+            assert reopened.get_preparation("claim-ok", "fp") is not None
+            assert reopened.get_preparation("claim-after", "fp") is None
+            with reopened.batch() as b:
+                b.put_preparation(PreparationRecord("claim-later", "fp"))
+            assert reopened.writable() == (True, "")

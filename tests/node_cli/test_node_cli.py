@@ -302,3 +302,66 @@ def test_readiness_follows_kubelet_registration_nri_and_stop(
     assert proc.returncode == 0, err
     gone = _ready(state)
     assert gone.returncode == 1 and "does not exist" in gone.stderr, gone.stderr
+
+
+@pytest.mark.adversarial
+def test_failed_journal_commit_stops_the_agent_and_exits_1_then_restart_recovers(
+    root: Path, server: LabApiServer
+) -> None:
+    """Issue 13 (deliverable 6) with a real ``dmn node``: its state dir is on a disk whose
+    fdatasync fails for real once the test says so (tests/journal/failing_disk.py). Before:
+    the failed commit was logged, the agent kept running, serving errors. Now: the first
+    failed commit stops mutation, the agent stops and exits 1 with E_JOURNAL_WRITE; after
+    the disk is repaired, the restarted agent opens (recovers) the journal and serves."""
+    from dmn.lab.runtime.nri_runtime import LabPod
+    from tests.journal.failing_disk import failing_disk
+
+    nri = root / "nri.sock"
+    runtime = LabNriRuntime(str(nri), request_timeout=30.0, registration_timeout=20.0).start()
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        with failing_disk(root) as disk:
+            state = disk.mount / "state"
+            port = _free_port()
+            argv = ["--url", server.url, "--node-name", NODE, "--state-dir", str(state)]
+            argv += [*_kubelet(root, "1"), "--nri-socket", str(nri)]
+            argv += ["--health-address", "127.0.0.1", "--health-port", str(port)]
+            procs.append(_node(argv))
+            assert runtime.wait_ready(1, WAIT)
+            wait_for(lambda: _http(port, "/livez")[0] == 200, timeout=WAIT, what="/livez")
+            # a Pod without claims of ours: RunPodSandbox writes nothing
+            runtime.run_pod_sandbox(LabPod("sb-1", "uid-1", "plain", "default"))
+            disk.fill()
+            runtime.stop_pod_sandbox("sb-1")  # its tombstone is the first failing commit
+            _, err = procs[0].communicate(timeout=WAIT)
+            assert procs[0].returncode == 1, err
+            wait_for(lambda: not runtime.ready_plugins, timeout=WAIT, what="the plugin gone")
+            assert "Traceback" not in err
+            last = err.strip().splitlines()[-1]
+            assert last.startswith("dmn node: error[E_JOURNAL_WRITE]: "), last
+            assert "runs recovery" in last
+            assert "event=journal-failed" in err
+            disk.repair()
+            port = _free_port()
+            argv[-1] = str(port)
+            procs.append(_node(argv))
+            wait_for(
+                lambda: runtime.wait_ready(1, 0.5) or procs[1].poll() is not None,
+                timeout=WAIT,
+                what="the restarted agent's NRI connection",
+            )
+            assert procs[1].poll() is None, procs[1].communicate()[1]
+            wait_for(
+                lambda: _http(port, "/livez") == (200, "[+]journal-writable ok\nok\n"),
+                timeout=WAIT,
+                what="the restarted agent's journal writable",
+            )
+            procs[1].send_signal(signal.SIGTERM)
+            _, err = procs[1].communicate(timeout=WAIT)
+            assert procs[1].returncode == 0, err
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        runtime.stop()
