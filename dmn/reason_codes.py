@@ -1003,8 +1003,35 @@ REGISTRY: tuple[ReasonCode, ...] = (
     _r(
         "E_NOT_ROOT",
         CLI,
-        "The upstream lab backend needs root (kubelet, containerd).",
-        "Run it as root, or use the embedded backend.",
+        "The command needs root: the upstream lab backend (kubelet, containerd), or "
+        "entering a lab Pod's network namespace (`dmn lab exec`).",
+        "Run it as root (or use the embedded backend instead of upstream).",
+    ),
+    _r(
+        "E_NOT_A_POD",
+        CLI,
+        "`dmn lab run -f` was given a document that is not a v1 Pod.",
+        "Give it Pods only; create other objects with `dmn lab apply -f`.",
+    ),
+    _r(
+        "E_POD_SPEC",
+        CLI,
+        "A Pod for `dmn lab run` lacks what a node needs to run it (containers with names, "
+        "resourceClaims with exactly one claim source), at the position shown.",
+        "Fix the field the message points at.",
+    ),
+    _r(
+        "E_POD_TIMEOUT",
+        CLI,
+        "A Pod `dmn lab run` created did not reach Running in time.",
+        "Read its status and Events (`dmn lab get pod NAME -o yaml`); raise --timeout.",
+    ),
+    _r(
+        "E_POD_NOT_RUNNING",
+        CLI,
+        "`dmn lab exec` was pointed at a Pod that is not running on this lab (not started, "
+        "failed, recreated under the same name, or its sandbox is gone).",
+        "Check the Pod's phase and message; run it again with `dmn lab run -f`.",
     ),
     _r(
         "E_LAB_LINKS",

@@ -5,6 +5,8 @@
     dmn lab get KIND [NAME] | KIND/NAME [-n NAMESPACE] [-o yaml|json|name] [--state-dir DIR]
     dmn lab delete -f FILE|DIR | KIND NAME | KIND/NAME [-n NAMESPACE] [--ignore-not-found]
     dmn lab down [--state-dir DIR]
+    dmn lab run -f POD.yaml [--timeout SECONDS] [--state-dir DIR]
+    dmn lab exec POD [-n NAMESPACE] [--state-dir DIR] -- COMMAND [ARG...]
     dmn lab demo [--timeout SECONDS] [--links recorded|netns] [-v]
 
 ``up`` runs the lab API server, installs the CRDs and builtin NetworkPlugins, starts the
@@ -14,9 +16,13 @@ controller and publishes the lab node's ResourceSlices; it writes ``kubeconfig``
 (``kubectl apply``'s client-side semantics: fields a previous apply set and the manifest
 dropped are removed), ``get``, ``delete`` (arguments in kubectl's orders, options
 anywhere) and ``down`` are clients of a running lab through the official Kubernetes client.
-``demo`` is the main job (see :mod:`dmn.lab.demo`). Failures are reported as
-``dmn lab: error[CODE]: message`` (exit 2 for bad input or no running lab, 1 when the API
-server refuses a request or the demo does not hold), never as a traceback.
+With ``--links netns`` (root) ``up`` also runs the Pods its API server is given
+(:mod:`dmn.lab.pod_runner`); ``run`` creates Pods and waits until they run, ``exec`` runs a
+command in a running Pod's network namespace (:mod:`dmn.lab.pod_client`; on the upstream
+backend ``kubectl exec``). ``demo`` is the main job (see :mod:`dmn.lab.demo`). Failures
+are reported as ``dmn lab: error[CODE]: message`` (exit 2 for bad input or no running lab,
+1 when the API server refuses a request, a Pod does not start or the demo does not hold),
+never as a traceback; ``exec`` exits with the command's status.
 """
 
 from __future__ import annotations
@@ -110,17 +116,26 @@ def _up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     lab = LabCluster(state, port=args.port, links=args.links)
+    runner = None
     try:
         url = lab.start()
+        if args.links == "netns":  # real links: the lab runs Pods too
+            from dmn.lab.pod_runner import LabPodRunner
+
+            runner = LabPodRunner(lab, state).start()
     except LabError as exc:
+        lab.stop()
         raise _Failure(exc.code, exc.message) from exc
     pid = os.getpid()
     state.write_pid(pid)
-    _out(f"lab up url={url} kubeconfig={state.kubeconfig} pid={pid}")
+    pods = " pods=yes" if runner is not None else ""
+    _out(f"lab up url={url} kubeconfig={state.kubeconfig} pid={pid}{pods}")
     try:
         while not stop.wait(0.5):
             pass
     finally:
+        if runner is not None:
+            runner.stop()
         lab.stop()
         state.clear_runtime(pid)
     _out("lab down")
@@ -424,6 +439,69 @@ def _get(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- run / exec --------------------------------------------------------------------------
+
+
+def _lab_failure(exc: Any) -> _Failure:
+    from dmn.lab.pod_client import INPUT_CODES
+
+    return _Failure(exc.code, exc.message, 2 if exc.code in INPUT_CODES else 1)
+
+
+def _run_pods(args: argparse.Namespace) -> int:
+    from dmn.lab import pod_client
+    from dmn.lab.cluster import LabError
+    from dmn.lab.pod_runner import read_record
+
+    try:
+        pods = pod_client.load_pods(Path(args.filename))
+    except LabError as exc:  # the file's problem: bad input
+        raise _Failure(exc.code, exc.message) from exc
+    state = StateDir(args.state_dir)
+    upstream = _upstream_lab(state.root).running()
+    with _client(args.state_dir) as cluster:
+        if not upstream and read_record(state) is None:
+            raise _Failure(
+                "E_LAB_LINKS",
+                f"the lab in {state.root} runs no Pods: start it as root with "
+                "dmn lab up --links netns",
+            )
+        try:
+            pod_client.run_pods(cluster, pods, args.timeout, _out)
+        except LabError as exc:
+            raise _lab_failure(exc) from exc
+        except Unavailable:
+            raise
+        except ApiFailure as exc:
+            raise _api_failure("run", exc) from exc
+    return 0
+
+
+def _exec(args: argparse.Namespace) -> int:
+    from dmn.lab import pod_client
+    from dmn.lab.cluster import LabError
+
+    if not args.argv:
+        raise UsageError("give the command after --: dmn lab exec POD -- COMMAND [ARG...]")
+    state = StateDir(args.state_dir)
+    upstream = _upstream_lab(state.root)
+    try:
+        if upstream.running():
+            return pod_client.kubectl_exec(
+                upstream.admin_kubeconfig, args.namespace, args.pod, args.argv
+            )
+        with _client(args.state_dir) as cluster:
+            try:
+                sandbox = pod_client.sandbox_netns(cluster, state, args.namespace, args.pod)
+            except Unavailable:
+                raise
+            except ApiFailure as exc:
+                raise _api_failure(f"pod {args.namespace}/{args.pod}", exc) from exc
+        return pod_client.exec_in_netns(sandbox, args.argv)
+    except LabError as exc:
+        raise _lab_failure(exc) from exc
+
+
 # --- demo --------------------------------------------------------------------------------
 
 
@@ -549,6 +627,12 @@ def _parser() -> CommandParser:
     )
     delete.add_argument("-n", "--namespace", default=None)
     delete.add_argument("--ignore-not-found", action="store_true")
+    run = with_state(sub.add_parser("run", help="create Pods and wait until they run"))
+    run.add_argument("-f", "--filename", required=True, help="a Pod manifest file or directory")
+    run.add_argument("--timeout", type=float, default=120.0, help="bound on each Pod's start (s)")
+    ex = with_state(sub.add_parser("exec", help="run a command in a Pod: exec POD -- CMD"))
+    ex.add_argument("pod", metavar="POD")
+    ex.add_argument("-n", "--namespace", default="default")
     demo = sub.add_parser("demo", help="the main job: up, examples, a claim, down")
     demo.add_argument("--timeout", type=float, default=60.0, help="bound on each wait (s)")
     demo.add_argument("-v", "--verbose", action="store_true")
@@ -562,7 +646,17 @@ def _error(failure: _Failure) -> None:
 
 
 def run(argv: list[str]) -> int:
-    return run_command(_parser(), argv, _dispatch)
+    # ``exec POD [options] -- COMMAND...``: what follows ``--`` is the command, untouched
+    command: list[str] = []
+    if argv[:1] == ["exec"] and "--" in argv:
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1 :]
+
+    def dispatch(args: argparse.Namespace) -> int:
+        args.argv = command
+        return _dispatch(args)
+
+    return run_command(_parser(), argv, dispatch)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -574,6 +668,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         "delete": _delete,
         "demo": _demo,
         "kubeconfig": _kubeconfig,
+        "run": _run_pods,
+        "exec": _exec,
     }
     try:
         return handlers[args.command](args)

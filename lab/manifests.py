@@ -14,7 +14,7 @@ that is not an object with ``apiVersion``, ``kind`` and ``metadata.name``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,13 @@ class ManifestError(Exception):
 class Manifest:
     source: str  # "file:line:col" of the document's start
     doc: dict[str, Any]
+    # positions of the document's fields (None for manifests not read from a file)
+    source_map: SourceMap | None = field(default=None, compare=False, repr=False)
+
+    def at(self, path: tuple[str | int, ...]) -> str:
+        """``file:line:col`` of the field at ``path`` (else of the document)."""
+        span = self.source_map.span(path) if self.source_map is not None else None
+        return f"{span.file}:{span.line}:{span.column}" if span else self.source
 
     @property
     def kind(self) -> str:
@@ -92,7 +99,7 @@ def load_file(file: Path) -> list[Manifest]:
         problem = _shape_problem(doc.data, doc.source)
         if problem:
             raise ManifestError("E_MANIFEST", problem)
-        out.append(Manifest(source, doc.data))
+        out.append(Manifest(source, doc.data, doc.source))
     return out
 
 

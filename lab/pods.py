@@ -37,7 +37,7 @@ from dmn.agent.coordinator.handles import InventoryDevices
 from dmn.agent.coordinator.node_agent import AgentSockets, NodeAgent
 from dmn.agent.nri.plugin import PluginConfig
 from dmn.agent.protos import dra_v1_pb2, dra_v1_pb2_grpc
-from dmn.api.cluster import ApiFailure, NotFound
+from dmn.api.cluster import ApiFailure, Conflict, NotFound
 from dmn.api.cluster import resources as r
 from dmn.lab.allocator import AllocationError
 from dmn.lab.allocator.service import ClaimService
@@ -176,7 +176,19 @@ class LabPods:
         meta = manifest.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
         body = {**manifest, "spec": {**manifest["spec"], "nodeName": NODE_NAME}}
-        pod = self.cluster.create(r.PODS, body, namespace)
+        return self.admit(self.cluster.create(r.PODS, body, namespace))
+
+    def admit(self, pod: dict[str, Any]) -> RunningPod:
+        """Bring a Pod that exists in the API server to Running (binding it to the lab node
+        first when it is not yet); raises :class:`LabError` with the reason. A Pod that
+        fails stays Pending with the reason as its status message and is remembered, so
+        :meth:`delete` still cleans up what was made for it."""
+        meta = pod["metadata"]
+        namespace = meta.get("namespace") or "default"
+        if pod["spec"].get("nodeName") != NODE_NAME:
+            pod = self.cluster.replace(
+                r.PODS, {**pod, "spec": {**pod["spec"], "nodeName": NODE_NAME}}, namespace
+            )
         running = RunningPod(
             meta["name"],
             namespace,
@@ -214,6 +226,9 @@ class LabPods:
                     running.sandbox, LabContainer(cid, running.sandbox, ctr["name"])
                 )
                 self.runtime.start_container(cid)
+        except LabError as exc:  # E_PREPARE: the agent refused the claims
+            self._set_phase(running, "Pending", f"{exc.code}: {exc.message}")
+            raise
         except (AllocationError, HookFailed, ApiFailure, grpc.RpcError, OSError) as exc:
             self._set_phase(running, "Pending", str(exc))
             raise LabError("E_POD_START", f"pod {namespace}/{running.name}: {exc}") from exc
@@ -269,5 +284,7 @@ class LabPods:
 
         if running.netns in netns.listnetns():
             netns.remove(running.netns)
-        with contextlib.suppress(NotFound):
-            self.cluster.delete(r.PODS, name, namespace)
+        # a Pod bound to a node is deleted gracefully: its kubelet finishes the deletion
+        # (grace period 0, for this very Pod) once the sandbox is gone
+        with contextlib.suppress(NotFound, Conflict):
+            self.cluster.delete(r.PODS, name, namespace, grace_period_seconds=0, uid=running.uid)
