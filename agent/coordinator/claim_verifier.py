@@ -55,10 +55,18 @@ class ClaimVerifier:
     def verify(
         self, claim: Mapping[str, Any], accept_superseded: bool = False
     ) -> VerifiedClaim | None:
+        return self.verify_with_revision(claim, accept_superseded)[0]
+
+    def verify_with_revision(
+        self, claim: Mapping[str, Any], accept_superseded: bool = False
+    ) -> tuple[VerifiedClaim | None, dict[str, Any]]:
+        """:meth:`verify`, also returning the revision object it verified against (empty
+        when the claim has no results of ours): the caller runs exactly the revision that was
+        checked, without reading it a second time."""
         uid = str(claim["metadata"]["uid"])
         results = driver_results(claim, self.config.driver)
         if not results:
-            return None
+            return None, {}
         name = results[0].root.revision_ref.name
         try:
             revision = self.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, name)
@@ -68,7 +76,7 @@ class ClaimVerifier:
             ) from exc
         except ApiFailure as exc:
             raise Refusal("E_API", f"reading revision {name}: {exc}", retryable=True) from exc
-        return verify_allocation(
+        verified = verify_allocation(
             uid,
             results,
             revision,
@@ -77,3 +85,4 @@ class ClaimVerifier:
             plugins=self.plugins,
             accept_superseded=accept_superseded,
         )
+        return verified, revision

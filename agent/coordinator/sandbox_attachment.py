@@ -70,7 +70,6 @@ from dmn.agent.journal.store import JournalStore
 from dmn.agent.netns.pins import NamespacePins, PinError
 from dmn.agent.nri.handler import HookDeadline
 from dmn.api.cluster import Cluster
-from dmn.api.cluster import resources as r
 from dmn.engine.binder import Call
 from dmn.engine.journal import Fence
 from dmn.engine.runner import RunRefused
@@ -184,15 +183,14 @@ class SandboxAttachmentService:
                 prep = self.journal.get_preparation(uid, fp)
                 if prep is None or prep.state is not PreparationState.PREPARED:
                     raise Refusal("E_NOT_PREPARED", f"claim {uid} is not prepared on this node")
-                verified = self.claims.verify(c, accept_superseded=True)
+                verified, revision = self.claims.verify_with_revision(c, accept_superseded=True)
                 if verified is None:
                     raise Refusal("E_NOT_PREPARED", f"claim {uid} has no results of ours")
                 if verified.revision_digest != prep.revision.digest:
                     raise Refusal(
                         "E_REVISION_DIGEST", f"claim {uid} was prepared under another revision"
                     )
-                revision = self.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, verified.revision)
-                plan.append((prep, verified, revision))
+                plan.append((prep, verified, revision))  # the revision verify checked
             wanted_claims = {p.claim_uid for p, _, _ in plan}
             for other in self.journal.attachments():
                 if other.identity == identity or other.state is AttachmentState.REMOVED:

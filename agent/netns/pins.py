@@ -102,14 +102,21 @@ class NamespacePins:
         self.root = Path(state_dir) / "netns"
         self.host_netns = host_netns
         self.warm = WarmNamespaces() if warm else None
+        self._root_ready = False
 
     def _ensure_root(self) -> None:
+        """The pin directory exists, is a mount point and is shared. Done once per instance
+        (issue 15: reading mountinfo on every pin cost milliseconds on a busy host); only
+        :meth:`close` unmounts it, and it resets this."""
+        if self._root_ready:
+            return
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _is_mountpoint(self.root):
             _mount(str(self.root), str(self.root), MS_BIND | MS_REC)
         if _c().mount(b"none", str(self.root).encode(), None, MS_SHARED | MS_REC, None) != 0:
             err = ctypes.get_errno()
             raise PinError("E_PIN_MOUNT", f"make {self.root} shared: {os.strerror(err)}")
+        self._root_ready = True
 
     def path(self, attachment_id: str) -> Path:
         if not PIN_ID.fullmatch(attachment_id) or attachment_id in (".", ".."):
@@ -229,3 +236,4 @@ class NamespacePins:
             self.warm.close()
         if self.root.is_dir() and not any(self.root.iterdir()) and _is_mountpoint(self.root):
             _umount(str(self.root))
+            self._root_ready = False
