@@ -26,6 +26,7 @@ from dmn.agent.coordinator.adapters import DraAdapter, NriAdapter
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import DeviceView
 from dmn.agent.coordinator.maintenance import Maintenance, MaintenanceConfig
+from dmn.agent.coordinator.node_objects import NodeObjects
 from dmn.agent.coordinator.node_services import NodeServices
 from dmn.agent.journal.store import JournalError
 from dmn.agent.kubelet.handler import DeviceHealth
@@ -83,6 +84,9 @@ class NodeAgent:
         self._health: dict[str, DeviceHealth] = {}
         self._health_lock = threading.Lock()
         self.maintenance = Maintenance(lambda: self.services, maintenance)
+        #: this node's Pods and the claims, watched: Pods without our claims pass the NRI
+        #: hooks with no API call (see :mod:`.node_objects`)
+        self.objects = NodeObjects(cluster, config.node_name, config.driver)
         #: set at the first failed journal commit: the agent has stopped mutating (the
         #: store refuses every write) and its owner must exit non-zero so that a restart
         #: runs recovery (``dmn node`` does); :attr:`fatal_error` says why
@@ -108,7 +112,7 @@ class NodeAgent:
             listener()
 
     def _open_services(self) -> NodeServices:
-        services = NodeServices.open(self.config, self.cluster, self.devices)
+        services = NodeServices.open(self.config, self.cluster, self.devices, objects=self.objects)
         services.journal.failure_listeners.append(self._journal_failed)
         services.start()
         return services
@@ -118,6 +122,7 @@ class NodeAgent:
         try:
             if self.publisher is not None:  # its listeners bind before the sockets exist
                 self.publisher.start()
+            self.objects.start()
             self.services = self._open_services()
             self.reporter.start()
             self.dra = DraAdapter(self.services.preparation, self.reporter)
@@ -242,5 +247,6 @@ class NodeAgent:
             self.kubelet = None
         if self.services is not None:
             self.services.close()
+        self.objects.stop()
         self.reporter.stop()
         log.info("event=agent-stopped node=%s", self.config.node_name)

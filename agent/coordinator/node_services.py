@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import DeviceView
+from dmn.agent.coordinator.node_objects import NodeObjects
 from dmn.agent.coordinator.operations import NodeOperations
 from dmn.agent.coordinator.preparation import PreparationService
 from dmn.agent.coordinator.reconcile import ReconcileLoop
@@ -55,6 +56,7 @@ class NodeServices:
         plugins: Mapping[str, Plugin] | None = None,
         boot_id: Callable[[], str] = current_boot_id,
         boundary: BoundaryHook | None = None,
+        objects: NodeObjects | None = None,
     ) -> NodeServices:
         """Open the journal (raises ``JournalError``) and wire the services over it."""
         known = dict(plugins) if plugins is not None else load_builtin_plugins()
@@ -72,7 +74,7 @@ class NodeServices:
         claims = ClaimVerifier(config, cluster, devices, known)
         lock = threading.RLock()
         attachments = SandboxAttachmentService(
-            config, cluster, journal, pins, operations, claims, boot_id, lock
+            config, cluster, journal, pins, operations, claims, boot_id, lock, objects
         )
         return cls(
             config=config,

@@ -63,28 +63,41 @@ class PreparationService:
 
     def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
         """NodePrepare of one claim; raises :class:`Refusal` (nothing changed) or returns
-        the prepared devices."""
+        the prepared devices. The API reads (claim, revision) happen before the node lock
+        is taken, never under it; the journal is checked again under the lock."""
+        claim = self.claims.read(namespace, name, uid)
+        results = driver_results(claim, self.config.driver)
+        if not results:
+            return []
+        fp = fingerprint(uid, results)
         with self._lock:
-            claim = self.claims.read(namespace, name, uid)
-            results = driver_results(claim, self.config.driver)
-            if not results:
-                return []
-            fp = fingerprint(uid, results)
-            for rec in self.journal.preparations(uid):
-                if rec.state is PreparationState.RELEASED:
-                    continue
-                if rec.allocation_fingerprint != fp:
-                    raise Refusal(
-                        "E_ALLOCATION_CHANGED",
-                        f"claim {uid} is prepared for another allocation",
-                        "status.allocation",
-                    )
-                if rec.state is PreparationState.PREPARED:
-                    return list(rec.devices)
-            verified = self.claims.verify(claim)
-            if verified is None:
-                return []
+            done = self._recorded(uid, fp)
+        if done is not None:
+            return done
+        verified = self.claims.verify(claim)
+        if verified is None:
+            return []
+        with self._lock:
+            done = self._recorded(uid, fp)  # prepared meanwhile (a kubelet retry)
+            if done is not None:
+                return done
             return self._prepare(verified)
+
+    def _recorded(self, uid: str, fp: str) -> list[PreparedDevice] | None:
+        """The devices of a Prepared record of this allocation, None when there is none;
+        refuses a live record of another allocation (E_ALLOCATION_CHANGED)."""
+        for rec in self.journal.preparations(uid):
+            if rec.state is PreparationState.RELEASED:
+                continue
+            if rec.allocation_fingerprint != fp:
+                raise Refusal(
+                    "E_ALLOCATION_CHANGED",
+                    f"claim {uid} is prepared for another allocation",
+                    "status.allocation",
+                )
+            if rec.state is PreparationState.PREPARED:
+                return list(rec.devices)
+        return None
 
     def _holder(self, v: VerifiedClaim) -> str:
         return f"prep/{v.claim_uid}/{v.fingerprint}"

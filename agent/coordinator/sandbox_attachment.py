@@ -45,6 +45,7 @@ from dmn.agent.coordinator.attachment_status import (
 from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import operation_inputs
+from dmn.agent.coordinator.node_objects import NodeObjects
 from dmn.agent.coordinator.operations import NodeOperations, short_digest
 from dmn.agent.coordinator.pod_claims import pod_claims
 from dmn.agent.coordinator.status_writer import StatusWriter
@@ -101,9 +102,12 @@ class SandboxAttachmentService:
         claims: ClaimVerifier,
         boot_id: Callable[[], str],
         lock: threading.RLock,
+        objects: NodeObjects | None = None,
     ) -> None:
         self.config = config
         self.cluster = cluster
+        #: the informer cache that lets Pods without our claims pass without API calls
+        self.objects = objects
         self.journal = journal
         self.pins = pins
         self.operations = operations
@@ -161,12 +165,49 @@ class SandboxAttachmentService:
         sandbox that was stopped or removed first left a Removed tombstone, and a Run
         arriving after it is refused (E_ATTACHMENT_STATE) before anything is done.
         """
-        with self._running_for(self._identity(pod_uid, sandbox_id)), self._lock:
+        identity = self._identity(pod_uid, sandbox_id)
+        with self._running_for(identity):
             _in_time(deadline, sandbox_id, "before reading the Pod")
+            if self.objects is not None and self.objects.proves_no_claims(
+                namespace, pod_name, pod_uid
+            ):
+                return False  # the informer cache proves it: no API call at all
+            # API reads happen before the node lock is taken (never under it)
             claims = self._pod_claims(namespace, pod_name, pod_uid)
             if not claims:
                 return False
-            identity = self._identity(pod_uid, sandbox_id)
+            existing = self.journal.get_attachment(identity)
+            if existing is not None and existing.state is AttachmentState.READY:
+                return True
+            reads = self._read_claims(claims)
+            return self._attach(namespace, pod_name, identity, netns_path, reads, deadline)
+
+    def _read_claims(
+        self, claims: list[dict[str, Any]]
+    ) -> list[tuple[dict[str, Any], VerifiedClaim, dict[str, Any]]]:
+        """Each claim verified against its revision, and the revision (API reads)."""
+        out = []
+        for c in claims:
+            verified, revision = self.claims.verify_with_revision(c, accept_superseded=True)
+            if verified is None:
+                uid = str(c["metadata"]["uid"])
+                raise Refusal("E_NOT_PREPARED", f"claim {uid} has no results of ours")
+            out.append((c, verified, revision))  # the revision verify checked
+        return out
+
+    def _attach(
+        self,
+        namespace: str,
+        pod_name: str,
+        identity: AttachmentIdentity,
+        netns_path: str | None,
+        reads: list[tuple[dict[str, Any], VerifiedClaim, dict[str, Any]]],
+        deadline: HookDeadline | None,
+    ) -> bool:
+        """The journal and kernel part of :meth:`run_pod`, under the node lock."""
+        pod_uid, sandbox_id = identity.pod_uid, identity.sandbox_id
+        claims = [c for c, _, _ in reads]
+        with self._lock:
             existing = self.journal.get_attachment(identity)
             if existing is not None and existing.state is AttachmentState.READY:
                 return True
@@ -177,15 +218,12 @@ class SandboxAttachmentService:
                     "before this RunPodSandbox finished)",
                 )
             plan: list[tuple[PreparationRecord, VerifiedClaim, dict[str, Any]]] = []
-            for c in claims:
+            for c, verified, revision in reads:
                 uid = str(c["metadata"]["uid"])
                 fp = fingerprint(uid, driver_results(c, self.config.driver))
                 prep = self.journal.get_preparation(uid, fp)
                 if prep is None or prep.state is not PreparationState.PREPARED:
                     raise Refusal("E_NOT_PREPARED", f"claim {uid} is not prepared on this node")
-                verified, revision = self.claims.verify_with_revision(c, accept_superseded=True)
-                if verified is None:
-                    raise Refusal("E_NOT_PREPARED", f"claim {uid} has no results of ours")
                 if verified.revision_digest != prep.revision.digest:
                     raise Refusal(
                         "E_REVISION_DIGEST", f"claim {uid} was prepared under another revision"
@@ -377,9 +415,13 @@ class SandboxAttachmentService:
 
     def gate(self, namespace: str, pod_name: str, pod_uid: str, sandbox_id: str) -> None:
         """Refuse (:class:`Refusal`) unless this exact sandbox is Ready, for Pods with our
-        claims; a Pod without claims of ours passes."""
+        claims; a Pod without claims of ours passes.
+
+        Answered from the journal when it has a record of the sandbox, else from the
+        informer cache when it proves the Pod has no claim of ours (no API call at all);
+        only otherwise is the API server asked, and never under the node lock."""
+        identity = self._identity(pod_uid, sandbox_id)
         with self._lock:
-            identity = self._identity(pod_uid, sandbox_id)
             att = self.journal.get_attachment(identity)
             if att is not None and att.state is AttachmentState.READY:
                 if self.pins.ref(attachment_id(identity)) is None:
@@ -389,9 +431,12 @@ class SandboxAttachmentService:
                     if prep is None or prep.state is not PreparationState.PREPARED:
                         raise Refusal("E_NOT_READY", f"claim {c.claim_uid} is not prepared")
                 return
-            if att is not None or self._pod_claims(namespace, pod_name, pod_uid):
-                state = att.state.value if att is not None else "not attached"
-                raise Refusal("E_NOT_READY", f"sandbox {sandbox_id} is {state}")
+        if att is not None:
+            raise Refusal("E_NOT_READY", f"sandbox {sandbox_id} is {att.state.value}")
+        if self.objects is not None and self.objects.proves_no_claims(namespace, pod_name, pod_uid):
+            return
+        if self._pod_claims(namespace, pod_name, pod_uid):
+            raise Refusal("E_NOT_READY", f"sandbox {sandbox_id} is not attached")
 
     def stop_pod(self, pod_uid: str, sandbox_id: str) -> None:
         """Durably invalidate Ready, fence the attachment's scope, then tear it down.
