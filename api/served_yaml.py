@@ -3,12 +3,14 @@
 A NetworkPlugin or NetworkTopology the controller or the webhook rejects has no source file:
 the API server sends JSON, and every diagnostic used to point at line 1, column 1. Here the
 object *as the API server sent it* is rendered as YAML in one fixed layout — keys sorted at
-every level, two-space indentation, sequences under a key not indented (the layout of
-``kubectl get -o yaml``), no line folding, multi-line strings as ``|`` blocks,
-``metadata.managedFields`` left out (kubectl hides it too) — and parsed back with the
-project's positioned loader. A diagnostic's line and column are then positions in that
-rendering, which :func:`render` reproduces byte for byte (``dmn lab get KIND NAME -o yaml``
-prints it), and :data:`POSITION_NOTE` says so wherever such a position is shown.
+every level, two-space indentation, sequences under a key not indented, multi-line strings
+as ``|`` blocks, ``metadata.managedFields`` left out (all as ``kubectl get -o yaml``), but no
+line folding — and parsed back with the project's positioned loader. A diagnostic's line
+and column are then positions in that rendering, which :func:`render` reproduces byte for
+byte (``dmn lab get KIND NAME -o yaml`` prints it), and :data:`POSITION_NOTE` says so
+wherever such a position is shown. kubectl v1.37.2 (go-yaml) folds strings longer than 80
+columns and quotes some strings differently (compared on one topology and one plugin): its
+line numbers agree with ours up to the first folded string, not beyond.
 
 Contract: pure; :func:`served_document` never raises for an object that is JSON data.
 """

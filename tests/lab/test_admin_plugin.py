@@ -90,6 +90,7 @@ def test_admin_plugin_gives_a_pod_its_interface_and_removes_it(tmp_path: Path) -
         matched = wait_for(
             lambda: _devices_matched(cluster, "private-macvlan"), what="DevicesMatched True"
         )
+        assert matched is not None
         assert [(m["deviceClassName"], m["nodes"]) for m in matched] == [(device_class, 1)]
         assert matched[0]["devices"] >= 1
         cluster.apply(claim_template("private-macvlan", device_class))
