@@ -321,47 +321,49 @@ def test_failed_journal_commit_stops_the_agent_and_exits_1_then_restart_recovers
     procs: list[subprocess.Popen[str]] = []
     try:
         with failing_disk(root) as disk:
-            state = disk.mount / "state"
-            port = _free_port()
-            argv = ["--url", server.url, "--node-name", NODE, "--state-dir", str(state)]
-            argv += [*_kubelet(root, "1"), "--nri-socket", str(nri)]
-            argv += ["--health-address", "127.0.0.1", "--health-port", str(port)]
-            procs.append(_node(argv))
-            assert runtime.wait_ready(1, WAIT)
-            wait_for(lambda: _http(port, "/livez")[0] == 200, timeout=WAIT, what="/livez")
-            # a Pod without claims of ours: RunPodSandbox writes nothing
-            runtime.run_pod_sandbox(LabPod("sb-1", "uid-1", "plain", "default"))
-            disk.fill()
-            runtime.stop_pod_sandbox("sb-1")  # its tombstone is the first failing commit
-            _, err = procs[0].communicate(timeout=WAIT)
-            assert procs[0].returncode == 1, err
-            wait_for(lambda: not runtime.ready_plugins, timeout=WAIT, what="the plugin gone")
-            assert "Traceback" not in err
-            last = err.strip().splitlines()[-1]
-            assert last.startswith("dmn node: error[E_JOURNAL_WRITE]: "), last
-            assert "runs recovery" in last
-            assert "event=journal-failed" in err
-            disk.repair()
-            port = _free_port()
-            argv[-1] = str(port)
-            procs.append(_node(argv))
-            wait_for(
-                lambda: runtime.wait_ready(1, 0.5) or procs[1].poll() is not None,
-                timeout=WAIT,
-                what="the restarted agent's NRI connection",
-            )
-            assert procs[1].poll() is None, procs[1].communicate()[1]
-            wait_for(
-                lambda: _http(port, "/livez") == (200, "[+]journal-writable ok\nok\n"),
-                timeout=WAIT,
-                what="the restarted agent's journal writable",
-            )
-            procs[1].send_signal(signal.SIGTERM)
-            _, err = procs[1].communicate(timeout=WAIT)
-            assert procs[1].returncode == 0, err
+            try:
+                state = disk.mount / "state"
+                port = _free_port()
+                argv = ["--url", server.url, "--node-name", NODE, "--state-dir", str(state)]
+                argv += [*_kubelet(root, "1"), "--nri-socket", str(nri)]
+                argv += ["--health-address", "127.0.0.1", "--health-port", str(port)]
+                procs.append(_node(argv))
+                assert runtime.wait_ready(1, WAIT)
+                wait_for(lambda: _http(port, "/livez")[0] == 200, timeout=WAIT, what="/livez")
+                # a Pod without claims of ours: RunPodSandbox writes nothing
+                runtime.run_pod_sandbox(LabPod("sb-1", "uid-1", "plain", "default"))
+                disk.fill()
+                runtime.stop_pod_sandbox("sb-1")  # its tombstone is the first failing commit
+                _, err = procs[0].communicate(timeout=WAIT)
+                assert procs[0].returncode == 1, err
+                wait_for(lambda: not runtime.ready_plugins, timeout=WAIT, what="the plugin gone")
+                assert "Traceback" not in err
+                last = err.strip().splitlines()[-1]
+                assert last.startswith("dmn node: error[E_JOURNAL_WRITE]: "), last
+                assert "runs recovery" in last
+                assert "event=journal-failed" in err
+                disk.repair()
+                port = _free_port()
+                argv[-1] = str(port)
+                procs.append(_node(argv))
+                wait_for(
+                    lambda: runtime.wait_ready(1, 0.5) or procs[1].poll() is not None,
+                    timeout=WAIT,
+                    what="the restarted agent's NRI connection",
+                )
+                assert procs[1].poll() is None, procs[1].communicate()[1]
+                wait_for(
+                    lambda: _http(port, "/livez") == (200, "[+]journal-writable ok\nok\n"),
+                    timeout=WAIT,
+                    what="the restarted agent's journal writable",
+                )
+                procs[1].send_signal(signal.SIGTERM)
+                _, err = procs[1].communicate(timeout=WAIT)
+                assert procs[1].returncode == 0, err
+            finally:  # before the disk goes: an agent left running would keep it busy
+                for proc in procs:
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.wait()
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
         runtime.stop()
