@@ -161,11 +161,14 @@ def _teardown(agent: NodeAgent) -> None:
 
 
 @contextmanager
-def lab_node(follow_links: bool = False, proxied: bool = False) -> Iterator[LabNode]:
+def lab_node(
+    follow_links: bool = False, proxied: bool = False, state_dir: Path | None = None
+) -> Iterator[LabNode]:
     """``follow_links``: the lab's publisher rescans on rtnetlink events of its namespace
     (and so the agent's device health follows link changes). ``proxied``: the agent talks
     to the API server through a :class:`StallingProxy` (``node.proxy``) with a 5 s request
-    timeout, so that a test can stall the API server for the agent alone."""
+    timeout, so that a test can stall the API server for the agent alone. ``state_dir``:
+    the agent's journal and pins there (e.g. on a failing disk) instead of the private dir."""
     # short paths: unix socket paths must fit sockaddr_un
     root = Path(tempfile.mkdtemp(prefix="dmn-c1-", dir="/tmp"))
     with ExitStack() as stack:
@@ -183,7 +186,7 @@ def lab_node(follow_links: bool = False, proxied: bool = False) -> Iterator[LabN
         config = NodeConfig(
             node_name=NODE_NAME,
             node_uid=NODE_UID,
-            state_dir=root / "agent",
+            state_dir=state_dir or root / "agent",
             host_netns=f"/var/run/netns/{lab.netns}",
         )
         sock = str(root / "nri.sock")
