@@ -69,10 +69,10 @@ NODE_LAB_LOCK = Path("/run/lock/dmn-upstream-node.lock")
 
 
 def _session(with_node: bool) -> Iterator[Session]:
-    """A lab with a node owns machine-wide things (the node address, containerd's and CNI's
-    fixed directories, the lab cgroup), so node labs of concurrent test runs on one machine
-    take turns through a lock; control-plane labs use only their own ports and run freely."""
-    with _node_lab_turn(with_node):
+    """Every upstream lab owns machine-wide things (the node-address veth pair and its
+    address; with a node also containerd's and CNI's fixed directories and the lab cgroup),
+    so labs of concurrent test runs on one machine take turns through a lock."""
+    with _lab_turn():
         root = Path(tempfile.mkdtemp(prefix="dmn-e2e-", dir="/tmp"))
         lab = UpstreamLab(root, with_node=with_node)
         before = host_snapshot()
@@ -86,10 +86,7 @@ def _session(with_node: bool) -> Iterator[Session]:
 
 
 @contextmanager
-def _node_lab_turn(with_node: bool) -> Iterator[None]:
-    if not with_node:
-        yield
-        return
+def _lab_turn() -> Iterator[None]:
     NODE_LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
     with NODE_LAB_LOCK.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
