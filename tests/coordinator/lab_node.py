@@ -10,6 +10,7 @@ the lab NRI runtime. Everything is stopped and removed on exit, also after a fai
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -33,10 +34,18 @@ from dmn.lab.node import NODE_NAME, NODE_UID
 from dmn.lab.runtime.nri_runtime import LabNriRuntime
 from dmn.lab.shipped import examples_dir
 from dmn.lab.state_dir import StateDir
+from tests.kernel_lab.guest import GUEST_ENV
 from tests.stalling_proxy import StallingProxy
 
 TOPOLOGY = examples_dir() / "topologies" / "shared-macvlan.yaml"
 WAIT = 60.0
+# Inside the kernel lab every netlink call runs under qemu's TCG emulation, an order of
+# magnitude slower than the host and slower still while CI's other tests share the two
+# cores (a bond+VLAN RunPodSandbox overran 22.5 s there at load 15): hooks get the time the
+# emulated kernel needs, not the host's.
+IN_KERNEL_LAB = GUEST_ENV in os.environ
+NRI_REQUEST_TIMEOUT = 120.0 if IN_KERNEL_LAB else 30.0
+NRI_HOOK_DEADLINE = 90.0 if IN_KERNEL_LAB else 25.0
 
 
 KERNEL_TOPOLOGY = {
@@ -190,12 +199,16 @@ def lab_node(
             host_netns=f"/var/run/netns/{lab.netns}",
         )
         sock = str(root / "nri.sock")
-        runtime = LabNriRuntime(sock, request_timeout=30.0, registration_timeout=20.0).start()
+        runtime = LabNriRuntime(
+            sock, request_timeout=NRI_REQUEST_TIMEOUT, registration_timeout=20.0
+        ).start()
         stack.callback(runtime.stop)
         sockets = AgentSockets(
             registry_dir=root / "reg",
             plugins_dir=root / "plugins",
-            nri=PluginConfig(socket_path=sock, hook_deadline=25.0, use_env_socket=False),
+            nri=PluginConfig(
+                socket_path=sock, hook_deadline=NRI_HOOK_DEADLINE, use_env_socket=False
+            ),
             nri_ready_timeout=WAIT,
         )
         # maintenance passes only when a test runs them (tick, run_once): deterministic
