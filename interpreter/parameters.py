@@ -51,8 +51,26 @@ def _adapter(model: type[BaseModel], field: str) -> TypeAdapter[Any] | None:
     return TypeAdapter(annotation)
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def field_error(model: type[BaseModel], field: str, value: Any) -> str | None:
-    """Why ``value`` is not acceptable for ``field`` of ``model`` (None if it is)."""
+    """Why ``value`` is not acceptable for ``field`` of ``model`` (None if it is).
+
+    Pure; a scalar value's answer is remembered per (model, field, type, value) — the type
+    is part of the key because strict validation tells ``True`` from ``1`` (issue 15: the
+    checker asks the same questions for every step of a topology)."""
+    if type(value) in _SCALARS:
+        return _scalar_field_error(model, field, type(value).__name__, value)
+    return _field_error(model, field, value)
+
+
+@lru_cache(maxsize=8192)
+def _scalar_field_error(model: type[BaseModel], field: str, kind: str, value: Any) -> str | None:
+    return _field_error(model, field, value)
+
+
+def _field_error(model: type[BaseModel], field: str, value: Any) -> str | None:
     adapter = _adapter(model, field)
     if adapter is None:
         return f"unknown parameter {field!r}"

@@ -271,9 +271,12 @@ class SandboxAttachmentService:
                 att, str(self.pins.path(att)), wanted.dev, wanted.inode, identity.boot_id
             )
             _in_time(deadline, sandbox_id, "before the attachment intent")
-            # the intent is durable before the mount exists: a crash leaves a record that
-            # proves the pin is ours
-            with self.journal.batch() as b:
+            # the intent is in the journal before the mount exists: a crash leaves a record
+            # that proves the pin is ours. Not synced on its own (issue 15): a killed process
+            # loses no written record (the WAL is in the page cache), and a crash of the
+            # machine that could lose it also takes every mount and sandbox with it; the
+            # runner's first (synced) commit makes it durable before the sandbox is touched.
+            with self.journal.batch(sync=False) as b:
                 b.put_attachment(rec)
                 b.put_pin(pin)
             self.status.submit(
@@ -296,8 +299,7 @@ class SandboxAttachmentService:
                     b.delete_pin(att)
                 self.status.submit(self.reporter.phase, att, "Released", error=f"{exc.code}: {exc}")
                 raise Refusal(exc.code, str(exc)) from exc
-            # not synced on its own: durable with the runner's first commit below; a crash
-            # before that leaves the pin's intent record, which already proves it ours
+            # not synced on its own either: durable with the runner's first commit below
             with self.journal.batch(sync=False) as b:
                 b.put_pin(replace(pin, state=PinState.MOUNTED))
             done: list[str] = []

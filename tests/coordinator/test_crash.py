@@ -5,14 +5,18 @@ The coordinator runs in a child process against the same lab API server, journal
 pins, and kills itself at one boundary; the parent then starts a fresh coordinator on the
 state dir (recovery first), and the kubelet / runtime retry: the claim is prepared once,
 the sandbox ends with exactly one macvlan child, and removal plus unprepare leave the
-host namespace exactly as before. Boundaries: the runner's (``after-intent``,
-``after-apply:<effect>``, ``after-outcome:<effect>``, ``before-completed``,
+host namespace exactly as before. Boundaries: the runner's (``before-intent``,
+``after-intent``, ``after-apply:<effect>``, ``after-outcome:<effect>``, ``before-completed``,
 ``after-completed``; on the undo path ``after-undoing:<effect>``, ``after-undo:<effect>``,
-``after-compensated``). RunPodSandbox's last Completed and StopPodSandbox's fence, Removing
-and last Undone ride unsynced with the coordinator's next synced commit (issue 15); a
-SIGKILL keeps the page cache, so these cases show that recovery and the runtime's retry
-finish from every one of those points (a lost unsynced record leaves the state of the
-boundary before it, which is in the matrix too).
+``after-compensated``).
+
+Some records are written without their own sync and become durable with the next synced
+commit (issue 15): RunPodSandbox's Connecting record and pin intent (with the runner's first
+commit), its last Completed (with Ready), StopPodSandbox's fence and Removing (with the first
+undo) and its last Undone (with Removed). A SIGKILL keeps the page cache, so these cases
+show that recovery and the runtime's retry finish from every one of those points; a machine
+crash that loses such a record leaves the state of the boundary before it (also covered
+here), or, for Connecting and the pin, takes the mount and the sandbox with it.
 """
 
 from __future__ import annotations
@@ -130,6 +134,7 @@ def test_killed_during_prepare(node: LabNode, crash_at: str) -> None:
 @pytest.mark.parametrize(
     "crash_at",
     [
+        "before-intent",  # Connecting and the pin written (not synced), the mount made
         "after-intent",
         "after-before-image:create",
         "after-apply:create",

@@ -263,3 +263,20 @@ def test_spans_inside_multiline_scalars_point_at_the_source_character(
     assert isinstance(expr, BoolOp) and expr.right.span is not None
     assert (expr.right.span.line, expr.right.span.column) == (line, column)
     assert MULTILINE.splitlines()[line - 1][column - 1 :].startswith("call.config.bad")
+
+
+def test_remembered_parameter_answers_keep_bool_and_int_apart() -> None:
+    """field_error remembers scalar answers (issue 15); True and 1 hash alike but a strict
+    integer field refuses one and takes the other, every time."""
+    from pydantic import BaseModel
+
+    from dmn.interpreter.parameters import field_error
+
+    class Params(BaseModel):
+        mtu: int
+
+    for _ in range(2):
+        assert field_error(Params, "mtu", 1) is None
+        assert field_error(Params, "mtu", True) is not None
+        assert field_error(Params, "mtu", 1.0) is not None
+        assert field_error(Params, "mtu", [1]) is not None
