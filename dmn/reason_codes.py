@@ -756,6 +756,72 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "A requested VLAN is not permitted by the approved bridge's grant.",
         "Use a granted VLAN or extend the policy's vlans.",
     ),
+    _r(
+        "E_DRIVER_NOT_ALLOWED",
+        EXEC,
+        "The driver a PCI function is to be bound to is not in the exposure policy's "
+        "allowedDrivers.",
+        "Add the driver to the policy's hardware.allowedDrivers or choose another.",
+    ),
+    _r(
+        "E_FUNCTION_BUSY",
+        EXEC,
+        "The PCI function is in use: one of its netdevices is up, or its VFIO group is open "
+        "(unbinding would block until the holder closes it).",
+        "Stop the user of the function (or of its VFIO group) first; nothing was changed.",
+    ),
+    _r(
+        "E_NO_IOMMU_GROUP",
+        EXEC,
+        "The PCI function has no IOMMU group, so it cannot be isolated for VFIO.",
+        "Enable the IOMMU (intel_iommu=on / amd_iommu=on) on the node.",
+    ),
+    _r(
+        "E_SYSFS",
+        EXEC,
+        "A sysfs read of a PCI function failed.",
+        "Read the message; check the function still exists.",
+    ),
+    _r(
+        "E_SYSFS_WRITE",
+        EXEC,
+        "A sysfs write (driver_override, bind/unbind, drivers_probe, reset) failed; the "
+        "message carries the errno.",
+        "Read the message; check `dmn journal show` for what was recorded.",
+    ),
+    _r(
+        "E_DRIVER_BIND",
+        EXEC,
+        "A PCI function is not bound to the driver it should be after a bind or its undo "
+        "(or the target driver is not loaded).",
+        "Load the driver module on the node, or check the function's binding by hand.",
+    ),
+    _r(
+        "E_RESET_UNSUPPORTED",
+        EXEC,
+        "The PCI function offers no reset, or not the requested reset method.",
+        "Use method auto or one the function lists in reset_method.",
+    ),
+    _r(
+        "E_VFIO_NODE",
+        EXEC,
+        "The function is not bound to an allowed VFIO driver, or its VFIO device node is "
+        "missing or is not the kernel's device.",
+        "Bind the function with pci/driver-bind first; check /dev/vfio on the node.",
+    ),
+    _r(
+        "E_VFIO_CDEV_UNAVAILABLE",
+        EXEC,
+        "accessBackend cdev was asked for, but the kernel offers no VFIO device cdev for the "
+        "function (it needs CONFIG_VFIO_DEVICE_CDEV, Linux 6.6+).",
+        "Use accessBackend group on this node.",
+    ),
+    _r(
+        "E_CDI_SPEC",
+        EXEC,
+        "The CDI spec file of a VFIO grant could not be written, or another file is at its path.",
+        "Check the agent's CDI directory; a foreign file is never overwritten.",
+    ),
     # ---- namespace pins
     _r(
         "E_NOT_A_NETNS",
@@ -896,8 +962,9 @@ REGISTRY: tuple[ReasonCode, ...] = (
     _r(
         "E_IOMMU_GROUP_BUSY",
         INV,
-        "A VFIO persona's IOMMU group has a kernel-bound or protected peer.",
-        "Expose the whole group or choose another function.",
+        "A VFIO persona's IOMMU group has a kernel-bound or protected peer (inventory), or, "
+        "when binding, a peer the host still drives or a VFIO group node that is open.",
+        "Expose the whole group or choose another function; close the group's user.",
     ),
     _r(
         "E_ISOLATION_UNREPRESENTED",

@@ -2,11 +2,14 @@
 
 A :class:`DeviceEnvironment` is a :class:`~dmn.opcodes.linux.netns.LinkEnvironment` (host,
 sandbox and pinned namespaces) that also carries what the node agent resolved from its
-DeviceExposurePolicies — the approved Linux bridges by administrator alias — and the sysfs
-root to read. Executors never take a bridge name or a path from workload config: an alias in
-a parameter is only a key into :attr:`bridge_grants`. Tests build one directly; the agent
-builds one per call. A plain ``LinkEnvironment`` works for executors that need neither
-(their lookups fall back to ``/sys`` and "no grants").
+DeviceExposurePolicies — the approved Linux bridges by administrator alias, the drivers a PCI
+function may be bound to (``hardware.allowedDrivers``) — and the node's own roots: sysfs,
+``/dev``, ``/proc`` and the CDI spec directory the agent writes. Executors never take a bridge
+name, a driver outside the allowlist or a path from workload config: an alias in a parameter is
+only a key into :attr:`bridge_grants`, a driver parameter must be in :attr:`allowed_drivers`.
+Tests build one directly; the agent builds one per call. A plain ``LinkEnvironment`` works for
+executors that need none of it (their lookups fall back to the node's real roots, "no
+grants" and "no drivers").
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from typing import Any
 from dmn.opcodes.linux.netns import LinkEnvironment
 
 SYSFS = Path("/sys")
+DEV = Path("/dev")
+PROC = Path("/proc")
+CDI_ROOT = Path("/var/run/cdi")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,10 @@ class BridgeGrant:
 class DeviceEnvironment(LinkEnvironment):
     sysfs_root: Path = SYSFS
     bridge_grants: Mapping[str, BridgeGrant] = field(default_factory=dict)
+    allowed_drivers: frozenset[str] = frozenset()
+    dev_root: Path = DEV
+    proc_root: Path = PROC
+    cdi_root: Path = CDI_ROOT
 
     @classmethod
     def extend(
@@ -56,6 +66,7 @@ class DeviceEnvironment(LinkEnvironment):
         env: LinkEnvironment,
         sysfs_root: Path = SYSFS,
         bridge_grants: Mapping[str, BridgeGrant] | None = None,
+        **device: Any,
     ) -> DeviceEnvironment:
         """The same namespaces as ``env`` (every public field of it; its own sockets are not
         shared), plus device facts."""
@@ -64,7 +75,8 @@ class DeviceEnvironment(LinkEnvironment):
             for f in fields(LinkEnvironment)
             if f.init and not f.name.startswith("_")
         }
-        return cls(**base, sysfs_root=sysfs_root, bridge_grants=dict(bridge_grants or {}))
+        grants = dict(bridge_grants or {})
+        return cls(**base, sysfs_root=sysfs_root, bridge_grants=grants, **device)
 
 
 def sysfs_root(env: Any) -> Path:
@@ -73,3 +85,19 @@ def sysfs_root(env: Any) -> Path:
 
 def bridge_grants(env: Any) -> Mapping[str, BridgeGrant]:
     return env.bridge_grants if isinstance(env, DeviceEnvironment) else {}
+
+
+def allowed_drivers(env: Any) -> frozenset[str]:
+    return env.allowed_drivers if isinstance(env, DeviceEnvironment) else frozenset()
+
+
+def dev_root(env: Any) -> Path:
+    return env.dev_root if isinstance(env, DeviceEnvironment) else DEV
+
+
+def proc_root(env: Any) -> Path:
+    return env.proc_root if isinstance(env, DeviceEnvironment) else PROC
+
+
+def cdi_root(env: Any) -> Path:
+    return env.cdi_root if isinstance(env, DeviceEnvironment) else CDI_ROOT

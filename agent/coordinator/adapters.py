@@ -28,6 +28,7 @@ from dmn.agent.kubelet.handler import (
 from dmn.agent.nri.handler import (
     Container,
     ContainerAdjustment,
+    DeviceNode,
     HookRefused,
     HookTimeout,
     PodSandbox,
@@ -158,8 +159,13 @@ class NriAdapter:
             raise self._refuse("RemovePodSandbox", pod, exc) from exc
 
     def create_container(self, pod: PodSandbox, container: Container) -> ContainerAdjustment:
+        """Gate the container, then add the character device nodes the sandbox's VFIO
+        grants exported (the same nodes the grant's CDI spec lists)."""
         self._gate(pod, "CreateContainer")
-        return ContainerAdjustment()
+        nodes = self.attachments.device_nodes(pod.uid, pod.id)
+        return ContainerAdjustment(
+            devices=tuple(DeviceNode(n.path, "c", n.major, n.minor) for n in nodes)
+        )
 
     def start_container(self, pod: PodSandbox, container: Container) -> None:
         self._gate(pod, "StartContainer")

@@ -16,6 +16,8 @@ class NodeConfig:
     host_netns: str = "/proc/1/ns/net"
     driver: str = DRIVER
     pool: str = ""  # default: the node name (one pool per node)
+    # where VFIO grants write their CDI specs (the container runtime's CDI spec directory)
+    cdi_root: Path = Path("/var/run/cdi")
 
     @property
     def pool_name(self) -> str:

@@ -2,9 +2,11 @@
 
 :func:`kernel_handle` turns a verified root (persona + allocation result) into the
 ``KernelInterface`` handle a ``prepare`` program receives — only for the live link the
-inventory scanned under that name and MAC; :func:`allocation_port` picks the descriptor
-port it fills; :func:`operation_inputs` wires an Operation step's inputs from earlier
-steps' exports.
+inventory scanned under that name and MAC; :func:`function_handle` turns a VFIO root into the
+``PciFunction`` handle of the function the inventory scanned (its PCI address and ids, which
+the ``pci/*`` executors re-verify in sysfs); :func:`root_handle` picks one by the persona's
+grants; :func:`allocation_port` picks the descriptor port it fills; :func:`operation_inputs`
+wires an Operation step's inputs from earlier steps' exports.
 """
 
 from __future__ import annotations
@@ -31,12 +33,24 @@ class LinkFacts:
     mac: str = ""
 
 
+@dataclass(frozen=True)
+class FunctionFacts:
+    """The PCI function an inventory item was scanned as (sysfs ``vendor``/``device``)."""
+
+    pci_address: str
+    vendor: str = ""
+    device: str = ""
+
+
 class DeviceView(Protocol):
-    """This node's published devices: personas, and the kernel link of an inventory item."""
+    """This node's published devices: personas, and the kernel link or PCI function of an
+    inventory item."""
 
     def personas(self) -> PersonaSet: ...
 
     def link(self, inventory_id: str) -> LinkFacts | None: ...
+
+    def function(self, inventory_id: str) -> FunctionFacts | None: ...
 
 
 class InventoryDevices:
@@ -68,6 +82,12 @@ class InventoryDevices:
         mac = netdev.state.mac if isinstance(netdev.state, LinkState) else ""
         return LinkFacts(netdev.ifname, mac)
 
+    def function(self, inventory_id: str) -> FunctionFacts | None:
+        item = self._inventory().items.get(inventory_id)
+        if item is None or not item.pci_address:
+            return None
+        return FunctionFacts(item.pci_address, item.vendor, item.device)
+
 
 # persona grants realised as a KernelInterface handle: a whole link, or a shared parent's
 # CreateChild entitlement (the parent stays in the host namespace)
@@ -91,8 +111,8 @@ def kernel_handle(
     if not accesses:
         raise Refusal(
             "E_PLUGIN_UNSUPPORTED",
-            f"device {res.device} ({persona.persona}) is not a kernel link; this agent "
-            "prepares kernel-link personas only",
+            f"device {res.device} ({persona.persona}) is neither a kernel link nor a PCI "
+            "function; this agent prepares kernel-link and VFIO personas only",
             res.device,
         )
     facts = devices.link(persona.inventory_id)
@@ -114,16 +134,60 @@ def kernel_handle(
         scope=Scope(ScopeKind.HOST),
         accesses=accesses,
         link_type=LinkType(persona.link_type) if persona.link_type else LinkType.ETHERNET,
-        provenance=Provenance(
-            claim_uid=claim_uid,
-            request=res.request,
-            pool=res.pool,
-            device=res.device,
-            share_id=res.share_id,
-            root_step=root.step,
-        ),
+        provenance=_provenance(root, claim_uid),
         observations={"ifName": link.name, "ifIndex": link.index, "mac": link.mac},
     )
+
+
+def _provenance(root: VerifiedRoot, claim_uid: str) -> Provenance:
+    res = root.result
+    return Provenance(
+        claim_uid=claim_uid,
+        request=res.request,
+        pool=res.pool,
+        device=res.device,
+        share_id=res.share_id,
+        root_step=root.step,
+    )
+
+
+def function_handle(devices: DeviceView, root: VerifiedRoot, claim_uid: str) -> Handle:
+    """The allocation handle of a VFIO root: the persona's grants on the PCI function the
+    inventory scanned. Nothing is read from the kernel here; the ``pci/*`` executors
+    re-verify the address and ids before they change anything."""
+    persona, res = root.persona, root.result
+    accesses = frozenset(
+        a for g in persona.grants if g.type is HandleType.PCI_FUNCTION for a in g.accesses
+    )
+    facts = devices.function(persona.inventory_id)
+    if facts is None:
+        raise Refusal(
+            "E_DEVICE_GONE", f"device {res.device} has no PCI function on this node", res.device
+        )
+    observations: dict[str, str | int | bool] = {"pciAddress": facts.pci_address}
+    if facts.vendor:
+        observations["vendor"] = facts.vendor
+    if facts.device:
+        observations["device"] = facts.device
+    return Handle(
+        id=res.device,
+        type=HandleType.PCI_FUNCTION,
+        inventory_id=persona.inventory_id,
+        scope=Scope(ScopeKind.HOST),
+        accesses=accesses,
+        provenance=_provenance(root, claim_uid),
+        observations=observations,
+    )
+
+
+def root_handle(
+    env: LinkEnvironment, devices: DeviceView, root: VerifiedRoot, claim_uid: str
+) -> Handle:
+    """The allocation handle of a root: a PCI function for personas granting one (VFIO),
+    else the kernel link."""
+    if any(g.type is HandleType.PCI_FUNCTION for g in root.persona.grants):
+        return function_handle(devices, root, claim_uid)
+    return kernel_handle(env, devices, root, claim_uid)
 
 
 def allocation_port(plugin: Plugin, handle: Handle) -> str:

@@ -20,7 +20,7 @@ from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import DeviceView
 from dmn.agent.coordinator.node_objects import NodeObjects
-from dmn.agent.coordinator.operations import NodeOperations
+from dmn.agent.coordinator.operations import NodeOperations, device_environment
 from dmn.agent.coordinator.preparation import PreparationService
 from dmn.agent.coordinator.reconcile import ReconcileLoop
 from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
@@ -67,10 +67,10 @@ class NodeServices:
         runner = Runner(
             journal,
             executors if executors is not None else default_executors(),
-            env_factory=lambda op: pins.link_environment(),
+            env_factory=lambda op: device_environment(pins, config.cdi_root),
             boundary=boundary,
         )
-        operations = NodeOperations(runner, pins)
+        operations = NodeOperations(runner, pins, config.cdi_root)
         claims = ClaimVerifier(config, cluster, devices, known)
         lock = threading.RLock()
         attachments = SandboxAttachmentService(

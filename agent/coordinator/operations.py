@@ -1,7 +1,8 @@
 """How the node services run effect programs: bind, run journaled, undo, fence, recover.
 
 Why one place: preparation, sandbox attachment and reconciliation all run programs the same
-way — a fresh link environment from the namespace pins for every run, every started
+way — a fresh device environment (the namespace pins plus the node's CDI directory and the
+drivers the device's policy allows) for every run, every started
 operation recorded so that a later failure undoes it too, a run that is not ok turned into a
 :class:`Refusal` with the runner's reason code. :class:`NodeOperations` receives the
 :class:`Runner` (journal + executors) and the pins; it builds neither.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from dmn.agent.coordinator.verify import Refusal
 from dmn.agent.netns.pins import NamespacePins
@@ -19,6 +21,7 @@ from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
 from dmn.engine.runner import Runner, RunResult
 from dmn.interpreter.loader import Plugin
+from dmn.opcodes.device_environment import CDI_ROOT, DeviceEnvironment
 
 log = logging.getLogger("dmn.agent.coordinator.coordinator")
 
@@ -28,10 +31,34 @@ def short_digest(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()[:16]
 
 
+def device_environment(
+    pins: NamespacePins,
+    cdi_root: Path,
+    attachment: str | None = None,
+    allowed_drivers: Iterable[str] = (),
+) -> DeviceEnvironment:
+    """The executors' environment for one run: the pins' namespaces (this attachment's
+    sandbox), the node's CDI directory and the drivers the device's policy allows
+    (``hardware.allowedDrivers``; none for cleanup and recovery, which only restore)."""
+    base = pins.link_environment(attachment)
+    try:
+        return DeviceEnvironment.extend(
+            base, allowed_drivers=frozenset(allowed_drivers), cdi_root=cdi_root
+        )
+    finally:
+        base.close()
+
+
 class NodeOperations:
-    def __init__(self, runner: Runner, pins: NamespacePins) -> None:
+    def __init__(self, runner: Runner, pins: NamespacePins, cdi_root: Path = CDI_ROOT) -> None:
         self.runner = runner
         self.pins = pins
+        self.cdi_root = cdi_root
+
+    def environment(
+        self, attachment: str | None = None, allowed_drivers: Iterable[str] = ()
+    ) -> DeviceEnvironment:
+        return device_environment(self.pins, self.cdi_root, attachment, allowed_drivers)
 
     def bind(self, plugin: Plugin, hook: str, call: Call) -> BoundProgram:
         bound = bind_program(plugin, hook, call)
@@ -51,12 +78,13 @@ class NodeOperations:
         failed: tuple[str, str],
         attachment: str | None = None,
         sync_end: bool = True,
+        allowed_drivers: Iterable[str] = (),
     ) -> RunResult:
-        """Run one bound program in a fresh link environment and record ``op`` in ``done``
+        """Run one bound program in a fresh device environment and record ``op`` in ``done``
         (so a later failure undoes it too); a result that is not ok becomes a Refusal with
         the runner's code, else ``failed[0]``, prefixed by ``failed[1]``. ``sync_end=False``:
         the caller's next synced commit makes the end record durable (see the runner)."""
-        env = self.pins.link_environment(attachment)
+        env = self.environment(attachment, allowed_drivers)
         try:
             result = self.runner.run(
                 op, scope, program, digests=digests, env=env, sync_end=sync_end

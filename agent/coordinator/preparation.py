@@ -20,7 +20,7 @@ import threading
 
 from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
-from dmn.agent.coordinator.handles import DeviceView, allocation_port, kernel_handle
+from dmn.agent.coordinator.handles import DeviceView, allocation_port, root_handle
 from dmn.agent.coordinator.operations import NodeOperations, short_digest
 from dmn.agent.coordinator.verify import Refusal, VerifiedClaim, driver_results, fingerprint
 from dmn.agent.journal.records import (
@@ -143,7 +143,7 @@ class PreparationService:
         try:
             programs = []
             for op, root in zip(ops, v.roots, strict=True):
-                handle = kernel_handle(env, self.devices, root, v.claim_uid)
+                handle = root_handle(env, self.devices, root, v.claim_uid)
                 port = allocation_port(root.plugin, handle)
                 call = Call(config=root.config, operation_id=op, allocation={port: (handle,)})
                 programs.append(self.operations.bind(root.plugin, "prepare", call))
@@ -190,6 +190,7 @@ class PreparationService:
                     {"revision": v.revision_digest, "allocation": v.fingerprint},
                     done,
                     failed=("E_PREPARE_FAILED", f"root {root.step}"),
+                    allowed_drivers=root.persona.allowed_drivers,
                 )
         except (Refusal, RunRefused, PinError) as exc:
             cleaned = self.operations.undo(reversed(done))

@@ -7,7 +7,9 @@
   topological order (Operation steps take earlier steps' exports), commit Ready. A failure
   cleans up what ran, releases the pin and refuses the hook.
 * :meth:`~SandboxAttachmentService.gate` (Create/StartContainer): a Pod with our claims
-  starts containers only in the exact sandbox whose attachment is Ready.
+  starts containers only in the exact sandbox whose attachment is Ready;
+  :meth:`~SandboxAttachmentService.device_nodes` lists the VFIO device nodes its connect
+  programs granted, which CreateContainer adds to every container of that sandbox.
 * :meth:`~SandboxAttachmentService.stop_pod` fences the attachment (no run of it can
   finish afterwards), records Removing, undoes the connect operations in reverse from the
   journal and releases the pin. Teardown belongs to StopPodSandbox, not RemovePodSandbox:
@@ -75,8 +77,9 @@ from dmn.engine.binder import Call
 from dmn.engine.journal import Fence
 from dmn.engine.runner import RunRefused
 from dmn.opcodes.linux.netns import NamespaceRef, identity_of
+from dmn.opcodes.vfio.device_nodes import DeviceNode, decode
 from dmn.vocabulary.handles import Handle, Scope
-from dmn.vocabulary.terms import ScopeKind
+from dmn.vocabulary.terms import HandleType, ScopeKind
 
 log = logging.getLogger("dmn.agent.coordinator.coordinator")
 
@@ -381,8 +384,10 @@ class SandboxAttachmentService:
             step = steps[step_id]
             _in_time(deadline, att, f"before step {step_id}")
             op = f"conn-{att[4:20]}-{short_digest(prep.claim_uid)[:8]}-{step_id}"
+            drivers: tuple[str, ...] = ()
             if step_id in roots:
                 plugin = roots[step_id].plugin
+                drivers = roots[step_id].persona.allowed_drivers
                 prepared_rec = self.journal.load_operation(prepared_ops[step_id])
                 if prepared_rec is None:
                     raise Refusal("E_NOT_PREPARED", f"root {step_id} has no prepare record")
@@ -411,6 +416,7 @@ class SandboxAttachmentService:
                 failed=("E_CONNECT_FAILED", f"step {step_id}"),
                 attachment=att,
                 sync_end=False,  # durable with the next step's intent or the Ready commit
+                allowed_drivers=drivers,
             )
             exports[step_id] = result.exports
         return exports
@@ -523,6 +529,23 @@ class SandboxAttachmentService:
         with self.journal.batch(sync=False) as b:
             b.put_fence(Fence(f"attachment/{att}", reason))
             b.put_attachment(rec)
+
+    def device_nodes(self, pod_uid: str, sandbox_id: str) -> tuple[DeviceNode, ...]:
+        """The device nodes this sandbox's containers get (NRI CreateContainer): every node
+        a ``VfioDevice`` grant of its Ready attachment exported, from the journal — which
+        the executors wrote from kernel facts, never from the Pod's or a tenant's input."""
+        with self._lock:
+            rec = self.journal.get_attachment(self._identity(pod_uid, sandbox_id))
+            if rec is None or rec.state is not AttachmentState.READY:
+                return ()
+            nodes: list[DeviceNode] = []
+            for op in rec.operations:
+                record = self.journal.load_operation(op)
+                for handles in (record.result if record is not None else {}).values():
+                    for h in handles:
+                        if h.type is HandleType.VFIO_DEVICE:
+                            nodes.extend(decode(str(h.observations.get("deviceNodes", ""))))
+            return tuple(dict.fromkeys(nodes))
 
     def attachment(self, pod_uid: str, sandbox_id: str) -> AttachmentRecord | None:
         with self._lock:

@@ -134,7 +134,14 @@ _GRANTS: dict[str, tuple[Grant, ...]] = {
     "kernel": (
         Grant(HandleType.KERNEL_INTERFACE, frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE})),
     ),
-    "vfio": (Grant(HandleType.VFIO_DEVICE, frozenset({Access.DEVICE_ACCESS})),),
+    # the allocation hands a VFIO root the PCI function itself: its prepare program binds it
+    # to vfio-pci (ExclusiveConfigure) and its connect program grants the device node
+    "vfio": (
+        Grant(
+            HandleType.PCI_FUNCTION,
+            frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE, Access.DEVICE_ACCESS}),
+        ),
+    ),
     "macvlan": (Grant(HandleType.SHARED_PARENT, frozenset({Access.CREATE_CHILD})),),
     "ipvlan": (Grant(HandleType.SHARED_PARENT, frozenset({Access.CREATE_CHILD})),),
     "representor": (
@@ -475,6 +482,11 @@ def _build_one(
         pcie_root=item.pcie_root,
         numa_node=item.numa_node,
         extra_attributes=extras,
+        allowed_drivers=tuple(
+            d
+            for d in (policy.spec.hardware.allowed_drivers if policy.spec.hardware else ())
+            if d != "kernel"
+        ),
     )
     attrs = p.attributes()
     too_long = [

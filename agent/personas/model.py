@@ -134,6 +134,8 @@ class Persona:
     numa_node: int | None = None
     extra_attributes: Mapping[str, str] = field(default_factory=dict)
     retained: bool = False  # kept only because it is allocated or cleanup-pending
+    # the policy's hardware.allowedDrivers other than "kernel": what pci/driver-bind may bind
+    allowed_drivers: tuple[str, ...] = ()
 
     def attributes(self) -> dict[str, dict[str, Any]]:
         """The ResourceSlice ``attributes`` map (qualified names, typed values)."""
@@ -196,6 +198,7 @@ class Persona:
             "numaNode": self.numa_node,
             "extraAttributes": dict(self.extra_attributes),
             "retained": self.retained,
+            "allowedDrivers": list(self.allowed_drivers),
         }
 
     @classmethod
@@ -234,6 +237,7 @@ class Persona:
             numa_node=d.get("numaNode"),
             extra_attributes=dict(d.get("extraAttributes") or {}),
             retained=bool(d.get("retained", False)),
+            allowed_drivers=tuple(d.get("allowedDrivers") or ()),
         )
 
     def to_device(self) -> dict[str, Any]:

@@ -5,8 +5,9 @@ real executors and SIGKILL itself at the requested journal boundary.
 Request: ``state_dir``, ``host`` (host netns path), ``sandbox``
 (NamespaceRef JSON or null), ``action`` (``run``/``cleanup``), ``op``, ``scope``, ``program``
 (BoundProgram JSON, for run), ``crash_at`` (boundary index), ``out`` (file that receives the
-boundary names passed), optionally ``bridge_grants`` (approved bridges, for device
-executors). Reply: ``{"signal": n}`` or ``{"exit": code}``.
+boundary names passed), optionally ``bridge_grants`` (approved bridges),
+``allowed_drivers`` and ``cdi_root`` (for device executors). Reply: ``{"signal": n}`` or
+``{"exit": code}``.
 """
 
 from __future__ import annotations
@@ -40,11 +41,17 @@ def child(req: dict[str, Any]) -> int:
 
     grants = {g.alias: g for g in map(BridgeGrant.from_json, req.get("bridge_grants") or ())}
 
+    device: dict[str, Any] = {}
+    if req.get("allowed_drivers"):
+        device["allowed_drivers"] = frozenset(req["allowed_drivers"])
+    if req.get("cdi_root"):
+        device["cdi_root"] = Path(req["cdi_root"])
+
     def env(sandbox: NamespaceRef | None) -> LinkEnvironment:
         host = NamespaceRef.at(req["host"])
-        if grants:
+        if grants or device:
             return DeviceEnvironment(
-                host=host, sandbox=sandbox, pins=pins.list, bridge_grants=grants
+                host=host, sandbox=sandbox, pins=pins.list, bridge_grants=grants, **device
             )
         return LinkEnvironment(host=host, sandbox=sandbox, pins=pins.list)
 

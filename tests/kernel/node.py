@@ -45,6 +45,8 @@ class Node:
     state_dir: Path
     host: str  # name of the scratch namespace standing in for the host
     bridge_grants: tuple[BridgeGrant, ...] = ()  # the policy's approved bridges (device tests)
+    allowed_drivers: tuple[str, ...] = ()  # the policy's hardware.allowedDrivers (PCI tests)
+    cdi_root: Path | None = None  # where VFIO grants write their CDI specs (PCI tests)
 
     @property
     def pins(self) -> NamespacePins:
@@ -56,12 +58,18 @@ class Node:
     def env(self, sandbox: NamespaceRef | None = None) -> LinkEnvironment:
         env = self.pins.link_environment()
         env.sandbox = sandbox
-        if not self.bridge_grants:
+        if not self.bridge_grants and not self.allowed_drivers and self.cdi_root is None:
             return env
         grants = {g.alias: g for g in self.bridge_grants}
-        device_env = DeviceEnvironment.extend(env, bridge_grants=grants)
+        device_env = DeviceEnvironment.extend(env, bridge_grants=grants, **self.device_facts())
         env.close()
         return device_env
+
+    def device_facts(self) -> dict[str, Any]:
+        facts: dict[str, Any] = {"allowed_drivers": frozenset(self.allowed_drivers)}
+        if self.cdi_root is not None:
+            facts["cdi_root"] = self.cdi_root
+        return facts
 
     @contextmanager
     def runner(self, boundary: Callable[[str], None] | None = None) -> Iterator[Runner]:
@@ -130,6 +138,8 @@ class Node:
                 "crash_at": index,
                 "out": str(out),
                 "bridge_grants": [g.to_json() for g in self.bridge_grants],
+                "allowed_drivers": list(self.allowed_drivers),
+                "cdi_root": str(self.cdi_root) if self.cdi_root else None,
             }
         )
         names = out.read_text().split() if out.exists() else []

@@ -117,7 +117,9 @@ def test_grants_use_handle_types_and_accesses(inv: Inventory) -> None:
     assert kernel is not None
     assert {g.type for g in kernel.grants} == {HandleType.KERNEL_INTERFACE, HandleType.RDMA_DEVICE}
     vfio = find(ps, MLX_PF0, "vfio")
-    assert vfio is not None and vfio.grants[0].type is HandleType.VFIO_DEVICE
+    assert vfio is not None and vfio.grants[0].type is HandleType.PCI_FUNCTION
+    assert Access.EXCLUSIVE_CONFIGURE in vfio.grants[0].accesses  # pci/driver-bind needs it
+    assert vfio.allowed_drivers == ("vfio-pci",)  # from the policy, for pci/driver-bind
 
 
 def test_equal_priority_conflict_is_an_error_with_reason(inv: Inventory) -> None:

@@ -1,0 +1,106 @@
+"""The CDI spec file through which a container runtime hands a VFIO grant's nodes to containers.
+
+One file per effect, in the agent's CDI directory (node configuration, never workload config):
+``dmn-vfio-<digest>.json``, where the digest is of ``dmn:<operation>:<effect>``, holding one CDI
+device whose ``containerEdits.deviceNodes`` are exactly the verified nodes. The spec's
+annotation names the owning effect. Ownership is the exact content: undo removes the file only
+when it still holds the bytes this effect wrote; anything else at that path is not ours and is
+left alone (``E_CDI_SPEC`` on apply). Writes are atomic (temporary file + rename).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from dmn.opcodes.executor import ExecutorError
+from dmn.opcodes.vfio.device_nodes import DeviceNode
+
+CDI_VERSION = "0.6.0"
+CDI_KIND = "dra-multi-network.schseba.github.io/vfio"
+OWNER_ANNOTATION = "dra-multi-network.schseba.github.io/owner"
+
+
+def device_name(owner: str) -> str:
+    return "g" + hashlib.sha256(owner.encode()).hexdigest()[:20]
+
+
+def spec_path(cdi_root: Path, owner: str) -> Path:
+    return cdi_root / f"dmn-vfio-{device_name(owner)}.json"
+
+
+def qualified_name(owner: str) -> str:
+    """The fully qualified CDI device name (``vendor/class=name``) a runtime resolves."""
+    return f"{CDI_KIND}={device_name(owner)}"
+
+
+def render(owner: str, nodes: tuple[DeviceNode, ...]) -> str:
+    spec = {
+        "cdiVersion": CDI_VERSION,
+        "kind": CDI_KIND,
+        "annotations": {OWNER_ANNOTATION: owner},
+        "devices": [
+            {
+                "name": device_name(owner),
+                "containerEdits": {
+                    "deviceNodes": [
+                        {
+                            "path": n.path,
+                            "type": "c",
+                            "major": n.major,
+                            "minor": n.minor,
+                            "permissions": "rw",
+                        }
+                        for n in nodes
+                    ]
+                },
+            }
+        ],
+    }
+    return json.dumps(spec, indent=1, sort_keys=True) + "\n"
+
+
+def read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ExecutorError("E_CDI_SPEC", f"read {path}: {exc.strerror}") from exc
+
+
+def write(path: Path, content: str) -> None:
+    """Write ``content`` at ``path`` unless another content is there (not ours)."""
+    existing = read(path)
+    if existing == content:
+        return
+    if existing is not None:
+        raise ExecutorError("E_CDI_SPEC", f"{path} exists with other content: not ours")
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w") as out:
+            out.write(content)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ExecutorError("E_CDI_SPEC", f"write {path}: {exc.strerror}") from exc
+
+
+def remove_if_ours(path: Path, content: str) -> bool:
+    """Remove the file when it holds exactly ``content``; True when it is gone afterwards."""
+    existing = read(path)
+    if existing is None:
+        return True
+    if existing != content:
+        return False
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise ExecutorError("E_CDI_SPEC", f"remove {path}: {exc.strerror}") from exc
+    return True
