@@ -169,6 +169,84 @@ def test_pod_deletion_leaves_no_link_pin_or_live_record(
     assert preparations and {p["state"] for p in preparations} == {"Released"}, preparations
 
 
+def _claim_of(admin: Cluster, pod_name: str) -> dict[str, Any]:
+    pod_uid = admin.get(r.PODS, pod_name, NAMESPACE)["metadata"]["uid"]
+    (claim,) = [
+        c
+        for c in admin.list(r.RESOURCE_CLAIMS, NAMESPACE).items
+        if any(o.get("uid") == pod_uid for o in c["metadata"].get("ownerReferences") or [])
+    ]
+    return claim
+
+
+def _device_health(admin: Cluster, pod_name: str, resource_id: str) -> dict[str, Any]:
+    """The kubelet's entry for ``resource_id`` in the Pod's allocatedResourcesStatus."""
+    status = admin.get(r.PODS, pod_name, NAMESPACE).get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        for entry in container.get("allocatedResourcesStatus") or []:
+            if entry.get("name") != "claim:net":
+                continue
+            for res in entry.get("resources") or []:
+                if res.get("resourceID") == resource_id:
+                    return dict(res)
+    return {}
+
+
+def _dmn_lab(*argv: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "dmn", "lab", *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def _set_host_link(name: str, state: str) -> None:
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ip:
+        ip.link("set", index=ip.link_lookup(ifname=name)[0], state=state)
+
+
+def test_pod_status_shows_device_health(
+    upstream_lab: UpstreamLab, admin: Cluster, classes: dict[str, str], pods: list[str]
+) -> None:
+    """kubelet v1.37.2 watches our DRAResourceHealth stream (v1, chosen from the
+    registration; gate ResourceHealthStatus on by default) and shows the allocated
+    device's health in the Pod's status; the lab downs the device's link: Unhealthy, with
+    our message; up again: Healthy."""
+    # created with `dmn lab run -f` (which waits until it runs) and looked into with
+    # `dmn lab exec` (kubectl exec on this backend)
+    manifest = upstream_lab.layout.root.parent / "e2e-health.yaml"
+    manifest.write_text(json.dumps(pod("e2e-health", "shared-macvlan")))
+    pods.append("e2e-health")
+    state = ["--state-dir", str(upstream_lab.layout.root.parent)]
+    ran = _dmn_lab("run", "-f", str(manifest), *state)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == ["pod/e2e-health created", "pod/e2e-health running"]
+    shown = _dmn_lab(
+        "exec", "e2e-health", "-n", NAMESPACE, *state, "--", "ip", "link", "show", "net1"
+    )
+    assert shown.returncode == 0 and "net1" in shown.stdout, shown.stderr
+    (result,) = _claim_of(admin, "e2e-health")["status"]["allocation"]["devices"]["results"]
+    resource_id = f"{DRIVER}/{result['pool']}/{result['device']}"
+    assert wait_for(
+        lambda: _device_health(admin, "e2e-health", resource_id).get("health") == "Healthy", WAIT
+    ), admin.get(r.PODS, "e2e-health", NAMESPACE)["status"]
+    healthy = _device_health(admin, "e2e-health", resource_id)
+    link = healthy["message"].split()[1]  # "link dmnlab0 is up"
+    assert healthy["message"] == f"link {link} is up" and link in LAB_LINKS, healthy
+    _set_host_link(link, "down")
+    try:
+        assert wait_for(
+            lambda: _device_health(admin, "e2e-health", resource_id).get("health") == "Unhealthy",
+            WAIT,
+        ), _device_health(admin, "e2e-health", resource_id)
+        unhealthy = _device_health(admin, "e2e-health", resource_id)
+        assert unhealthy["message"] == f"link {link} is not usable (operstate DOWN)", unhealthy
+    finally:
+        _set_host_link(link, "up")
+    assert wait_for(
+        lambda: _device_health(admin, "e2e-health", resource_id).get("health") == "Healthy", WAIT
+    ), _device_health(admin, "e2e-health", resource_id)
+
+
 def _exists(admin: Cluster, resource: Any, name: str) -> bool:
     try:
         admin.get(resource, name, NAMESPACE)
