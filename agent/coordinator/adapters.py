@@ -45,10 +45,16 @@ class DraAdapter:
     Every refused or failed claim is reported (metric + Event on the ResourceClaim)."""
 
     def __init__(
-        self, preparation: PreparationService, reporter: RefusalReporter | None = None
+        self,
+        preparation: PreparationService,
+        reporter: RefusalReporter | None = None,
+        attachments: SandboxAttachmentService | None = None,
     ) -> None:
         self.preparation = preparation
         self.reporter = reporter or RefusalReporter(None, "")
+        # NodeUnprepare first tears down attachments whose sandbox the runtime stopped
+        # without telling us (SandboxAttachmentService.stop_released)
+        self.attachments = attachments
 
     def _report(self, request: str, claim: ClaimRef, error: str) -> None:
         obj = claim_object(claim.namespace, claim.name, claim.uid)
@@ -91,6 +97,8 @@ class DraAdapter:
         out: dict[str, UnprepareResult] = {}
         for c in claims:
             try:
+                if self.attachments is not None:
+                    self.attachments.stop_released(c.uid)
                 self.preparation.unprepare(c.uid)
                 out[c.uid] = UnprepareResult()
             except Refusal as exc:

@@ -125,7 +125,9 @@ class NodeAgent:
             self.objects.start()
             self.services = self._open_services()
             self.reporter.start()
-            self.dra = DraAdapter(self.services.preparation, self.reporter)
+            self.dra = DraAdapter(
+                self.services.preparation, self.reporter, self.services.attachments
+            )
             self.nri = NriAdapter(self.services.attachments, self.services.reconcile, self.reporter)
             self.kubelet = KubeletPluginServer(
                 self.config.driver,

@@ -31,6 +31,7 @@ and NRI threads serialise.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -269,6 +270,7 @@ class SandboxAttachmentService:
                     for (p, v, _), c in zip(plan, claims, strict=True)
                 ],
                 operations=ops,
+                runtime_netns=netns_path,
             )
             pin = NamespacePin(
                 att, str(self.pins.path(att)), wanted.dev, wanted.inode, identity.boot_id
@@ -467,6 +469,46 @@ class SandboxAttachmentService:
             log.info("event=invalidated pod=%s sandbox=%s", pod_uid, sandbox_id)
             self.remove(rec)
 
+    def stop_released(self, claim_uid: str) -> list[AttachmentIdentity]:
+        """Tear down Ready attachments of ``claim_uid`` whose sandbox the runtime stopped
+        without a StopPodSandbox to us; returns their identities.
+
+        Why: containerd keeps what it told NRI plugins about each sandbox in memory only
+        (``internal/nri/nri.go``: a sandbox's state is set at RunPodSandbox; Synchronize
+        after a restart sets the state of containers, never of sandboxes), so after a
+        containerd restart StopPodSandbox and RemovePodSandbox reach no plugin for any
+        sandbox that existed before it. kubelet's NodeUnprepare for such a Pod then met a
+        Ready attachment (E_ATTACHED) forever and the Pod stayed Terminating.
+
+        The proof that the runtime stopped the sandbox is its own mount of the sandbox's
+        network namespace, recorded at RunPodSandbox: the runtime removes it when it stops
+        the sandbox (right after tearing the CNI network down). A recorded path that no
+        longer names the namespace we pinned means stopped; the teardown is then exactly
+        :meth:`stop_pod`'s. Without a recorded path (older records) nothing is concluded.
+        """
+        stopped: list[AttachmentIdentity] = []
+        with self._lock:
+            boot = self.boot_id()
+            for rec in self.journal.attachments():
+                if rec.state is not AttachmentState.READY or not rec.runtime_netns:
+                    continue
+                if rec.identity.boot_id != boot or rec.identity.node_uid != self.config.node_uid:
+                    continue
+                if not any(c.claim_uid == claim_uid for c in rec.claims):
+                    continue
+                pin = self.journal.get_pin(attachment_id(rec.identity))
+                if pin is None or _names_namespace(rec.runtime_netns, pin.dev, pin.inode):
+                    continue
+                log.info(
+                    "event=runtime-released pod=%s sandbox=%s netns=%s",
+                    rec.identity.pod_uid,
+                    rec.identity.sandbox_id,
+                    rec.runtime_netns,
+                )
+                self.stop_pod(rec.identity.pod_uid, rec.identity.sandbox_id)
+                stopped.append(rec.identity)
+        return stopped
+
     def remove_pod(self, pod_uid: str, sandbox_id: str) -> None:
         """Reverse cleanup of the attachment; the pin goes only after verified cleanup."""
         with self._lock:
@@ -550,3 +592,14 @@ class SandboxAttachmentService:
     def attachment(self, pod_uid: str, sandbox_id: str) -> AttachmentRecord | None:
         with self._lock:
             return self.journal.get_attachment(self._identity(pod_uid, sandbox_id))
+
+
+def _names_namespace(path: str, dev: int, inode: int) -> bool:
+    """Whether ``path`` still opens the network namespace (dev, inode)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # unreadable is no proof that it is gone
+    return (st.st_dev, st.st_ino) == (dev, inode)

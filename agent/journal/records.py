@@ -198,6 +198,9 @@ class AttachmentRecord:
     claims: list[AttachedClaim] = field(default_factory=list)
     operations: list[str] = field(default_factory=list)  # connect operations, topological order
     error: str = ""
+    # the sandbox's network namespace path as the runtime gave it at RunPodSandbox (the
+    # runtime's own mount, which it removes when it stops the sandbox); "" if not recorded
+    runtime_netns: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -206,6 +209,7 @@ class AttachmentRecord:
             "claims": [c.to_json() for c in self.claims],
             "operations": list(self.operations),
             "error": self.error,
+            "runtimeNetns": self.runtime_netns,
         }
 
     @classmethod
@@ -216,6 +220,7 @@ class AttachmentRecord:
             claims=[AttachedClaim.from_json(c) for c in _objects(d, "claims")],
             operations=_texts(d, "operations"),
             error=_text(d, "error", ""),
+            runtime_netns=_text(d, "runtimeNetns", ""),
         )
 
 

@@ -14,7 +14,12 @@ pkg/api/plugin.go, pkg/api/event.go; containerd internal/nri/config.go):
   proceeds, an error status fails the operation;
 * pod events and StartContainer go through the dedicated RPCs and fall back to
   StateChange when the plugin answers UNIMPLEMENTED; ``state_change_only`` emulates a
-  runtime that predates the dedicated RPCs.
+  runtime that predates the dedicated RPCs;
+* a restart forgets what plugins were told (containerd internal/nri/nri.go keeps each
+  sandbox's NRI state in memory, set at RunPodSandbox; Synchronize after a restart sets
+  the state of containers only): sandboxes given to :meth:`LabNriRuntime.restore` (from before a
+  restart) are listed at Synchronize, but their StopPodSandbox and RemovePodSandbox reach
+  no plugin (seen on containerd 2.3.7 in the upstream lab).
 
 Threads and blocking sockets on purpose: the agent's plugin side is asyncio, so the two
 sides share neither framing code nor a concurrency model.
@@ -94,7 +99,8 @@ class LabContainer:
 
 @dataclass(frozen=True)
 class RuntimeEvent:
-    kind: str  # registered | configured | synchronized | dropped | hook-error | fallback
+    # registered | configured | synchronized | dropped | hook-error | fallback | unannounced
+    kind: str
     plugin: str
     detail: str = ""
 
@@ -231,6 +237,7 @@ class LabNriRuntime:
         self.runtime_version = runtime_version
         self.pods: dict[str, LabPod] = {}
         self.containers: dict[str, LabContainer] = {}
+        self.unannounced: set[str] = set()  # restored sandboxes: no Stop/Remove to plugins
         self.events: list[RuntimeEvent] = []
         self._links: list[PluginLink] = []
         self._ready: list[PluginLink] = []
@@ -304,6 +311,12 @@ class LabNriRuntime:
     def _record(self, kind: str, link: PluginLink, detail: str = "") -> None:
         with self._changed:
             self.events.append(RuntimeEvent(kind, link.full_name, detail))
+            self._changed.notify_all()
+
+    def _record_silent(self, method: str, pod_id: str) -> None:
+        """A hook the runtime ran without telling plugins (a restored sandbox)."""
+        with self._changed:
+            self.events.append(RuntimeEvent("unannounced", "", f"{method} {pod_id}"))
             self._changed.notify_all()
 
     def _drop(self, link: PluginLink, why: str) -> None:
@@ -420,6 +433,16 @@ class LabNriRuntime:
                     raise HookFailed(f"{link.full_name} {method}: {exc.message}") from exc
         return replies
 
+    def restore(self, pods: list[LabPod], containers: list[LabContainer]) -> None:
+        """What a restarted runtime reloads from its own store: listed at the next
+        Synchronize; Stop/Remove of these sandboxes are not announced to plugins."""
+        with self._lock:
+            for pod in pods:
+                self.pods[pod.id] = pod
+                self.unannounced.add(pod.id)
+            for ctr in containers:
+                self.containers[ctr.id] = ctr
+
     def run_pod_sandbox(self, pod: LabPod, timeout: float | None = None) -> None:
         """``timeout`` overrides the request timeout for this hook only (tests of drops)."""
         with self._lock:
@@ -439,6 +462,9 @@ class LabNriRuntime:
 
     def stop_pod_sandbox(self, pod_id: str, with_netns: bool = False) -> None:
         with self._lock:
+            if pod_id in self.unannounced:
+                self._record_silent("StopPodSandbox", pod_id)
+                return
             proto = self.pods[pod_id].to_proto(with_netns=with_netns)
             try:
                 self._hook(
@@ -453,16 +479,20 @@ class LabNriRuntime:
     def remove_pod_sandbox(self, pod_id: str) -> None:
         with self._lock:
             proto = self.pods[pod_id].to_proto(with_netns=False)
-            try:
-                self._hook(
-                    api.REMOVE_POD_SANDBOX,
-                    "RemovePodSandbox",
-                    api.RemovePodSandboxRequest(pod=proto).SerializeToString(),
-                    api.StateChangeEvent(event=api.REMOVE_POD_SANDBOX, pod=proto),
-                )
-            except HookFailed as exc:
-                log.warning("lab nri RemovePodSandbox error ignored error=%s", exc)
+            if pod_id in self.unannounced:
+                self._record_silent("RemovePodSandbox", pod_id)
+            else:
+                try:
+                    self._hook(
+                        api.REMOVE_POD_SANDBOX,
+                        "RemovePodSandbox",
+                        api.RemovePodSandboxRequest(pod=proto).SerializeToString(),
+                        api.StateChangeEvent(event=api.REMOVE_POD_SANDBOX, pod=proto),
+                    )
+                except HookFailed as exc:
+                    log.warning("lab nri RemovePodSandbox error ignored error=%s", exc)
             self.pods.pop(pod_id, None)
+            self.unannounced.discard(pod_id)
             for cid in [c.id for c in self.containers.values() if c.pod_id == pod_id]:
                 del self.containers[cid]
 

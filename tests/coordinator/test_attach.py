@@ -17,6 +17,7 @@ from pyroute2 import IPRoute
 
 from dmn.agent.coordinator import Refusal
 from dmn.agent.journal.records import AttachmentState, PreparationState
+from dmn.agent.kubelet.handler import ClaimRef
 from dmn.api.cluster import resources as r
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.node import NODE_NAME
@@ -290,3 +291,43 @@ def test_claim_with_two_consumers_refuses_the_sandbox(node: LabNode) -> None:
         ("Warning", "E_MULTIPLE_CONSUMERS", "Pod")
     ]
     assert events[0]["message"].startswith("RunPodSandbox: E_MULTIPLE_CONSUMERS")
+
+
+def test_unprepare_after_a_runtime_restart_tears_down_the_stopped_sandbox(
+    node: LabNode,
+) -> None:
+    """containerd announces no StopPodSandbox/RemovePodSandbox for sandboxes from before its
+    restart (lab runtime ``restore``). kubelet's NodeUnprepare after the Pod's deletion is
+    refused while the runtime still has the sandbox's namespace mounted; once the runtime
+    removed it (what it does at Stop), the unprepare tears the attachment down from the
+    journal and releases the claim."""
+    baseline = snapshot(node.host_ns)
+    claim, pod = claimed_pod(node)
+    meta, pod_uid = claim["metadata"], pod["metadata"]["uid"]
+    ref = ClaimRef(meta["namespace"], meta["uid"], meta["name"])
+    assert node.agent.dra is not None
+    with scratch_netns("dmc1t") as sandbox:
+        sb = LabPod("sb-restored", pod_uid, pod["metadata"]["name"], "default", netns_path(sandbox))
+        node.runtime.run_pod_sandbox(sb)
+        node.runtime.shutdown()
+        runtime = LabNriRuntime(node.runtime.socket_path, request_timeout=30.0)
+        runtime.restore([sb], [])
+        runtime.start()
+        try:
+            assert runtime.wait_ready(1, WAIT)
+            runtime.stop_pod_sandbox("sb-restored")  # the runtime stops it, tells nobody
+            assert runtime.wait_event("unannounced", WAIT) is not None
+            (refused,) = node.agent.dra.unprepare([ref]).values()
+            assert refused.error and refused.error.startswith("E_ATTACHED"), refused
+            assert names(sandbox) == ["lo", "net1"]
+        finally:
+            runtime.stop()
+    # the runtime's namespace mount is gone now (our pin keeps the namespace itself)
+    (done,) = node.agent.dra.unprepare([ref]).values()
+    assert not done.error, done
+    att = node.services.attachments.attachment(pod_uid, "sb-restored")
+    assert att is not None and att.state is AttachmentState.REMOVED
+    assert node.services.pins.list() == []
+    (prep,) = node.services.journal.preparations(meta["uid"])
+    assert prep.state is PreparationState.RELEASED
+    assert snapshot(node.host_ns) == baseline
