@@ -39,6 +39,7 @@ from dmn.agent.nri.plugin import PluginConfig
 from dmn.agent.protos import dra_v1_pb2, dra_v1_pb2_grpc
 from dmn.api.cluster import ApiFailure, Conflict, NotFound
 from dmn.api.cluster import resources as r
+from dmn.api.cluster.events import EventRecorder
 from dmn.lab.allocator import AllocationError
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.cluster import LabCluster, LabError
@@ -48,6 +49,13 @@ from dmn.lab.runtime.nri_runtime import HookFailed, LabContainer, LabNriRuntime,
 log = logging.getLogger(__name__)
 
 WAIT = 60.0
+#: kube-scheduler 1.37's PodScheduled message for a Pod whose claims cannot be allocated
+#: on the one node (framework.FitError with the DRA plugin's reason; seen verbatim on the
+#: upstream lab)
+UNSCHEDULABLE = (
+    "0/1 nodes are available: 1 cannot allocate all claims. preemption: 0/1 nodes are "
+    "available: 1 Preemption is not helpful for scheduling."
+)
 # exec forks while the agent's gRPC threads run; gRPC's note about skipping its fork
 # handlers is informational (the child only execs `ip`)
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -200,7 +208,11 @@ class LabPods:
         try:
             claims = self._claims(pod, running)
             if claims:
-                running.claims = self.scheduler.allocate(claims, pod=pod)
+                try:
+                    running.claims = self.scheduler.allocate(claims, pod=pod)
+                except AllocationError:
+                    self._unschedulable(running)
+                    raise
             channel, stub = self._dra()
             with channel:
                 resp = stub.NodePrepareResources(
@@ -219,7 +231,11 @@ class LabPods:
                 namespace,
                 f"/var/run/netns/{running.netns}",
             )
-            self.runtime.run_pod_sandbox(sandbox)
+            try:
+                self.runtime.run_pod_sandbox(sandbox)
+            except HookFailed as exc:
+                self._sandbox_failed(running, pod, str(exc))
+                raise
             for i, ctr in enumerate(pod["spec"].get("containers") or []):
                 cid = f"{running.sandbox[:12]}-{i}"
                 self.runtime.create_container(
@@ -236,10 +252,82 @@ class LabPods:
         return running
 
     def _set_phase(self, running: RunningPod, phase: str, message: str = "") -> None:
+        """Phase and the lab's own outcome message; status fields the real scheduler and
+        kubelet wrote before (conditions, container statuses) are kept."""
         with contextlib.suppress(ApiFailure):
             current = self.cluster.get(r.PODS, running.name, running.namespace)
-            current["status"] = {"phase": phase, **({"message": message[:512]} if message else {})}
+            kept = {
+                k: v
+                for k, v in (current.get("status") or {}).items()
+                if k in ("conditions", "containerStatuses") and phase != "Running"
+            }
+            current["status"] = {
+                "phase": phase,
+                **kept,
+                **({"message": message[:512]} if message else {}),
+            }
             self.cluster.replace(r.PODS, current, status=True)
+
+    def _write_status(self, running: RunningPod, status: dict[str, Any]) -> None:
+        with contextlib.suppress(ApiFailure):
+            current = self.cluster.get(r.PODS, running.name, running.namespace)
+            current["status"] = {**(current.get("status") or {}), **status}
+            self.cluster.replace(r.PODS, current, status=True)
+
+    def _event(self, running: RunningPod, component: str, reason: str, message: str) -> None:
+        obj = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"namespace": running.namespace, "name": running.name, "uid": running.uid},
+        }
+        EventRecorder(self.cluster, component, NODE_NAME).record(obj, "Warning", reason, message)
+
+    def _unschedulable(self, running: RunningPod) -> None:
+        """What kube-scheduler 1.37 leaves on a Pod whose claims it cannot allocate (its
+        DRA plugin's "cannot allocate all claims", seen on the upstream lab)."""
+        self._write_status(
+            running,
+            {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": UNSCHEDULABLE,
+                    }
+                ],
+            },
+        )
+        self._event(running, "default-scheduler", "FailedScheduling", UNSCHEDULABLE)
+
+    def _sandbox_failed(self, running: RunningPod, pod: dict[str, Any], error: str) -> None:
+        """What kubelet 1.37 and containerd 2.3 show when an NRI plugin fails
+        RunPodSandbox: the Pod stays Pending, every container waits in ContainerCreating
+        (none is created), and kubelet's FailedCreatePodSandBox Event quotes the error."""
+        containers = pod["spec"].get("containers") or []
+        self._write_status(
+            running,
+            {
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "True"}],
+                "containerStatuses": [
+                    {
+                        "name": c["name"],
+                        "image": c.get("image", ""),
+                        "imageID": "",
+                        "started": False,
+                        "lastState": {},
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {"waiting": {"reason": "ContainerCreating"}},
+                    }
+                    for c in containers
+                ],
+            },
+        )
+        message = f"Failed to create pod sandbox: NRI RunPodSandbox failed: {error}"
+        self._event(running, "kubelet", "FailedCreatePodSandBox", message)
 
     def exec(self, namespace: str, name: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
         running = self.pods.get((namespace, name))
@@ -261,8 +349,14 @@ class LabPods:
         running = self.pods.pop((namespace, name), None)
         if running is None:
             raise LabError("E_NOT_FOUND", f"no running lab pod {namespace}/{name}")
+        from pyroute2 import netns
+
         if running.sandbox in self.runtime.pods:
             self.runtime.stop_pod_sandbox(running.sandbox)
+        # containerd tears the sandbox's network down and removes its namespace mount at
+        # StopPodSandbox, before kubelet unprepares (the agent may rely on that)
+        if running.netns in netns.listnetns():
+            netns.remove(running.netns)
         if running.claims:
             channel, stub = self._dra()
             with channel:
@@ -280,10 +374,6 @@ class LabPods:
         for claim_name in running.generated:
             with contextlib.suppress(NotFound):
                 self.cluster.delete(r.RESOURCE_CLAIMS, claim_name, namespace)
-        from pyroute2 import netns
-
-        if running.netns in netns.listnetns():
-            netns.remove(running.netns)
         # a Pod bound to a node is deleted gracefully: its kubelet finishes the deletion
         # (grace period 0, for this very Pod) once the sandbox is gone
         with contextlib.suppress(NotFound, Conflict):

@@ -96,6 +96,14 @@ def node_agent_rbac() -> list[dict[str, Any]]:
     group = "networking.dra-multi-network.schseba.github.io"
     rules = [
         {"apiGroups": [group], "resources": ["*"], "verbs": ["get", "list", "watch"]},
+        # each agent writes its node-owned part of every policy's status (as the chart's
+        # node role grants; the lab API server has no authorization, so only the upstream
+        # lab showed this missing: "policy-status-failed ... forbidden")
+        {
+            "apiGroups": [group],
+            "resources": ["deviceexposurepolicies/status"],
+            "verbs": ["update"],
+        },
         {
             "apiGroups": [group],
             "resources": ["networkattachmentstatuses", "networkattachmentstatuses/status"],
