@@ -15,9 +15,12 @@ from typing import Any
 
 import pytest
 
-from dmn.api.cluster import Cluster, NotFound
+from dmn.api.builtin_plugins import plugin_object
+from dmn.api.cluster import AlreadyExists, Cluster, NotFound
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
+from dmn.interpreter.loader import load_plugins
+from dmn.interpreter.source import load_yaml_documents
 from dmn.lab import manifests
 from dmn.lab.demo import TOPOLOGIES, wait_settled
 from dmn.lab.node import HOST_DEVICE_TOPOLOGY
@@ -28,11 +31,15 @@ from dmn.lab.upstream.configs import NODE_NAME
 from dmn.lab.upstream.demo import (
     Kubectl,
     pod,
+    pod_events,
     pod_phase,
     wait_for,
 )
 from dmn.lab.upstream.driver import LAB_LINKS
 from tests.e2e.conftest import Session, host_snapshot
+from tests.fixtures.forged_revision import forged_class, forged_revision, ready_status
+from tests.lab.test_admin_plugin import ADMIN as ADMIN_PLUGINS
+from tests.lab.test_admin_plugin import POLICY as ADMIN_POLICY
 
 pytestmark = [pytest.mark.e2e]
 WAIT = 120.0
@@ -265,6 +272,162 @@ def _journal(lab: UpstreamLab) -> dict[str, Any]:
     )
     doc: dict[str, Any] = json.loads(out.stdout)
     return doc
+
+
+def _devices_matched(admin: Cluster, name: str) -> list[dict[str, Any]] | None:
+    status = admin.get(r.NETWORK_TOPOLOGIES, name).get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond["type"] == "DevicesMatched" and cond["status"] == "True":
+            return list(status["deviceMatches"])
+    return None
+
+
+def _sandbox_link(lab: UpstreamLab, pod_uid: str, name: str) -> tuple[str, Any, int]:
+    """(kind, macvlan mode, MTU) of ``name`` in the Pod's sandbox, read from the host
+    through the namespace pin the agent holds for the Pod's Ready attachment."""
+    from pyroute2 import IPRoute
+
+    from dmn.agent.journal.keys import attachment_id
+    from dmn.agent.journal.records import AttachmentIdentity
+
+    (att,) = [
+        a
+        for a in _journal(lab)["attachments"]
+        if a["identity"]["podUID"] == pod_uid and a["state"] == "Ready"
+    ]
+    pin = (
+        lab.layout.agent_state
+        / "netns"
+        / attachment_id(AttachmentIdentity.from_json(att["identity"]))
+    )
+    with IPRoute(netns=str(pin)) as ip:
+        (link,) = ip.get_links(ifname=name)
+        info = link.get_attr("IFLA_LINKINFO")
+        data = info.get_attr("IFLA_INFO_DATA")
+        mode = data.get_attr("IFLA_MACVLAN_MODE") if data is not None else None
+        return str(info.get_attr("IFLA_INFO_KIND")), mode, int(link.get_attr("IFLA_MTU"))
+
+
+def _without_webhook_and_controller(lab: UpstreamLab, admin: Cluster) -> tuple[Any, Any]:
+    """The controller bypassed: its process stopped (no revision collection) and its
+    admission webhook unregistered; returns what :func:`_restore` needs."""
+    saved = admin.get(r.VALIDATING_WEBHOOK_CONFIGURATIONS, "dra-multi-network")
+    process = lab.procs.get("dmn-controller")
+    assert process is not None
+    lab.procs.stop("dmn-controller")
+    admin.delete(r.VALIDATING_WEBHOOK_CONFIGURATIONS, "dra-multi-network")
+    return saved, process
+
+
+def _restore(lab: UpstreamLab, admin: Cluster, saved: tuple[Any, Any]) -> None:
+    webhooks, process = saved
+    meta = webhooks["metadata"]
+    body = {**webhooks, "metadata": {"name": meta["name"], "labels": meta.get("labels") or {}}}
+    lab.procs.start("dmn-controller", process.argv, process.env)
+    with contextlib.suppress(AlreadyExists):
+        admin.create(r.VALIDATING_WEBHOOK_CONFIGURATIONS, body)
+
+
+def test_admin_plugins_on_real_kubernetes_and_a_forged_one_refused_on_the_node(
+    upstream_lab: UpstreamLab, admin: Cluster, pods: list[str]
+) -> None:
+    """Issue 12.7 on the upstream backend: an administrator's EffectProgram plugins (a root,
+    macvlan-modes, and an Operation step, link-tune), a DeviceExposurePolicy and a topology
+    applied to kube-apiserver; kube-scheduler allocates, kubelet prepares and containerd runs
+    the Pod, whose net1 is a macvlan in mode private with the Operation step's MTU; deleting
+    the Pod leaves only terminal journal records. Then the controller bypassed: a revision
+    and class written by hand whose admin program moves the held parent away (outside its
+    allowedEffects, digests made consistent) are refused by the node with E_EFFECT_DENIED,
+    reported as an Event on the claim, with no preparation recorded."""
+    plugins: dict[str, Any] = {}
+    for name in ("macvlan-modes", "link-tune"):
+        found, problems = load_plugins(str(ADMIN_PLUGINS / name / "v1"))
+        assert problems == []
+        plugins.update(found)
+    (topology,), problems = load_yaml_documents(
+        (ADMIN_PLUGINS / "link-tune-topology.yaml").read_bytes(), "topology.yaml"
+    )
+    assert problems == []
+    for plugin in plugins.values():
+        admin.apply(plugin_object(plugin))
+    admin.apply(ADMIN_POLICY)
+    admin.apply(topology.data)
+    saved: tuple[Any, Any] | None = None
+    try:
+        (result,) = wait_settled(admin, ["tuned-macvlan"], WAIT)
+        assert result.ready == "True", result
+        (device_class,) = result.device_classes
+        # the controller counts the agent's slices: the policy's devices are published
+        # (earlier tests' shares of the links drain first)
+        assert wait_for(lambda: bool(_devices_matched(admin, "tuned-macvlan")), WAIT)
+        matched = _devices_matched(admin, "tuned-macvlan") or []
+        assert [(m["deviceClassName"], m["nodes"]) for m in matched] == [(device_class, 1)]
+        admin.apply(claim_template("tuned-macvlan", device_class))
+        _run(admin, pods, "e2e-admin", "tuned-macvlan")
+        assert _running(admin, ["e2e-admin"]), pod_events(admin, "e2e-admin")
+        pod_uid = admin.get(r.PODS, "e2e-admin", NAMESPACE)["metadata"]["uid"]
+        kind, mode, mtu = _sandbox_link(upstream_lab, pod_uid, "net1")
+        assert (kind, mtu) == ("macvlan", 1300)
+        assert mode in (1, "private"), mode  # MACVLAN_MODE_PRIVATE
+        admin.delete(r.PODS, "e2e-admin", NAMESPACE)
+        assert wait_for(lambda: not _exists(admin, r.PODS, "e2e-admin"), WAIT)
+        attachments = [
+            a for a in _journal(upstream_lab)["attachments"] if a["identity"]["podUID"] == pod_uid
+        ]
+        assert attachments and {a["state"] for a in attachments} == {"Removed"}, attachments
+
+        saved = _without_webhook_and_controller(upstream_lab, admin)
+        real = admin.get(r.NETWORK_TOPOLOGY_REVISIONS, result.revision)
+        forged = admin.create(
+            r.NETWORK_TOPOLOGY_REVISIONS, forged_revision(real, "macvlan-modes", "forged-tuned")
+        )
+        admin.patch(
+            r.NETWORK_TOPOLOGY_REVISIONS,
+            "forged-tuned",
+            ready_status(forged["metadata"]["generation"]),
+            status=True,
+        )
+        cls = forged_class(admin.get(r.DEVICE_CLASSES, device_class), forged, "forged-tuned")
+        admin.create(r.DEVICE_CLASSES, cls)
+        admin.apply(claim_template("forged-tuned", "forged-tuned"))
+        _run(admin, pods, "e2e-forged", "forged-tuned")
+
+        def refused() -> bool:
+            return any(
+                e["reason"] == "E_EFFECT_DENIED"
+                and (e.get("involvedObject") or {}).get("kind") == "ResourceClaim"
+                and "link-move" in e.get("message", "")
+                for e in admin.list(r.EVENTS, NAMESPACE).items
+            )
+
+        assert wait_for(refused, WAIT), pod_events(admin, "e2e-forged")
+        assert pod_phase(admin, "e2e-forged") == "Pending"
+        claim_uids = {
+            c["metadata"]["uid"]
+            for c in admin.list(r.RESOURCE_CLAIMS, NAMESPACE).items
+            if c["metadata"]["name"].startswith("e2e-forged")
+        }
+        assert claim_uids
+        journal = _journal(upstream_lab)
+        assert not [p for p in journal["preparations"] if p["claimUID"] in claim_uids]
+    finally:
+        for name in ("e2e-forged", "e2e-admin"):
+            with contextlib.suppress(NotFound):
+                admin.delete(r.PODS, name, NAMESPACE)
+        wait_for(lambda: not _exists(admin, r.PODS, "e2e-forged"), WAIT)
+        for res, name in (
+            (r.DEVICE_CLASSES, "forged-tuned"),
+            (r.NETWORK_TOPOLOGY_REVISIONS, "forged-tuned"),
+            (r.NETWORK_TOPOLOGIES, "tuned-macvlan"),
+            (r.DEVICE_EXPOSURE_POLICIES, ADMIN_POLICY["metadata"]["name"]),
+        ):
+            with contextlib.suppress(NotFound):
+                admin.delete(res, name)
+        for ns_name in ("forged-tuned", "tuned-macvlan"):
+            with contextlib.suppress(NotFound):
+                admin.delete(r.RESOURCE_CLAIM_TEMPLATES, ns_name, NAMESPACE)
+        if saved is not None:
+            _restore(upstream_lab, admin, saved)
 
 
 def test_zz_down_leaves_the_host_as_before(upstream_session: Session) -> None:
