@@ -621,6 +621,31 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "The effect is refused; check what else manages the link.",
     ),
     _r(
+        "E_IDENTITY_MISMATCH",
+        EXEC,
+        "The recorded ifindex of a link the journal owns holds a link with other kernel-set "
+        "facts (kind, lower device, permanent MAC, parent device): a tenant may have "
+        "replaced it. The effect is quarantined; nothing was moved, renamed, reconfigured "
+        "or deleted.",
+        "Inspect the namespace (`dmn journal show` names the ifindex); put the link back or "
+        "remove the impostor by hand, then `dmn journal resolve` the effect.",
+    ),
+    _r(
+        "E_IDENTITY_UNRECORDED",
+        EXEC,
+        "The journal record was written before link identities were recorded, so ownership "
+        "cannot be proven; the effect is quarantined rather than guessed.",
+        "Check the link by hand (name and alias are only hints), clean it up, then "
+        "`dmn journal resolve` the effect.",
+    ),
+    _r(
+        "E_IFINDEX_TAKEN",
+        EXEC,
+        "No free ifindex could be chosen for a link about to be created (eight random picks "
+        "were taken).",
+        "Retry; if it persists, report it with the namespace's link count.",
+    ),
+    _r(
         "E_LINK_LOST",
         EXEC,
         "A link this driver created cannot be found.",

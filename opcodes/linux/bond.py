@@ -11,7 +11,8 @@ from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, Recover
 from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.created_link import _CreatedLink
 from dmn.opcodes.linux.effect_handles import Outputs, environment, locate_input, single
-from dmn.opcodes.linux.links import LinkState, by_index, by_name, netlink_call, nonce_name, owned
+from dmn.opcodes.linux.link_identity import prove, record_identity, recorded
+from dmn.opcodes.linux.links import LinkState, by_index, by_name, netlink_call, nonce_name
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
 
@@ -36,6 +37,7 @@ class CreateBond(_CreatedLink):
             "final": name,
             "nonce": nonce_name(),
             "alias": ctx.alias,
+            **self._planned(env, sandbox),
         }
 
     def _check(self, ctx: EffectContext, env: LinkEnvironment, before: Any) -> None:
@@ -48,6 +50,7 @@ class CreateBond(_CreatedLink):
             ipr.link,
             "add",
             ifname=before["nonce"],
+            index=self._index(before),
             kind="bond",
             bond_mode=BOND_MODE_ACTIVE_BACKUP,
             bond_miimon=int(ctx.parameters["miimon"]),
@@ -67,24 +70,46 @@ class CreateBond(_CreatedLink):
 
 
 class AttachMaster:
-    """``linux/attach-master/v1``: enslave one member; undo releases it and restores it."""
+    """``linux/attach-master/v1``: enslave one member; undo releases it and restores it.
+
+    The master must be a link an effect of this driver created (its handle's provenance
+    names that effect, and handles come from the journal, never from the kernel); a master
+    alias starting with ``dmn:`` proves nothing, as a tenant can set it. The before-image
+    records both links' identities (:mod:`link_identity`); apply, recovery and undo find
+    them at their recorded ifindexes and compare kind, lower and hardware facts — a member
+    or master that is not provably the recorded one is never released or reconfigured.
+    """
 
     spec: OpcodeSpec = specs.ATTACH_MASTER
 
     def capture(self, ctx: EffectContext) -> Any:
         env = environment(ctx)
-        master_ref, master = locate_input(env, single(ctx, "master"))
+        handle = single(ctx, "master")
+        if not handle.provenance.effect or handle.provenance.operation != ctx.operation_id:
+            raise ExecutorError(
+                "E_NOT_OWNED", f"master {handle.id} was not created by this operation"
+            )
+        master_ref = env.ref_for_scope(handle.scope)
+        master = by_index(env.rtnl(master_ref), int(handle.observations.get("ifIndex", 0) or 0))
+        if master is None or master.kind != "bond":
+            raise ExecutorError(
+                "E_NOT_OWNED", f"master {handle.id}: no bond at its recorded ifindex"
+            )
         member_ref, member = locate_input(env, single(ctx, "member"))
         if master_ref.identity != member_ref.identity:
             raise ExecutorError(
                 "E_NOT_SAME_SANDBOX", "member and master are in different namespaces"
             )
-        if not master.alias.startswith("dmn:"):
-            raise ExecutorError("E_NOT_OWNED", f"master {master.name} was not created by us")
         self._precheck(master, member)
         full = by_index(env.rtnl(member_ref), member.index, with_addresses=True)
         assert full is not None
-        return {"netns": member_ref.to_json(), "master": master.to_json(), "member": full.to_json()}
+        return {
+            "netns": member_ref.to_json(),
+            "master": master.to_json(),
+            "member": full.to_json(),
+            "masterIdentity": record_identity(env, member_ref, master),
+            "memberIdentity": record_identity(env, member_ref, full),
+        }
 
     def _precheck(self, master: LinkState, member: LinkState) -> None:
         if member.master and member.master != master.index:
@@ -94,16 +119,18 @@ class AttachMaster:
                 "E_MTU_MISMATCH", f"member {member.name} mtu {member.mtu} != bond {master.mtu}"
             )
 
+    def _proven(self, env: LinkEnvironment, before: Any, key: str) -> LinkState | None:
+        return prove(env, NamespaceRef.from_json(before["netns"]), recorded(before, key))
+
     def _live(self, env: LinkEnvironment, before: Any) -> tuple[Any, LinkState, LinkState]:
-        ref = NamespaceRef.from_json(before["netns"])
-        ipr = env.rtnl(ref)
+        ipr = env.rtnl(NamespaceRef.from_json(before["netns"]))
         rec_master = LinkState.from_json(before["master"])
         rec_member = LinkState.from_json(before["member"])
-        master = owned(ipr, rec_master.alias, (rec_master.name,))
-        member = by_index(ipr, rec_member.index)
-        if master is None or master.index != rec_master.index:
+        master = self._proven(env, before, "masterIdentity")
+        member = self._proven(env, before, "memberIdentity")
+        if master is None:
             raise ExecutorError("E_LINK_CHANGED", f"bond {rec_master.name} is gone")
-        if member is None or member.name != rec_member.name:
+        if member is None:
             raise ExecutorError("E_LINK_CHANGED", f"member {rec_member.name} is gone")
         return ipr, master, member
 
@@ -139,18 +166,17 @@ class AttachMaster:
 
     def undo(self, ctx: EffectContext, before: Any, outputs: Outputs) -> None:
         env = environment(ctx)
-        ref = NamespaceRef.from_json(before["netns"])
-        ipr = env.rtnl(ref)
-        rec_master = LinkState.from_json(before["master"])
+        ipr = env.rtnl(NamespaceRef.from_json(before["netns"]))
+        rec_master = recorded(before, "masterIdentity")
         rec_member = LinkState.from_json(before["member"])
-        member = by_index(ipr, rec_member.index)
-        if member is None or member.name != rec_member.name:
+        member = self._proven(env, before, "memberIdentity")
+        if member is None:
             raise ExecutorError("E_LINK_LOST", f"member {rec_member.name} is gone")
-        if member.master and member.master == rec_master.index:
+        if member.master and member.master == int(rec_master["index"]):
             netlink_call(f"release {member.name}", ipr.link, "set", index=member.index, master=0)
         elif member.master:
             raise ExecutorError("E_FOREIGN_MASTER", f"{member.name} now has a foreign master")
-        member = by_index(ipr, rec_member.index)
+        member = by_index(ipr, member.index)
         assert member is not None
         changes: dict[str, Any] = {}
         if member.mtu != rec_member.mtu:
@@ -159,7 +185,7 @@ class AttachMaster:
             changes["address"] = rec_member.mac
         if changes:
             netlink_call(f"restore {member.name}", ipr.link, "set", index=member.index, **changes)
-        member = by_index(ipr, rec_member.index)
+        member = by_index(ipr, member.index)
         if member is not None and member.up != rec_member.up:
             state = "up" if rec_member.up else "down"
             netlink_call(f"{state} {member.name}", ipr.link, "set", index=member.index, state=state)

@@ -89,6 +89,7 @@ class _SharedChild(_CreatedLink):
             "lower": link.index,
             "nonce": nonce_name(),
             "alias": ctx.alias,
+            **self._planned(env, env.host, link.index, env.host.identity.to_json()),
         }
 
     def _check(self, ctx: EffectContext, env: LinkEnvironment, before: Any) -> None:
@@ -111,6 +112,7 @@ class CreateMacvlan(_SharedChild):
             ipr.link,
             "add",
             ifname=before["nonce"],
+            index=self._index(before),
             kind="macvlan",
             link=int(before["lower"]),
             macvlan_mode=str(ctx.parameters["mode"]),
@@ -136,6 +138,7 @@ class CreateIpvlan(_SharedChild):
             ipr.link,
             "add",
             ifname=before["nonce"],
+            index=self._index(before),
             kind="ipvlan",
             link=int(before["lower"]),
             ipvlan_mode=IPVLAN_MODES[str(ctx.parameters["mode"])],
@@ -172,6 +175,7 @@ class CreateVlan(_CreatedLink):
             "final": str(ctx.parameters["ifName"]),
             "nonce": nonce_name(),
             "alias": ctx.alias,
+            **self._planned(env, ref, link.index, ref.identity.to_json()),
         }
 
     def _precheck(self, ctx: EffectContext, ipr: Any, parent: LinkState) -> None:
@@ -202,6 +206,7 @@ class CreateVlan(_CreatedLink):
             ipr.link,
             "add",
             ifname=before["nonce"],
+            index=self._index(before),
             kind="vlan",
             link=int(before["lower"]),
             vlan_id=int(ctx.parameters["vlanId"]),

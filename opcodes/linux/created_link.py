@@ -1,9 +1,16 @@
 """The lifecycle every link-creating ``linux/*`` executor shares.
 
-Create under the journaled nonce name, then claim with the ownership alias (and the final
-name, in one request); recovery finishes a claim a crash interrupted; undo deletes only a
-link :mod:`link_ownership` proves is ours. Subclasses supply the kind, the create request,
-the pre-create checks and the read-back checks.
+Capture chooses the new link's ifindex (random, free in the target namespace) and journals
+it with the kind and lower device as the link's identity (:mod:`link_identity`) before the
+link exists. Apply creates the link at exactly that ifindex under the journaled nonce name,
+then claims it with the ownership alias (and the final name, in one request); recovery
+finishes a claim a crash interrupted; undo deletes only the link at the recorded ifindex of
+the recorded namespace that has the recorded kind and lower device. The alias and the names
+are labels: a tenant can copy them onto its own links, so they are never the proof. A link
+that holds our ifindex but differs is ``E_IDENTITY_MISMATCH`` (quarantined, not touched); a
+record from before identities were journaled is ``E_IDENTITY_UNRECORDED`` (the same).
+Subclasses supply the kind, the create request, the pre-create checks and the read-back
+checks.
 """
 
 from __future__ import annotations
@@ -14,7 +21,15 @@ from typing import Any
 
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.linux.effect_handles import Outputs, environment, link_handle
-from dmn.opcodes.linux.link_ownership import delete_owned, find_owned, find_owned_in
+from dmn.opcodes.linux.link_identity import (
+    IDENTITY_KEY,
+    choose_index,
+    planned_identity,
+    prove,
+    recorded,
+    relocated,
+)
+from dmn.opcodes.linux.link_ownership import delete_owned
 from dmn.opcodes.linux.links import LinkState, netlink_call
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
@@ -29,8 +44,16 @@ class _CreatedLink:
     spec: OpcodeSpec
     kind: str = ""
 
-    def _nonce(self, before: Any) -> tuple[str, str, int]:
-        return (before["nonce"], self.kind, int(before.get("lower", 0)))
+    def _planned(
+        self, env: LinkEnvironment, ref: NamespaceRef, lower: int = 0, lower_netns: Any = None
+    ) -> dict[str, Any]:
+        """The before-image entry naming the link about to be created: its ifindex (chosen
+        now), namespace, kind and lower device."""
+        index = choose_index(env, ref)
+        return {IDENTITY_KEY: planned_identity(ref, self.kind, index, lower, lower_netns)}
+
+    def _index(self, before: Any) -> int:
+        return int(recorded(before)["index"])
 
     def _target_ref(self, env: LinkEnvironment, before: Any) -> NamespaceRef:
         return NamespaceRef.from_json(before["netns"])
@@ -38,15 +61,35 @@ class _CreatedLink:
     def _find(
         self, env: LinkEnvironment, before: Any, everywhere: bool = True
     ) -> tuple[NamespaceRef, LinkState] | None:
-        """This effect's link: in the target namespace only (forward path, where nothing else
-        can have moved it yet), or in every known namespace (recovery and undo)."""
+        """This effect's link, proven by its recorded identity: at its ifindex in the target
+        namespace; with ``everywhere`` (recovery and undo) and a host target, also at that
+        ifindex in a known sandbox (a host child a later effect moved there keeps its
+        ifindex; its lower in the host is what a tenant cannot forge), where a link that
+        differs is simply not ours and is left alone. A link created in a sandbox never
+        leaves it legitimately: when that sandbox is gone, so is the link. Raises
+        ``E_IDENTITY_MISMATCH`` when the target namespace holds another link there."""
+        identity = recorded(before)
         target = self._target_ref(env, before)
-        names = (str(before.get("final") or ""), before["nonce"])
-        if not everywhere:
-            return find_owned_in(
-                env, target, before["alias"], self._nonce(before), names, dump=False
-            )
-        return find_owned(env, before["alias"], self._nonce(before), target, names)
+        try:
+            link = prove(env, target, identity)
+        except ExecutorError as exc:
+            if exc.code == "E_IDENTITY_MISMATCH" or not everywhere:
+                raise
+            link = None  # the target namespace is gone: look where the link may have gone
+        if link is not None:
+            return target, link
+        if not everywhere or not env.is_host(target):
+            return None
+        for ref in env.known():
+            if ref.identity == target.identity:
+                continue
+            try:
+                moved = prove(env, ref, relocated(identity, ref, int(identity["index"])))
+            except ExecutorError:
+                continue
+            if moved is not None:
+                return ref, moved
+        return None
 
     def _create(self, ctx: EffectContext, ipr: Any, before: Any) -> None:
         raise NotImplementedError
@@ -79,7 +122,8 @@ class _CreatedLink:
             except ExecutorError as exc:
                 if exc.code == f"E_NETLINK_{errno.EEXIST}":  # the kernel checks atomically
                     raise ExecutorError(
-                        "E_NAME_TAKEN", f"nonce name {before['nonce']} exists"
+                        "E_NAME_TAKEN",
+                        f"nonce name {before['nonce']} or ifindex {self._index(before)} exists",
                     ) from exc
                 raise
         found = self._find(env, before, everywhere=False)
@@ -106,7 +150,7 @@ class _CreatedLink:
         env = environment(ctx)
         found = self._find(env, before, everywhere=False)
         if found is None or found[1].alias != before["alias"]:
-            return Observed(False, detail="created link not found by its alias")
+            return Observed(False, detail="created link not found or not claimed")
         ref, link = found
         problem = self._verify(ctx, link, before)
         out = link_handle(None, ctx, env, ref, link, self._grants())

@@ -14,7 +14,8 @@ from dmn.opcodes.linux.effect_handles import (
     locate_input,
     single,
 )
-from dmn.opcodes.linux.links import LinkState, by_index, netlink_call
+from dmn.opcodes.linux.link_identity import IDENTITY_KEY, prove, record_identity, recorded
+from dmn.opcodes.linux.links import LinkState, netlink_call
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import ScopeKind
@@ -33,20 +34,19 @@ class LinkConfigure:
         if handle.scope.kind is not ScopeKind.SANDBOX:
             raise ExecutorError("E_SCOPE", f"handle {handle.id} is not in a sandbox")
         ref, link = locate_input(env, handle)
-        return {"netns": ref.to_json(), "link": link.to_json()}
+        return {
+            "netns": ref.to_json(),
+            "link": link.to_json(),
+            IDENTITY_KEY: record_identity(env, ref, link),
+        }
 
     def _link(self, env: LinkEnvironment, before: Any) -> tuple[Any, LinkState | None]:
+        """The link at its recorded ifindex in the recorded namespace when it has the recorded
+        identity (kind, lower, hardware facts; never name, alias or MAC, which the tenant
+        can change); None when that ifindex is free; ``E_IDENTITY_MISMATCH`` when another
+        link holds it."""
         ref = NamespaceRef.from_json(before["netns"])
-        recorded = LinkState.from_json(before["link"])
-        ipr = env.rtnl(ref)
-        link = by_index(ipr, recorded.index)
-        # identity: ifindex + name in the recorded namespace, plus the ownership alias when the
-        # link carries one (a bond's MAC follows its active member, so MAC is no identity here)
-        if link is not None and (
-            link.name != recorded.name or (recorded.alias and link.alias != recorded.alias)
-        ):
-            link = None
-        return ipr, link
+        return env.rtnl(ref), prove(env, ref, recorded(before))
 
     def apply(self, ctx: EffectContext, before: Any) -> None:
         env = environment(ctx)
@@ -78,13 +78,16 @@ class LinkConfigure:
 
     def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
         env = environment(ctx)
-        _, link = self._link(env, before)
+        try:
+            _, link = self._link(env, before)
+        except ExecutorError:
+            return RecoveryObservation.UNCERTAIN
         if link is None:
             return RecoveryObservation.UNCERTAIN
         if self._matches(ctx, link):
             return RecoveryObservation.APPLIED
-        recorded = LinkState.from_json(before["link"])
-        if (link.mtu, link.up) == (recorded.mtu, recorded.up):
+        captured = LinkState.from_json(before["link"])
+        if (link.mtu, link.up) == (captured.mtu, captured.up):
             return RecoveryObservation.NOT_APPLIED
         return RecoveryObservation.UNCERTAIN
 
@@ -94,10 +97,10 @@ class LinkConfigure:
         if link is None:
             _log.warning("effect=%s event=undo-skip reason=link-gone", ctx.effect_id)
             return
-        recorded = LinkState.from_json(before["link"])
-        if link.up and not recorded.up:
+        captured = LinkState.from_json(before["link"])
+        if link.up and not captured.up:
             netlink_call(f"down {link.name}", ipr.link, "set", index=link.index, state="down")
-        if link.mtu != recorded.mtu:
-            netlink_call(f"mtu {link.name}", ipr.link, "set", index=link.index, mtu=recorded.mtu)
-        if recorded.up and not link.up:
+        if link.mtu != captured.mtu:
+            netlink_call(f"mtu {link.name}", ipr.link, "set", index=link.index, mtu=captured.mtu)
+        if captured.up and not link.up:
             netlink_call(f"up {link.name}", ipr.link, "set", index=link.index, state="up")

@@ -1,8 +1,9 @@
 """Executor of ``linux/link-move/v1``: a host link moved into a verified sandbox.
 
-A moved root carries the move's alias while it is in the sandbox; undo returns it with its
-original name, alias, MTU, MAC, addresses and admin state, searching the host, the recorded
-sandbox and every pinned namespace when it is not where it was left.
+A moved root carries the move's alias while it is in the sandbox (a label for people, not a
+proof); undo returns it with its original name, alias, MTU, MAC, addresses and admin state,
+finding it by the identity the journal recorded: its ifindex in the recorded sandbox, or in
+the host when the kernel returned it there.
 """
 
 from __future__ import annotations
@@ -20,8 +21,16 @@ from dmn.opcodes.linux.effect_handles import (
     locate_input,
     single,
 )
-from dmn.opcodes.linux.link_ownership import find_owned, set_alias
-from dmn.opcodes.linux.links import LinkState, addresses_of, by_index, by_name, netlink_call, owned
+from dmn.opcodes.linux.link_identity import (
+    IDENTITY_KEY,
+    mismatch,
+    prove,
+    record_identity,
+    recorded,
+    relocated,
+)
+from dmn.opcodes.linux.link_ownership import set_alias
+from dmn.opcodes.linux.links import LinkState, addresses_of, by_index, by_name, netlink_call
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import ScopeKind
@@ -30,7 +39,17 @@ _log = logging.getLogger("dmn.opcodes.linux.executors")  # the family logger, as
 
 
 class LinkMove:
-    """``linux/link-move/v1``: host link → verified sandbox, renamed; undo returns it intact."""
+    """``linux/link-move/v1``: host link → verified sandbox, renamed; undo returns it intact.
+
+    Identity (see :mod:`link_identity`): the before-image records the root's ifindex, kind,
+    permanent MAC, parent device and lower device; the kernel keeps the ifindex across the
+    move when it is free in the sandbox, and the observed ifindex in the sandbox is the
+    output's ``ifIndex``. Undo and recovery look the link up by that ifindex in the
+    recorded sandbox (or, when the sandbox is gone, at its recorded ifindex in the host)
+    and compare every recorded kernel-set fact; the name, alias and MAC inside the sandbox
+    are the tenant's to change and prove nothing. A link that is not provably ours is
+    never moved: the effect is quarantined with ``E_IDENTITY_MISMATCH`` or ``E_LINK_LOST``.
+    """
 
     spec: OpcodeSpec = specs.LINK_MOVE
 
@@ -50,6 +69,7 @@ class LinkMove:
             "host": env.host.to_json(),
             "sandbox": sandbox.to_json(),
             "original": full.to_json(),
+            IDENTITY_KEY: record_identity(env, env.host, full),
             "target": target,
             "alias": ctx.alias,
         }
@@ -58,8 +78,9 @@ class LinkMove:
         env = environment(ctx)
         sandbox = NamespaceRef.from_json(before["sandbox"])
         original = LinkState.from_json(before["original"])
+        identity = recorded(before)
         host = env.rtnl(env.host)
-        link = by_index(host, original.index)
+        link = prove(env, env.host, identity)
         if link is None or link.name != original.name or link.mac != original.mac:
             raise ExecutorError("E_LINK_CHANGED", f"{original.name} is no longer the captured link")
         if by_name(env.rtnl(sandbox), before["target"]) is not None:
@@ -75,22 +96,46 @@ class LinkMove:
             ifname=before["target"],
             ifalias=before["alias"],
         )
-        moved = by_name(env.rtnl(sandbox), before["target"])
-        if moved is None or moved.mac != original.mac:
+        moved = self._in_sandbox(env, before)
+        if moved is None:
             raise ExecutorError("E_LINK_LOST", f"{before['target']} not found after the move")
         if moved.alias != before["alias"]:
             set_alias(env.rtnl(sandbox), moved.index, before["alias"])
 
-    def _in_sandbox(self, env: LinkEnvironment, before: Any) -> LinkState | None:
+    def _in_sandbox(
+        self, env: LinkEnvironment, before: Any, outputs: Outputs | None = None
+    ) -> LinkState | None:
+        """The moved link in the recorded sandbox, proven by identity; None when absent.
+
+        With the outputs (the ifindex observed in the sandbox after the move) that ifindex
+        is the only place looked at. Without them (a crash or failure before the outcome
+        was recorded: the sandbox has run no workload yet) the root's own ifindex is tried,
+        which the kernel kept if it was free, and then the target name — each candidate
+        must carry every recorded kernel-set fact and the move's alias. Raises
+        ``E_IDENTITY_MISMATCH`` when the observed ifindex holds another link, and the
+        namespace's error when the sandbox cannot be opened.
+        """
         sandbox = NamespaceRef.from_json(before["sandbox"])
-        original = LinkState.from_json(before["original"])
-        ipr = env.rtnl(sandbox)
-        link = owned(ipr, before["alias"], (before["target"],))
-        if link is None:
-            cand = by_name(ipr, before["target"])
-            if cand is not None and cand.mac == original.mac:
-                link = cand
-        return link
+        identity = recorded(before)
+        index = _observed_index(outputs)
+        if index:
+            return prove(env, sandbox, relocated(identity, sandbox, index))
+        # no outcome recorded: our move, if it happened, gave the link our alias in the same
+        # request, so a candidate must carry it *and* every recorded fact (the alias only
+        # narrows; other links of the sandbox can share an ifindex, kind and lower by chance)
+        for cand in self._candidates(env, sandbox, identity, before["target"]):
+            if cand.alias == before["alias"] and not mismatch(
+                env, sandbox, relocated(identity, sandbox, cand.index), cand
+            ):
+                return cand
+        return None
+
+    def _candidates(
+        self, env: LinkEnvironment, ref: NamespaceRef, identity: dict[str, Any], name: str
+    ) -> list[LinkState]:
+        ipr = env.rtnl(ref)
+        found = [by_index(ipr, int(identity["index"])), by_name(ipr, name)]
+        return [link for link in found if link is not None]
 
     def observe(self, ctx: EffectContext, before: Any) -> Observed:
         env = environment(ctx)
@@ -104,33 +149,47 @@ class LinkMove:
 
     def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
         env = environment(ctx)
+        identity = recorded(before)
         try:
             if self._in_sandbox(env, before) is not None:
                 return RecoveryObservation.APPLIED
-        except ExecutorError:
-            pass
-        original = LinkState.from_json(before["original"])
-        home = by_name(env.rtnl(env.host), original.name)
-        if home is not None and home.mac == original.mac:
+        except ExecutorError as exc:
+            if exc.code == "E_IDENTITY_MISMATCH":
+                return RecoveryObservation.UNCERTAIN
+        if prove(env, env.host, identity) is not None:
             return RecoveryObservation.NOT_APPLIED
         return RecoveryObservation.UNCERTAIN
 
     def undo(self, ctx: EffectContext, before: Any, outputs: Outputs) -> None:
         env = environment(ctx)
         original = LinkState.from_json(before["original"])
+        identity = recorded(before)
         host = env.rtnl(env.host)
-        found = self._locate_anywhere(env, before, original)
+        sandbox = NamespaceRef.from_json(before["sandbox"])
+        found: tuple[NamespaceRef, LinkState] | None = None
+        try:
+            link = self._in_sandbox(env, before, outputs)
+            if link is not None:
+                found = (sandbox, link)
+        except ExecutorError as exc:
+            if exc.code in ("E_IDENTITY_MISMATCH", "E_IDENTITY_UNRECORDED"):
+                raise  # something else sits where our link was: quarantine, touch nothing
+            # the sandbox cannot be opened (gone, stale pin): look in the host
         if found is None:
-            home = by_name(host, original.name)
-            if home is not None and home.mac == original.mac:
+            home = prove(env, env.host, identity)  # a device the kernel returned to the host
+            if home is not None:
                 found = (env.host, home)
+        if found is None:
+            found = self._in_other_pin(env, before, outputs)
         if found is None:
             if original.kind and not self._sandbox_alive(env, before):
                 # a virtual link (veth end, macvlan child) dies with its namespace
                 _log.info("effect=%s event=undo-noop reason=sandbox-gone", ctx.effect_id)
                 return
             raise ExecutorError(
-                "E_LINK_LOST", f"{original.name} ({original.mac}) is in no known namespace"
+                "E_LINK_LOST",
+                f"{original.name} (ifindex {identity['index']}) is neither at its recorded "
+                "ifindex in the sandbox nor back in the host",
             )
         ref, link = found
         if not env.is_host(ref):
@@ -153,6 +212,28 @@ class LinkMove:
             )
         restore_root(host, original)
 
+    def _in_other_pin(
+        self, env: LinkEnvironment, before: Any, outputs: Outputs
+    ) -> tuple[NamespaceRef, LinkState] | None:
+        """The link moved on into another namespace the journal has pinned: found only at
+        its recorded ifindex there, with every recorded kernel-set fact and the move's alias
+        (another sandbox is another tenant's: a link there is ours only with both; one that
+        differs is simply not ours and is left alone)."""
+        identity = recorded(before)
+        sandbox = NamespaceRef.from_json(before["sandbox"])
+        indexes = dict.fromkeys(i for i in (_observed_index(outputs), identity["index"]) if i)
+        for ref in env.known():
+            if env.is_host(ref) or ref.identity == sandbox.identity:
+                continue
+            for index in indexes:
+                try:
+                    link = prove(env, ref, relocated(identity, ref, int(index)))
+                except ExecutorError:
+                    continue
+                if link is not None and link.alias == before["alias"]:
+                    return ref, link
+        return None
+
     def _sandbox_alive(self, env: LinkEnvironment, before: Any) -> bool:
         try:
             env.rtnl(NamespaceRef.from_json(before["sandbox"]))
@@ -160,17 +241,12 @@ class LinkMove:
             return False
         return True
 
-    def _locate_anywhere(
-        self, env: LinkEnvironment, before: Any, original: LinkState
-    ) -> tuple[NamespaceRef, LinkState] | None:
-        sandbox = NamespaceRef.from_json(before["sandbox"])
-        try:
-            link = self._in_sandbox(env, before)
-            if link is not None:
-                return sandbox, link
-        except ExecutorError:
-            pass
-        return find_owned(env, before["alias"], None, names=(before["target"], original.name))
+
+def _observed_index(outputs: Outputs | None) -> int:
+    """The ifindex the move's outcome recorded in the sandbox (0: no outcome recorded)."""
+    for handle in (outputs or {}).get("interface", ()):
+        return int(handle.observations.get("ifIndex", 0) or 0)
+    return 0
 
 
 def restore_root(host: Any, original: LinkState) -> None:

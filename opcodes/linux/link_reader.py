@@ -46,6 +46,9 @@ IFLA_LINKINFO = 18
 IFLA_IFALIAS = 20
 IFLA_EXT_MASK = 29
 IFLA_LINK_NETNSID = 37
+IFLA_PERM_ADDRESS = 54
+IFLA_PARENT_DEV_NAME = 56
+IFLA_PARENT_DEV_BUS_NAME = 57
 IFLA_INFO_KIND = 1
 IFLA_INFO_DATA = 2
 
@@ -115,6 +118,8 @@ def decode_link(buf: bytes, off: int, end: int) -> dict[str, Any]:
     attrs = _attrs(buf, off + _IFI.size, end)
     mac_span = attrs.get(IFLA_ADDRESS)
     mac = ":".join(f"{b:02x}" for b in buf[mac_span[0] : mac_span[1]]) if mac_span else ""
+    perm_span = attrs.get(IFLA_PERM_ADDRESS)
+    perm = ":".join(f"{b:02x}" for b in buf[perm_span[0] : perm_span[1]]) if perm_span else ""
     kind, info = _info(buf, attrs.get(IFLA_LINKINFO))
     netnsid = _u32(buf, attrs.get(IFLA_LINK_NETNSID), signed=True)
     return {
@@ -129,6 +134,9 @@ def decode_link(buf: bytes, off: int, end: int) -> dict[str, Any]:
         "master": _u32(buf, attrs.get(IFLA_MASTER)) or 0,
         "info": info,
         "link_netnsid": -1 if netnsid is None else netnsid,
+        "perm_mac": perm,
+        "parent_dev": _text(buf, attrs.get(IFLA_PARENT_DEV_NAME)),
+        "parent_bus": _text(buf, attrs.get(IFLA_PARENT_DEV_BUS_NAME)),
     }
 
 

@@ -46,6 +46,12 @@ class LinkState:
     addresses: tuple[Address, ...] = ()
     link_netnsid: int = -1
     """Namespace id (as seen from the link's namespace) of ``lower``'s namespace; -1: same."""
+    perm_mac: str = ""
+    """IFLA_PERM_ADDRESS: the hardware's permanent MAC (set by the driver, not writable)."""
+    parent_dev: str = ""
+    """IFLA_PARENT_DEV_NAME: the bus device behind the netdev (e.g. a PCI address)."""
+    parent_bus: str = ""
+    """IFLA_PARENT_DEV_BUS_NAME: that device's bus (``pci``, ``netdevsim``, ...)."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -67,6 +73,9 @@ class LinkState:
             info=dict(data.get("info", {})),
             addresses=tuple(Address(**a) for a in data.get("addresses", ())),
             link_netnsid=int(data.get("link_netnsid", -1)),
+            perm_mac=str(data.get("perm_mac", "")),
+            parent_dev=str(data.get("parent_dev", "")),
+            parent_bus=str(data.get("parent_bus", "")),
         )
 
 
@@ -104,6 +113,9 @@ def _state(msg: Any, addresses: tuple[Address, ...] = ()) -> LinkState:
         info=info,
         addresses=addresses,
         link_netnsid=_netnsid(msg.get_attr("IFLA_LINK_NETNSID")),
+        perm_mac=str(msg.get_attr("IFLA_PERM_ADDRESS") or ""),
+        parent_dev=str(msg.get_attr("IFLA_PARENT_DEV_NAME") or ""),
+        parent_bus=str(msg.get_attr("IFLA_PARENT_DEV_BUS_NAME") or ""),
     )
 
 
@@ -136,6 +148,9 @@ def _from_reader(fields: dict[str, Any], addresses: tuple[Address, ...] = ()) ->
         info=dict(fields["info"]),
         addresses=addresses,
         link_netnsid=int(fields["link_netnsid"]),
+        perm_mac=str(fields.get("perm_mac", "")),
+        parent_dev=str(fields.get("parent_dev", "")),
+        parent_bus=str(fields.get("parent_bus", "")),
     )
 
 

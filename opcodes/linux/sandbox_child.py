@@ -67,20 +67,8 @@ class _SandboxChild(_CreatedLink):
             "up": bool(ctx.parameters["up"]),
             "nonce": nonce_name(),
             "alias": ctx.alias,
+            **self._planned(env, sandbox, link.index, env.host.identity.to_json()),
         }
-
-    def _find(
-        self, env: LinkEnvironment, before: Any, everywhere: bool = True
-    ) -> tuple[NamespaceRef, LinkState] | None:
-        """As for every created link, plus: a nonce-named candidate inside a sandbox must hang
-        off a lower in another namespace (ours always does: the parent is on the host)."""
-        found = super()._find(env, before, everywhere)
-        if found is None:
-            return None
-        ref, link = found
-        if link.alias != before["alias"] and not env.is_host(ref) and link.link_netnsid < 0:
-            return None
-        return found
 
     def _parent(self, env: LinkEnvironment, before: Any) -> LinkState:
         recorded = LinkState.from_json(before["parent"])
@@ -106,6 +94,7 @@ class _SandboxChild(_CreatedLink):
                 env.rtnl(env.host).link,
                 "add",
                 ifname=before["nonce"],
+                index=self._index(before),
                 kind=self.kind,
                 link=int(before["lower"]),
                 mtu=mtu,

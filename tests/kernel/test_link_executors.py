@@ -362,11 +362,13 @@ def test_a_foreign_link_under_the_journaled_nonce_name_is_refused_and_kept() -> 
         assert squatter is not None and squatter.kind == "veth" and not squatter.alias
 
 
-def test_a_child_left_unclaimed_by_a_crash_is_adopted_only_by_its_nonce_proof() -> None:
-    """The one window no journal boundary covers: the kernel created the child under the
-    journaled nonce name, the claim (alias) never ran. Recovery adopts it only when name,
-    kind and lower all match and it has no alias; a re-run apply claims it, never makes a
-    second child; undo deletes it. A same-named child of another parent is not ours."""
+def test_a_child_left_unclaimed_by_a_crash_is_adopted_only_by_its_recorded_identity() -> None:
+    """The one window no journal boundary covers: the kernel created the child at the
+    journaled ifindex under the journaled nonce name, the claim (alias) never ran. Recovery
+    adopts it only when the recorded ifindex holds a link of the recorded kind and lower; a
+    re-run apply claims it, never makes a second child; undo deletes it. A child under our
+    nonce name elsewhere is not ours (ignored); a child of another parent at our ifindex is
+    not ours either and is refused (E_IDENTITY_MISMATCH: quarantined, never deleted)."""
     with world() as w:
         host = w.ipr(w.host)
         root, other = w.veth(w.host)
@@ -387,23 +389,33 @@ def test_a_child_left_unclaimed_by_a_crash_is_adopted_only_by_its_nonce_proof() 
         )
         ex = EXECUTORS[MACVLAN]
         before = ex.capture(ctx)
-        nonce = before["nonce"]
-        # a child of the *other* veth end under our nonce name: wrong lower, not ours
-        host.link(
-            "add",
-            ifname=nonce,
-            kind="macvlan",
-            link=host.link_lookup(ifname=other)[0],
-            macvlan_mode="bridge",
-        )
+        nonce, index = before["nonce"], before["identity"]["index"]
+        # our nonce name at another ifindex: a label, not a proof
+        host.link("add", ifname=nonce, kind="macvlan", link=host.link_lookup(ifname=root)[0])
         assert ex.recover(ctx, before) is RecoveryObservation.NOT_APPLIED
         ex.undo(ctx, before, {})
         assert by_name(host, nonce) is not None  # kept
         host.link("del", index=host.link_lookup(ifname=nonce)[0])
-        # the real crash window: created on our parent, never claimed
+        # our ifindex, our nonce name, but a child of the *other* veth end: not ours
         host.link(
             "add",
             ifname=nonce,
+            index=index,
+            kind="macvlan",
+            link=host.link_lookup(ifname=other)[0],
+            macvlan_mode="bridge",
+        )
+        for step in (ex.recover, lambda c, b: ex.undo(c, b, {})):
+            with pytest.raises(ExecutorError) as err:
+                step(ctx, before)
+            assert err.value.code == "E_IDENTITY_MISMATCH"
+        assert by_name(host, nonce) is not None  # kept
+        host.link("del", index=index)
+        # the real crash window: created at our ifindex on our parent, never claimed
+        host.link(
+            "add",
+            ifname=nonce,
+            index=index,
             kind="macvlan",
             link=host.link_lookup(ifname=root)[0],
             macvlan_mode="bridge",

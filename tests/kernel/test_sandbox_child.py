@@ -119,10 +119,10 @@ def test_a_parent_serving_a_bridge_is_refused_atomically_by_the_kernel() -> None
 
 def test_a_child_left_unclaimed_in_the_sandbox_is_found_by_its_recorded_identity() -> None:
     """The window inside apply no journal boundary covers: the kernel created the child in
-    the pinned sandbox under the journaled nonce name, the claim never ran. Recovery finds it
-    there (nonce name, kind, lower on the host, no alias), claims it and reports Applied;
-    undo deletes it in place. Impostors under the nonce name — a macvlan whose lower is in
-    the sandbox itself, or another kind — are never adopted or deleted."""
+    the pinned sandbox at the journaled ifindex, the claim never ran. Recovery finds it there
+    (recorded ifindex, kind, lower on the host), claims it and reports Applied; undo deletes
+    it in place. Impostors — another kind under the nonce name, a macvlan at our ifindex
+    whose lower is in the sandbox itself — are never adopted or deleted."""
     with world() as w:
         sb = w.sandbox()
         host, sbr = w.ipr(w.host), w.ipr(sb)
@@ -142,17 +142,21 @@ def test_a_child_left_unclaimed_in_the_sandbox_is_found_by_its_recorded_identity
         ex.undo(ctx, before, {})
         assert link(sbr, nonce).kind == "veth"
         sbr.link("del", index=sbr.link_lookup(ifname=nonce)[0])
-        # impostor 2: same kind, lower inside the sandbox (not on the host)
+        # impostor 2: same kind, at our recorded ifindex, lower inside the sandbox (not on
+        # the host): refused as a mismatch (the runner quarantines it), never deleted
         sbr.link("add", ifname="tenant0", kind="veth", peer="tenant1")
         sbr.link(
             "add",
             ifname=nonce,
+            index=before["identity"]["index"],
             kind="macvlan",
             link=sbr.link_lookup(ifname="tenant0")[0],
             macvlan_mode="bridge",
         )
-        assert ex.recover(ctx, before) is RecoveryObservation.NOT_APPLIED
-        ex.undo(ctx, before, {})
+        for step in (ex.recover, lambda c, b: ex.undo(c, b, {})):
+            with pytest.raises(ExecutorError) as err:
+                step(ctx, before)
+            assert err.value.code == "E_IDENTITY_MISMATCH"
         assert link(sbr, nonce).kind == "macvlan"
         sbr.link("del", index=sbr.link_lookup(ifname=nonce)[0])
 
@@ -160,6 +164,7 @@ def test_a_child_left_unclaimed_in_the_sandbox_is_found_by_its_recorded_identity
         host.link(
             "add",
             ifname=nonce,
+            index=before["identity"]["index"],
             kind="macvlan",
             link=int(before["lower"]),
             macvlan_mode="bridge",
