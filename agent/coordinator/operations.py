@@ -111,6 +111,19 @@ class NodeOperations:
                 log.error("event=cleanup-incomplete operation=%s state=%s", op, res.state)
         return ok
 
+    def holding(self, operations: Iterable[str]) -> list[str]:
+        """The recorded operations among ``operations`` that still hold what they touched:
+        Quarantined (until an operator resolves them) or not finished. A preparation or
+        attachment with any of them keeps its reservations, shares and pin (seed 000 §10.1)
+        — also when this call refused before running anything (a retry of a preparation
+        whose operation was quarantined earlier, or by another incarnation)."""
+        held = []
+        for op in operations:
+            rec = self.runner.journal.load_operation(op)
+            if rec is not None and rec.state.value not in ("Undone", "Completed"):
+                held.append(op)
+        return held
+
     def fence(self, scope: str, reason: str) -> None:
         """No run of ``scope`` can finish after this (the runner's durable fence)."""
         self.runner.fence(scope, reason)

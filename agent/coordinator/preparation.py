@@ -194,6 +194,9 @@ class PreparationService:
                 )
         except (Refusal, RunRefused, PinError) as exc:
             cleaned = self.operations.undo(reversed(done))
+            # a quarantined operation refuses before it is recorded in ``done`` (a kubelet
+            # retry of a preparation an earlier attempt left quarantined): its holds stay too
+            cleaned = cleaned and not self.operations.holding(ops)
             rec.error = str(exc)
             if cleaned:  # an uncertain effect keeps the claim's holds (seed 000 §10.1)
                 rec.state = PreparationState.RELEASED

@@ -318,6 +318,7 @@ class SandboxAttachmentService:
                 _in_time(deadline, sandbox_id, "before Ready")
             except (Refusal, RunRefused, PinError) as exc:
                 cleaned = self.operations.undo(reversed(done), sync_end=False)  # batch below
+                cleaned = cleaned and not self.operations.holding(ops)  # quarantined: held
                 rec.state, rec.error = AttachmentState.REMOVED, str(exc)
                 if not cleaned:
                     rec.state = AttachmentState.REMOVING
