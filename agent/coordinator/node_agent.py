@@ -42,6 +42,7 @@ from dmn.agent.slices import NodeSlicePublisher
 from dmn.agent.slices.device_health import device_health
 from dmn.api.cluster import Cluster
 from dmn.api.cluster.reachability import ApiReachability
+from dmn.opcodes.linux.netns import current_boot_id
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +65,13 @@ class NodeAgent:
         publisher: NodeSlicePublisher | None = None,
         health_from: NodeSlicePublisher | None = None,
         maintenance: MaintenanceConfig | None = None,
+        boot_id: Callable[[], str] = current_boot_id,
     ) -> None:
         """``publisher`` is started and stopped with the agent; device health is judged
         from ``health_from`` (default: ``publisher``), which may be one run by someone else
         (the embedded lab runs its node's publisher itself)."""
         self.config = config
+        self.boot_id = boot_id  # injectable: tests restart the agent "after a reboot"
         self.cluster = cluster
         self.devices = devices
         self.sockets = sockets or AgentSockets()
@@ -112,7 +115,9 @@ class NodeAgent:
             listener()
 
     def _open_services(self) -> NodeServices:
-        services = NodeServices.open(self.config, self.cluster, self.devices, objects=self.objects)
+        services = NodeServices.open(
+            self.config, self.cluster, self.devices, objects=self.objects, boot_id=self.boot_id
+        )
         services.journal.failure_listeners.append(self._journal_failed)
         services.start()
         return services
@@ -221,9 +226,12 @@ class NodeAgent:
             "api-reachable": self.api_reachable,
         }
 
-    def restart_services(self) -> NodeServices:
+    def restart_services(self, boot_id: Callable[[], str] | None = None) -> NodeServices:
         """Close the journal and open new services on the same state dir (recovering), as
-        a restarted agent would; the protocol adapters switch to them."""
+        a restarted agent would; the protocol adapters switch to them. ``boot_id``: the
+        boot id source from now on (a test's "reboot")."""
+        if boot_id is not None:
+            self.boot_id = boot_id
         if self.services is not None:
             self.services.close()
         self.services = self._open_services()

@@ -1,9 +1,23 @@
 """The reconcile loop: bring the journal's view and the node back together.
 
 * :meth:`ReconcileLoop.recover` (at start, before anything is served): settle every
-  operation a crash left unfinished through the runner's recovery.
+  operation a crash left unfinished through the runner's recovery, then resolve the
+  attachments of an earlier boot (:meth:`~ReconcileLoop.resolve_earlier_boots`).
 * :meth:`ReconcileLoop.synchronize` (NRI Synchronize, seed 000 §11.5): remove attachments
-  of this boot whose sandbox the runtime no longer has.
+  whose sandbox the runtime no longer has (also an earlier boot's that start could not
+  finish).
+
+A reboot destroys every sandbox namespace and every virtual link in it; hardware the
+kernel gives back to the host keeps its permanent MAC and parent device. An attachment of
+an earlier boot is removed like any other — fence, Removing, its connect operations undone
+in reverse from the journal, Removed, pin record dropped — and the executors know what an
+earlier boot means (``link_identity.of_earlier_boot``): a virtual link is gone, hardware is
+found by its recorded hardware identity and restored from its before-image, and nothing
+else is touched. Until then such an attachment blocked NodeUnprepare (E_ATTACHED) and every
+new sandbox of its claims (E_CLAIM_IN_USE) forever. One that cannot be cleaned up (an
+effect quarantined) stays Removing and keeps its holds. Preparations are left as they are:
+they hold journal-level reservations and shares, not kernel state, and kubelet keeps its
+own record of prepared claims across a reboot and does not prepare them again.
 
 * :meth:`ReconcileLoop.tick` (periodic, from :mod:`.maintenance`, never on a hook):
   retry cleanups that failed (attachments left Removing) with exponential backoff and
@@ -13,8 +27,8 @@
   the same sandbox resumes it meanwhile): they are fenced, undone from the journal and end
   Removed.
 
-Attachments of an earlier boot are not handled by the periodic tick (boot reconciliation
-is separate work).
+Attachments of an earlier boot are resolved at start (above); one left Removing there is
+retried by the tick like any other Removing attachment and by Synchronize.
 """
 
 from __future__ import annotations
@@ -62,20 +76,51 @@ class ReconcileLoop:
         self._lock = lock
 
     def recover(self) -> None:
-        """Recover every operation a crash left unfinished, before serving anything."""
+        """Recover every operation a crash left unfinished, then resolve the attachments of
+        an earlier boot; before serving anything."""
         with self._lock:
             for res in self.operations.recover():
                 log.info("event=recovered operation=%s state=%s", res.operation_id, res.state)
+            self.resolve_earlier_boots()
+
+    def resolve_earlier_boots(self) -> list[AttachmentIdentity]:
+        """Remove every attachment of this node recorded in another boot (its sandbox died
+        with that boot); returns those now Removed. A failure leaves the record Removing
+        (holds kept) for Synchronize to retry."""
+        removed: list[AttachmentIdentity] = []
+        with self._lock:
+            boot = self.boot_id()
+            for rec in self.journal.attachments():
+                ident = rec.identity
+                if (
+                    rec.state is AttachmentState.REMOVED
+                    or ident.node_uid != self.config.node_uid
+                    or ident.boot_id == boot
+                ):
+                    continue
+                try:
+                    self.attachments.remove(rec)
+                    removed.append(ident)
+                    log.info(
+                        "event=earlier-boot-removed sandbox=%s boot=%s",
+                        ident.sandbox_id,
+                        ident.boot_id,
+                    )
+                except (Refusal, RunRefused, PinError) as exc:
+                    log.error(
+                        "event=earlier-boot-cleanup-failed sandbox=%s error=%s",
+                        ident.sandbox_id,
+                        exc,
+                    )
+        return removed
 
     def synchronize(self, sandboxes: Sequence[tuple[str, str]]) -> list[AttachmentIdentity]:
         """Reconcile with the runtime's full sandbox list (NRI Synchronize, seed 000 §11.5).
 
-        An attachment of this node and boot whose (Pod UID, sandbox id) the runtime no
-        longer has is removed from the journal's record alone, through its pin; one that
-        cannot be cleaned up stays Removing for the next attempt. Attachments of an
-        earlier boot are left alone: their pins are gone with the reboot, and undoing a
-        connect without its pinned sandbox is refused and quarantined by the runner (seen
-        in a simulated reboot), so boot reconciliation needs executor support first.
+        An attachment of this node whose (Pod UID, sandbox id) the runtime no longer has is
+        removed from the journal's record alone; one that cannot be cleaned up stays
+        Removing for the next attempt. That includes an attachment of an earlier boot that
+        start-up could not finish (the runtime never lists a sandbox of an earlier boot).
         Returns what was removed.
         """
         live = set(sandboxes)
@@ -86,7 +131,7 @@ class ReconcileLoop:
                 ident = rec.identity
                 if rec.state is AttachmentState.REMOVED or ident.node_uid != self.config.node_uid:
                     continue
-                if ident.boot_id != boot or (ident.pod_uid, ident.sandbox_id) in live:
+                if ident.boot_id == boot and (ident.pod_uid, ident.sandbox_id) in live:
                     continue
                 try:
                     self.attachments.remove(rec)
@@ -100,12 +145,15 @@ class ReconcileLoop:
         return removed
 
     def _pending(self, rec: AttachmentRecord, boot: str) -> bool:
-        """Removing (a cleanup that failed), or Connecting with no run of it in flight."""
+        """Removing (a cleanup that failed, also one of an earlier boot), or Connecting of
+        this boot with no run of it in flight."""
         ident = rec.identity
-        if ident.node_uid != self.config.node_uid or ident.boot_id != boot:
+        if ident.node_uid != self.config.node_uid:
             return False
         if rec.state is AttachmentState.REMOVING:
             return True
+        if ident.boot_id != boot:
+            return False
         return rec.state is AttachmentState.CONNECTING and not self.attachments.in_flight(ident)
 
     def tick(self) -> list[AttachmentIdentity]:

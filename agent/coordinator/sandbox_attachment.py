@@ -558,7 +558,8 @@ class SandboxAttachmentService:
             with self.journal.batch() as b:
                 b.put_attachment(rec)
                 b.delete_pin(att)
-            if self.pins.ref(att) is not None:
+            if self.pins.ref(att) is not None or self.pins.path(att).exists():
+                # a live pin, or the bare file a reboot leaves where the mount was
                 self.pins.release(att, cleanup_verified=True)
             self.status.submit(self.reporter.phase, att, "Released")
             self._drop_device_status(rec)

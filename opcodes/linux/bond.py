@@ -11,7 +11,7 @@ from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, Recover
 from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.created_link import _CreatedLink
 from dmn.opcodes.linux.effect_handles import Outputs, environment, locate_input, single
-from dmn.opcodes.linux.link_identity import prove, record_identity, recorded
+from dmn.opcodes.linux.link_identity import NAMESPACE_LOST, prove, record_identity, recorded
 from dmn.opcodes.linux.links import LinkState, by_index, by_name, netlink_call, nonce_name
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
@@ -166,7 +166,14 @@ class AttachMaster:
 
     def undo(self, ctx: EffectContext, before: Any, outputs: Outputs) -> None:
         env = environment(ctx)
-        ipr = env.rtnl(NamespaceRef.from_json(before["netns"]))
+        try:
+            ipr = env.rtnl(NamespaceRef.from_json(before["netns"]))
+        except ExecutorError as exc:
+            if exc.code not in NAMESPACE_LOST:
+                raise
+            # the bond died with its namespace (destroyed, or an earlier boot); a member
+            # that is hardware went back to the host, where its move's undo restores it
+            return
         rec_master = recorded(before, "masterIdentity")
         rec_member = LinkState.from_json(before["member"])
         member = self._proven(env, before, "memberIdentity")

@@ -14,7 +14,13 @@ from dmn.opcodes.linux.effect_handles import (
     locate_input,
     single,
 )
-from dmn.opcodes.linux.link_identity import IDENTITY_KEY, prove, record_identity, recorded
+from dmn.opcodes.linux.link_identity import (
+    IDENTITY_KEY,
+    NAMESPACE_LOST,
+    prove,
+    record_identity,
+    recorded,
+)
 from dmn.opcodes.linux.links import LinkState, netlink_call
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
@@ -93,7 +99,15 @@ class LinkConfigure:
 
     def undo(self, ctx: EffectContext, before: Any, outputs: Outputs) -> None:
         env = environment(ctx)
-        ipr, link = self._link(env, before)
+        try:
+            ipr, link = self._link(env, before)
+        except ExecutorError as exc:
+            if exc.code not in NAMESPACE_LOST:
+                raise
+            # the link's namespace is destroyed or of an earlier boot: a virtual link died
+            # with it, hardware went back to the host (its move's undo restores it)
+            _log.info("effect=%s event=undo-noop reason=%s", ctx.effect_id, exc.code)
+            return
         if link is None:
             _log.warning("effect=%s event=undo-skip reason=link-gone", ctx.effect_id)
             return

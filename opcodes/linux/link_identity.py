@@ -34,7 +34,7 @@ import secrets
 from typing import Any
 
 from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.links import LinkState, by_index
+from dmn.opcodes.linux.links import LinkState, all_links, by_index, one
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import NamespaceIdentity
 
@@ -176,3 +176,41 @@ def prove(env: LinkEnvironment, ref: NamespaceRef, identity: dict[str, Any]) -> 
             f"not the recorded link ({problem}); not touched",
         )
     return link
+
+
+NAMESPACE_LOST = ("E_NETNS_GONE", "E_NETNS_STALE", "E_NETNS_MISMATCH")
+"""Why a recorded namespace cannot be opened any more: destroyed (its pin was unmounted or
+the agent's view is of a dead one), of an earlier boot, or its pin path now holds another."""
+
+
+def of_earlier_boot(env: LinkEnvironment, identity: dict[str, Any]) -> bool:
+    """True when ``identity`` was recorded in another boot than the environment's host
+    namespace (every namespace, ifindex and virtual link of that boot is gone)."""
+    recorded_boot = str((identity.get("netns") or {}).get("bootID", ""))
+    current = env.host.identity.boot_id
+    return bool(recorded_boot and current and recorded_boot != current)
+
+
+def has_hardware(identity: dict[str, Any]) -> bool:
+    """Whether the identity names hardware that outlives a namespace or a boot."""
+    return bool(identity.get("permMac") or identity.get("parentDev"))
+
+
+def find_hardware(env: LinkEnvironment, identity: dict[str, Any]) -> LinkState | None:
+    """The host link with the recorded hardware facts (permanent MAC and/or parent device,
+    and kind), wherever its ifindex is now — what a device the kernel gave back to the host
+    after a reboot is known by. None when the identity names no hardware or none matches;
+    ``E_OWNERSHIP_CONFLICT`` when two links match."""
+    if not has_hardware(identity):
+        return None
+    perm = str(identity.get("permMac", ""))
+    parent, bus = str(identity.get("parentDev", "")), str(identity.get("parentBus", ""))
+    matches = [
+        link
+        for link in all_links(env.rtnl(env.host))
+        if link.kind == str(identity.get("kind", ""))
+        and (not perm or link.perm_mac.lower() == perm)
+        and (not parent or link.parent_dev == parent)
+        and (not bus or link.parent_bus == bus)
+    ]
+    return one(matches, f"hardware {perm or parent}")

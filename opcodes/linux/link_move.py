@@ -23,7 +23,10 @@ from dmn.opcodes.linux.effect_handles import (
 )
 from dmn.opcodes.linux.link_identity import (
     IDENTITY_KEY,
+    find_hardware,
+    has_hardware,
     mismatch,
+    of_earlier_boot,
     prove,
     record_identity,
     recorded,
@@ -150,6 +153,16 @@ class LinkMove:
     def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
         env = environment(ctx)
         identity = recorded(before)
+        if of_earlier_boot(env, identity):
+            # the boot took every namespace with it: hardware is back in the host (undo
+            # restores it from the before-image), a virtual root is gone
+            if find_hardware(env, identity) is not None:
+                return RecoveryObservation.APPLIED
+            return (
+                RecoveryObservation.UNCERTAIN
+                if has_hardware(identity)
+                else RecoveryObservation.NOT_APPLIED
+            )
         try:
             if self._in_sandbox(env, before) is not None:
                 return RecoveryObservation.APPLIED
@@ -166,6 +179,9 @@ class LinkMove:
         identity = recorded(before)
         host = env.rtnl(env.host)
         sandbox = NamespaceRef.from_json(before["sandbox"])
+        if of_earlier_boot(env, identity):
+            self._undo_after_reboot(ctx, env, before)
+            return
         found: tuple[NamespaceRef, LinkState] | None = None
         try:
             link = self._in_sandbox(env, before, outputs)
@@ -203,13 +219,29 @@ class LinkMove:
                 ifalias=original.alias,
             )
         elif link.name != original.name:
-            # back in the host under its sandbox name: what a physical device does when its
-            # sandbox namespace is destroyed; the kernel renames only a link that is down
-            if link.up:
-                netlink_call(f"down {link.name}", host.link, "set", index=link.index, state="down")
-            netlink_call(
-                f"rename {link.name}", host.link, "set", index=link.index, ifname=original.name
-            )
+            _rename_home(host, link, original.name)
+        restore_root(host, original)
+
+    def _undo_after_reboot(self, ctx: EffectContext, env: LinkEnvironment, before: Any) -> None:
+        """Undo of a move recorded in an earlier boot: the sandbox died with that boot. A
+        virtual root died too; hardware came back to the host under a name and ifindex of
+        this boot and is found by its permanent MAC / parent device, renamed to its recorded
+        name and restored from the before-image. Hardware that is not in the host now is
+        E_LINK_LOST (quarantined: someone else has it)."""
+        identity = recorded(before)
+        original = LinkState.from_json(before["original"])
+        host = env.rtnl(env.host)
+        link = find_hardware(env, identity)
+        if link is None:
+            if has_hardware(identity):
+                raise ExecutorError(
+                    "E_LINK_LOST",
+                    f"{original.name}: its hardware is not in the host after the reboot",
+                )
+            _log.info("effect=%s event=undo-noop reason=earlier-boot", ctx.effect_id)
+            return
+        if link.name != original.name:
+            _rename_home(host, link, original.name)
         restore_root(host, original)
 
     def _in_other_pin(
@@ -240,6 +272,14 @@ class LinkMove:
         except ExecutorError:
             return False
         return True
+
+
+def _rename_home(host: Any, link: LinkState, name: str) -> None:
+    """Back in the host under another name (a device whose sandbox namespace was destroyed,
+    or after a reboot): rename it; the kernel renames only a link that is down."""
+    if link.up:
+        netlink_call(f"down {link.name}", host.link, "set", index=link.index, state="down")
+    netlink_call(f"rename {link.name}", host.link, "set", index=link.index, ifname=name)
 
 
 def _observed_index(outputs: Outputs | None) -> int:
