@@ -70,7 +70,7 @@ class NodeServices:
             env_factory=lambda op: device_environment(pins, config.cdi_root),
             boundary=boundary,
         )
-        operations = NodeOperations(runner, pins, config.cdi_root)
+        operations = NodeOperations(runner, pins, config.cdi_root, boundary)
         claims = ClaimVerifier(config, cluster, devices, known)
         lock = threading.RLock()
         attachments = SandboxAttachmentService(

@@ -19,7 +19,7 @@ from dmn.agent.coordinator.verify import Refusal
 from dmn.agent.netns.pins import NamespacePins
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
-from dmn.engine.runner import Runner, RunResult
+from dmn.engine.runner import BoundaryHook, Runner, RunResult
 from dmn.interpreter.loader import Plugin
 from dmn.opcodes.device_environment import CDI_ROOT, DeviceEnvironment
 
@@ -50,15 +50,28 @@ def device_environment(
 
 
 class NodeOperations:
-    def __init__(self, runner: Runner, pins: NamespacePins, cdi_root: Path = CDI_ROOT) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        pins: NamespacePins,
+        cdi_root: Path = CDI_ROOT,
+        boundary: BoundaryHook | None = None,
+    ) -> None:
         self.runner = runner
         self.pins = pins
         self.cdi_root = cdi_root
+        self._boundary = boundary
 
     def environment(
         self, attachment: str | None = None, allowed_drivers: Iterable[str] = ()
     ) -> DeviceEnvironment:
         return device_environment(self.pins, self.cdi_root, attachment, allowed_drivers)
+
+    def boundary(self, name: str) -> None:
+        """A coordinator commit boundary (``coordinator:<name>``), right after the commit it
+        names: where the crash tests kill the agent (the same hook as the runner's)."""
+        if self._boundary is not None:
+            self._boundary(f"coordinator:{name}")
 
     def bind(self, plugin: Plugin, hook: str, call: Call) -> BoundProgram:
         bound = bind_program(plugin, hook, call)

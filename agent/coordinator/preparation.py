@@ -179,6 +179,7 @@ class PreparationService:
                             root.persona.persona,
                         )
                     )
+        self.operations.boundary("after-preparing")
         done: list[str] = []
         scope = f"claim/{v.claim_uid}"
         try:
@@ -211,6 +212,7 @@ class PreparationService:
         rec.devices = devices
         with self.journal.batch() as b:
             b.put_preparation(rec)
+        self.operations.boundary("after-prepared")
         log.info("event=prepared claim=%s roots=%d", v.claim_uid, len(v.roots))
         return devices
 
@@ -230,10 +232,12 @@ class PreparationService:
                 rec.state = PreparationState.UNPREPARING
                 with self.journal.batch() as b:
                     b.put_preparation(rec)
+                self.operations.boundary("after-unpreparing")
                 if not self.operations.undo(reversed(rec.operations)):
                     raise Refusal("E_CLEANUP_INCOMPLETE", f"claim {uid}", retryable=True)
                 rec.state = PreparationState.RELEASED
                 with self.journal.batch() as b:
                     b.put_preparation(rec)
                     self._release_holds(b, uid, rec)
+                self.operations.boundary("after-released")
                 log.info("event=unprepared claim=%s", uid)

@@ -81,6 +81,8 @@ class ReconcileLoop:
         with self._lock:
             for res in self.operations.recover():
                 log.info("event=recovered operation=%s state=%s", res.operation_id, res.state)
+            for rec in self.journal.attachments():
+                self.attachments.release_leftover_pin(rec)  # a crash after Removed
             self.resolve_earlier_boots()
 
     def resolve_earlier_boots(self) -> list[AttachmentIdentity]:

@@ -284,6 +284,7 @@ class SandboxAttachmentService:
             with self.journal.batch(sync=False) as b:
                 b.put_attachment(rec)
                 b.put_pin(pin)
+            self.operations.boundary("after-attachment-intent")
             self.status.submit(
                 self.reporter.created,
                 namespace,
@@ -305,6 +306,7 @@ class SandboxAttachmentService:
                 self.status.submit(self.reporter.phase, att, "Released", error=f"{exc.code}: {exc}")
                 raise Refusal(exc.code, str(exc)) from exc
             # not synced on its own either: durable with the runner's first commit below
+            self.operations.boundary("after-pin-mount")
             with self.journal.batch(sync=False) as b:
                 b.put_pin(replace(pin, state=PinState.MOUNTED))
             done: list[str] = []
@@ -341,6 +343,7 @@ class SandboxAttachmentService:
             rec.state = AttachmentState.READY
             with self.journal.batch() as b:
                 b.put_attachment(rec)
+            self.operations.boundary("after-ready")
             self.status.submit(self.reporter.phase, att, "Ready", outputs=outputs)
             for claim, entries in zip(rec.claims, device_status, strict=True):
                 self.status.submit(self.claim_status.write, claim.namespace, claim.name, entries)
@@ -462,10 +465,12 @@ class SandboxAttachmentService:
                 self._tombstone(identity, "stopped")
                 return
             if rec.state is AttachmentState.REMOVED:
+                self.release_leftover_pin(rec)
                 return
             att = attachment_id(identity)
             rec.state = AttachmentState.REMOVING
             self._invalidate(rec, att, "sandbox stopped")
+            self.operations.boundary("after-removing")
             self.status.submit(self.reporter.phase, att, "CleanupPending")
             log.info("event=invalidated pod=%s sandbox=%s", pod_uid, sandbox_id)
             self.remove(rec)
@@ -519,8 +524,18 @@ class SandboxAttachmentService:
                 self._tombstone(identity, "removed")
                 return
             if rec.state is AttachmentState.REMOVED:
+                self.release_leftover_pin(rec)
                 return
             self.remove(rec)
+
+    def release_leftover_pin(self, rec: AttachmentRecord) -> None:
+        """The pin of a Removed attachment, when a crash came between the Removed commit
+        (cleanup verified) and the unmount: released now (it kept the sandbox namespace
+        alive)."""
+        att = attachment_id(rec.identity)
+        if rec.state is AttachmentState.REMOVED and self.pins.path(att).exists():
+            self.pins.release(att, cleanup_verified=True)
+            log.info("event=leftover-pin-released attachment=%s", att)
 
     def _tombstone(self, identity: AttachmentIdentity, how: str) -> None:
         """A Removed record for a sandbox stopped or removed before any attachment of it
@@ -549,6 +564,7 @@ class SandboxAttachmentService:
             if rec.state is not AttachmentState.REMOVING:
                 rec.state = AttachmentState.REMOVING
                 self._invalidate(rec, att, "sandbox removed")
+                self.operations.boundary("after-removing")
             if not self.operations.undo(reversed(rec.operations), sync_end=False):
                 with self.journal.batch() as b:  # Removing and what ran, durable now
                     b.put_attachment(rec)
@@ -558,6 +574,7 @@ class SandboxAttachmentService:
             with self.journal.batch() as b:
                 b.put_attachment(rec)
                 b.delete_pin(att)
+            self.operations.boundary("after-removed")
             if self.pins.ref(att) is not None or self.pins.path(att).exists():
                 # a live pin, or the bare file a reboot leaves where the mount was
                 self.pins.release(att, cleanup_verified=True)

@@ -2,8 +2,9 @@
 
 ``python -m tests.coordinator.crash_child <request.json>``: the request names the lab API
 server, the agent's state dir and host namespace, the node's personas and link facts (as
-the parent's agent saw them), the call (prepare, run_pod or stop_pod) and the boundary to die
-at.
+the parent's agent saw them), the call (prepare, unprepare, run_pod, stop_pod or
+synchronize) and the boundary to die at (a runner boundary or a coordinator commit's,
+``coordinator:...``).
 Every boundary passed is appended to ``out`` first, so the parent knows where it died.
 """
 
@@ -55,10 +56,15 @@ def main() -> int:
     )
     services.start()
     call = req["call"]
-    if call["action"] == "prepare":
+    action = call["action"]
+    if action == "prepare":
         services.preparation.prepare(call["namespace"], call["name"], call["uid"])
-    elif call["action"] == "stop_pod":
+    elif action == "unprepare":
+        services.preparation.unprepare(call["uid"])
+    elif action == "stop_pod":
         services.attachments.stop_pod(call["pod_uid"], call["sandbox"])
+    elif action == "synchronize":
+        services.reconcile.synchronize([tuple(s) for s in call["live"]])
     else:
         services.attachments.run_pod(
             call["namespace"], call["pod_name"], call["pod_uid"], call["sandbox"], call["netns"]

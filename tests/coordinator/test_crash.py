@@ -1,5 +1,5 @@
-"""A node agent killed (SIGKILL) at runner boundaries of NodePrepare, RunPodSandbox and
-StopPodSandbox.
+"""A node agent killed (SIGKILL) during NodePrepare, RunPodSandbox, StopPodSandbox,
+NodeUnprepare and Synchronize.
 
 The coordinator runs in a child process against the same lab API server, journal and
 pins, and kills itself at one boundary; the parent then starts a fresh coordinator on the
@@ -17,6 +17,10 @@ undo) and its last Undone (with Removed). A SIGKILL keeps the page cache, so the
 show that recovery and the runtime's retry finish from every one of those points; a machine
 crash that loses such a record leaves the state of the boundary before it (also covered
 here), or, for Connecting and the pin, takes the mount and the sandbox with it.
+Also the coordinator's own commits are crash points (``coordinator:after-preparing``,
+``-prepared``, ``-attachment-intent``, ``-pin-mount``, ``-ready``, ``-removing``,
+``-removed``, ``-unpreparing``, ``-released``), and NodeUnprepare and Synchronize are
+killed too.
 """
 
 from __future__ import annotations
@@ -112,7 +116,16 @@ def names(ns: str) -> list[str]:
         return sorted(x.name for x in all_links(ipr))
 
 
-@pytest.mark.parametrize("crash_at", ["after-intent", "after-outcome:hold", "before-completed"])
+@pytest.mark.parametrize(
+    "crash_at",
+    [
+        "coordinator:after-preparing",
+        "after-intent",
+        "after-outcome:hold",
+        "before-completed",
+        "coordinator:after-prepared",
+    ],
+)
 def test_killed_during_prepare(node: LabNode, crash_at: str) -> None:
     baseline = snapshot(node.host_ns)
     claim, _ = claimed_pod(node)
@@ -134,6 +147,8 @@ def test_killed_during_prepare(node: LabNode, crash_at: str) -> None:
 @pytest.mark.parametrize(
     "crash_at",
     [
+        "coordinator:after-attachment-intent",
+        "coordinator:after-pin-mount",
         "before-intent",  # Connecting and the pin written (not synced), the mount made
         "after-intent",
         "after-before-image:create",
@@ -141,6 +156,7 @@ def test_killed_during_prepare(node: LabNode, crash_at: str) -> None:
         "after-outcome:create",
         "before-completed",
         "after-completed",
+        "coordinator:after-ready",
     ],
 )
 def test_killed_during_run_pod_sandbox(node: LabNode, crash_at: str) -> None:
@@ -200,5 +216,86 @@ def test_killed_during_stop_pod_sandbox(node: LabNode, crash_at: str) -> None:
         node.runtime.remove_pod_sandbox(sb_id)
         assert names(sandbox) == ["lo"]
     node.services.preparation.unprepare(meta["uid"])
+    assert node.services.pins.list() == []
+    assert snapshot(node.host_ns) == baseline
+
+
+def _attached(node: LabNode, sandbox: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """A prepared claim whose Pod's sandbox ``sandbox`` is Ready; returns the sandbox id."""
+    claim, pod = claimed_pod(node)
+    meta, pmeta = claim["metadata"], pod["metadata"]
+    assert node.services.preparation.prepare("default", meta["name"], meta["uid"])
+    sb_id = f"sb-crash-{next(_n)}"
+    node.runtime.run_pod_sandbox(
+        LabPod(sb_id, pmeta["uid"], pmeta["name"], "default", netns_path(sandbox))
+    )
+    return claim, pod, sb_id
+
+
+@pytest.mark.parametrize("crash_at", ["coordinator:after-removing", "coordinator:after-removed"])
+def test_killed_at_the_coordinator_commits_of_stop_pod_sandbox(
+    node: LabNode, crash_at: str
+) -> None:
+    """StopPodSandbox killed right after its Removing commit (nothing undone yet) or after
+    its Removed commit (before the pin is released); the runtime's retry (Stop, then
+    Remove) finishes it, NodeUnprepare releases the claim, the host is as before."""
+    baseline = snapshot(node.host_ns)
+    with scratch_netns("dmc1k") as sandbox:
+        claim, pod, sb_id = _attached(node, sandbox)
+        pod_uid = pod["metadata"]["uid"]
+        call = {"action": "stop_pod", "pod_uid": pod_uid, "sandbox": sb_id}
+        assert killed(node, call, crash_at)[-1] == crash_at
+        node.runtime.stop_pod_sandbox(sb_id)
+        node.runtime.remove_pod_sandbox(sb_id)
+        att = node.services.attachments.attachment(pod_uid, sb_id)
+        assert att is not None and att.state is AttachmentState.REMOVED
+        assert names(sandbox) == ["lo"]
+    node.services.preparation.unprepare(claim["metadata"]["uid"])
+    assert node.services.pins.list() == []
+    assert snapshot(node.host_ns) == baseline
+
+
+@pytest.mark.parametrize(
+    "crash_at",
+    [
+        "coordinator:after-unpreparing",
+        "after-undoing:hold",
+        "after-undo:hold",
+        "coordinator:after-released",
+    ],
+)
+def test_killed_during_unprepare(node: LabNode, crash_at: str) -> None:
+    """NodeUnprepare killed at each commit; kubelet's retry releases the claim and its
+    share exactly once."""
+    baseline = snapshot(node.host_ns)
+    claim, _ = claimed_pod(node)
+    meta = claim["metadata"]
+    assert node.services.preparation.prepare("default", meta["name"], meta["uid"])
+    call = {"action": "unprepare", "uid": meta["uid"]}
+    assert killed(node, call, crash_at)[-1] == crash_at
+    node.services.preparation.unprepare(meta["uid"])  # kubelet retry
+    (prep,) = node.services.journal.preparations(meta["uid"])
+    assert prep.state is PreparationState.RELEASED
+    assert [s for s in node.services.journal.shares() if s.claim_uid == meta["uid"]] == []
+    assert snapshot(node.host_ns) == baseline
+
+
+@pytest.mark.parametrize(
+    "crash_at", ["coordinator:after-removing", "after-undoing:create", "coordinator:after-removed"]
+)
+def test_killed_during_synchronize(node: LabNode, crash_at: str) -> None:
+    """Synchronize (the runtime no longer lists the sandbox) killed while it removes the
+    attachment; the next Synchronize finishes it."""
+    baseline = snapshot(node.host_ns)
+    with scratch_netns("dmc1k") as sandbox:
+        claim, pod, sb_id = _attached(node, sandbox)
+        pod_uid = pod["metadata"]["uid"]
+        call = {"action": "synchronize", "live": []}
+        assert killed(node, call, crash_at)[-1] == crash_at
+        node.services.reconcile.synchronize([])
+        att = node.services.attachments.attachment(pod_uid, sb_id)
+        assert att is not None and att.state is AttachmentState.REMOVED
+        assert names(sandbox) == ["lo"]
+    node.services.preparation.unprepare(claim["metadata"]["uid"])
     assert node.services.pins.list() == []
     assert snapshot(node.host_ns) == baseline
