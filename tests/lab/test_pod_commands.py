@@ -115,7 +115,8 @@ def test_run_exec_delete_on_a_netns_lab(state_dir: Path) -> None:
         doc["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "shared-macvlan"
     pods.write_text(yaml.safe_dump_all(docs))
 
-    run = dmn_lab("run", "-f", str(pods), *state)
+    # `run` waits up to 120 s per Pod by itself: the subprocess gets more than that
+    run = dmn_lab("run", "-f", str(pods), *state, timeout=300)
     ok(run)
     assert run.stdout.splitlines() == [
         "pod/lr-a created",
@@ -138,7 +139,7 @@ def test_run_exec_delete_on_a_netns_lab(state_dir: Path) -> None:
     bad = work / "bad-claim.yaml"
     broken = pod_manifest("lr-bad", "no-such-template")
     bad.write_text(yaml.safe_dump(broken))
-    failed = dmn_lab("run", "-f", str(bad), *state)
+    failed = dmn_lab("run", "-f", str(bad), *state, timeout=300)
     no_traceback(failed)
     assert failed.returncode == 1 and "error[E_POD_START]" in failed.stderr, failed.stderr
     assert "no-such-template" in failed.stderr
