@@ -842,6 +842,50 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Use accessBackend group on this node.",
     ),
     _r(
+        "E_DEVICE_NODE",
+        EXEC,
+        "A granted device node is missing, not a character device, or recorded malformed.",
+        "Check /dev on the node; the grant is refused or left for inspection.",
+    ),
+    _r(
+        "E_RDMA_NETLINK",
+        EXEC,
+        "An RDMA netlink request failed (the message carries the errno).",
+        "Check that the RDMA device still exists (`rdma dev`).",
+    ),
+    _r(
+        "E_RDMA_NETNS_SHARED",
+        EXEC,
+        "The RDMA subsystem is in shared netns mode: a device cannot be given to one sandbox.",
+        "Set `rdma system set netns exclusive` on the node (at boot, before other namespaces).",
+    ),
+    _r(
+        "E_RDMA_NETNS_UNSUPPORTED",
+        EXEC,
+        "The kernel refuses to move this RDMA device to another namespace (its driver cannot "
+        "disassociate user contexts; soft-RoCE rdma_rxe is one).",
+        "Use an RDMA device whose driver supports namespace moves, or shared mode without "
+        "rdma/netns-assign.",
+    ),
+    _r(
+        "E_RDMA_NODE",
+        EXEC,
+        "The RDMA device has no character node of the requested kind, or it is not the kernel's.",
+        "Load the module (ib_uverbs, rdma_ucm, ib_umad) on the node; check /dev/infiniband.",
+    ),
+    _r(
+        "E_DEVLINK",
+        EXEC,
+        "A devlink request failed (the message carries the errno), or the kernel has no devlink.",
+        "Check the devlink instance (`devlink dev`) of the function.",
+    ),
+    _r(
+        "E_ESWITCH_UNSUPPORTED",
+        EXEC,
+        "The function's devlink instance has no eswitch.",
+        "Expose eswitch management only for PFs whose driver supports switchdev.",
+    ),
+    _r(
         "E_CDI_SPEC",
         EXEC,
         "The CDI spec file of a VFIO grant could not be written, or another file is at its path.",

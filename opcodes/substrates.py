@@ -69,8 +69,12 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
     ),
     SubstrateRow(
         ("devlink/eswitch-configure",),
-        (),
-        "spec only (netdevsim offers the substrate; not built yet)",
+        ("opcodes/devlink/",),
+        "lab kernel, netdevsim's devlink eswitch over devlink generic netlink (legacy <-> "
+        "switchdev, representors appear and go, read back with `devlink -j`); a VF "
+        "representor that is up refuses the change (E_RESET_DOMAIN_BUSY); SIGKILL at every "
+        "journal boundary through the runner. No builtin plugin emits it (the agent's eswitch "
+        "manager is not built), so it has no plugin-level test",
     ),
     SubstrateRow(
         ("pci/driver-bind", "pci/function-reset", "vfio/device-access"),
@@ -89,8 +93,14 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
     ),
     SubstrateRow(
         ("rdma/netns-assign", "rdma/device-access"),
-        (),
-        "spec only (`rdma_rxe` would be the substrate)",
+        ("opcodes/rdma/",),
+        "lab kernel, soft-RoCE `rdma_rxe` over a veth, driven over NETLINK_RDMA (no `rdma` "
+        "tool in the executors): device-access asks the kernel which uverbs/rdma_cm nodes "
+        "serve the device (inside the sandbox's namespace), writes their CDI spec, and a "
+        "container-like process opens exactly those nodes. netns-assign is refused in shared "
+        "mode, and in exclusive mode the kernel itself refuses to move an rxe device "
+        "(EOPNOTSUPP: rxe cannot disassociate user contexts), so a completed move — and "
+        "sriov-cni's `rdmaAccess` program — is not proven on any substrate here",
     ),
     SubstrateRow(
         ("ib/port-configure",),

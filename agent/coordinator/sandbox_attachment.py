@@ -77,12 +77,16 @@ from dmn.api.cluster import Cluster
 from dmn.engine.binder import Call
 from dmn.engine.journal import Fence
 from dmn.engine.runner import RunRefused
+from dmn.opcodes.granted_nodes import DeviceNode, decode
 from dmn.opcodes.linux.netns import NamespaceRef, identity_of
-from dmn.opcodes.vfio.device_nodes import DeviceNode, decode
 from dmn.vocabulary.handles import Handle, Scope
 from dmn.vocabulary.terms import HandleType, ScopeKind
 
 log = logging.getLogger("dmn.agent.coordinator.coordinator")
+
+# handles whose ``deviceNodes`` observation (written by vfio/ and rdma/device-access) lists
+# character devices for the sandbox's containers
+_GRANTED_NODE_TYPES = (HandleType.VFIO_DEVICE, HandleType.RDMA_DEVICE)
 
 
 def _in_time(deadline: HookDeadline | None, subject: str, when: str) -> None:
@@ -593,8 +597,9 @@ class SandboxAttachmentService:
 
     def device_nodes(self, pod_uid: str, sandbox_id: str) -> tuple[DeviceNode, ...]:
         """The device nodes this sandbox's containers get (NRI CreateContainer): every node
-        a ``VfioDevice`` grant of its Ready attachment exported, from the journal — which
-        the executors wrote from kernel facts, never from the Pod's or a tenant's input."""
+        a ``VfioDevice`` or ``RdmaDevice`` grant of its Ready attachment exported, from the
+        journal — which the executors wrote from kernel facts, never from the Pod's or a
+        tenant's input."""
         with self._lock:
             rec = self.journal.get_attachment(self._identity(pod_uid, sandbox_id))
             if rec is None or rec.state is not AttachmentState.READY:
@@ -604,7 +609,7 @@ class SandboxAttachmentService:
                 record = self.journal.load_operation(op)
                 for handles in (record.result if record is not None else {}).values():
                     for h in handles:
-                        if h.type is HandleType.VFIO_DEVICE:
+                        if h.type in _GRANTED_NODE_TYPES and "deviceNodes" in h.observations:
                             nodes.extend(decode(str(h.observations.get("deviceNodes", ""))))
             return tuple(dict.fromkeys(nodes))
 

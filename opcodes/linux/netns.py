@@ -65,8 +65,9 @@ def netlink_socket_in(ns_fd: int) -> int:
     return netlink_sockets_in(ns_fd, 1)[0]
 
 
-def netlink_sockets_in(ns_fd: int, count: int) -> list[int]:
-    """``count`` NETLINK_ROUTE sockets created inside the namespace ``ns_fd``; their fds.
+def netlink_sockets_in(ns_fd: int, count: int, protocol: int = NETLINK_ROUTE) -> list[int]:
+    """``count`` netlink sockets (NETLINK_ROUTE unless ``protocol`` says otherwise) created
+    inside the namespace ``ns_fd``; their fds.
 
     The calling thread enters the namespace only for the ``socket()`` calls and returns at
     once (a socket stays bound to the namespace it was created in). This costs microseconds
@@ -79,7 +80,7 @@ def netlink_sockets_in(ns_fd: int, count: int) -> list[int]:
             _setns(ns_fd)
             try:
                 for _ in range(count):
-                    socks.append(socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE))
+                    socks.append(socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, protocol))
             finally:
                 _setns(own)
         except BaseException:

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dmn.opcodes.executor import ExecutorError
+from dmn.opcodes.granted_nodes import node_device
 from dmn.opcodes.pci import function_sysfs as pci
 
 VFIO_DRIVERS = frozenset({"vfio-pci", "pci-stub"})
@@ -54,17 +55,6 @@ def holders(proc_root: Path, devices: Iterable[int]) -> tuple[int, ...]:
                 found.add(int(entry.name))
                 break
     return tuple(sorted(found))
-
-
-def node_device(path: Path) -> int | None:
-    """``st_rdev`` of the character device node at ``path``, or None when there is none."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ExecutorError("E_VFIO_NODE", f"stat {path}: {exc.strerror}") from exc
-    return st.st_rdev if stat.S_ISCHR(st.st_mode) else None
 
 
 def group_node(dev_root: Path, group: str) -> Path:

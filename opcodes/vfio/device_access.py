@@ -20,15 +20,17 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from dmn.opcodes import cdi_spec
 from dmn.opcodes.device_environment import allowed_drivers, cdi_root, dev_root, sysfs_root
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
+from dmn.opcodes.granted_nodes import DeviceNode, encode
 from dmn.opcodes.linux.effect_handles import environment, single
 from dmn.opcodes.pci import function_sysfs as pci
 from dmn.opcodes.pci import quiescence
 from dmn.opcodes.pci.function_handle import live_identity
 from dmn.opcodes.spec import OpcodeSpec
-from dmn.opcodes.vfio import cdi_spec, specs
-from dmn.opcodes.vfio.device_nodes import DeviceNode, cdev_nodes, encode, group_nodes
+from dmn.opcodes.vfio import specs
+from dmn.opcodes.vfio.device_nodes import cdev_nodes, group_nodes
 from dmn.vocabulary.handles import Handle, Scope
 
 _log = logging.getLogger(__name__)
@@ -75,7 +77,8 @@ class DeviceAccess:
 
     def _spec(self, ctx: EffectContext, before: Any) -> tuple[Any, str]:
         nodes = tuple(DeviceNode.from_json(n) for n in before["nodes"])
-        return cdi_spec.spec_path(cdi_root(ctx.env), ctx.alias), cdi_spec.render(ctx.alias, nodes)
+        path = cdi_spec.spec_path(cdi_root(ctx.env), "vfio", ctx.alias)
+        return path, cdi_spec.render("vfio", ctx.alias, nodes)
 
     def apply(self, ctx: EffectContext, before: Any) -> None:
         path, content = self._spec(ctx, before)
@@ -113,7 +116,7 @@ class DeviceAccess:
                 "pciAddress": str(before["function"]["address"]),
                 "iommuGroup": str(before["group"]),
                 "deviceNodes": encode(nodes),
-                "cdiDevice": cdi_spec.qualified_name(ctx.alias),
+                "cdiDevice": cdi_spec.qualified_name("vfio", ctx.alias),
             },
         )
         return Observed(not why, {"device": (device,)}, why)

@@ -1,4 +1,4 @@
-"""The character device nodes a VFIO grant hands to a container, found and verified in the kernel.
+"""The VFIO nodes of a function, found and verified in the kernel.
 
 Group backend: ``/dev/vfio/<group>`` (its ``major:minor`` must equal the kernel's
 ``/sys/class/vfio/<group>/dev``) plus the container node ``/dev/vfio/vfio`` (the misc device
@@ -7,55 +7,16 @@ the function's ``/dev/vfio/devices/vfioN`` (``<function>/vfio-dev/vfioN/dev``) p
 ``/dev/iommu`` (``/sys/class/misc/iommu/dev``); without it the backend is refused
 (``E_VFIO_CDEV_UNAVAILABLE``). Paths are built from kernel-given names under the node's roots,
 never from config.
-
-A grant is carried in the output handle as one ``deviceNodes`` observation,
-``"<path> <major>:<minor>,..."`` — what the agent turns into NRI CreateContainer device
-adjustments and the CDI spec's ``deviceNodes``.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from dmn.opcodes.executor import ExecutorError
+from dmn.opcodes.granted_nodes import DeviceNode, verified
 from dmn.opcodes.pci import function_sysfs as pci
-from dmn.opcodes.pci import quiescence
-
-_NODE = re.compile(r"^(/dev/[A-Za-z0-9_./-]+) (\d+):(\d+)$")
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceNode:
-    path: str
-    """Path inside the container (the same as on the node)."""
-    major: int
-    minor: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "major": self.major, "minor": self.minor}
-
-    @classmethod
-    def from_json(cls, data: Any) -> DeviceNode:
-        return cls(str(data["path"]), int(data["major"]), int(data["minor"]))
-
-
-def encode(nodes: tuple[DeviceNode, ...]) -> str:
-    return ",".join(f"{n.path} {n.major}:{n.minor}" for n in nodes)
-
-
-def decode(text: str) -> tuple[DeviceNode, ...]:
-    """The nodes of a ``deviceNodes`` observation; malformed entries raise ``E_VFIO_NODE``."""
-    out: list[DeviceNode] = []
-    for entry in filter(None, text.split(",")):
-        match = _NODE.fullmatch(entry)
-        if match is None or ".." in match.group(1):
-            raise ExecutorError("E_VFIO_NODE", f"malformed device node entry {entry!r}")
-        out.append(DeviceNode(match.group(1), int(match.group(2)), int(match.group(3))))
-    return tuple(out)
 
 
 def _kernel_dev(path: Path) -> tuple[int, int]:
@@ -67,17 +28,7 @@ def _kernel_dev(path: Path) -> tuple[int, int]:
 
 
 def _verified(dev_root: Path, relative: str, kernel: tuple[int, int]) -> DeviceNode:
-    """The node ``dev_root/relative`` exists, is a character device, and is the kernel's."""
-    path = dev_root / relative
-    rdev = quiescence.node_device(path)
-    if rdev is None:
-        raise ExecutorError("E_VFIO_NODE", f"{path} is missing or not a character device")
-    if (os.major(rdev), os.minor(rdev)) != kernel:
-        raise ExecutorError(
-            "E_VFIO_NODE",
-            f"{path} is {os.major(rdev)}:{os.minor(rdev)}, the kernel's is {kernel[0]}:{kernel[1]}",
-        )
-    return DeviceNode("/dev/" + relative, *kernel)
+    return verified(dev_root, relative, kernel, "E_VFIO_NODE")
 
 
 def group_nodes(sysfs: Path, dev_root: Path, group: str) -> tuple[DeviceNode, ...]:

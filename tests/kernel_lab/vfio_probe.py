@@ -8,6 +8,7 @@ adjustment), then uses the real VFIO uAPI through them: the container's API vers
 IOMMU, the group's viability, attaching the group to the container, getting the device fd of
 the granted function and reading its vendor id from PCI config space through VFIO. Results go
 to ``out.json``. With ``--hold`` it keeps everything open until stdin closes (a busy consumer).
+With ``-`` as the PCI address (an RDMA grant) it only opens each granted node read-write.
 """
 
 from __future__ import annotations
@@ -98,10 +99,24 @@ def probe(spec_path: Path, address: str, hold: bool) -> dict[str, Any]:
     return out
 
 
+def open_only(spec_path: Path) -> dict[str, Any]:
+    """Any grant (RDMA): create the spec's nodes in an empty /dev and open each read-write."""
+    spec = json.loads(spec_path.read_text())
+    _mount_empty_dev()
+    made = _create_nodes(spec)
+    opened = []
+    for path in made:
+        fd = os.open(path, os.O_RDWR)
+        opened.append(path)
+        os.close(fd)
+    dev = sorted(str(p) for p in Path("/dev").rglob("*") if not p.is_dir())
+    return {"nodes": made, "opened": opened, "dev": dev}
+
+
 def main(argv: list[str]) -> int:
     spec, address, out_path = Path(argv[0]), argv[1], Path(argv[2])
     hold = "--hold" in argv[3:]
-    result = probe(spec, address, hold)
+    result = open_only(spec) if address == "-" else probe(spec, address, hold)
     result.pop("_fds", None)
     tmp = out_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))

@@ -1,8 +1,10 @@
-"""The CDI spec file through which a container runtime hands a VFIO grant's nodes to containers.
+"""The CDI spec file through which a container runtime hands a grant's nodes to containers.
 
-One file per effect, in the agent's CDI directory (node configuration, never workload config):
-``dmn-vfio-<digest>.json``, where the digest is of ``dmn:<operation>:<effect>``, holding one CDI
-device whose ``containerEdits.deviceNodes`` are exactly the verified nodes. The spec's
+One file per effect (a VFIO group, an RDMA device), in the agent's CDI directory (node
+configuration, never workload config): ``dmn-<family>-<digest>.json``, where the digest is of
+``dmn:<operation>:<effect>``, holding one CDI device of kind
+``dra-multi-network.schseba.github.io/<family>`` whose ``containerEdits.deviceNodes`` are
+exactly the verified nodes. The spec's
 annotation names the owning effect. Ownership is the exact content: undo removes the file only
 when it still holds the bytes this effect wrote; anything else at that path is not ours and is
 left alone (``E_CDI_SPEC`` on apply). Writes are atomic (temporary file + rename).
@@ -16,10 +18,10 @@ import os
 from pathlib import Path
 
 from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.vfio.device_nodes import DeviceNode
+from dmn.opcodes.granted_nodes import DeviceNode
 
 CDI_VERSION = "0.6.0"
-CDI_KIND = "dra-multi-network.schseba.github.io/vfio"
+CDI_VENDOR = "dra-multi-network.schseba.github.io"
 OWNER_ANNOTATION = "dra-multi-network.schseba.github.io/owner"
 
 
@@ -27,19 +29,19 @@ def device_name(owner: str) -> str:
     return "g" + hashlib.sha256(owner.encode()).hexdigest()[:20]
 
 
-def spec_path(cdi_root: Path, owner: str) -> Path:
-    return cdi_root / f"dmn-vfio-{device_name(owner)}.json"
+def spec_path(cdi_root: Path, family: str, owner: str) -> Path:
+    return cdi_root / f"dmn-{family}-{device_name(owner)}.json"
 
 
-def qualified_name(owner: str) -> str:
+def qualified_name(family: str, owner: str) -> str:
     """The fully qualified CDI device name (``vendor/class=name``) a runtime resolves."""
-    return f"{CDI_KIND}={device_name(owner)}"
+    return f"{CDI_VENDOR}/{family}={device_name(owner)}"
 
 
-def render(owner: str, nodes: tuple[DeviceNode, ...]) -> str:
+def render(family: str, owner: str, nodes: tuple[DeviceNode, ...]) -> str:
     spec = {
         "cdiVersion": CDI_VERSION,
-        "kind": CDI_KIND,
+        "kind": f"{CDI_VENDOR}/{family}",
         "annotations": {OWNER_ANNOTATION: owner},
         "devices": [
             {

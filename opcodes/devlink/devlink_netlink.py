@@ -1,0 +1,124 @@
+"""The devlink generic-netlink requests the eswitch executor needs, in a given namespace.
+
+A devlink instance lives in a network namespace (netdevsim puts it where its device was
+created; ``devlink dev reload netns`` moves one), so the socket is created inside the host
+namespace of the call (:func:`open_in`). Requests: resolve the ``devlink`` family id
+(``CTRL_CMD_GETFAMILY``), read and set the eswitch mode (``DEVLINK_CMD_ESWITCH_GET``/``SET``,
+only the mode attribute: inline mode and encapsulation are never written) and list the
+instance's ports with their netdevs (``DEVLINK_CMD_PORT_GET`` dump). Numbers are the kernel's
+uapi (``include/uapi/linux/devlink.h``, ``genetlink.h``).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass
+
+from dmn.opcodes.executor import ExecutorError
+from dmn.opcodes.linux.netns import netlink_sockets_in
+from dmn.opcodes.netlink_wire import (
+    NetlinkFailure,
+    as_int,
+    as_text,
+    text,
+    transact,
+    u16,
+)
+
+NETLINK_GENERIC = 16
+GENL_ID_CTRL, CTRL_CMD_GETFAMILY, CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME = 0x10, 3, 1, 2
+CMD_PORT_GET, CMD_ESWITCH_GET, CMD_ESWITCH_SET = 5, 29, 30
+ATTR_BUS_NAME, ATTR_DEV_NAME, ATTR_PORT_INDEX = 1, 2, 3
+ATTR_PORT_NETDEV_IFINDEX, ATTR_PORT_NETDEV_NAME, ATTR_ESWITCH_MODE, ATTR_PORT_FLAVOUR = 6, 7, 25, 77
+MODES = {"legacy": 0, "switchdev": 1}
+FLAVOURS = {0: "physical", 1: "cpu", 2: "dsa", 3: "pcipf", 4: "pcivf", 5: "virtual", 7: "pcisf"}
+
+
+@dataclass(frozen=True, slots=True)
+class DevlinkPort:
+    index: int
+    flavour: str
+    netdev_index: int | None
+    netdev_name: str
+
+
+class Devlink:
+    """One generic netlink socket bound to the devlink family, in one namespace."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        answers = transact(
+            sock, GENL_ID_CTRL, self._genl(CTRL_CMD_GETFAMILY) + text(CTRL_ATTR_FAMILY_NAME,
+            "devlink"), dump=False, code="E_DEVLINK", what="resolve devlink", skip=4,
+        )  # fmt: skip
+        family = answers[0].get(CTRL_ATTR_FAMILY_ID) if answers else None
+        if family is None:
+            raise ExecutorError("E_DEVLINK", "the kernel has no devlink family")
+        self._family = as_int(family)
+
+    @staticmethod
+    def _genl(cmd: int) -> bytes:
+        return struct.pack("=BBH", cmd, 1, 0)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> Devlink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, cmd: int, attrs: bytes, dump: bool = False) -> list[dict[int, bytes]]:
+        return transact(
+            self._sock, self._family, self._genl(cmd) + attrs, dump=dump, code="E_DEVLINK",
+            what=f"devlink command {cmd}", skip=4,
+        )  # fmt: skip
+
+    @staticmethod
+    def _handle(bus: str, dev: str) -> bytes:
+        return text(ATTR_BUS_NAME, bus) + text(ATTR_DEV_NAME, dev)
+
+    def eswitch_mode(self, bus: str, dev: str) -> str:
+        answers = self._request(CMD_ESWITCH_GET, self._handle(bus, dev))
+        raw = answers[0].get(ATTR_ESWITCH_MODE) if answers else None
+        if raw is None:
+            raise ExecutorError("E_DEVLINK", f"{bus}/{dev} reports no eswitch mode")
+        value = as_int(raw)
+        return next((k for k, v in MODES.items() if v == value), str(value))
+
+    def set_eswitch_mode(self, bus: str, dev: str, mode: str) -> None:
+        self._request(CMD_ESWITCH_SET, self._handle(bus, dev) + u16(ATTR_ESWITCH_MODE, MODES[mode]))
+
+    def ports(self, bus: str, dev: str) -> list[DevlinkPort]:
+        out: list[DevlinkPort] = []
+        for a in self._request(CMD_PORT_GET, b"", dump=True):
+            if (as_text(a.get(ATTR_BUS_NAME, b"")), as_text(a.get(ATTR_DEV_NAME, b""))) != (
+                bus,
+                dev,
+            ):
+                continue
+            ifindex = a.get(ATTR_PORT_NETDEV_IFINDEX)
+            out.append(
+                DevlinkPort(
+                    index=as_int(a.get(ATTR_PORT_INDEX, b"\0\0\0\0")),
+                    flavour=FLAVOURS.get(as_int(a.get(ATTR_PORT_FLAVOUR, b"\0\0")), "other"),
+                    netdev_index=as_int(ifindex) if ifindex is not None else None,
+                    netdev_name=as_text(a.get(ATTR_PORT_NETDEV_NAME, b"")),
+                )
+            )
+        return out
+
+
+def open_in(netns_fd: int) -> Devlink:
+    try:
+        (fd,) = netlink_sockets_in(netns_fd, 1, NETLINK_GENERIC)
+    except OSError as exc:
+        raise NetlinkFailure("E_DEVLINK", exc.errno or 0, f"generic netlink: {exc}") from exc
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_GENERIC, fileno=fd)
+    try:
+        return Devlink(sock)
+    except BaseException:
+        sock.close()
+        raise

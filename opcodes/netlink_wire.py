@@ -1,0 +1,106 @@
+"""Netlink framing for the families pyroute2 does not speak here (RDMA, devlink generic netlink).
+
+Why by hand: the executors need a handful of requests, on sockets created inside a given
+namespace (:func:`dmn.opcodes.linux.netns.netlink_sockets_in`); a full library would bring a
+second event loop per namespace. Contract: :func:`transact` sends one request and returns the
+attributes of every answer, raising :class:`NetlinkFailure` (with the kernel's errno) on an
+error answer. Attributes are parsed flat (nested ones are left as bytes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import struct
+
+from dmn.opcodes.executor import ExecutorError
+
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+HEADER = struct.Struct("=IHHII")
+_seq = itertools.count(1)
+
+
+class NetlinkFailure(ExecutorError):
+    """An error answer; ``errno`` is the kernel's."""
+
+    def __init__(self, code: str, err: int, message: str) -> None:
+        super().__init__(code, message)
+        self.errno = err
+
+
+def attr(kind: int, payload: bytes) -> bytes:
+    length = 4 + len(payload)
+    return struct.pack("=HH", length, kind) + payload + b"\0" * ((4 - length % 4) % 4)
+
+
+def u8(kind: int, value: int) -> bytes:
+    return attr(kind, struct.pack("=B", value))
+
+
+def u16(kind: int, value: int) -> bytes:
+    return attr(kind, struct.pack("=H", value))
+
+
+def u32(kind: int, value: int) -> bytes:
+    return attr(kind, struct.pack("=I", value))
+
+
+def text(kind: int, value: str) -> bytes:
+    return attr(kind, value.encode() + b"\0")
+
+
+def parse(body: bytes) -> dict[int, bytes]:
+    out: dict[int, bytes] = {}
+    offset = 0
+    while offset + 4 <= len(body):
+        length, kind = struct.unpack_from("=HH", body, offset)
+        if length < 4:
+            break
+        out.setdefault(kind & 0x3FFF, body[offset + 4 : offset + length])
+        offset += (length + 3) & ~3
+    return out
+
+
+def as_text(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode(errors="replace")
+
+
+def as_int(raw: bytes) -> int:
+    return int.from_bytes(raw, "little")
+
+
+def transact(
+    sock: socket.socket,
+    kind: int,
+    payload: bytes,
+    *,
+    dump: bool,
+    code: str,
+    what: str,
+    skip: int = 0,
+) -> list[dict[int, bytes]]:
+    """One request of message type ``kind``; ``skip`` bytes of family header precede the
+    attributes of each answer (4 for generic netlink)."""
+    seq = next(_seq)
+    flags = NLM_F_REQUEST | (NLM_F_DUMP if dump else NLM_F_ACK)
+    sock.send(HEADER.pack(HEADER.size + len(payload), kind, flags, seq, 0) + payload)
+    answers: list[dict[int, bytes]] = []
+    while True:
+        data = sock.recv(1 << 16)
+        offset = 0
+        while offset + HEADER.size <= len(data):
+            length, mtype, _, mseq, _ = HEADER.unpack_from(data, offset)
+            body = data[offset + HEADER.size : offset + length]
+            offset += (length + 3) & ~3
+            if mseq != seq:
+                continue
+            if mtype == NLMSG_DONE:
+                return answers
+            if mtype == NLMSG_ERROR:
+                err = -struct.unpack_from("=i", body)[0]
+                if err == 0:
+                    return answers
+                raise NetlinkFailure(code, err, f"{what}: {os.strerror(err)}")
+            answers.append(parse(body[skip:]))
