@@ -12,14 +12,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
 from dmn.api.cluster import Cluster, NotFound
 from dmn.api.cluster import resources as r
-from dmn.api.policy import DeviceExposurePolicy
 from dmn.controller.compile.plugin_sources import checked_plugin_object
 from dmn.controller.conditions import diagnostic_entries, set_condition, summary
-from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
+from dmn.controller.policy_validation import policy_diagnostics
+from dmn.interpreter.diagnostics import has_errors
 from dmn.opcodes.spec import OpcodeRegistry
 
 log = logging.getLogger(__name__)
@@ -67,14 +65,7 @@ class PolicyStatusReconciler:
             obj = self.cluster.get(r.DEVICE_EXPOSURE_POLICIES, name)
         except NotFound:
             return
-        diagnostics: list[Diagnostic] = []
-        try:
-            DeviceExposurePolicy.model_validate({k: v for k, v in obj.items() if k != "status"})
-        except ValidationError as exc:
-            for err in exc.errors():
-                path = ".".join(str(p) for p in err["loc"])
-                code = Code.E_UNKNOWN_FIELD if err["type"] == "extra_forbidden" else Code.E_SCHEMA
-                diagnostics.append(Diagnostic(code, err["msg"], path=path))
+        diagnostics = policy_diagnostics(obj)
         status = dict(obj.get("status") or {})
         conds = set_condition(
             status.get("conditions"),

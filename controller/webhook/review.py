@@ -23,14 +23,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
 from dmn.api.identity import DRIVER, LABEL_MANAGED_BY, MANAGED_BY
-from dmn.api.policy import DeviceExposurePolicy
 from dmn.api.served_yaml import POSITION_NOTE, served_document
 from dmn.controller.compile.compiler import compile_topology
 from dmn.controller.compile.digest import semantic_digest
 from dmn.controller.compile.plugin_sources import checked_plugin_object, same_contract
+from dmn.controller.policy_validation import policy_diagnostics
 from dmn.interpreter.canonical_json import sha256_digest
 from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
 from dmn.interpreter.loader import Plugin, load_builtin_plugins
@@ -183,17 +181,8 @@ def _plugin(uid: str, obj: Mapping[str, Any], ctx: ReviewContext) -> dict[str, A
 
 
 def _policy(uid: str, obj: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        DeviceExposurePolicy.model_validate({k: v for k, v in obj.items() if k != "status"})
-    except ValidationError as exc:
-        diagnostics = [
-            Diagnostic(
-                Code.E_UNKNOWN_FIELD if e["type"] == "extra_forbidden" else Code.E_SCHEMA,
-                e["msg"],
-                path=".".join(str(p) for p in e["loc"]),
-            )
-            for e in exc.errors()
-        ]
+    diagnostics = policy_diagnostics(obj)
+    if diagnostics:
         return _deny(uid, diagnostics, "DeviceExposurePolicy rejected")
     return _allow(uid)
 

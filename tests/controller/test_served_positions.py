@@ -120,3 +120,19 @@ def test_controller_status_positions_match_the_served_object(
     diag = plugin["status"]["diagnostics"][0]
     assert diag["code"] == "E_EFFECT_DENIED"
     assert _at(render(plugin), diag["line"], diag["column"]) == "linux/create-macvlan/v2"
+
+
+def test_policy_denials_carry_line_and_column() -> None:
+    from tests.lab.test_admin_plugin import POLICY
+
+    policy = copy.deepcopy(POLICY)
+    policy["spec"]["exposure"]["capacity"]["children"]["value"] = "eight"
+    ctx = ReviewContext(default_registry(), dict)
+    request = {"uid": "r3", "kind": {**G, "kind": "DeviceExposurePolicy"}, "operation": "CREATE"}
+    resp = review({**request, "object": policy}, ctx)
+    assert resp["allowed"] is False
+    message = resp["status"]["message"]
+    assert "E_SCHEMA at spec.exposure.capacity.children.value" in message, message
+    where = message.split("(deviceexposurepolicy/lab-link-private-macvlan:")[1].split(")")[0]
+    line, column = (int(x) for x in where.split(":"))
+    assert _at(render(policy), line, column) == "eight"
