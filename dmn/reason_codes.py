@@ -1137,6 +1137,19 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Read Helm's error in the message.",
     ),
     _r(
+        "E_HELM",
+        CLI,
+        "`helm install`, `upgrade` or `uninstall` of the chart in the upstream lab failed.",
+        "Read Helm's error in the message; `kubectl -n dra-multi-network get pods` shows why "
+        "Pods are not ready.",
+    ),
+    _r(
+        "E_IMAGE_BUILD",
+        CLI,
+        "The project's image for the upstream lab's helm install could not be built.",
+        "Run `python3 image/build.py` for its log, or set DMN_IMAGE_ARCHIVE to an archive.",
+    ),
+    _r(
         "E_NOT_ROOT",
         CLI,
         "The command needs root: the upstream lab backend (kubelet, containerd), or "

@@ -61,6 +61,11 @@ START_TIMEOUT = 60.0
 LINK_MODES = ("recorded", "netns")  # = dmn.lab.cluster.LINK_MODES (not imported: startup cost)
 BACKENDS = ("embedded", "upstream")
 BACKEND_HELP = "embedded (Python stand-ins) or upstream (real Kubernetes, built by lab/upstream)"
+INSTALLS = ("process", "helm")
+INSTALL_HELP = (
+    "upstream backend: our driver as host processes (process), or by `helm install` of the "
+    "chart with the locally built image, as Pods (helm)"
+)
 LINKS_HELP = "the lab node's links: recorded facts, or a real veth pair in a lab-owned netns"
 STOP_TIMEOUT = 30.0
 
@@ -87,16 +92,29 @@ def _logging(level: int) -> None:
 # --- up / down ---------------------------------------------------------------------------
 
 
-def _upstream_lab(state_dir: Path) -> Any:
+def _upstream_lab(state_dir: Path, install: str = "process") -> Any:
     from dmn.lab.upstream.cluster import UpstreamLab
 
-    return UpstreamLab(state_dir)
+    return UpstreamLab(state_dir, driver=_driver(install))
+
+
+def _driver(install: str) -> Any:
+    """How the upstream lab installs our driver: host processes, or ``helm install``."""
+    if install == "helm":
+        from dmn.lab.upstream.helm_driver import HelmDriver
+
+        return HelmDriver()
+    from dmn.lab.upstream.driver import ProcessDriver
+
+    return ProcessDriver()
 
 
 def _up(args: argparse.Namespace) -> int:
     state = StateDir(args.state_dir)
     if args.backend == "upstream":
-        return _up_upstream(state)
+        return _up_upstream(state, args.install)
+    if args.install != "process":
+        raise _Failure("E_USAGE", "--install helm needs --backend upstream")
     running = state.running_pid()
     if running is not None:
         raise _Failure("E_LAB_RUNNING", f"a lab is already running (pid {running}) in {state.root}")
@@ -142,7 +160,7 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _up_upstream(state: StateDir) -> int:
+def _up_upstream(state: StateDir, install: str) -> int:
     from dmn.lab.cluster import LabError
 
     if os.geteuid() != 0:
@@ -150,7 +168,7 @@ def _up_upstream(state: StateDir) -> int:
     if state.running_pid() is not None:
         raise _Failure("E_LAB_RUNNING", f"an embedded lab is running in {state.root}")
     _logging(logging.INFO)
-    lab = _upstream_lab(state.root)
+    lab = _upstream_lab(state.root, install)
     try:
         url = lab.up()
     except LabError as exc:
@@ -566,7 +584,7 @@ def _demo_upstream(args: argparse.Namespace) -> int:
         raise _Failure("E_NOT_ROOT", "the upstream backend needs root (kubelet, containerd)")
     _logging(logging.INFO if args.verbose else logging.WARNING)
     try:
-        report = run_upstream_demo(timeout=max(args.timeout, 120.0))
+        report = run_upstream_demo(timeout=max(args.timeout, 120.0), driver=_driver(args.install))
     except LabError as exc:
         raise _Failure(exc.code, exc.message, 1) from exc
     for line in report.lines:
@@ -580,6 +598,8 @@ def _demo(args: argparse.Namespace) -> int:
 
     if args.backend == "upstream":
         return _demo_upstream(args)
+    if args.install != "process":
+        raise _Failure("E_USAGE", "--install helm needs --backend upstream")
     from dmn.lab.demo import run_demo
 
     _logging(logging.INFO if args.verbose else logging.WARNING)
@@ -612,6 +632,7 @@ def _parser() -> CommandParser:
     up.add_argument("--detach", action="store_true", help="run in the background")
     up.add_argument("--links", choices=LINK_MODES, default="recorded", help=LINKS_HELP)
     up.add_argument("--backend", choices=BACKENDS, default="embedded", help=BACKEND_HELP)
+    up.add_argument("--install", choices=INSTALLS, default="process", help=INSTALL_HELP)
     with_state(sub.add_parser("down", help="stop a running lab"))
     with_state(sub.add_parser("kubeconfig", help="print the running lab's admin kubeconfig path"))
     apply = with_state(sub.add_parser("apply", help="create or update objects from manifests"))
@@ -638,6 +659,7 @@ def _parser() -> CommandParser:
     demo.add_argument("-v", "--verbose", action="store_true")
     demo.add_argument("--links", choices=LINK_MODES, default="recorded", help=LINKS_HELP)
     demo.add_argument("--backend", choices=BACKENDS, default="embedded", help=BACKEND_HELP)
+    demo.add_argument("--install", choices=INSTALLS, default="process", help=INSTALL_HELP)
     return p
 
 

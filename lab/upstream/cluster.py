@@ -29,14 +29,23 @@ import socket
 import ssl
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from dmn.api.cluster import ApiFailure, Cluster, NotFound, connect
 from dmn.api.cluster import resources as r
 from dmn.lab.cluster import LabError
 from dmn.lab.upstream import build, configs, host_changes, images
-from dmn.lab.upstream.configs import NODE_IP, NODE_NAME, NODE_PEER_IP, Layout, Ports
+from dmn.lab.upstream.configs import (
+    DRIVER_NAMESPACE,
+    NODE_IP,
+    NODE_NAME,
+    NODE_PEER_IP,
+    Layout,
+    Ports,
+)
 from dmn.lab.upstream.driver import (
     LAB_LINKS,
     DriverContext,
@@ -47,6 +56,7 @@ from dmn.lab.upstream.driver import (
 from dmn.lab.upstream.host_changes import CGROUP_NAME, HostRecord
 from dmn.lab.upstream.pki import LabCA
 from dmn.lab.upstream.processes import ProcessTable
+from dmn.lab.upstream.workloads import DAEMON_SETS, DEPLOYMENTS
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +156,7 @@ class UpstreamLab:
     def _up(self, bins: dict[str, Path]) -> str:
         layout = self.layout
         layout.root.mkdir(parents=True, exist_ok=True)
+        host_changes.make_shared_mount(layout.root)
         record = HostRecord()
         host_changes.snapshot_host(record)
         record.save(self.host_file)
@@ -323,17 +334,32 @@ class UpstreamLab:
         return problems
 
     def _delete_pods(self, timeout: float = 90.0) -> None:
+        """Workload Pods first, while our driver still runs (it tears their attachments
+        down); then our driver's own Pods, once their DaemonSet and Deployment are gone
+        (a Helm-installed driver: else they would be recreated)."""
         admin = self.admin()
         try:
-            for pod in admin.list(r.PODS).items:
-                meta = pod["metadata"]
-                with contextlib.suppress(NotFound):
-                    admin.delete(r.PODS, meta["name"], meta["namespace"])
             deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and admin.list(r.PODS).items:
-                time.sleep(0.5)
+            self._delete_pods_where(admin, lambda ns: ns != DRIVER_NAMESPACE, deadline)
+            for resource in (DAEMON_SETS, DEPLOYMENTS):
+                for obj in admin.list(resource, DRIVER_NAMESPACE).items:
+                    with contextlib.suppress(NotFound):
+                        admin.delete(resource, obj["metadata"]["name"], DRIVER_NAMESPACE)
+            self._delete_pods_where(admin, lambda ns: True, deadline)
         finally:
             admin.close()
+
+    @staticmethod
+    def _delete_pods_where(admin: Cluster, chosen: Callable[[str], bool], deadline: float) -> None:
+        def remaining() -> list[dict[str, Any]]:
+            return [p for p in admin.list(r.PODS).items if chosen(p["metadata"]["namespace"])]
+
+        for pod in remaining():
+            meta = pod["metadata"]
+            with contextlib.suppress(NotFound):
+                admin.delete(r.PODS, meta["name"], meta["namespace"])
+        while time.monotonic() < deadline and remaining():
+            time.sleep(0.5)
 
     def _kill_shims(self) -> None:
         """The runc shims of *our* containerd (their ``-address`` is our socket)."""

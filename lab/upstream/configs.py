@@ -159,6 +159,9 @@ def apiserver_argv(binary: Path, layout: Layout, ports: Ports) -> list[str]:
         f"--kubelet-certificate-authority={pki / 'ca.crt'}",
         "--kubelet-preferred-address-types=InternalIP",
         "--allow-privileged=true",
+        # call webhooks (and aggregated APIs) at their endpoint addresses: the lab runs no
+        # Service proxy, so a Service's cluster IP leads nowhere
+        "--enable-aggregator-routing=true",
         f"--feature-gates={FEATURE_GATES}",
         "--profiling=false",
         "--v=1",

@@ -29,7 +29,7 @@ from dmn.lab.node import HOST_DEVICE_TOPOLOGY
 from dmn.lab.pod_demo import NAMESPACE, claim_template, pod_manifest
 from dmn.lab.upstream import build
 from dmn.lab.upstream.cluster import UpstreamLab
-from dmn.lab.upstream.driver import LAB_LINKS
+from dmn.lab.upstream.driver import LAB_LINKS, DriverDeployment
 from dmn.lab.upstream.images import BUSYBOX_IMAGE
 
 log = logging.getLogger(__name__)
@@ -232,11 +232,15 @@ def _negative(cluster: Cluster, report: UpstreamDemoReport, timeout: float) -> N
 
 
 def run_upstream_demo(
-    *, timeout: float = 120.0, state_root: Path | None = None
+    *,
+    timeout: float = 120.0,
+    state_root: Path | None = None,
+    driver: DriverDeployment | None = None,
 ) -> UpstreamDemoReport:
+    """``driver``: how our driver is installed (default: host processes)."""
     report = UpstreamDemoReport()
     with tempfile.TemporaryDirectory(prefix="dmn-demo-", dir="/tmp") as tmp:
-        lab = UpstreamLab(state_root or Path(tmp))
+        lab = UpstreamLab(state_root or Path(tmp), driver=driver)
         started = time.monotonic()
         url = lab.up()
         report.say(f"lab up backend=upstream url={url} ({time.monotonic() - started:.0f}s)")

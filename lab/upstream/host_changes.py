@@ -16,7 +16,8 @@ point still leaves proof of what is ours:
   killed and its directories removed bottom-up.
 
 Mounts are not recorded: everything the lab's processes mount lies under the lab's own
-directory, so ``unmount_under`` detaches every mount point below it (deepest first).
+directory (itself made a shared mount by the lab, :func:`make_shared_mount`), so
+``unmount_under`` detaches every mount point at or below it (deepest first).
 """
 
 from __future__ import annotations
@@ -189,6 +190,27 @@ def mounts_under(root: Path) -> list[str]:
         if point == base or point.startswith(base + "/"):
             points.append(point)
     return sorted(points, key=lambda p: -p.count("/"))
+
+
+MS_BIND = 4096
+MS_REC = 16384
+MS_SHARED = 1 << 20
+
+
+def make_shared_mount(root: Path) -> None:
+    """Bind-mount ``root`` onto itself and make it a shared mount (recursively).
+
+    Why: containerd refuses a container mount with ``Bidirectional`` propagation (the node
+    agent's state directory, whose namespace pins must outlive its container) unless the
+    source lies on a shared mount, and ``HostToContainer`` unless shared or slave — as on
+    any systemd host. This machine's ``/`` is private; the lab makes only its own
+    directory shared, so nothing outside it changes. Call before anything is mounted below
+    ``root``; ``unmount_under(root)`` detaches it with the rest."""
+    path = str(root.resolve()).encode()
+    if _libc.mount(path, path, None, MS_BIND | MS_REC, None) != 0:
+        raise OSError(ctypes.get_errno(), f"bind-mounting {root} onto itself")
+    if _libc.mount(None, path, None, MS_SHARED | MS_REC, None) != 0:
+        raise OSError(ctypes.get_errno(), f"making {root} a shared mount")
 
 
 def unmount_under(root: Path) -> list[str]:

@@ -21,6 +21,8 @@ import pytest
 from dmn.api.cluster import Cluster
 from dmn.lab.upstream import host_changes
 from dmn.lab.upstream.cluster import UpstreamLab
+from dmn.lab.upstream.driver import DriverDeployment
+from dmn.lab.upstream.helm_driver import HelmDriver
 
 
 def host_snapshot() -> dict[str, object]:
@@ -68,13 +70,13 @@ class Session:
 NODE_LAB_LOCK = Path("/run/lock/dmn-upstream-node.lock")
 
 
-def _session(with_node: bool) -> Iterator[Session]:
+def _session(with_node: bool, driver: DriverDeployment | None = None) -> Iterator[Session]:
     """Every upstream lab owns machine-wide things (the node-address veth pair and its
     address; with a node also containerd's and CNI's fixed directories and the lab cgroup),
     so labs of concurrent test runs on one machine take turns through a lock."""
     with _lab_turn():
         root = Path(tempfile.mkdtemp(prefix="dmn-e2e-", dir="/tmp"))
-        lab = UpstreamLab(root, with_node=with_node)
+        lab = UpstreamLab(root, driver=driver, with_node=with_node)
         before = host_snapshot()
         try:
             lab.up()
@@ -100,6 +102,12 @@ def _lab_turn() -> Iterator[None]:
 def upstream_session() -> Iterator[Session]:
     """The whole lab (node included), once for the module that uses it."""
     yield from _session(with_node=True)
+
+
+@pytest.fixture(scope="module")
+def helm_session() -> Iterator[Session]:
+    """The whole lab with our driver installed by `helm install` (Pods from the local image)."""
+    yield from _session(with_node=True, driver=HelmDriver())
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,271 @@
+"""End to end with our driver installed by the real ``helm install`` of the chart.
+
+The module's lab (``helm_session``) imports the image ``image/build.py`` builds for this
+checkout into the lab's containerd and installs ``charts/dra-multi-network`` with the
+pinned Helm (:class:`~dmn.lab.upstream.helm_driver.HelmDriver`): the node agent runs as the
+DaemonSet's Pod and the controller as the Deployment's, under the chart's RBAC and its
+ResourceSlice admission policy. Then the same path as ``test_upstream.py`` — slices, two
+macvlan Pods that get ``net1`` and ping, a clean Pod deletion — and the release's life:
+``helm upgrade`` to a changed value, ``helm uninstall`` (no webhook left to block the API
+server), and the lab's ``down`` leaving the host as before. Tests run in file order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from dmn.api.cluster import Cluster, NotFound
+from dmn.api.cluster import resources as r
+from dmn.api.identity import DRIVER
+from dmn.lab import manifests
+from dmn.lab.demo import TOPOLOGIES, wait_settled
+from dmn.lab.pod_demo import NAMESPACE, claim_template
+from dmn.lab.upstream import build
+from dmn.lab.upstream.cluster import UpstreamLab
+from dmn.lab.upstream.configs import DRIVER_NAMESPACE, NODE_NAME
+from dmn.lab.upstream.demo import Kubectl, pod, pod_phase, wait_for
+from dmn.lab.upstream.driver import LAB_LINKS
+from dmn.lab.upstream.helm_driver import RELEASE, Helm, HelmDriver, image_ref
+from dmn.lab.upstream.images import PINNED_LABEL
+from tests.e2e.conftest import Session, host_snapshot
+
+pytestmark = [pytest.mark.e2e]
+WAIT = 120.0
+AGENT = "app.kubernetes.io/name=dra-multi-network-node"
+CONTROLLER = "app.kubernetes.io/name=dra-multi-network-controller"
+
+
+@pytest.fixture
+def lab(helm_session: Session) -> UpstreamLab:
+    return helm_session.lab
+
+
+@pytest.fixture
+def admin(lab: UpstreamLab) -> Iterator[Cluster]:
+    cluster = lab.admin()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def macvlan_template(helm_session: Session) -> None:
+    """The shared-macvlan example topology compiled by the controller Pod (through the
+    webhook the API server calls at the Pod), and its claim template."""
+    admin = helm_session.lab.admin()
+    try:
+        docs = [d for d in manifests.load(TOPOLOGIES) if d.name == "shared-macvlan"]
+        for doc in docs:
+            admin.apply(doc.doc)
+        (result,) = wait_settled(admin, ["shared-macvlan"], WAIT)
+        assert result.ready == "True", result
+        admin.apply(claim_template("shared-macvlan", result.device_classes[0]))
+    finally:
+        admin.close()
+
+
+@pytest.fixture
+def pods(admin: Cluster) -> Iterator[list[str]]:
+    created: list[str] = []
+    yield created
+    for name in created:
+        with contextlib.suppress(NotFound):
+            admin.delete(r.PODS, name, NAMESPACE)
+
+
+def _driver_pods(admin: Cluster, selector: str, terminating: bool = False) -> list[dict[str, Any]]:
+    """The driver namespace's Pods matching ``selector`` (and those being deleted, if asked)."""
+    found = admin.list(r.PODS, DRIVER_NAMESPACE, label_selector=selector).items
+    return [p for p in found if terminating or not p["metadata"].get("deletionTimestamp")]
+
+
+def _ready(p: dict[str, Any]) -> bool:
+    if p["metadata"].get("deletionTimestamp"):
+        return False
+    conds = (p.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def _host_processes(lab: UpstreamLab) -> list[str]:
+    return [n for n in lab.running() if n.startswith("dmn-")]
+
+
+def test_driver_runs_as_pods_from_the_imported_image(lab: UpstreamLab, admin: Cluster) -> None:
+    assert _host_processes(lab) == []  # no host process of ours: the Pods do the work
+    for selector in (AGENT, CONTROLLER):
+        (p,) = _driver_pods(admin, selector)
+        assert _ready(p), p.get("status")
+        assert p["spec"]["nodeName"] == NODE_NAME
+        (status,) = p["status"]["containerStatuses"]
+        assert status["image"] == image_ref(), status
+    ctr = build.bin_dir("containerd") / "ctr"
+    base = [str(ctr), "--address", str(lab.layout.containerd_socket), "-n", "k8s.io"]
+    listing = subprocess.run(
+        [*base, "images", "ls", f"name=={image_ref()}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert PINNED_LABEL in listing.stdout, listing.stdout
+    plugins = {p["metadata"]["name"] for p in admin.list(r.NETWORK_PLUGINS).items}
+    assert {"macvlan-cni", "ipvlan-cni", "host-cni"} <= plugins
+    release = json.loads(
+        Helm(lab.layout).check("status", RELEASE, "-n", DRIVER_NAMESPACE, "-o", "json")
+    )
+    assert release["info"]["status"] == "deployed" and release["version"] == 1
+
+
+def test_the_agent_pod_publishes_its_nodes_slices(admin: Cluster) -> None:
+    """Written under the DaemonSet's service account, whose token the API server bound to
+    this node: the chart's ValidatingAdmissionPolicy lets it write only lab-node's slices."""
+    slices = [
+        s
+        for s in admin.list(r.RESOURCE_SLICES).items
+        if s["spec"]["driver"] == DRIVER and s["spec"].get("nodeName") == NODE_NAME
+    ]
+    devices = [d for s in slices for d in s["spec"].get("devices") or []]
+    assert len(devices) == 3 * len(LAB_LINKS), [d["name"] for d in devices]
+
+
+def test_pods_get_networks_and_traffic_flows(
+    lab: UpstreamLab, admin: Cluster, macvlan_template: None, pods: list[str]
+) -> None:
+    for name in ("helm-a", "helm-b"):
+        admin.create(r.PODS, pod(name, "shared-macvlan"), NAMESPACE)
+        pods.append(name)
+    running = wait_for(lambda: all(pod_phase(admin, n) == "Running" for n in pods), WAIT)
+    assert running, [(n, pod_phase(admin, n)) for n in pods]
+    kubectl = Kubectl(lab.admin_kubeconfig)
+    for name, address in (("helm-a", "10.94.0.1/24"), ("helm-b", "10.94.0.2/24")):
+        assert kubectl.exec(name, "ip", "link", "show", "net1").returncode == 0
+        assert kubectl.exec(name, "ip", "addr", "add", address, "dev", "net1").returncode == 0
+    ping = kubectl.exec("helm-a", "ping", "-c", "2", "-W", "3", "10.94.0.2")
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+
+
+def test_pod_deletion_is_clean(
+    lab: UpstreamLab, admin: Cluster, macvlan_template: None, pods: list[str]
+) -> None:
+    """The Pod goes away, its claim with it; the Pod agent's journal (in the hostPath state
+    directory) keeps only terminal records and no namespace pin stays mounted."""
+    admin.create(r.PODS, pod("helm-del", "shared-macvlan"), NAMESPACE)
+    pods.append("helm-del")
+    assert wait_for(lambda: pod_phase(admin, "helm-del") == "Running", WAIT)
+    pod_uid = admin.get(r.PODS, "helm-del", NAMESPACE)["metadata"]["uid"]
+    admin.delete(r.PODS, "helm-del", NAMESPACE)
+    assert wait_for(lambda: not _exists(admin, r.PODS, "helm-del", NAMESPACE), WAIT)
+    journal = _journal(lab)
+    attachments = [a for a in journal["attachments"] if a["identity"]["podUID"] == pod_uid]
+    assert attachments and {a["state"] for a in attachments} == {"Removed"}, attachments
+    pins = str(lab.layout.agent_state / "netns") + "/"
+    assert not [m for m in _mounts() if m.startswith(pins)]
+
+
+def test_helm_upgrade_rolls_out_a_changed_value(lab: UpstreamLab, admin: Cluster) -> None:
+    """``helm upgrade`` with the agent's log level changed: the DaemonSet rolls to a new
+    Pod carrying the new argument, which becomes Ready and registers with kubelet again;
+    the controller's Pod is untouched and keeps answering the webhook, which Helm's patches
+    of the builtin NetworkPlugins in the same upgrade go through (release revision 2,
+    deployed)."""
+    assert isinstance(lab.driver, HelmDriver)
+    old = {p["metadata"]["uid"] for p in _driver_pods(admin, AGENT)}
+    (controller,) = _driver_pods(admin, CONTROLLER)
+    lab.driver.upgrade({"nodeAgent": {"logLevel": "DEBUG"}})
+    (agent,) = _driver_pods(admin, AGENT)
+    assert agent["metadata"]["uid"] not in old and _ready(agent)
+    assert "--log-level=DEBUG" in agent["spec"]["containers"][0]["command"]
+    assert [p["metadata"]["uid"] for p in _driver_pods(admin, CONTROLLER)] == [
+        controller["metadata"]["uid"]
+    ]
+    release = json.loads(
+        Helm(lab.layout).check("status", RELEASE, "-n", DRIVER_NAMESPACE, "-o", "json")
+    )
+    assert release["version"] == 2 and release["info"]["status"] == "deployed"
+    sock = lab.layout.kubelet_root / "plugins_registry" / f"{DRIVER}-reg.sock"
+    assert wait_for(sock.exists, WAIT)
+
+
+def test_helm_uninstall_leaves_nothing_that_blocks_the_api_server(
+    lab: UpstreamLab, admin: Cluster
+) -> None:
+    """After ``helm uninstall``: no webhook configuration or admission policy of ours, no
+    Pods, the kubelet registration socket gone, and writes the webhook guarded (topologies,
+    our DeviceClasses) are not refused by a webhook that no longer answers."""
+    for name in ("e2e-after", "e2e-after-class"):
+        with contextlib.suppress(NotFound):
+            admin.delete(r.DEVICE_CLASSES, name)
+    Helm(lab.layout).check("uninstall", RELEASE, "-n", DRIVER_NAMESPACE, "--wait")
+    hooks = admin.list(r.VALIDATING_WEBHOOK_CONFIGURATIONS).items
+    assert [h["metadata"]["name"] for h in hooks] == []
+    policies = admin.request("GET", VAP_PATH)["items"]
+    assert [p["metadata"]["name"] for p in policies] == []
+    assert wait_for(
+        lambda: not _driver_pods(admin, "app.kubernetes.io/part-of", terminating=True), WAIT
+    )
+    sock = lab.layout.kubelet_root / "plugins_registry" / f"{DRIVER}-reg.sock"
+    assert wait_for(lambda: not sock.exists(), WAIT)
+    ours = {"app.kubernetes.io/managed-by": "dra-multi-network-controller"}
+    device_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "e2e-after-class", "labels": ours},
+        "spec": {},
+    }
+    admin.create(r.DEVICE_CLASSES, device_class)
+    admin.delete(r.DEVICE_CLASSES, "e2e-after-class")
+    topology = yaml.safe_load(
+        "apiVersion: networking.dra-multi-network.schseba.github.io/v1alpha1\n"
+        "kind: NetworkTopology\nmetadata: {name: e2e-after}\n"
+    )
+    # the CRDs stay (Helm leaves crds/): the object is judged by its schema alone
+    topology["spec"] = next(
+        d.doc["spec"] for d in manifests.load(TOPOLOGIES) if d.name == "shared-macvlan"
+    )
+    admin.create(r.NETWORK_TOPOLOGIES, topology)
+    admin.delete(r.NETWORK_TOPOLOGIES, "e2e-after")
+
+
+def test_zz_down_leaves_the_host_as_before(helm_session: Session) -> None:
+    lab = helm_session.lab
+    assert lab.down() == []
+    assert not lab.layout.root.exists()
+    assert host_snapshot() == helm_session.before
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+VAP_PATH = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+
+
+def _exists(admin: Cluster, resource: Any, name: str, namespace: str) -> bool:
+    try:
+        admin.get(resource, name, namespace)
+    except NotFound:
+        return False
+    return True
+
+
+def _mounts() -> list[str]:
+    with open("/proc/self/mountinfo") as fh:
+        return [line.split()[4] for line in fh]
+
+
+def _journal(lab: UpstreamLab) -> dict[str, Any]:
+    state = str(lab.layout.agent_state)
+    out = subprocess.run(
+        [sys.executable, "-m", "dmn", "journal", "show", "--state-dir", state, "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    doc: dict[str, Any] = json.loads(out.stdout)
+    return doc
