@@ -17,10 +17,13 @@ from collections.abc import Iterator
 import pytest
 
 from dmn.agent.coordinator.verify import Refusal
-from dmn.agent.journal.records import PreparationState
+from dmn.agent.journal.keys import attachment_id
+from dmn.agent.journal.records import AttachmentState, PreparationState
 from dmn.engine.journal import EffectState, OperationState
+from dmn.lab.runtime.nri_runtime import LabPod
 from tests.coordinator.lab_node import LabNode, lab_node
 from tests.coordinator.test_end_to_end import _allocate
+from tests.kernel.scratch import netns_path, scratch_netns
 
 pytestmark = [pytest.mark.netns, pytest.mark.adversarial]
 
@@ -77,3 +80,50 @@ def test_a_retry_of_a_quarantined_preparation_keeps_its_holds(node: LabNode) -> 
     node.services.preparation.unprepare(uid)
     (done,) = node.services.journal.preparations(uid)
     assert done.state is PreparationState.RELEASED and _holds(node, uid) == 0
+
+
+def test_a_retry_of_a_quarantined_connect_keeps_the_pin_and_the_claim(node: LabNode) -> None:
+    """The same for RunPodSandbox: an attachment left Connecting whose connect operation is
+    Quarantined. The runtime's retry used to end it Removed and drop its pin (the refused
+    operation was never in the list of what ran); now it stays Removing with its pin, the
+    claim stays attached (E_ATTACHED, E_CLAIM_IN_USE), until the effect is resolved."""
+    claim = node.claim("qc-claim")
+    pod = node.pod("qc-pod", "qc-claim")
+    claim = _allocate(node, claim, pod)
+    meta, pmeta = claim["metadata"], pod["metadata"]
+    uid, pod_uid = meta["uid"], pmeta["uid"]
+    node.services.preparation.prepare(meta["namespace"], meta["name"], uid)
+    with scratch_netns("dmqc") as sandbox:
+        node.runtime.run_pod_sandbox(
+            LabPod("qc-1", pod_uid, pmeta["name"], "default", netns_path(sandbox))
+        )
+        journal = node.services.journal
+        att = node.services.attachments.attachment(pod_uid, "qc-1")
+        assert att is not None and att.state is AttachmentState.READY
+        op = journal.load_operation(att.operations[0])
+        assert op is not None
+        op.state = OperationState.QUARANTINED
+        op.effects[0].state = EffectState.QUARANTINED
+        op.effects[0].note = "outcome uncertain (test)"
+        journal.commit(op, op.effects)
+        att.state = AttachmentState.CONNECTING
+        with journal.batch() as b:
+            b.put_attachment(att)
+
+        with pytest.raises(Refusal) as refused:  # the runtime retries the same sandbox
+            node.services.attachments.run_pod(
+                "default", pmeta["name"], pod_uid, "qc-1", netns_path(sandbox)
+            )
+        assert refused.value.code == "E_QUARANTINED"
+        after = node.services.attachments.attachment(pod_uid, "qc-1")
+        assert after is not None and after.state is AttachmentState.REMOVING
+        assert node.services.pins.ref(attachment_id(after.identity)) is not None
+        with pytest.raises(Refusal) as attached:
+            node.services.preparation.unprepare(uid)
+        assert attached.value.code == "E_ATTACHED"
+
+        node.services.journal.resolve_effect(op.operation_id, op.effects[0].id, "checked")
+        node.services.attachments.remove_pod(pod_uid, "qc-1")
+        done = node.services.attachments.attachment(pod_uid, "qc-1")
+        assert done is not None and done.state is AttachmentState.REMOVED
+    node.services.preparation.unprepare(uid)
