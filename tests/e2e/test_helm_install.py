@@ -170,6 +170,18 @@ def test_pod_deletion_is_clean(
     assert not [m for m in _mounts() if m.startswith(pins)]
 
 
+def test_the_charts_rbac_refused_neither_component(lab: UpstreamLab) -> None:
+    """Everything the agent and the controller asked of the API server so far (slices,
+    claims, Pods, statuses, Events, policies, the Lease) was allowed: no refusal in their
+    logs."""
+    kubectl = Kubectl(lab.admin_kubeconfig)
+    for workload in ("daemonset/dra-multi-network-node", "deployment/dra-multi-network-controller"):
+        logs = kubectl.run("logs", "-n", DRIVER_NAMESPACE, workload, "--tail=-1")
+        assert logs.returncode == 0, logs.stderr
+        refused = [line for line in logs.stdout.splitlines() if "forbidden" in line.lower()]
+        assert refused == [], refused[:5]
+
+
 def test_helm_upgrade_rolls_out_a_changed_value(lab: UpstreamLab, admin: Cluster) -> None:
     """``helm upgrade`` with the agent's log level changed: the DaemonSet rolls to a new
     Pod carrying the new argument, which becomes Ready and registers with kubelet again;
