@@ -55,13 +55,29 @@ class FailingDisk:
         self._attach_and_mount()
 
     def fill(self) -> None:
-        """Fill the backing tmpfs: from now on every fdatasync in the disk fails (EIO)."""
+        """Fill the backing tmpfs, then make sure the disk has failed: from now on every
+        commit in the disk fails (EIO, or EROFS once ext4 has gone read-only).
+
+        Why the probe: a small write whose page and journal blocks happen to be allocated
+        in the backing file already still syncs, so with the tmpfs merely full the first
+        failing commit was sometimes the second one (seen once in ten runs). Fresh data
+        written and synced in the disk until a sync fails makes the failure certain."""
         with open(self.filler, "wb", buffering=0) as f:
             try:
                 while True:
                     f.write(b"\0" * 65536)
             except OSError:
                 pass
+        probe = self.mount / f".probe-{uuid.uuid4().hex[:8]}"
+        chunk = os.urandom(1 << 20)
+        try:
+            with open(probe, "wb", buffering=0) as f:
+                for _ in range(256):  # the whole 256 MiB disk at most
+                    f.write(chunk)
+                    os.fsync(f.fileno())
+        except OSError:
+            return
+        raise AssertionError("the failing disk still syncs after its backing store filled")
 
     def repair(self) -> None:
         """Free the space, unmount, check and remount (the agent must not be running)."""
