@@ -213,9 +213,19 @@ def _replay(item: pytest.Item, lab: LabSession) -> None:
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
 
+# pyroute2 gives the helper process behind ``netns.create`` 2 s to answer; under qemu's TCG
+# emulation, with CI's host tests on the same two cores, a fork + unshare took longer
+# ("no response from the child" in a CI run). The guest's timeouts are the emulated
+# kernel's, not the host's.
+GUEST_PYROUTE2_COMMUNICATE_TIMEOUT = 60
+
+
 def pytest_configure(config: pytest.Config) -> None:
     run_dir = os.environ.get(GUEST_ENV)
     if run_dir:
+        from pyroute2 import config as pyroute2_config
+
+        pyroute2_config.default_communicate_timeout = GUEST_PYROUTE2_COMMUNICATE_TIMEOUT
         config.pluginmanager.register(GuestReporter(config, Path(run_dir)), "kernel-lab-guest")
 
 
