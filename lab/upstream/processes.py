@@ -22,12 +22,20 @@ log = logging.getLogger(__name__)
 
 
 def start_time(pid: int) -> int | None:
+    """The kernel start time of a *running* ``pid``; None when it is gone or a zombie.
+
+    A zombie has exited but keeps its /proc entry until its parent reaps it; when ``down``
+    runs in another process than the one that started the lab (``dmn lab down`` from a
+    test whose process is the parent), the lab's exited daemons stay zombies, and counting
+    them alive made ``down`` wait out every stop timeout (about 25 s per process)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # the command name may contain spaces and parentheses: fields start after the last ')'
     fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):  # zombie or dead: exited, only not yet reaped
+        return None
     return int(fields[19])
 
 
