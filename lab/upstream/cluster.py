@@ -179,7 +179,7 @@ class UpstreamLab:
         admin = self.admin()
         try:
             if self.with_node:
-                self._wait("node lab-node Ready", lambda: _node_ready(admin), "kubelet")
+                self._wait("node lab-node Ready", lambda: node_ready(admin), "kubelet")
             self.driver.install(
                 DriverContext(
                     layout=layout,
@@ -401,7 +401,7 @@ def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
         return False
 
 
-def _node_ready(admin: Cluster) -> bool:
+def node_ready(admin: Cluster) -> bool:
     try:
         node = admin.get(r.NODES, NODE_NAME)
     except NotFound:

@@ -122,9 +122,11 @@ def _class_of(results: list[Any], topology: str) -> str:
     return found.device_classes[0] if found and found.device_classes else ""
 
 
-def _run_pods(
+def run_pods(
     lab: UpstreamLab, cluster: Cluster, report: UpstreamDemoReport, timeout: float
 ) -> None:
+    """The demo's steps on a running lab (``run_upstream_demo`` brings one up and down
+    around them; the e2e suite runs them on its session lab)."""
     kubectl = Kubectl(lab.admin_kubeconfig)
     topologies = manifests.load(TOPOLOGIES)
     for doc in topologies:
@@ -247,7 +249,7 @@ def run_upstream_demo(
         try:
             cluster = lab.admin()
             try:
-                _run_pods(lab, cluster, report, timeout)
+                run_pods(lab, cluster, report, timeout)
             finally:
                 cluster.close()
         except (ApiFailure, OSError, subprocess.SubprocessError) as exc:

@@ -1,8 +1,14 @@
-"""Upstream labs for the ``e2e`` tests: one per test module (started on first use).
+"""Upstream labs for the ``e2e`` tests, started on first use.
 
-The lab is brought down at the end of the session, also after failures; the session's
-state directory is a short path under /tmp (unix socket paths must fit sockaddr_un).
-Never skipped: without the built components the fixture fails with the build command.
+The lab with a node (kubelet, containerd, our agent) is one per test session, shared by
+every ``test_upstream*`` module: starting it is the expensive part (and the machine has
+one node address, so node labs take turns). Each test cleans up its own Pods and waits
+where the next test depends on it. The control-plane-only lab is one per module; its
+module (``test_control_plane.py``) sorts before the node modules, so it is down before the
+session's node lab takes the machine-wide lock (run it first if you name modules). A lab is
+brought down at the end of its scope, also after failures; its state directory is a short
+path under /tmp (unix socket paths must fit sockaddr_un). Never skipped: without the built
+components the fixture fails with the build command.
 """
 
 from __future__ import annotations
@@ -19,10 +25,15 @@ from pathlib import Path
 import pytest
 
 from dmn.api.cluster import Cluster
+from dmn.lab import manifests
+from dmn.lab.demo import TOPOLOGIES, wait_settled
+from dmn.lab.node import HOST_DEVICE_TOPOLOGY
+from dmn.lab.pod_demo import claim_template
 from dmn.lab.upstream import host_changes
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.driver import DriverDeployment
 from dmn.lab.upstream.helm_driver import HelmDriver
+from tests.e2e import lab_pods
 
 
 def host_snapshot() -> dict[str, object]:
@@ -67,6 +78,7 @@ class Session:
     before: dict[str, object]
 
 
+WAIT = 120.0
 NODE_LAB_LOCK = Path("/run/lock/dmn-upstream-node.lock")
 
 
@@ -87,26 +99,36 @@ def _session(with_node: bool, driver: DriverDeployment | None = None) -> Iterato
             assert not problems, problems
 
 
+_HOLDING: list[bool] = []  # this process holds the lock (a second flock would wait forever)
+
+
 @contextmanager
 def _lab_turn() -> Iterator[None]:
+    assert not _HOLDING, (
+        "a lab of this test process already holds the machine-wide lab lock: the session's "
+        "node lab is up, so test_control_plane.py must run before the test_upstream* modules"
+    )
     NODE_LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
     with NODE_LAB_LOCK.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        _HOLDING.append(True)
         try:
             yield
         finally:
+            _HOLDING.clear()
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def upstream_session() -> Iterator[Session]:
-    """The whole lab (node included), once for the module that uses it."""
+    """The whole lab (node included), once for the test session."""
     yield from _session(with_node=True)
 
 
 @pytest.fixture(scope="module")
 def helm_session() -> Iterator[Session]:
-    """The whole lab with our driver installed by `helm install` (Pods from the local image)."""
+    """The whole lab with our driver installed by `helm install` (Pods from the local image);
+    its module (test_helm_install.py) sorts before the test_upstream* modules."""
     yield from _session(with_node=True, driver=HelmDriver())
 
 
@@ -114,6 +136,27 @@ def helm_session() -> Iterator[Session]:
 def control_plane() -> Iterator[Session]:
     """etcd, kube-apiserver, our controller and webhook only (fast; no kubelet)."""
     yield from _session(with_node=False)
+
+
+@pytest.fixture(scope="session")
+def classes(upstream_session: Session) -> dict[str, str]:
+    """Every example topology plus the lab host-device one applied, Ready, with claim
+    templates ``shared-macvlan`` and ``lab-host-device``; topology name → DeviceClass."""
+    admin = upstream_session.lab.admin()
+    try:
+        docs = manifests.load(TOPOLOGIES)
+        for doc in docs:
+            admin.apply(doc.doc)
+        admin.apply(HOST_DEVICE_TOPOLOGY)
+        names = [d.name for d in docs if d.kind == "NetworkTopology"] + ["lab-host-device"]
+        results = wait_settled(admin, names, WAIT)
+        assert all(t.ready == "True" for t in results), results
+        for name in ("shared-macvlan", "lab-host-device"):
+            device_class = next(t for t in results if t.name == name).device_classes[0]
+            admin.apply(claim_template(name, device_class))
+        return {t.name: t.device_classes[0] for t in results if t.device_classes}
+    finally:
+        admin.close()
 
 
 @pytest.fixture
@@ -128,3 +171,13 @@ def admin(upstream_lab: UpstreamLab) -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture
+def pods(admin: Cluster) -> Iterator[list[str]]:
+    """Names of Pods the test creates; deleted afterwards and waited for (the next test
+    counts devices, capacity and links, so nothing of this one may linger)."""
+    created: list[str] = []
+    yield created
+    lab_pods.delete(admin, *created)
+    lab_pods.wait_gone(admin, *created)

@@ -23,7 +23,7 @@ from dmn.api.cluster import resources as r
 from dmn.api.identity import API_VERSION, DRIVER
 from dmn.lab.pod_demo import NAMESPACE
 from dmn.lab.upstream.cluster import UpstreamLab
-from dmn.lab.upstream.configs import NODE_NAME
+from dmn.lab.upstream.configs import CNI_BRIDGE, NODE_NAME
 from dmn.lab.upstream.demo import pod, pod_phase
 from tests.waiting import wait_for
 
@@ -260,7 +260,13 @@ def ns_links(fd: int) -> dict[str, dict[str, Any]]:
 
 
 def host_links() -> dict[str, dict[str, Any]]:
+    """The host's links except the primary Pod network's plumbing (the CNI bridge and the
+    Pods' veth ends on it, which come and go with Pods)."""
     out = subprocess.run(
         ["ip", "-j", "-d", "link", "show"], capture_output=True, text=True, check=True
     )
-    return {link["ifname"]: link for link in json.loads(out.stdout)}
+    return {
+        link["ifname"]: link
+        for link in json.loads(out.stdout)
+        if link["ifname"] != CNI_BRIDGE and link.get("master") != CNI_BRIDGE
+    }

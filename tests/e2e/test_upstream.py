@@ -1,7 +1,9 @@
 """End to end on real Kubernetes: kube-apiserver, kube-scheduler, kubelet and containerd.
 
-One upstream lab per session (``conftest.py``); each test cleans up its own Pods, claims
-and templates. Runs as root (kubelet, containerd, links in the host namespace).
+One upstream lab per session (``conftest.py``), shared with the other ``test_upstream*``
+modules; each test cleans up its own Pods, claims and templates. Runs as root (kubelet,
+containerd, links in the host namespace). ``test_upstream_zz_down.py`` brings the lab down
+last and compares the host with before.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,9 +22,7 @@ from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
 from dmn.interpreter.loader import load_plugins
 from dmn.interpreter.source import load_yaml_documents
-from dmn.lab import manifests
-from dmn.lab.demo import TOPOLOGIES, wait_settled
-from dmn.lab.node import HOST_DEVICE_TOPOLOGY
+from dmn.lab.demo import wait_settled
 from dmn.lab.pod_demo import NAMESPACE, claim_template
 from dmn.lab.upstream import build
 from dmn.lab.upstream.cluster import UpstreamLab
@@ -36,7 +35,6 @@ from dmn.lab.upstream.demo import (
     wait_for,
 )
 from dmn.lab.upstream.driver import LAB_LINKS
-from tests.e2e.conftest import Session, host_snapshot
 from tests.fixtures.forged_revision import forged_class, forged_revision, ready_status
 from tests.lab.test_admin_plugin import ADMIN as ADMIN_PLUGINS
 from tests.lab.test_admin_plugin import POLICY as ADMIN_POLICY
@@ -45,36 +43,7 @@ pytestmark = [pytest.mark.e2e]
 WAIT = 120.0
 
 
-@pytest.fixture(scope="module")
-def classes(upstream_session: Session) -> dict[str, str]:
-    upstream_lab = upstream_session.lab
-    """Every example topology plus the lab host-device one applied; name → DeviceClass."""
-    admin = upstream_lab.admin()
-    try:
-        docs = manifests.load(TOPOLOGIES)
-        for doc in docs:
-            admin.apply(doc.doc)
-        admin.apply(HOST_DEVICE_TOPOLOGY)
-        names = [d.name for d in docs if d.kind == "NetworkTopology"] + ["lab-host-device"]
-        results = wait_settled(admin, names, WAIT)
-        assert all(t.ready == "True" for t in results), results
-        for name in ("shared-macvlan", "lab-host-device"):
-            device_class = next(t for t in results if t.name == name).device_classes[0]
-            admin.apply(claim_template(name, device_class))
-        return {t.name: t.device_classes[0] for t in results if t.device_classes}
-    finally:
-        admin.close()
-
-
-@pytest.fixture
-def pods(admin: Cluster) -> Iterator[list[str]]:
-    """Names of Pods the test creates; deleted (and waited for) afterwards."""
-    created: list[str] = []
-    yield created
-    for name in created:
-        with contextlib.suppress(NotFound):
-            admin.delete(r.PODS, name, NAMESPACE)
-    # not waited for here (test_pod_deletion_... proves deletion); `down` stops what is left
+# the fixtures ``classes`` and ``pods`` are the session's (conftest.py)
 
 
 def _run(admin: Cluster, pods: list[str], name: str, template: str) -> None:
@@ -428,31 +397,3 @@ def test_admin_plugins_on_real_kubernetes_and_a_forged_one_refused_on_the_node(
                 admin.delete(r.RESOURCE_CLAIM_TEMPLATES, ns_name, NAMESPACE)
         if saved is not None:
             _restore(upstream_lab, admin, saved)
-
-
-def test_zz_down_leaves_the_host_as_before(upstream_session: Session) -> None:
-    """Last in the module: the session's lab goes down here and the host is compared."""
-    lab = upstream_session.lab
-    kubeconfig = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dmn",
-            "lab",
-            "kubeconfig",
-            "--state-dir",
-            str(lab.layout.root.parent),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert kubeconfig.stdout.strip() == str(lab.admin_kubeconfig)
-    down = subprocess.run(
-        [sys.executable, "-m", "dmn", "lab", "down", "--state-dir", str(lab.layout.root.parent)],
-        capture_output=True,
-        text=True,
-    )
-    assert down.returncode == 0, down.stderr
-    assert not lab.layout.root.exists()
-    assert not lab.running()
-    assert host_snapshot() == upstream_session.before

@@ -1,0 +1,27 @@
+"""``dmn lab demo --backend upstream``'s steps on the session's lab.
+
+The command itself brings a lab up, runs these steps and brings it down; ``up`` and
+``down`` are proven by the other modules on this one lab, so only the steps run here
+(no second lab): every example topology Ready, the negative one refused, two Pods with
+shared-macvlan claims show ``net1`` via ``kubectl exec`` and ping each other over it, a
+host-device Pod gets a whole lab link, all are deleted and the node's links are as before.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dmn.api.cluster import Cluster
+from dmn.lab.upstream.cluster import UpstreamLab
+from dmn.lab.upstream.demo import UpstreamDemoReport, run_pods
+from tests.e2e.lab_pods import WAIT
+
+pytestmark = [pytest.mark.e2e]
+
+
+def test_the_demo_steps_hold(upstream_lab: UpstreamLab, admin: Cluster, pods: list[str]) -> None:
+    pods += ["demo-a", "demo-b", "demo-host"]  # deleted by the demo; by the fixture if not
+    report = UpstreamDemoReport()
+    run_pods(upstream_lab, admin, report, WAIT)
+    assert report.ok, "\n".join(report.lines)
+    assert any(line.startswith("ok   demo-a pings demo-b over net1") for line in report.lines)
