@@ -3,9 +3,9 @@
 The lab with a node (kubelet, containerd, our agent) is one per test session, shared by
 every ``test_upstream*`` module: starting it is the expensive part (and the machine has
 one node address, so node labs take turns). Each test cleans up its own Pods and waits
-where the next test depends on it. The control-plane-only lab is one per module; its
-module (``test_control_plane.py``) sorts before the node modules, so it is down before the
-session's node lab takes the machine-wide lock (run it first if you name modules). A lab is
+where the next test depends on it. The control-plane-only lab and the Helm-installed
+lab are one per module; those modules are run first (``pytest_collection_modifyitems``), so
+their labs are down before the session's node lab takes the machine-wide lock. A lab is
 brought down at the end of its scope, also after failures; its state directory is a short
 path under /tmp (unix socket paths must fit sockaddr_un). Never skipped: without the built
 components the fixture fails with the build command.
@@ -117,6 +117,21 @@ def _lab_turn() -> Iterator[None]:
         finally:
             _HOLDING.clear()
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+#: modules whose own lab (module-scoped) must be down before the session's node lab starts
+OWN_LAB_MODULES = ("tests.e2e.test_control_plane", "tests.e2e.test_helm_install")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the modules with their own lab first, whatever order the command line named
+    them in: once the session's node lab is up, another lab in this process cannot start."""
+
+    def rank(item: pytest.Item) -> int:
+        module = getattr(getattr(item, "module", None), "__name__", "")
+        return OWN_LAB_MODULES.index(module) if module in OWN_LAB_MODULES else len(OWN_LAB_MODULES)
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")
