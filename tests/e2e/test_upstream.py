@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import subprocess
 import sys
 from typing import Any
@@ -293,8 +294,19 @@ def _restore(lab: UpstreamLab, admin: Cluster, saved: tuple[Any, Any]) -> None:
     meta = webhooks["metadata"]
     body = {**webhooks, "metadata": {"name": meta["name"], "labels": meta.get("labels") or {}}}
     lab.procs.start("dmn-controller", process.argv, process.env)
+    # the lab is shared by the later modules: their first write goes through the webhook
+    port = int(lab.info()["ports"]["webhook"])  # type: ignore[index]
+    assert wait_for(lambda: _listening(port), WAIT), lab.procs.tail("dmn-controller")
     with contextlib.suppress(AlreadyExists):
         admin.create(r.VALIDATING_WEBHOOK_CONFIGURATIONS, body)
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def test_admin_plugins_on_real_kubernetes_and_a_forged_one_refused_on_the_node(
