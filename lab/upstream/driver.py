@@ -139,7 +139,8 @@ def node_agent_rbac() -> list[dict[str, Any]]:
                 "arbitrary-node:patch",
             ],
         },
-        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
         {
             "apiGroups": ["", "events.k8s.io"],
             "resources": ["events"],
