@@ -74,9 +74,15 @@ def test_a_failed_connect_keeps_the_pod_creating_with_our_reason(
         what="kubelet's FailedCreatePodSandBox naming our code",
     )
     assert sandbox
-    status = admin.get(r.PODS, "mtu-too-big", NAMESPACE)["status"]
     assert pod_phase(admin, "mtu-too-big") == "Pending"
-    (container,) = status.get("containerStatuses") or [{}]
+    # kubelet writes the container's waiting status in its own status sync, which may come
+    # after the sandbox Event (a CI run read the status before it and found none)
+    (container,) = wait_for(
+        lambda: admin.get(r.PODS, "mtu-too-big", NAMESPACE)["status"].get("containerStatuses"),
+        timeout=WAIT,
+        interval=0.5,
+        what="kubelet's container status of the Pod",
+    )
     assert container["state"] == {"waiting": {"reason": "ContainerCreating"}}, container
     assert "containerID" not in container
     reasons = {e.get("reason") for e in lab_pods.events(admin, "mtu-too-big")}
