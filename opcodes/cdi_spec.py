@@ -8,17 +8,25 @@ exactly the verified nodes. The spec's
 annotation names the owning effect. Ownership is the exact content: undo removes the file only
 when it still holds the bytes this effect wrote; anything else at that path is not ours and is
 left alone (``E_CDI_SPEC`` on apply). Writes are atomic (temporary file + rename).
+
+:class:`GrantSpec` is one effect's spec (path + exact bytes) with the write, the recovery
+observation and the ownership-checked removal every device-access executor needs (VFIO and
+RDMA share them; they differ only in how they find and verify the nodes).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from dmn.opcodes.executor import ExecutorError
+from dmn.opcodes.executor import ExecutorError, RecoveryObservation
 from dmn.opcodes.granted_nodes import DeviceNode
+
+_log = logging.getLogger(__name__)
 
 CDI_VERSION = "0.6.0"
 CDI_VENDOR = "dra-multi-network.schseba.github.io"
@@ -106,3 +114,44 @@ def remove_if_ours(path: Path, content: str) -> bool:
     except OSError as exc:
         raise ExecutorError("E_CDI_SPEC", f"remove {path}: {exc.strerror}") from exc
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class GrantSpec:
+    """The CDI spec of one effect's grant: where it lives and the exact bytes that make it
+    ours. Built from the before-image alone (recorded nodes, the effect's alias), so undo and
+    recovery never look anything up afresh."""
+
+    path: Path
+    content: str
+
+    @classmethod
+    def of(
+        cls, cdi_root: Path, family: str, owner: str, nodes: tuple[DeviceNode, ...]
+    ) -> GrantSpec:
+        return cls(spec_path(cdi_root, family, owner), render(family, owner, nodes))
+
+    def write(self) -> None:
+        write(self.path, self.content)
+
+    def holds(self) -> bool:
+        """The file holds exactly this grant."""
+        return read(self.path) == self.content
+
+    def observe(self) -> RecoveryObservation:
+        """After a crash: this exact content is Applied, no file NotApplied, other bytes
+        Uncertain (someone else's file, or ours damaged: never claimed, never removed)."""
+        existing = read(self.path)
+        if existing is None:
+            return RecoveryObservation.NOT_APPLIED
+        if existing == self.content:
+            return RecoveryObservation.APPLIED
+        return RecoveryObservation.UNCERTAIN
+
+    def remove(self, effect_id: str) -> bool:
+        """Undo: remove the file only while it holds this grant's bytes; another file at the
+        path is left alone (logged). True when no file of ours remains."""
+        if remove_if_ours(self.path, self.content):
+            return True
+        _log.warning("effect=%s event=undo-skip reason=cdi-spec-not-ours", effect_id)
+        return False

@@ -15,13 +15,13 @@ changes; undo removes the spec only while it holds this effect's bytes.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from dmn.opcodes import cdi_spec
+from dmn.opcodes.cdi_spec import GrantSpec
 from dmn.opcodes.device_environment import cdi_root, dev_root
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.granted_nodes import DeviceNode, encode, verified
@@ -31,7 +31,6 @@ from dmn.opcodes.rdma.rdma_netlink import RdmaDev, RdmaError, RdmaNetlink, open_
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.handles import Handle
 
-_log = logging.getLogger(__name__)
 _CHARDEV_NAME = r"^(uverbs|umad|issm|rdma_cm)[0-9]*$"
 
 
@@ -76,17 +75,16 @@ class DeviceAccess:
             "sandbox": env.scope_of(sandbox).to_json(),
         }
 
-    def _spec(self, ctx: EffectContext, before: Any) -> tuple[Path, str]:
+    def _spec(self, ctx: EffectContext, before: Any) -> GrantSpec:
         nodes = tuple(DeviceNode.from_json(n) for n in before["nodes"])
-        path = cdi_spec.spec_path(cdi_root(ctx.env), "rdma", ctx.alias)
-        return path, cdi_spec.render("rdma", ctx.alias, nodes)
+        return GrantSpec.of(cdi_root(ctx.env), "rdma", ctx.alias, nodes)
 
     def apply(self, ctx: EffectContext, before: Any) -> None:
-        cdi_spec.write(*self._spec(ctx, before))
+        self._spec(ctx, before).write()
 
     def observe(self, ctx: EffectContext, before: Any) -> Observed:
-        path, content = self._spec(ctx, before)
-        why = "" if cdi_spec.read(path) == content else f"{path} does not hold this grant"
+        spec = self._spec(ctx, before)
+        why = "" if spec.holds() else f"{spec.path} does not hold this grant"
         base = single(ctx, "rdma")
         observations = dict(base.observations)
         nodes = tuple(DeviceNode.from_json(n) for n in before["nodes"])
@@ -105,17 +103,9 @@ class DeviceAccess:
         return Observed(not why, {"rdma": (granted,)}, why)
 
     def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
-        path, content = self._spec(ctx, before)
-        existing = cdi_spec.read(path)
-        if existing is None:
-            return RecoveryObservation.NOT_APPLIED
-        if existing == content:
-            return RecoveryObservation.APPLIED
-        return RecoveryObservation.UNCERTAIN
+        return self._spec(ctx, before).observe()
 
     def undo(
         self, ctx: EffectContext, before: Any, outputs: Mapping[str, tuple[Handle, ...]]
     ) -> None:
-        path, content = self._spec(ctx, before)
-        if not cdi_spec.remove_if_ours(path, content):
-            _log.warning("effect=%s event=undo-skip reason=cdi-spec-not-ours", ctx.effect_id)
+        self._spec(ctx, before).remove(ctx.effect_id)

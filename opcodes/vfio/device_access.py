@@ -15,12 +15,12 @@ reads the file (this exact content: Applied; absent: NotApplied; other: Uncertai
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from dmn.opcodes import cdi_spec
+from dmn.opcodes.cdi_spec import GrantSpec
 from dmn.opcodes.device_environment import allowed_drivers, cdi_root, dev_root, sysfs_root
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.granted_nodes import DeviceNode, encode
@@ -32,8 +32,6 @@ from dmn.opcodes.spec import OpcodeSpec
 from dmn.opcodes.vfio import specs
 from dmn.opcodes.vfio.device_nodes import cdev_nodes, group_nodes
 from dmn.vocabulary.handles import Handle, Scope
-
-_log = logging.getLogger(__name__)
 
 
 def _nodes(ctx: EffectContext, address: str, group: str, backend: str) -> tuple[DeviceNode, ...]:
@@ -75,14 +73,12 @@ class DeviceAccess:
             "sandbox": env.scope_of(sandbox).to_json(),
         }
 
-    def _spec(self, ctx: EffectContext, before: Any) -> tuple[Any, str]:
+    def _spec(self, ctx: EffectContext, before: Any) -> GrantSpec:
         nodes = tuple(DeviceNode.from_json(n) for n in before["nodes"])
-        path = cdi_spec.spec_path(cdi_root(ctx.env), "vfio", ctx.alias)
-        return path, cdi_spec.render("vfio", ctx.alias, nodes)
+        return GrantSpec.of(cdi_root(ctx.env), "vfio", ctx.alias, nodes)
 
     def apply(self, ctx: EffectContext, before: Any) -> None:
-        path, content = self._spec(ctx, before)
-        cdi_spec.write(path, content)
+        self._spec(ctx, before).write()
 
     def _nodes_hold(self, ctx: EffectContext, before: Any) -> str:
         """Why the recorded grant no longer holds, or ``""`` when it does."""
@@ -99,10 +95,10 @@ class DeviceAccess:
         return ""
 
     def observe(self, ctx: EffectContext, before: Any) -> Observed:
-        path, content = self._spec(ctx, before)
+        spec = self._spec(ctx, before)
         why = self._nodes_hold(ctx, before)
-        if not why and cdi_spec.read(path) != content:
-            why = f"{path} does not hold this grant's CDI spec"
+        if not why and not spec.holds():
+            why = f"{spec.path} does not hold this grant's CDI spec"
         base = single(ctx, "function")
         nodes = tuple(DeviceNode.from_json(n) for n in before["nodes"])
         device = Handle(
@@ -122,17 +118,9 @@ class DeviceAccess:
         return Observed(not why, {"device": (device,)}, why)
 
     def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
-        path, content = self._spec(ctx, before)
-        existing = cdi_spec.read(path)
-        if existing is None:
-            return RecoveryObservation.NOT_APPLIED
-        if existing == content:
-            return RecoveryObservation.APPLIED
-        return RecoveryObservation.UNCERTAIN
+        return self._spec(ctx, before).observe()
 
     def undo(
         self, ctx: EffectContext, before: Any, outputs: Mapping[str, tuple[Handle, ...]]
     ) -> None:
-        path, content = self._spec(ctx, before)
-        if not cdi_spec.remove_if_ours(path, content):
-            _log.warning("effect=%s event=undo-skip reason=cdi-spec-not-ours", ctx.effect_id)
+        self._spec(ctx, before).remove(ctx.effect_id)
