@@ -51,7 +51,7 @@ from dmn.agent.coordinator import NodeConfig
 from dmn.agent.coordinator.handles import InventoryDevices
 from dmn.agent.coordinator.maintenance import MaintenanceConfig
 from dmn.agent.coordinator.node_agent import AgentSockets, NodeAgent
-from dmn.agent.inventory.live import Pyroute2Devlink, Pyroute2Links
+from dmn.agent.inventory.live import NetlinkRdma, Pyroute2Devlink, Pyroute2Links
 from dmn.agent.inventory.scan import ScanConfig, scan
 from dmn.agent.journal.store import JournalError, JournalHeldError, Retention
 from dmn.agent.kubelet.server import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, SocketPathError
@@ -199,6 +199,7 @@ def build_agent(args: argparse.Namespace, cluster: Cluster) -> NodeAgent:
         links=Pyroute2Links(),
         devlink=Pyroute2Devlink(),
         lab_links=list(args.lab_link),
+        rdma=NetlinkRdma(),
     )
     publisher = NodeSlicePublisher(
         cluster, args.node_name, lambda: scan(config_scan), inventory_watch=InventoryWatch()

@@ -860,6 +860,13 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Set `rdma system set netns exclusive` on the node (at boot, before other namespaces).",
     ),
     _r(
+        "E_RDMA_NETNS_EXCLUSIVE",
+        EXEC,
+        "The RDMA subsystem is in exclusive netns mode but the step's config asked for shared "
+        "association (rdmaNetns: shared): the sandbox would not see the device.",
+        "Set rdmaNetns: exclusive in the topology step, or run the node in shared mode.",
+    ),
+    _r(
         "E_RDMA_NETNS_UNSUPPORTED",
         EXEC,
         "The kernel refuses to move this RDMA device to another namespace (its driver cannot "

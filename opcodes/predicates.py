@@ -39,6 +39,8 @@ REQUIRES: Mapping[str, str] = MappingProxyType(
         "is active in the reset domain",
         "drained-scope": "the node is cordoned and drained for this management action",
         "rdma-exclusive-netns": "the RDMA subsystem runs in exclusive network-namespace mode",
+        "rdma-netns-mode": "the RDMA subsystem runs in the network-namespace mode the call "
+        "names (exclusive: the device is moved; shared: it stays, the sandbox must see it)",
         "representor-mapping-verified": "controller/PF/VF/port tuple and PCI association of the "
         "representor are verified from devlink/sysfs",
         "bridge-grant": "the bridge alias is an approved allowedHostBridges entry with VLAN "

@@ -97,10 +97,15 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         "lab kernel, soft-RoCE `rdma_rxe` over a veth, driven over NETLINK_RDMA (no `rdma` "
         "tool in the executors): device-access asks the kernel which uverbs/rdma_cm nodes "
         "serve the device (inside the sandbox's namespace), writes their CDI spec, and a "
-        "container-like process opens exactly those nodes. netns-assign is refused in shared "
-        "mode, and in exclusive mode the kernel itself refuses to move an rxe device "
-        "(EOPNOTSUPP: rxe cannot disassociate user contexts), so a completed move — and "
-        "sriov-cni's `rdmaAccess` program — is not proven on any substrate here",
+        "container-like process opens exactly those nodes. netns-assign with `netnsMode: "
+        "shared` moves nothing and verifies the sandbox sees the device; exclusive mode is "
+        "refused in shared mode, and in exclusive mode the kernel itself refuses to move an rxe "
+        "device (EOPNOTSUPP: rxe cannot disassociate user contexts), so a completed move is not "
+        "proven here. The agent's path (inventory joined from real sysfs and RDMA netlink, the "
+        "RdmaDevice handle at NodePrepare, journaled exports, NRI CreateContainer adding exactly "
+        "the nodes, SIGKILL at every boundary) runs on rxe with an administrator's verbs-only "
+        "plugin; host-cni's and sriov-cni's `rdmaAccess` programs are not run on rxe (the "
+        "kernel unregisters an rxe device when its netdev leaves the namespace)",
     ),
     SubstrateRow(
         ("ib/port-configure",),

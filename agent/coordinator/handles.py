@@ -5,8 +5,12 @@
 inventory scanned under that name and MAC; :func:`function_handle` turns a VFIO root into the
 ``PciFunction`` handle of the function the inventory scanned (its PCI address and ids, which
 the ``pci/*`` executors re-verify in sysfs); :func:`root_handle` picks one by the persona's
-grants; :func:`allocation_port` picks the descriptor port it fills; :func:`operation_inputs`
-wires an Operation step's inputs from earlier steps' exports.
+grants; :func:`allocation_port` picks the descriptor port it fills; :func:`rdma_handle` turns
+the RDMA device the inventory joined to a kernel root into the ``RdmaDevice`` handle of the
+plugin's RDMA port, re-verified over RDMA netlink (name, node GUID, and the kernel's
+association of its port with the granted netdev); :func:`root_allocation` assembles every
+allocation port of a root; :func:`operation_inputs` wires an Operation step's inputs from
+earlier steps' exports.
 """
 
 from __future__ import annotations
@@ -18,9 +22,12 @@ from typing import Any, Protocol
 from dmn.agent.coordinator.verify import Refusal, VerifiedRoot
 from dmn.agent.inventory.facts import Inventory, LinkState
 from dmn.agent.personas.model import PersonaSet
+from dmn.interpreter.config_schema import validate_config
+from dmn.interpreter.guards import holds
 from dmn.interpreter.loader import Plugin
 from dmn.opcodes.linux.links import by_name
 from dmn.opcodes.linux.netns import LinkEnvironment
+from dmn.opcodes.rdma.rdma_netlink import RdmaDev, RdmaError, RdmaNetlink, open_in
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 
@@ -42,15 +49,27 @@ class FunctionFacts:
     device: str = ""
 
 
+@dataclass(frozen=True)
+class RdmaFacts:
+    """An RDMA device the inventory joined to an item: its name and node GUID (sysfs), and
+    the host ifindexes RDMA netlink associated its ports with (``()``: joined by PCI only)."""
+
+    name: str
+    node_guid: str
+    netdev_ifindexes: tuple[int, ...] = ()
+
+
 class DeviceView(Protocol):
-    """This node's published devices: personas, and the kernel link or PCI function of an
-    inventory item."""
+    """This node's published devices: personas, and the kernel link, PCI function or RDMA
+    devices of an inventory item."""
 
     def personas(self) -> PersonaSet: ...
 
     def link(self, inventory_id: str) -> LinkFacts | None: ...
 
     def function(self, inventory_id: str) -> FunctionFacts | None: ...
+
+    def rdma(self, inventory_id: str) -> tuple[RdmaFacts, ...]: ...
 
 
 class InventoryDevices:
@@ -87,6 +106,12 @@ class InventoryDevices:
         if item is None or not item.pci_address:
             return None
         return FunctionFacts(item.pci_address, item.vendor, item.device)
+
+    def rdma(self, inventory_id: str) -> tuple[RdmaFacts, ...]:
+        item = self._inventory().items.get(inventory_id)
+        if item is None:
+            return ()
+        return tuple(RdmaFacts(r.name, r.node_guid, r.netdev_ifindexes) for r in item.rdma)
 
 
 # persona grants realised as a KernelInterface handle: a whole link, or a shared parent's
@@ -188,6 +213,101 @@ def root_handle(
     if any(g.type is HandleType.PCI_FUNCTION for g in root.persona.grants):
         return function_handle(devices, root, claim_uid)
     return kernel_handle(env, devices, root, claim_uid)
+
+
+def _live_rdma(nl: RdmaNetlink, facts: RdmaFacts, ifindex: int | None) -> RdmaDev | None:
+    """The scanned device as the host's RDMA netlink sees it now: same name and node GUID
+    and, when the inventory joined it through a netdev, a port still associated with the
+    granted link's ifindex. None when it is not (gone, replaced, re-associated)."""
+    dev = next((d for d in nl.devices() if d.name == facts.name), None)
+    if dev is None or dev.node_guid.lower() != facts.node_guid.lower():
+        return None
+    if facts.netdev_ifindexes and (
+        ifindex is None or not any(p.netdev_index == ifindex for p in nl.ports(dev))
+    ):
+        return None
+    return dev
+
+
+def rdma_handle(
+    env: LinkEnvironment, devices: DeviceView, root: VerifiedRoot, claim_uid: str, link: Handle
+) -> Handle:
+    """The ``RdmaDevice`` handle of a kernel root that asks for RDMA access: the RDMA device
+    the inventory joined to the allocated item (never a name from config), verified now over
+    RDMA netlink in the host namespace. It belongs to the granted netdev: when the inventory
+    joined it by the kernel's port association, that association must still name the live
+    link ``link`` (the root's kernel handle, itself verified by name and MAC). Exactly one
+    such device, else the root is refused before anything changes. The handle grants what
+    the persona's RDMA grant does, plus ExclusiveConfigure when the link itself was handed
+    off whole (the RDMA device goes with its exclusively allocated function, so connect may
+    move it into the sandbox); the recorded index and GUID follow it through the journal."""
+    persona, res = root.persona, root.result
+    accesses = frozenset(
+        a for g in persona.grants if g.type is HandleType.RDMA_DEVICE for a in g.accesses
+    )
+    if not accesses:
+        raise Refusal(
+            "E_PLUGIN_UNSUPPORTED",
+            f"device {res.device} ({persona.persona}) grants no RDMA device; rdmaAccess needs "
+            "an RDMA-capable kernel persona",
+            res.device,
+        )
+    if Access.EXCLUSIVE_CONFIGURE in link.accesses:
+        accesses |= {Access.READ, Access.EXCLUSIVE_CONFIGURE}
+    ifindex = link.observations.get("ifIndex")
+    ifindex = ifindex if isinstance(ifindex, int) else None
+    facts = [
+        f
+        for f in devices.rdma(persona.inventory_id)
+        if not f.netdev_ifindexes or ifindex in f.netdev_ifindexes
+    ]
+    if len(facts) != 1:
+        raise Refusal(
+            "E_DEVICE_IDENTITY" if facts else "E_DEVICE_GONE",
+            f"device {res.device}: {len(facts)} RDMA devices belong to its link; exactly one "
+            "is needed for rdmaAccess",
+            res.device,
+        )
+    try:
+        with open_in(env.fd(env.host)) as nl:
+            dev = _live_rdma(nl, facts[0], ifindex)
+    except RdmaError as exc:
+        raise Refusal("E_RDMA_NETLINK", f"device {res.device}: {exc}", res.device) from exc
+    if dev is None:
+        raise Refusal(
+            "E_DEVICE_IDENTITY",
+            f"device {res.device}: RDMA device {facts[0].name} is gone, replaced or no longer "
+            "associated with its link",
+            res.device,
+        )
+    return Handle(
+        id=f"{res.device}/rdma",
+        type=HandleType.RDMA_DEVICE,
+        inventory_id=persona.inventory_id,
+        scope=Scope(ScopeKind.HOST),
+        accesses=accesses,
+        provenance=_provenance(root, claim_uid),
+        observations={"rdmaDevice": dev.name, "nodeGuid": dev.node_guid, "rdmaIndex": dev.index},
+    )
+
+
+def root_allocation(
+    env: LinkEnvironment, devices: DeviceView, root: VerifiedRoot, claim_uid: str
+) -> dict[str, tuple[Handle, ...]]:
+    """Every allocation port of a root's ``prepare`` call: the root handle at its port and,
+    when the plugin's validated config turns an ``RdmaDevice`` port on (``rdmaAccess``), the
+    RDMA device of the same allocation."""
+    handle = root_handle(env, devices, root, claim_uid)
+    allocation: dict[str, tuple[Handle, ...]] = {allocation_port(root.plugin, handle): (handle,)}
+    config, problems = validate_config(root.plugin.descriptor.spec.config_schema, dict(root.config))
+    if problems:  # the binder reports them with positions; nothing more to add here
+        return allocation
+    for name, port in (root.plugin.descriptor.spec.allocation or {}).items():
+        if port.type != HandleType.RDMA_DEVICE.value or name in allocation:
+            continue
+        if port.when is None or holds(port.when, config):
+            allocation[name] = (rdma_handle(env, devices, root, claim_uid, handle),)
+    return allocation
 
 
 def allocation_port(plugin: Plugin, handle: Handle) -> str:

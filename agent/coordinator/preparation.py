@@ -20,7 +20,7 @@ import threading
 
 from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
-from dmn.agent.coordinator.handles import DeviceView, allocation_port, root_handle
+from dmn.agent.coordinator.handles import DeviceView, root_allocation
 from dmn.agent.coordinator.operations import NodeOperations, short_digest
 from dmn.agent.coordinator.verify import Refusal, VerifiedClaim, driver_results, fingerprint
 from dmn.agent.journal.records import (
@@ -143,9 +143,8 @@ class PreparationService:
         try:
             programs = []
             for op, root in zip(ops, v.roots, strict=True):
-                handle = root_handle(env, self.devices, root, v.claim_uid)
-                port = allocation_port(root.plugin, handle)
-                call = Call(config=root.config, operation_id=op, allocation={port: (handle,)})
+                allocation = root_allocation(env, self.devices, root, v.claim_uid)
+                call = Call(config=root.config, operation_id=op, allocation=allocation)
                 programs.append(self.operations.bind(root.plugin, "prepare", call))
         finally:
             env.close()

@@ -7,10 +7,13 @@ from dmn.agent.inventory.facts import Inventory, InventoryItem, ItemKind, Unknow
 from dmn.agent.inventory.identity import IdentityRegistry
 from dmn.agent.inventory.live import (
     LiveQueryError,
+    NetlinkRdma,
     Pyroute2Devlink,
     Pyroute2Links,
+    RdmaPortNetdev,
     RecordedDevlink,
     RecordedLinks,
+    RecordedRdma,
 )
 from dmn.agent.inventory.scan import ScanConfig, scan
 
@@ -20,10 +23,13 @@ __all__ = [
     "InventoryItem",
     "ItemKind",
     "LiveQueryError",
+    "NetlinkRdma",
     "Pyroute2Devlink",
     "Pyroute2Links",
+    "RdmaPortNetdev",
     "RecordedDevlink",
     "RecordedLinks",
+    "RecordedRdma",
     "ScanConfig",
     "Unknown",
     "scan",

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from dmn.agent.inventory.live import Pyroute2Devlink, Pyroute2Links
+from dmn.agent.inventory.live import NetlinkRdma, Pyroute2Devlink, Pyroute2Links
 from dmn.agent.inventory.scan import ScanConfig, scan
 from dmn.api.policy import DeviceExposurePolicy
 from dmn.command_line import CommandParser, run_command
@@ -77,6 +77,7 @@ def _scan(args: argparse.Namespace) -> int:
             node_uid=args.node_uid or args.node_name,
             links=Pyroute2Links(),
             devlink=Pyroute2Devlink(),
+            rdma=NetlinkRdma(),
             node_ips=args.node_ip,
             protected_pci_addresses=args.protect,
         )

@@ -127,10 +127,16 @@ class Representor:
 
 @dataclass(frozen=True, slots=True)
 class RdmaDevice:
+    """An RDMA device joined to an item: by the PCI ancestor of its sysfs ``device`` link, or
+    (soft RDMA: rxe/siw have no PCI parent) because the kernel associates one of its ports
+    with the item's netdev. ``netdev_ifindexes`` are those associations as RDMA netlink
+    reported them in the host namespace (``()`` when no RDMA netlink source was asked)."""
+
     name: str
     link_layer: str  # "Ethernet" | "InfiniBand" | "" when not reported
     node_guid: str
     char_devices: tuple[str, ...]  # /dev paths: uverbsN, umadN, issmN
+    netdev_ifindexes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +266,13 @@ class InventoryItem:
                 for n in self.netdevs
             ],
             "rdma": [
-                {"name": r.name, "linkLayer": r.link_layer, "charDevices": list(r.char_devices)}
+                {
+                    "name": r.name,
+                    "linkLayer": r.link_layer,
+                    "nodeGuid": r.node_guid,
+                    "charDevices": list(r.char_devices),
+                    "netdevIfindexes": list(r.netdev_ifindexes),
+                }
                 for r in self.rdma
             ],
             "eswitchMode": (

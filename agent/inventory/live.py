@@ -1,15 +1,18 @@
-"""Live kernel state behind two small interfaces: links/routes and devlink.
+"""Live kernel state behind small interfaces: links/routes, devlink and RDMA port netdevs.
 
-The scanner never talks netlink itself; it asks a :class:`LinkSource` and a
-:class:`DevlinkSource`. On a node these are the pyroute2-backed classes below; fixture
-tests pass :class:`RecordedLinks` / :class:`RecordedDevlink` holding facts recorded from
-real hardware. A source that cannot answer raises :class:`LiveQueryError`; the scanner
+The scanner never talks netlink itself; it asks a :class:`LinkSource`, a
+:class:`DevlinkSource` and (optionally) an :class:`RdmaSource`. On a node these are the
+pyroute2-backed classes and :class:`NetlinkRdma` below; fixture tests pass
+:class:`RecordedLinks` / :class:`RecordedDevlink` / :class:`RecordedRdma` holding facts
+recorded from real hardware. A source that cannot answer raises :class:`LiveQueryError`; the scanner
 turns that into Unknown facts (never into "no default route" or "legacy mode").
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +41,35 @@ class DevlinkSource(Protocol):
 
     def ports(self) -> Sequence[DevlinkPort]:
         """Every devlink port with flavour and controller/pf/vf numbers."""
+
+
+@dataclass(frozen=True, slots=True)
+class RdmaPortNetdev:
+    """The kernel's association of one RDMA device port with a host netdevice (by ifindex)."""
+
+    rdma_device: str
+    node_guid: str
+    port: int
+    ifindex: int
+
+
+class RdmaSource(Protocol):
+    def port_netdevs(self) -> Sequence[RdmaPortNetdev]:
+        """Every RDMA port of the host namespace that the kernel associates with a netdev
+        of that namespace; empty when the kernel has no RDMA core."""
+
+
+@dataclass
+class RecordedRdma:
+    """RDMA port associations recorded from a real node; ``fail`` simulates a dump error."""
+
+    ports: Sequence[RdmaPortNetdev] = ()
+    fail: str = ""
+
+    def port_netdevs(self) -> Sequence[RdmaPortNetdev]:
+        if self.fail:
+            raise LiveQueryError(self.fail)
+        return self.ports
 
 
 @dataclass
@@ -202,3 +234,42 @@ class Pyroute2Devlink:
 
 def _opt_int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+class NetlinkRdma:
+    """RDMA port associations through NETLINK_RDMA (a device dump, then each device's
+    ports), asked in the host namespace: the kernel reports a port's netdev only to a socket
+    of the namespace the netdev lives in, so every ifindex answered is a host ifindex.
+
+    ``netns`` names a namespace under /var/run/netns (the lab and tests, like
+    :class:`Pyroute2Links`); the default is the agent's own namespace."""
+
+    def __init__(self, netns: str | None = None) -> None:
+        self.netns = netns
+
+    def port_netdevs(self) -> Sequence[RdmaPortNetdev]:
+        from dmn.opcodes.rdma.rdma_netlink import RdmaError, open_in
+
+        path = f"/var/run/netns/{self.netns}" if self.netns else "/proc/self/ns/net"
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            raise LiveQueryError(f"RDMA netlink: open {path}: {exc.strerror}") from exc
+        try:
+            try:
+                nl = open_in(fd)
+            except RdmaError as exc:
+                if exc.errno == errno.EPROTONOSUPPORT:  # no RDMA core: no RDMA devices
+                    return []
+                raise LiveQueryError(f"RDMA netlink: {exc}") from exc
+            with nl:
+                return [
+                    RdmaPortNetdev(p.device.name, p.device.node_guid, p.port, p.netdev_index)
+                    for dev in nl.devices()
+                    for p in nl.ports(dev)
+                    if p.netdev_index
+                ]
+        except RdmaError as exc:
+            raise LiveQueryError(f"RDMA netlink port dump failed: {exc}") from exc
+        finally:
+            os.close(fd)

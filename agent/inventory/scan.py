@@ -33,7 +33,13 @@ from dmn.agent.inventory.facts import (
     Unknown,
 )
 from dmn.agent.inventory.identity import IdentityRegistry, inventory_id
-from dmn.agent.inventory.live import DevlinkSource, LinkSource, LiveQueryError
+from dmn.agent.inventory.live import (
+    DevlinkSource,
+    LinkSource,
+    LiveQueryError,
+    RdmaPortNetdev,
+    RdmaSource,
+)
 from dmn.agent.inventory.protection import FunctionNode, protected_functions, protected_links
 from dmn.agent.inventory.sysfs import RawFunction, RawNetdev, RawRdma, SysfsTree
 
@@ -56,6 +62,8 @@ class ScanConfig:
     registry: IdentityRegistry = field(default_factory=IdentityRegistry)
     #: Non-PCI kernel links the lab inventory names as NICs (veth ends and the like).
     lab_links: Sequence[str] = ()
+    #: RDMA port -> netdev associations (RDMA netlink); None: RDMA joins by PCI only.
+    rdma: RdmaSource | None = None
 
 
 def scan(config: ScanConfig) -> Inventory:
@@ -76,6 +84,7 @@ def scan(config: ScanConfig) -> Inventory:
         {s.ifname: s for s in link_states} if isinstance(link_states, list) else {}
     )
     ports = _devlink_ports(config.devlink, notes)
+    rdma_ports = _rdma_ports(config.rdma, notes)
 
     reps_by_switch, own_netdevs = _split_representors(netdevs, ports)
     rdma_by_pci: dict[str, list[RawRdma]] = {}
@@ -188,9 +197,15 @@ def scan(config: ScanConfig) -> Inventory:
                 )
                 for n in own_netdevs.get(fn.address, ())
             ),
-            rdma=tuple(
-                RdmaDevice(r.name, r.link_layer, r.node_guid, r.char_devices)
-                for r in rdma_by_pci.get(fn.address, ())
+            rdma=_item_rdma(
+                rdma_by_pci.get(fn.address, ()),
+                rdma,
+                rdma_ports,
+                [
+                    state_by_name[n.ifname].ifindex
+                    for n in own_netdevs.get(fn.address, ())
+                    if n.ifname in state_by_name
+                ],
             ),
             eswitch_mode=eswitch,
             representors=tuple(reps_by_switch.get(fn.address, ())),
@@ -199,7 +214,9 @@ def scan(config: ScanConfig) -> Inventory:
             protected=protection.get(fn.address, ()),
         )
         items[item.inventory_id] = item
-    for link_item in _lab_links(config, netdevs, link_states, default_routes, incarnations):
+    for link_item in _lab_links(
+        config, netdevs, link_states, default_routes, incarnations, rdma, rdma_ports
+    ):
         items[link_item.inventory_id] = link_item
     log.info("inventory scan items=%d notes=%d", len(items), len(notes))
     return Inventory(
@@ -217,6 +234,8 @@ def _lab_links(
     states: list[LinkState] | Unknown,
     routes: frozenset[int] | Unknown,
     incarnations: dict[str, int],
+    rdma: Sequence[RawRdma] = (),
+    rdma_ports: Sequence[RdmaPortNetdev] = (),
 ) -> list[InventoryItem]:
     """Items for the lab's named kernel links: identity by name (a lab owns its names)."""
     if not config.lab_links:
@@ -260,10 +279,57 @@ def _lab_links(
                         state=state,
                     ),
                 ),
+                rdma=_item_rdma(
+                    (), rdma, rdma_ports, [state.ifindex] if isinstance(state, LinkState) else []
+                ),
                 protected=tuple(reasons),
             )
         )
     return out
+
+
+def _rdma_ports(source: RdmaSource | None, notes: list[str]) -> Sequence[RdmaPortNetdev]:
+    if source is None:
+        return ()
+    try:
+        return source.port_netdevs()
+    except LiveQueryError as exc:
+        notes.append(f"RDMA port netdevs unknown: {exc}")
+        return ()
+
+
+def _item_rdma(
+    by_pci: Sequence[RawRdma],
+    every: Sequence[RawRdma],
+    ports: Sequence[RdmaPortNetdev],
+    ifindexes: Sequence[int],
+) -> tuple[RdmaDevice, ...]:
+    """An item's RDMA devices: those below its PCI function, and those the kernel associates
+    with one of its netdevs (soft RDMA over a link; a device of another function never joins
+    through a name). Each carries the host ifindexes its ports are associated with; a device
+    whose sysfs entry and netlink answer disagree on the node GUID is not joined by netdev."""
+    associated: dict[str, list[int]] = {}
+    guids: dict[str, str] = {}
+    for p in ports:
+        associated.setdefault(p.rdma_device, []).append(p.ifindex)
+        guids[p.rdma_device] = p.node_guid
+    wanted = set(ifindexes)
+    chosen = {r.name: r for r in by_pci}
+    for r in every:
+        if r.name in chosen or not wanted.intersection(associated.get(r.name, ())):
+            continue
+        if guids.get(r.name, "").lower() == r.node_guid.lower():
+            chosen[r.name] = r
+    return tuple(
+        RdmaDevice(
+            r.name,
+            r.link_layer,
+            r.node_guid,
+            r.char_devices,
+            tuple(sorted(set(associated.get(r.name, ())))),
+        )
+        for r in sorted(chosen.values(), key=lambda r: r.name)
+    )
 
 
 def _live_links(

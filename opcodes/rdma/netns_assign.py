@@ -1,13 +1,22 @@
-"""Executor of ``rdma/netns-assign/v1``: move an exclusively allocated RDMA device into the sandbox.
+"""Executor of ``rdma/netns-assign/v1``: associate an allocated RDMA device with the sandbox.
 
 Capture finds the device in the host namespace by the inventory's name and node GUID, and
-refuses unless the RDMA subsystem is in exclusive netns mode (``E_RDMA_NETNS_SHARED``: in
-shared mode every namespace sees every device, so giving one to a sandbox means nothing). It
-records the device's index and GUID and the sandbox. Apply is ``RDMA_NLDEV_CMD_SET`` with the
-sandbox's namespace fd; a driver that cannot disassociate user contexts makes the kernel answer
-EOPNOTSUPP (``E_RDMA_NETNS_UNSUPPORTED``). Observe and recover look for the recorded index and
-GUID in the sandbox and in the host; undo moves it back from the sandbox to the host, and leaves
-a device it does not find where it recorded it alone.
+checks the kernel's RDMA netns mode against the call's ``netnsMode``.
+
+* ``exclusive`` (default): refused unless the RDMA subsystem is in exclusive netns mode
+  (``E_RDMA_NETNS_SHARED``: in shared mode every namespace sees every device, so moving one
+  means nothing). Apply is ``RDMA_NLDEV_CMD_SET`` with the sandbox's namespace fd; a driver
+  that cannot disassociate user contexts makes the kernel answer EOPNOTSUPP
+  (``E_RDMA_NETNS_UNSUPPORTED``). Observe and recover look for the recorded index and GUID in
+  the sandbox and in the host; undo moves it back from the sandbox to the host, and leaves a
+  device it does not find where it recorded it alone.
+* ``shared``: refused unless the kernel is in shared mode (``E_RDMA_NETNS_EXCLUSIVE``), and
+  the sandbox's own RDMA netlink view must show the recorded index and GUID. Nothing in the
+  kernel changes (apply re-checks the mode), undo has nothing to move back; observe and
+  recover ask the sandbox's view again. Isolation is then the character nodes that
+  ``rdma/device-access`` grants, and only those.
+
+Either way the record holds the device's index and GUID, the sandbox and the mode.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, Recover
 from dmn.opcodes.linux.effect_handles import environment, single
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.rdma import rdma_device, specs
-from dmn.opcodes.rdma.rdma_netlink import RdmaDev, RdmaError, open_in
+from dmn.opcodes.rdma.rdma_netlink import RdmaDev, RdmaError, RdmaNetlink, open_in
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.handles import Handle, Scope
 
@@ -52,6 +61,25 @@ def _move(env: LinkEnvironment, source: NamespaceRef, dev: RdmaDev, target: Name
             raise
 
 
+def _shared(before: Any) -> bool:
+    return bool(before.get("mode") == "shared")
+
+
+def _require_mode(nl: RdmaNetlink, shared: bool) -> None:
+    """Refuse when the kernel's RDMA netns mode is not the one the call names."""
+    if nl.netns_shared() == shared:
+        return
+    if shared:
+        raise ExecutorError(
+            "E_RDMA_NETNS_EXCLUSIVE",
+            "RDMA netns mode is exclusive: the call asked for shared association",
+        )
+    raise ExecutorError(
+        "E_RDMA_NETNS_SHARED",
+        "RDMA netns mode is shared: every namespace sees every RDMA device",
+    )
+
+
 class NetnsAssign:
     """``rdma/netns-assign/v1``: exclusive mode only; undo moves the device back."""
 
@@ -60,14 +88,21 @@ class NetnsAssign:
     def capture(self, ctx: EffectContext) -> Any:
         env = environment(ctx)
         sandbox = env.require_sandbox()
+        shared = ctx.parameters.get("netnsMode", "exclusive") == "shared"
         with open_in(env.fd(env.host)) as nl:
             dev = rdma_device.locate(nl, single(ctx, "rdma"))
-            if nl.netns_shared():
+            _require_mode(nl, shared)
+        record: dict[str, Any] = {
+            "device": rdma_device.to_json(dev),
+            "sandbox": env.scope_of(sandbox).to_json(),
+        }
+        if shared:
+            if _where(env, sandbox, dev) != "sandbox":
                 raise ExecutorError(
-                    "E_RDMA_NETNS_SHARED",
-                    "RDMA netns mode is shared: every namespace sees every RDMA device",
+                    "E_DEVICE_GONE", f"the sandbox does not see RDMA device {dev.name}"
                 )
-        return {"device": rdma_device.to_json(dev), "sandbox": env.scope_of(sandbox).to_json()}
+            record["mode"] = "shared"
+        return record
 
     def _sandbox(self, env: LinkEnvironment, before: Any) -> NamespaceRef:
         return env.ref_for_scope(Scope.from_json(before["sandbox"]))
@@ -75,6 +110,10 @@ class NetnsAssign:
     def apply(self, ctx: EffectContext, before: Any) -> None:
         env = environment(ctx)
         sandbox, dev = self._sandbox(env, before), rdma_device.from_json(before["device"])
+        if _shared(before):
+            with open_in(env.fd(env.host)) as nl:
+                _require_mode(nl, True)
+            return  # shared mode: nothing to move
         where = _where(env, sandbox, dev)
         if where == "sandbox":
             return
@@ -109,13 +148,16 @@ class NetnsAssign:
         where = _where(env, sandbox, dev)
         if where == "sandbox":
             return RecoveryObservation.APPLIED
-        if where == "host":
+        if where == "host" or _shared(before):
+            # shared mode changes nothing: a device the sandbox no longer sees was never moved
             return RecoveryObservation.NOT_APPLIED
         return RecoveryObservation.UNCERTAIN
 
     def undo(
         self, ctx: EffectContext, before: Any, outputs: Mapping[str, tuple[Handle, ...]]
     ) -> None:
+        if _shared(before):
+            return  # shared mode moved nothing
         env = environment(ctx)
         sandbox, dev = self._sandbox(env, before), rdma_device.from_json(before["device"])
         where = _where(env, sandbox, dev)

@@ -1,7 +1,8 @@
 """A minimal RDMA netlink (``NETLINK_RDMA``, nldev client) speaker — no shell, no ``rdma`` tool.
 
 pyroute2 has no RDMA family, and the requests the ``rdma/*`` executors need are few: list the
-devices a namespace sees (``RDMA_NLDEV_CMD_GET`` dump), read the netns mode
+devices a namespace sees (``RDMA_NLDEV_CMD_GET`` dump), which netdevice each device's ports
+are associated with (``RDMA_NLDEV_CMD_PORT_GET`` dump), read the netns mode
 (``RDMA_NLDEV_CMD_SYS_GET``), move a device to a namespace (``RDMA_NLDEV_CMD_SET`` with
 ``RDMA_NLDEV_NET_NS_FD``) and ask which character device serves a device
 (``RDMA_NLDEV_CMD_GET_CHARDEV``: uverbs, umad, rdma_cm). A socket answers for the namespace
@@ -23,8 +24,9 @@ from dmn.opcodes.netlink_wire import NetlinkFailure, as_int, as_text, text, tran
 
 NETLINK_RDMA = 20
 RDMA_NL_NLDEV = 5
-CMD_GET, CMD_SET, CMD_SYS_GET, CMD_SYS_SET, CMD_GET_CHARDEV = 1, 2, 6, 7, 15
+CMD_GET, CMD_SET, CMD_PORT_GET, CMD_SYS_GET, CMD_SYS_SET, CMD_GET_CHARDEV = 1, 2, 5, 6, 7, 15
 ATTR_DEV_INDEX, ATTR_DEV_NAME, ATTR_PORT_INDEX, ATTR_NODE_GUID = 1, 2, 3, 6
+ATTR_NDEV_INDEX, ATTR_NDEV_NAME = 50, 51
 ATTR_SYS_NETNS_MODE, ATTR_NET_NS_FD = 66, 68
 ATTR_CHARDEV_TYPE, ATTR_CHARDEV_NAME, ATTR_CHARDEV_ABI, ATTR_CHARDEV = 69, 70, 71, 72
 
@@ -35,6 +37,19 @@ class RdmaDev:
     name: str
     node_guid: str
     """As sysfs prints it: four groups of four hex digits separated by colons."""
+
+
+@dataclass(frozen=True, slots=True)
+class RdmaPort:
+    """One port of an RDMA device and the netdevice the kernel associates with it
+    (``ib_device_get_netdev``: the RoCE/iWARP netdev, the IPoIB parent). ``netdev_index`` is
+    0 when the port has none *in the asking namespace* — the kernel reports the netdev only
+    to a socket of the namespace it lives in, so an ifindex here is one of that namespace."""
+
+    device: RdmaDev
+    port: int
+    netdev_index: int
+    netdev_name: str
 
 
 def guid_text(value: int) -> str:
@@ -82,6 +97,23 @@ class RdmaNetlink:
             )
             for a in self.request(CMD_GET, dump=True)
             if ATTR_DEV_INDEX in a
+        ]
+
+    def ports(self, dev: RdmaDev) -> list[RdmaPort]:
+        """Every port of ``dev`` with its associated netdevice (``PORT_GET`` dump of one
+        device: the kernel dumps ports per device index)."""
+        answers = self.request(CMD_PORT_GET, u32(ATTR_DEV_INDEX, dev.index), dump=True)
+        return [
+            RdmaPort(
+                dev,
+                as_int(a[ATTR_PORT_INDEX]),
+                as_int(a[ATTR_NDEV_INDEX]) if ATTR_NDEV_INDEX in a else 0,
+                as_text(a.get(ATTR_NDEV_NAME, b"")),
+            )
+            for a in answers
+            if ATTR_PORT_INDEX in a
+            and ATTR_DEV_INDEX in a
+            and as_int(a[ATTR_DEV_INDEX]) == dev.index
         ]
 
     def netns_shared(self) -> bool:

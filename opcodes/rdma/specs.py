@@ -34,7 +34,14 @@ RdmaNode = Literal["uverbs", "rdma_cm", "umad"]
 
 
 class NetnsAssignParameters(ParameterModel):
-    """No parameters: the target is the call's verified sandbox."""
+    """The node's RDMA netns mode the call expects; the target is the call's verified sandbox.
+
+    ``exclusive`` moves the device into the sandbox's namespace. ``shared`` moves nothing:
+    in shared mode every namespace sees every RDMA device, so the association is verified
+    (the sandbox sees this device) and recorded, and isolation rests on the character nodes
+    ``rdma/device-access`` grants. Either is refused when the kernel runs the other mode."""
+
+    netnsMode: Literal["exclusive", "shared"] = "exclusive"
 
 
 class RdmaDeviceAccessParameters(ParameterModel):
@@ -52,12 +59,13 @@ class RdmaDeviceAccessParameters(ParameterModel):
 
 NETNS_ASSIGN = OpcodeSpec(
     name="rdma/netns-assign/v1",
-    summary="Move an exclusively allocated RDMA device into the verified sandbox's namespace.",
+    summary="Associate an exclusively allocated RDMA device with the verified sandbox.",
     changes=(
-        "Moves the allocated RDMA device into the Pod's network namespace (exclusive RDMA "
-        "netns mode); the original association is recorded."
+        "Exclusive RDMA netns mode: moves the allocated RDMA device into the Pod's network "
+        "namespace; the original association is recorded. Shared mode (netnsMode: shared): "
+        "changes nothing, verifies that the sandbox sees the device and records it."
     ),
-    undo="Moves the RDMA device back to its recorded original namespace.",
+    undo="Moves the RDMA device back to its recorded original namespace (shared: nothing).",
     parameters=NetnsAssignParameters,
     inputs={
         "rdma": PortSpec(HandleType.RDMA_DEVICE, None, ScopeKind.HOST, Access.EXCLUSIVE_CONFIGURE)
@@ -79,7 +87,9 @@ NETNS_ASSIGN = OpcodeSpec(
             RecoveryStrategy.QUARANTINE,
         }
     ),
-    requires=frozenset({"rdma-exclusive-netns", "exclusive-grant", "protected-scope-clear"}),
+    requires=frozenset(
+        {"rdma-exclusive-netns", "rdma-netns-mode", "exclusive-grant", "protected-scope-clear"}
+    ),
     postconditions=frozenset({"rdma-in-sandbox"}),
 )
 
