@@ -209,6 +209,9 @@ class LinkMove:
             )
         ref, link = found
         if not env.is_host(ref):
+            # one request moves it home, renames it, restores its alias and, when it was up,
+            # brings it up (the kernel applies the flags after the move and the rename; the
+            # move itself leaves a device down): restore_root then finds nothing to change
             netlink_call(
                 f"return {link.name}",
                 env.rtnl(ref).link,
@@ -217,6 +220,7 @@ class LinkMove:
                 net_ns_fd=env.fd(env.host),
                 ifname=original.name,
                 ifalias=original.alias,
+                **({"state": "up"} if original.up else {}),
             )
         elif link.name != original.name:
             _rename_home(host, link, original.name)
@@ -303,7 +307,11 @@ def restore_root(host: Any, original: LinkState) -> None:
         changes["ifalias"] = original.alias
     if changes:
         netlink_call(f"restore {original.name}", host.link, "set", index=link.index, **changes)
-    present = {(a.family, a.address, a.prefixlen) for a in addresses_of(host, link.index)}
+    present = (
+        {(a.family, a.address, a.prefixlen) for a in addresses_of(host, link.index)}
+        if original.addresses
+        else set()  # nothing recorded, nothing to put back: no address dump
+    )
     for addr in original.addresses:
         if (addr.family, addr.address, addr.prefixlen) not in present:
             netlink_call(

@@ -10,7 +10,9 @@ requests on its own netlink socket, asks the kernel to leave statistics out
 Contract: :meth:`LinkReader.get` returns the link with that ifindex or name, or None when the
 kernel answers ENODEV; any other kernel error raises :class:`NetlinkError` with its errno, like
 pyroute2 does. :meth:`LinkReader.dump` returns every link of the socket's namespace, retrying a
-dump the kernel reports as interrupted. Writes stay with pyroute2.
+dump the kernel reports as interrupted. :meth:`LinkReader.addresses` returns one link's
+addresses from an RTM_GETADDR dump (pyroute2's ``get_addr`` costs about 1.3 ms for the same
+answer). Writes stay with pyroute2.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ NLMSG_ERROR = 2
 NLMSG_DONE = 3
 RTM_NEWLINK = 16
 RTM_GETLINK = 18
+RTM_NEWADDR = 20
+RTM_GETADDR = 22
 RTM_NEWNSID = 88
 RTM_GETNSID = 90
 NETNSA_NSID = 1
@@ -50,10 +54,13 @@ IFLA_PERM_ADDRESS = 54
 IFLA_PARENT_DEV_NAME = 56
 IFLA_PARENT_DEV_BUS_NAME = 57
 IFLA_INFO_KIND = 1
+IFA_ADDRESS = 1
 IFLA_INFO_DATA = 2
 
 _HDR = struct.Struct("=IHHII")
 _IFI = struct.Struct("=BBHiII")
+_IFA = struct.Struct("=BBBBI")
+_ADDR_FAMILIES = {socket.AF_INET: 4, socket.AF_INET6: 16}
 _NLA = struct.Struct("=HH")
 
 # IFLA_INFO_DATA fields executors check, per kind: attribute type -> (name, struct format)
@@ -230,6 +237,30 @@ class LinkReader:
                 return None
             raise
         return found[0] if found else None
+
+    def addresses(self, index: int) -> list[tuple[int, str, int]]:
+        """(family, address, prefix length) of every IPv4/IPv6 address on link ``index``,
+        in the kernel's order; the address is ``IFA_ADDRESS`` as ``inet_ntop`` writes it
+        (what pyroute2's ``get_addr`` reports). The dump covers the namespace (the kernel
+        filters by index only for strict sockets); other links' entries are skipped."""
+        body = _IFA.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
+        for _ in range(_MAX_DUMP_RETRIES):
+            try:
+                replies = self._exchange(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, body, RTM_NEWADDR)
+            except _Interrupted:
+                continue
+            out: list[tuple[int, str, int]] = []
+            for data, start, end in replies:
+                family, prefixlen, _flags, _scope, ifindex = _IFA.unpack_from(data, start)
+                size = _ADDR_FAMILIES.get(family)
+                if ifindex != index or size is None:
+                    continue
+                span = _attrs(data, start + _IFA.size, end).get(IFA_ADDRESS)
+                if span is None or span[1] - span[0] != size:
+                    continue
+                out.append((family, socket.inet_ntop(family, data[span[0] : span[1]]), prefixlen))
+            return out
+        raise NetlinkError(errno.EINTR, "address dump kept being interrupted")
 
     def dump(self, kind: str = "") -> list[dict[str, Any]]:
         """Every link; with ``kind`` the kernel is asked to filter (it does so only for kinds

@@ -124,12 +124,22 @@ def _netnsid(value: Any) -> int:
 
 
 def addresses_of(ipr: Any, index: int) -> tuple[Address, ...]:
-    out = []
-    for msg in ipr.get_addr(index=index):
-        addr = msg.get_attr("IFA_ADDRESS")
-        if msg["family"] == 10 and str(addr).startswith("fe80:"):
-            continue  # link-local: the kernel makes these, restoring them is not ours to do
-        out.append(Address(int(msg["family"]), str(addr), int(msg["prefixlen"])))
+    """The link's addresses (IPv6 link-local ones left out), sorted; through the lean
+    reader when the socket carries one."""
+    reader = _reader(ipr)
+    if reader is not None:
+        found = reader.addresses(index)
+    else:
+        found = [
+            (int(m["family"]), str(m.get_attr("IFA_ADDRESS")), int(m["prefixlen"]))
+            for m in ipr.get_addr(index=index)
+        ]
+    out = [
+        Address(family, address, prefixlen)
+        for family, address, prefixlen in found
+        # link-local: the kernel makes these, restoring them is not ours to do
+        if not (family == 10 and address.startswith("fe80:"))
+    ]
     return tuple(sorted(out, key=lambda a: (a.family, a.address)))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from dmn.opcodes.linux.links import all_links, by_index, by_name
+from dmn.opcodes.linux.links import addresses_of, all_links, by_index, by_name
 from dmn.opcodes.linux.netns import NamespaceRtnl
 from tests.kernel.scratch import netns_path, unique
 from tests.kernel.world import world
@@ -72,3 +72,35 @@ def test_reader_matches_pyroute2_for_every_field() -> None:
         assert len(in_sb) == 1 and in_sb[0].link_netnsid >= 0
         assert by_name(env.rtnl(env.host), unique("none")) is None
         assert by_index(env.rtnl(env.host), 999999) is None
+
+
+def test_reader_addresses_match_pyroute2() -> None:
+    """The lean address read (restore and capture of a moved root use it) reports the same
+    addresses as pyroute2's get_addr: IPv4 and IPv6, several per link, only the asked link's,
+    IPv6 link-local left out by both."""
+    with world() as w:
+        plain = w.ipr(w.host)
+        a, b = w.veth(w.host)
+        ia, ib = plain.link_lookup(ifname=a)[0], plain.link_lookup(ifname=b)[0]
+        for address, prefix, family in (
+            ("10.1.2.3", 24, 2),
+            ("10.9.9.9", 32, 2),
+            ("fd00::5", 64, 10),
+            ("2001:db8::1:0:0:1", 128, 10),
+        ):
+            plain.addr("add", index=ia, address=address, prefixlen=prefix, family=family)
+        plain.addr("add", index=ib, address="10.7.7.7", prefixlen=8)
+        for index in (ia, ib):
+            plain.link("set", index=index, state="up")  # the kernel adds fe80:: on up
+        env = w.env()
+        fast = env.rtnl(env.host)
+        assert isinstance(fast, NamespaceRtnl) and fast.link_reader is not None
+        for index in (ia, ib):
+            assert addresses_of(fast, index) == addresses_of(plain, index)
+        assert [x.address for x in addresses_of(fast, ia)] == [
+            "10.1.2.3",
+            "10.9.9.9",
+            "2001:db8::1:0:0:1",
+            "fd00::5",
+        ]
+        assert [x.address for x in addresses_of(fast, ib)] == ["10.7.7.7"]
