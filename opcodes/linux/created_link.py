@@ -30,7 +30,7 @@ from dmn.opcodes.linux.link_identity import (
     relocated,
 )
 from dmn.opcodes.linux.link_ownership import delete_owned
-from dmn.opcodes.linux.links import LinkState, netlink_call
+from dmn.opcodes.linux.links import LinkState, link_request
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import Access
@@ -102,7 +102,7 @@ class _CreatedLink:
         final = before.get("final")
         if final and link.name != final:
             changes["ifname"] = final
-        netlink_call("claim link", env.rtnl(ref).link, "set", index=link.index, **changes)
+        link_request("claim link", env.rtnl(ref), "set", index=link.index, **changes)
 
     def _grants(self) -> frozenset[Access]:
         port = self.spec.outputs["interface"]

@@ -21,7 +21,7 @@ from dmn.opcodes.linux.link_identity import (
     record_identity,
     recorded,
 )
-from dmn.opcodes.linux.links import LinkState, netlink_call
+from dmn.opcodes.linux.links import LinkState, link_request
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import ScopeKind
@@ -66,7 +66,7 @@ class LinkConfigure:
         if up is not None and link.up != bool(up):
             changes["state"] = "up" if up else "down"
         if changes:  # one request: the kernel applies the MTU before the admin state
-            netlink_call(f"configure {link.name}", ipr.link, "set", index=link.index, **changes)
+            link_request(f"configure {link.name}", ipr, "set", index=link.index, **changes)
 
     def _matches(self, ctx: EffectContext, link: LinkState) -> bool:
         mtu, up = ctx.parameters.get("mtu"), ctx.parameters.get("up")
@@ -113,8 +113,8 @@ class LinkConfigure:
             return
         captured = LinkState.from_json(before["link"])
         if link.up and not captured.up:
-            netlink_call(f"down {link.name}", ipr.link, "set", index=link.index, state="down")
+            link_request(f"down {link.name}", ipr, "set", index=link.index, state="down")
         if link.mtu != captured.mtu:
-            netlink_call(f"mtu {link.name}", ipr.link, "set", index=link.index, mtu=captured.mtu)
+            link_request(f"mtu {link.name}", ipr, "set", index=link.index, mtu=captured.mtu)
         if captured.up and not link.up:
-            netlink_call(f"up {link.name}", ipr.link, "set", index=link.index, state="up")
+            link_request(f"up {link.name}", ipr, "set", index=link.index, state="up")

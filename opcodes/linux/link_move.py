@@ -33,7 +33,14 @@ from dmn.opcodes.linux.link_identity import (
     relocated,
 )
 from dmn.opcodes.linux.link_ownership import set_alias
-from dmn.opcodes.linux.links import LinkState, addresses_of, by_index, by_name, netlink_call
+from dmn.opcodes.linux.links import (
+    LinkState,
+    addresses_of,
+    by_index,
+    by_name,
+    link_request,
+    netlink_call,
+)
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import ScopeKind
@@ -90,9 +97,9 @@ class LinkMove:
             raise ExecutorError("E_NAME_TAKEN", f"{before['target']!r} exists in the sandbox")
         # one request moves, renames and claims the link: no window where it sits in the
         # sandbox without its ownership alias
-        netlink_call(
+        link_request(
             f"move {original.name}",
-            host.link,
+            host,
             "set",
             index=link.index,
             net_ns_fd=env.fd(sandbox),
@@ -212,9 +219,9 @@ class LinkMove:
             # one request moves it home, renames it, restores its alias and, when it was up,
             # brings it up (the kernel applies the flags after the move and the rename; the
             # move itself leaves a device down): restore_root then finds nothing to change
-            netlink_call(
+            link_request(
                 f"return {link.name}",
-                env.rtnl(ref).link,
+                env.rtnl(ref),
                 "set",
                 index=link.index,
                 net_ns_fd=env.fd(env.host),
@@ -282,8 +289,8 @@ def _rename_home(host: Any, link: LinkState, name: str) -> None:
     """Back in the host under another name (a device whose sandbox namespace was destroyed,
     or after a reboot): rename it; the kernel renames only a link that is down."""
     if link.up:
-        netlink_call(f"down {link.name}", host.link, "set", index=link.index, state="down")
-    netlink_call(f"rename {link.name}", host.link, "set", index=link.index, ifname=name)
+        link_request(f"down {link.name}", host, "set", index=link.index, state="down")
+    link_request(f"rename {link.name}", host, "set", index=link.index, ifname=name)
 
 
 def _observed_index(outputs: Outputs | None) -> int:
@@ -306,7 +313,7 @@ def restore_root(host: Any, original: LinkState) -> None:
     if link.alias != original.alias:
         changes["ifalias"] = original.alias
     if changes:
-        netlink_call(f"restore {original.name}", host.link, "set", index=link.index, **changes)
+        link_request(f"restore {original.name}", host, "set", index=link.index, **changes)
     present = (
         {(a.family, a.address, a.prefixlen) for a in addresses_of(host, link.index)}
         if original.addresses
@@ -326,4 +333,4 @@ def restore_root(host: Any, original: LinkState) -> None:
     now = by_index(host, link.index)
     if now is not None and now.up != original.up:
         state = "up" if original.up else "down"
-        netlink_call(f"{state} {original.name}", host.link, "set", index=link.index, state=state)
+        link_request(f"{state} {original.name}", host, "set", index=link.index, state=state)

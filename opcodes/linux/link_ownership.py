@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.links import LinkState, by_name, netlink_call, owned
+from dmn.opcodes.linux.links import LinkState, by_name, link_request, owned
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 
 
@@ -79,8 +79,8 @@ def find_owned_in(
 
 
 def set_alias(ipr: Any, index: int, alias: str) -> None:
-    netlink_call("set alias", ipr.link, "set", index=index, ifalias=alias)
+    link_request("set alias", ipr, "set", index=index, ifalias=alias)
 
 
 def delete_owned(env: LinkEnvironment, ref: NamespaceRef, link: LinkState) -> None:
-    netlink_call(f"delete {link.name}", env.rtnl(ref).link, "del", index=link.index)
+    link_request(f"delete {link.name}", env.rtnl(ref), "del", index=link.index)

@@ -17,6 +17,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from dmn.opcodes.executor import ExecutorError
 from dmn.opcodes.linux.link_reader import LinkReader
+from dmn.opcodes.linux.link_writer import encode
 
 IFF_UP = 0x1
 NONCE_PREFIX = "dmn"
@@ -282,6 +283,21 @@ def one(links: Iterable[LinkState], what: str) -> LinkState | None:
     if len(found) > 1:
         raise ExecutorError("E_OWNERSHIP_CONFLICT", f"{len(found)} links claim {what}")
     return found[0] if found else None
+
+
+def link_request(what: str, ipr: Any, op: str, **fields: Any) -> None:
+    """One link write (``add``/``set``/``del``, pyroute2's field names): encoded and sent on
+    the socket's lean reader when :mod:`link_writer` knows every field, else through
+    pyroute2; a kernel refusal becomes an ExecutorError with its errno either way."""
+    reader = _reader(ipr)
+    request = encode(op, fields) if reader is not None else None
+    try:
+        if reader is None or request is None:
+            ipr.link(op, **fields)
+        else:
+            reader.acknowledged(*request)
+    except NetlinkError as exc:
+        raise ExecutorError(f"E_NETLINK_{exc.code}", f"{what}: {exc}") from exc
 
 
 def netlink_call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:

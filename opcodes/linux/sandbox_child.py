@@ -33,7 +33,7 @@ from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.child_links import IPVLAN_MODES, MACVLAN_MODES
 from dmn.opcodes.linux.created_link import _CreatedLink
 from dmn.opcodes.linux.effect_handles import environment, locate_input, single
-from dmn.opcodes.linux.links import LinkState, by_index, by_name, netlink_call, nonce_name
+from dmn.opcodes.linux.links import LinkState, by_index, by_name, link_request, nonce_name
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import ScopeKind
@@ -89,9 +89,9 @@ class _SandboxChild(_CreatedLink):
         if mtu > live.mtu:
             raise ExecutorError("E_MTU_EXCEEDS_PARENT", f"mtu {mtu} > parent mtu {live.mtu}")
         try:
-            netlink_call(
+            link_request(
                 f"create {self.kind} in sandbox",
-                env.rtnl(env.host).link,
+                env.rtnl(env.host),
                 "add",
                 ifname=before["nonce"],
                 index=self._index(before),
@@ -128,7 +128,7 @@ class _SandboxChild(_CreatedLink):
             changes["ifname"] = before["final"]
         if bool(before.get("up")) != link.up:
             changes["state"] = "up" if before.get("up") else "down"
-        netlink_call("claim link", env.rtnl(ref).link, "set", index=link.index, **changes)
+        link_request("claim link", env.rtnl(ref), "set", index=link.index, **changes)
 
     def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
         env = environment(ctx)
