@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 CHART = chart_dir()
 CRD_DIR = CHART / "crds"
-PLUGIN_DIR = CHART / "templates" / "plugins"
+PLUGIN_DIR = CHART / "plugins"
 LINK_MODES = ("recorded", "netns")
 
 

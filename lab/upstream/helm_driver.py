@@ -220,14 +220,17 @@ class HelmDriver:
         path.write_text(yaml.safe_dump(self.values, sort_keys=False))
         return path
 
-    def upgrade(self, overrides: dict[str, Any]) -> None:
+    def upgrade(self, overrides: dict[str, Any]) -> str:
         """``helm upgrade --wait`` of the installed release with ``overrides`` merged into
-        its values (the lab's own values stay)."""
+        its values (the lab's own values stay); returns Helm's ``--debug`` log (stderr), which names
+        every object the upgrade patched ("Patch KIND ...") or left alone ("Looks like
+        there are no changes for KIND ...")."""
         if self.layout is None:
             raise DriverError("E_HELM", "helm upgrade before install")
         _merge(self.values, overrides)
         values = self._write_values(self.layout)
-        Helm(self.layout).check(
+        helm = Helm(self.layout)
+        proc = helm.run(
             "upgrade",
             RELEASE,
             str(CHART),
@@ -238,8 +241,11 @@ class HelmDriver:
             "--wait",
             "--timeout",
             f"{int(self.timeout)}s",
+            "--debug",
             timeout=self.timeout + 60,
         )
+        if proc.returncode != 0:  # the error is stderr's last line (stdout: the manifest)
+            raise DriverError("E_HELM", f"helm upgrade: {proc.stderr.strip()[-2000:]}")
         admin = Cluster(connect(kubeconfig=str(self.layout.kubeconfig("admin"))))
         try:
             _wait(
@@ -247,6 +253,7 @@ class HelmDriver:
             )
         finally:
             admin.close()
+        return proc.stderr
 
     def uninstall(self, ctx: DriverContext) -> None:
         helm = Helm(ctx.layout)

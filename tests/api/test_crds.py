@@ -20,7 +20,7 @@ from dmn.lab.apiserver import LabApiServer
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "charts" / "dra-multi-network" / "crds"
-PLUGIN_DIR = REPO / "charts" / "dra-multi-network" / "templates" / "plugins"
+PLUGIN_DIR = REPO / "charts" / "dra-multi-network" / "plugins"
 EXAMPLES = REPO / "examples" / "topologies"
 
 

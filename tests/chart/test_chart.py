@@ -8,6 +8,7 @@ CEL implementation."""
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +226,58 @@ def test_install_creates_the_plugins_before_the_webhook_that_judges_them(
     webhook = kinds.index("ValidatingWebhookConfiguration")
     assert max(i for i, k in enumerate(kinds) if k == "NetworkPlugin") < webhook
     assert webhook == len(kinds) - 1
+
+
+@pytest.mark.parametrize("values", VALUE_SETS, ids=lambda v: v[0] if v else "defaults")
+def test_every_object_carries_helms_ownership_metadata(values: tuple[str, ...]) -> None:
+    """Helm adds this label and these annotations to the objects it applies but not to the
+    manifest it stores, and ``helm upgrade`` patches every object whose stored manifest
+    differs from the new one with them added: rendered by the chart, an unchanged object
+    gives an empty patch and is not touched (a patch of a NetworkPlugin needs our webhook)."""
+    for doc in render(values, namespace="dmn-ns"):
+        if doc["kind"] == "CustomResourceDefinition":
+            continue  # crds/ is applied once by install, never patched by upgrade
+        meta = doc["metadata"]
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm", doc["kind"]
+        assert {k: v for k, v in meta["annotations"].items() if k.startswith("meta.helm.sh/")} == {
+            "meta.helm.sh/release-name": "dmn",
+            "meta.helm.sh/release-namespace": "dmn-ns",
+        }
+
+
+def test_builtin_plugins_render_as_generated_with_no_version_in_their_labels() -> None:
+    """templates/plugins.yaml renders each file of plugins/ (``dmn generate``) unchanged but
+    for its metadata, which holds nothing tied to the chart's version: a chart upgrade
+    patches a builtin only when its contract changed."""
+    rendered = {d["metadata"]["name"]: d for d in render() if d["kind"] == "NetworkPlugin"}
+    files = sorted((CHART / "plugins").glob("*.yaml"))
+    assert files and len(rendered) == len(files)
+    for path in files:
+        generated = yaml.safe_load(path.read_text())
+        doc = rendered[generated["metadata"]["name"]]
+        # JSON text tells 9000 from 9000.0: the round trip through Helm keeps every type
+        assert json.dumps(doc["spec"], sort_keys=True) == json.dumps(
+            generated["spec"], sort_keys=True
+        )
+        assert set(doc["metadata"]["labels"]) == {
+            "app.kubernetes.io/part-of",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/managed-by",
+        }
+
+
+def test_a_changed_controller_value_changes_only_the_controller_deployment() -> None:
+    """What ``helm upgrade --set controller.logLevel=DEBUG`` patches: the Deployment alone
+    (certificates from a Secret, so nothing is generated anew by either render)."""
+
+    def objects(*sets: str) -> dict[tuple[str, str], dict[str, Any]]:
+        docs = render(["secret-certs.yaml"], sets)
+        return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+    before, after = objects(), objects("controller.logLevel=DEBUG")
+    assert before.keys() == after.keys()
+    changed = [key for key in before if before[key] != after[key]]
+    assert changed == [("Deployment", "dra-multi-network-controller")]
 
 
 def test_both_components_may_write_events_and_nothing_more_of_them() -> None:

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 POSITIVE = sorted(
     [
         *ROOT.glob("programs/*/*/*.yaml"),
-        *ROOT.glob("charts/dra-multi-network/templates/plugins/*.yaml"),
+        *ROOT.glob("charts/dra-multi-network/plugins/*.yaml"),
         *ROOT.glob("examples/topologies/*.yaml"),
     ]
 )

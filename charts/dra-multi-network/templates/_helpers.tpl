@@ -3,8 +3,22 @@
 {{- define "dmn.labels" -}}
 app.kubernetes.io/part-of: dra-multi-network
 app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Helm's ownership metadata: `helm install` and `helm upgrade` add the label
+app.kubernetes.io/managed-by and these two annotations to every object they apply, but not
+to the release manifest they store. An upgrade patches each object with the difference
+between the previous manifest and the new one *after* adding them, so without them in the
+templates every object of the release was patched on every upgrade, unchanged or not — and
+a patch of a NetworkPlugin goes through our webhook, which has no endpoint while a single
+controller is being replaced. Rendered here (and "dmn.labels" carries the label), the
+stored manifest equals what Helm applies, and an upgrade patches only what changed. */}}
+{{- define "dmn.annotations" -}}
+meta.helm.sh/release-name: {{ .Release.Name }}
+meta.helm.sh/release-namespace: {{ .Release.Namespace }}
 {{- end -}}
 
 {{- define "dmn.image" -}}
