@@ -52,11 +52,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if self.server.waiting > 0:
+            # a kept-alive idle connection must not hold a worker others wait for. Said in
+            # the response (this header also sets close_connection): a client that is not
+            # told keeps the connection for its next request and may write it just as we
+            # close — kube-apiserver then fails that admission call with "http: server
+            # closed idle connection" (a POST is not retried), seen in the e2e suite
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
-        if self.server.waiting > 0:
-            # a kept-alive idle connection must not hold a worker others wait for
-            self.close_connection = True
 
     def do_GET(self) -> None:
         if self.path == "/healthz":

@@ -9,6 +9,8 @@ clients go away.
 
 from __future__ import annotations
 
+import http.client
+import json
 import socket
 import ssl
 import threading
@@ -74,6 +76,55 @@ def test_connections_beyond_workers_and_backlog_are_closed_not_threaded(
         for s in held:
             s.close()
         server.stop()
+
+
+def test_a_connection_closed_for_a_waiting_one_says_so_in_its_response(
+    tmp_path: Path,
+) -> None:
+    """With a connection waiting for the only worker, the served keep-alive connection is
+    closed after its response, and the response says ``Connection: close``: a client that
+    was not told would reuse it for its next request and race the close (kube-apiserver
+    reported such a call as "server closed idle connection" and refused the write)."""
+    ca = ThrowawayCA()
+    (tmp_path / "ca.crt").write_bytes(ca.pem())
+    ca.issue(tmp_path / "tls.crt", tmp_path / "tls.key")
+    server = WebhookServer(
+        None,
+        default_registry(),
+        cert_file=str(tmp_path / "tls.crt"),
+        key_file=str(tmp_path / "tls.key"),
+        workers=1,
+        backlog=1,
+    )
+    url = server.start()
+    host, port = url.removeprefix("https://").split(":")
+    ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=30)
+    waiting: socket.socket | None = None
+    try:
+        conn.connect()  # the only worker serves this connection
+        waiting = _stalled(url)  # accepted, waits for the worker
+        assert _httpd_waiting(server) == 1
+        request = req("NetworkTopology", G, "CREATE", example("vfio"))
+        body = json.dumps(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+        )
+        conn.request("POST", "/validate", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.getheader("Connection") == "close"
+        assert json.loads(resp.read())["response"]["uid"] == request["uid"]
+        assert conn.sock is None  # http.client closed it, as the header told it to
+    finally:
+        conn.close()
+        if waiting is not None:
+            waiting.close()
+        server.stop()
+
+
+def _httpd_waiting(server: WebhookServer) -> int:
+    httpd = server._httpd
+    assert httpd is not None
+    return wait_for(lambda: httpd.waiting, timeout=30, interval=0.02)
 
 
 def _post_or_none(server: WebhookServer, ca_file: Path) -> dict[str, object] | None:
