@@ -207,13 +207,57 @@ class HardwarePolicy(ApiModel):
     )
 
 
+class EswitchManagement(ApiModel):
+    """Node-level management of one PF's devlink eswitch mode (seed 000 §8.7 ManageEswitch).
+
+    The node agent places the selected PF in ``mode`` once its whole SR-IOV family is drained
+    (no allocation, preparation, share or reservation of the PF or any of its VFs), and
+    restores the mode it recorded when the policy goes or changes (again only when drained).
+    ``allowedModes`` must hold both the desired mode and every mode it may restore;
+    ``effectPermissions`` must grant ``devlink/eswitch-configure/v1`` explicitly."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": validations(
+            ("self.mode in self.allowedModes", "allowedModes must contain mode"),
+            (
+                "'devlink/eswitch-configure/v1' in self.effectPermissions",
+                "effectPermissions must grant devlink/eswitch-configure/v1",
+            ),
+        )
+    }
+
+    profile: Literal["ethernet-pf-vfs-v1"] = Field(
+        description="The management profile: a local Ethernet PF with VFs."
+    )
+    mode: Literal["legacy", "switchdev"] = Field(description="The eswitch mode to place it in.")
+    allowed_modes: list[Literal["legacy", "switchdev"]] = list_set(
+        max_items=2, description="Modes the agent may set or restore (both directions)."
+    )
+    effect_permissions: list[Opcode] = list_set(
+        max_items=4, description="Opcodes the management may run (devlink/eswitch-configure/v1)."
+    )
+
+
 class DeviceExposurePolicySpec(ApiModel):
     """What to expose (or exclude), where, and with which precedence."""
 
     model_config = ApiModel.model_config | {
         "json_schema_extra": validations(
-            ("self.action == 'Exclude' || has(self.exposure)", "Expose requires exposure"),
-            ("self.action == 'Expose' || !has(self.exposure)", "Exclude takes no exposure"),
+            ("self.action != 'Expose' || has(self.exposure)", "Expose requires exposure"),
+            ("self.action == 'Expose' || !has(self.exposure)", "only Expose takes exposure"),
+            (
+                "self.action != 'ManageEswitch' || has(self.management)",
+                "ManageEswitch requires management",
+            ),
+            (
+                "self.action == 'ManageEswitch' || !has(self.management)",
+                "only ManageEswitch takes management",
+            ),
+            (
+                "self.action != 'ManageEswitch' || (has(self.selector.pciAddresses) && "
+                "size(self.selector.pciAddresses) == 1)",
+                "ManageEswitch selects exactly one PF by pciAddresses",
+            ),
         )
     }
 
@@ -224,10 +268,16 @@ class DeviceExposurePolicySpec(ApiModel):
         default=100, ge=0, le=1000, description="Higher wins; equal-priority conflicts are errors."
     )
     selector: HardwareSelector = Field(description="Items the policy applies to.")
-    action: Literal["Expose", "Exclude"] = Field(
-        default="Expose", description="Expose as a persona, or keep items from being exposed."
+    action: Literal["Expose", "Exclude", "ManageEswitch"] = Field(
+        default="Expose",
+        description=(
+            "Expose as a persona, keep items from being exposed, or manage one PF's eswitch mode."
+        ),
     )
     exposure: Exposure | None = Field(default=None, description="The persona (Expose only).")
+    management: EswitchManagement | None = Field(
+        default=None, description="The eswitch mode management (ManageEswitch only)."
+    )
     hardware: HardwarePolicy | None = Field(
         default=None, description="Hardware changes authorized for the selected items."
     )

@@ -887,6 +887,12 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Check the devlink instance (`devlink dev`) of the function.",
     ),
     _r(
+        "E_ESWITCH_FAILED",
+        EXEC,
+        "A ManageEswitch transition of a PF did not complete (the message names the effect).",
+        "Read the node agent's log and `dmn journal show` for the eswitch operation.",
+    ),
+    _r(
         "E_ESWITCH_UNSUPPORTED",
         EXEC,
         "The function's devlink instance has no eswitch.",

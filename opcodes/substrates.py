@@ -73,8 +73,10 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         "lab kernel, netdevsim's devlink eswitch over devlink generic netlink (legacy <-> "
         "switchdev, representors appear and go, read back with `devlink -j`); a VF "
         "representor that is up refuses the change (E_RESET_DOMAIN_BUSY); SIGKILL at every "
-        "journal boundary through the runner. No builtin plugin emits it (the agent's eswitch "
-        "manager is not built), so it has no plugin-level test",
+        "journal boundary through the runner. No builtin plugin emits it: the agent runs it for "
+        "ManageEswitch policies (drained family from the journal and API allocations, restore "
+        "of the recorded mode), proven on netdevsim with SIGKILL at every boundary of the "
+        "transition and the restore",
     ),
     SubstrateRow(
         ("pci/driver-bind", "pci/function-reset", "vfio/device-access"),

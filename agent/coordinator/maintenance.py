@@ -1,8 +1,9 @@
-"""Periodic node maintenance, off every hook path: cleanup retries and journal retention.
+"""Periodic node maintenance, off every hook path: cleanup retries, eswitch modes, retention.
 
 One daemon thread wakes every ``reconcile_interval`` seconds and runs the reconcile loop's
 :meth:`~.reconcile.ReconcileLoop.tick` (failed cleanups retried with backoff and jitter,
-orphaned Connecting attachments resolved), and every ``retention_interval`` seconds
+orphaned Connecting attachments resolved) and the agent's ManageEswitch pass
+(:mod:`.eswitch_modes`), and every ``retention_interval`` seconds
 collects terminal journal records under :class:`~dmn.agent.journal.store.Retention`
 (:meth:`.node_services.NodeServices.collect_terminal`): Removed attachments and Released
 preparations whose operations are all Undone, older than ``max_age`` or beyond the
@@ -51,8 +52,11 @@ class Maintenance:
         services: Callable[[], NodeServices | None],
         config: MaintenanceConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        eswitch: Callable[[NodeServices], object] | None = None,
     ) -> None:
         self.services = services
+        #: the ManageEswitch pass (the agent's: it knows the published inventory and policies)
+        self.eswitch = eswitch
         self.config = config or MaintenanceConfig()
         self.clock = clock
         self.passes = 0
@@ -86,6 +90,11 @@ class Maintenance:
             services.reconcile.tick()
         except Exception:  # never let one bad pass end maintenance
             log.exception("event=maintenance-reconcile-failed")
+        if self.eswitch is not None:
+            try:
+                self.eswitch(services)
+            except Exception:
+                log.exception("event=maintenance-eswitch-failed")
         now = self.clock()
         if retention or (retention is None and now >= self._next_retention):
             self._next_retention = now + self.config.retention_interval

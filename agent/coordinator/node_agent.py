@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from dmn.agent.coordinator.adapters import DraAdapter, NriAdapter
 from dmn.agent.coordinator.config import NodeConfig
+from dmn.agent.coordinator.eswitch_modes import eswitch_pass
 from dmn.agent.coordinator.handles import DeviceView
 from dmn.agent.coordinator.maintenance import Maintenance, MaintenanceConfig
 from dmn.agent.coordinator.node_objects import NodeObjects
@@ -86,7 +87,9 @@ class NodeAgent:
         self.api_reachable = ApiReachability(cluster)
         self._health: dict[str, DeviceHealth] = {}
         self._health_lock = threading.Lock()
-        self.maintenance = Maintenance(lambda: self.services, maintenance)
+        self.maintenance = Maintenance(
+            lambda: self.services, maintenance, eswitch=self._eswitch_pass
+        )
         #: this node's Pods and the claims, watched: Pods without our claims pass the NRI
         #: hooks with no API call (see :mod:`.node_objects`)
         self.objects = NodeObjects(cluster, config.node_name, config.driver)
@@ -96,6 +99,22 @@ class NodeAgent:
         self.fatal = threading.Event()
         self.fatal_error: JournalError | None = None
         self._fatal_listeners: list[Callable[[], None]] = []
+
+    def _eswitch_pass(self, services: NodeServices) -> None:
+        """Place the PFs of this node's ManageEswitch policies in their modes, and restore
+        the recorded modes no policy asks for (:func:`.eswitch_modes.eswitch_pass`), from
+        what the publisher last read: no API call here, the node lock is taken inside."""
+        publisher = self.publisher
+        if publisher is None:
+            return
+        eswitch_pass(
+            services.eswitch,
+            publisher.inventory,
+            publisher.policies,
+            publisher.labels,
+            publisher.publication.last,
+            publisher.allocated,
+        )
 
     def on_fatal(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` (once, from the failing thread) when :attr:`fatal` is set."""

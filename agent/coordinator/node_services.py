@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
+from dmn.agent.coordinator.eswitch_modes import EswitchModes
 from dmn.agent.coordinator.handles import DeviceView
 from dmn.agent.coordinator.node_objects import NodeObjects
 from dmn.agent.coordinator.operations import NodeOperations, device_environment
@@ -44,6 +45,7 @@ class NodeServices:
     attachments: SandboxAttachmentService
     reconcile: ReconcileLoop
     lock: threading.RLock
+    eswitch: EswitchModes
 
     @classmethod
     def open(
@@ -87,6 +89,7 @@ class NodeServices:
             attachments=attachments,
             reconcile=ReconcileLoop(config, journal, operations, attachments, boot_id, lock),
             lock=lock,
+            eswitch=EswitchModes(journal, operations, lock),
         )
 
     def start(self) -> None:

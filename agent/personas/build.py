@@ -38,6 +38,7 @@ from dmn.agent.inventory.facts import (
     Inventory,
     InventoryItem,
     IommuPeer,
+    ItemKind,
     LinkState,
     Unknown,
 )
@@ -272,6 +273,25 @@ def build_personas(
             if other_name != name and _incompatible(pending, other):
                 result[other_name] = replace(other, allocation_ready=False)
 
+    # 5. a ManageEswitch transition pending on a PF fences its SR-IOV family: no new
+    #    allocations until the agent has changed the mode (the drain it waits for could never
+    #    finish while the family stayed allocatable); the fence lifts when a rescan reads the
+    #    requested mode
+    fenced = _eswitch_fenced(inventory, applicable)
+    for name, p in list(result.items()):
+        if p.inventory_id in fenced and p.allocation_ready:
+            result[name] = replace(p, allocation_ready=False)
+            findings.append(
+                Finding(
+                    FindingCode.W_PENDING_DRAIN,
+                    "an eswitch mode change of this function's PF waits for drain; "
+                    "no new allocations until it is done",
+                    policy=p.policy,
+                    item=p.inventory_id,
+                    device=name,
+                )
+            )
+
     if degraded:
         for name, p in list(result.items()):
             if p.consumptions or p.children is not None:
@@ -499,6 +519,25 @@ def _build_one(
         )
         return None
     return p
+
+
+def _eswitch_fenced(inventory: Inventory, policies: Sequence[DeviceExposurePolicy]) -> set[str]:
+    """Inventory IDs of every SR-IOV family whose PF a ManageEswitch policy wants in another
+    eswitch mode than the scan read (a mode the scan could not read counts as other)."""
+    fenced: set[str] = set()
+    for pol in policies:
+        management = pol.spec.management
+        addresses = pol.spec.selector.pci_addresses or []
+        if pol.spec.action != "ManageEswitch" or management is None or len(addresses) != 1:
+            continue
+        pf = inventory.by_pci(addresses[0])
+        if pf is None or pf.kind is not ItemKind.PF or pf.eswitch_mode == management.mode:
+            continue
+        fenced.add(pf.inventory_id)
+        fenced.update(
+            i.inventory_id for i in inventory.items.values() if i.pf_pci_address == pf.pci_address
+        )
+    return fenced
 
 
 def _link_type(item: InventoryItem, by_pci: Mapping[str, InventoryItem]) -> str:

@@ -85,6 +85,8 @@ class NodeSlicePublisher:
         self.inventory_watch = inventory_watch
         self.inventory = scan()
         self.publication = NodePublication(node_name)
+        self.policies: list[DeviceExposurePolicy] = []
+        self.labels: dict[str, str] = {}
         self.events = EventRecorder(cluster, "dra-multi-network-node", node_name)
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -141,10 +143,13 @@ class NodeSlicePublisher:
             claims = self.cluster.list(r.RESOURCE_CLAIMS).items
             policy_docs = self._policy_objects()
             self.allocated = allocated_devices(claims, self.driver, self.node_name)
+            # kept for the agent's ManageEswitch pass, which makes no API call of its own
+            self.policies = self._policies(policy_docs)
+            self.labels = self._labels()
             plan = self.publication.plan(
                 self.inventory,
-                self._policies(policy_docs),
-                self._labels(),
+                self.policies,
+                self.labels,
                 self.allocated,
             )
             stored = [self._write(doc) for doc in plan.slices]

@@ -74,6 +74,25 @@ def _require_quiescent(env: LinkEnvironment, dl: Devlink, bus: str, dev: str) ->
             )
 
 
+def undrained(env: LinkEnvironment, devlink: str) -> str:
+    """Why the eswitch ``devlink`` (``pci/<address>``, ``netdevsim/<dev>``) is not drained in
+    the kernel now (a VF/SF/virtual port's netdev is up), ``""`` when it is or the instance
+    is gone. For a caller that must not start a transition — or a restore — the executor
+    would refuse: a refused undo is left quarantined for inspection."""
+    match = _HANDLE.fullmatch(devlink)
+    if match is None:
+        return f"{devlink!r} is not a devlink instance handle"
+    bus, dev = match.group(1), match.group(2)
+    with open_in(env.fd(env.host)) as dl:
+        if _mode(dl, bus, dev) is None:
+            return ""
+        try:
+            _require_quiescent(env, dl, bus, dev)
+        except ExecutorError as exc:
+            return str(exc)
+    return ""
+
+
 class EswitchConfigure:
     """``devlink/eswitch-configure/v1``: only the mode; undo restores the recorded one."""
 

@@ -118,8 +118,11 @@ class Node:
         op: str,
         program: BoundProgram | None = None,
         sandbox: NamespaceRef | None = None,
+        scope: str | None = None,
     ) -> list[str]:
-        """Run or clean up ``op`` in a forked child that SIGKILLs itself at boundary ``index``.
+        """Run or clean up ``op`` in a forked child that SIGKILLs itself at boundary ``index``
+        (in ``scope``, default ``scope/<op>``: a caller that finds its operations by scope,
+        like the agent's eswitch service, names its own).
 
         Returns the boundary names the child passed, the last being where it died; an empty
         list means the child finished before reaching that boundary.
@@ -133,7 +136,7 @@ class Node:
                 "sandbox": sandbox.to_json() if sandbox else None,
                 "action": action,
                 "op": op,
-                "scope": f"scope/{op}",
+                "scope": scope or f"scope/{op}",
                 "program": program.to_json() if program else None,
                 "crash_at": index,
                 "out": str(out),

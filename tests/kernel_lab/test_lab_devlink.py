@@ -2,22 +2,34 @@
 
 netdevsim's devlink instance lives in the test's stand-in host namespace; the executor speaks
 devlink generic netlink there. iproute2's ``devlink -j dev eswitch show`` is the independent
-reader. No builtin plugin emits this opcode (the agent's eswitch manager is not built), so the
-journal-level test runs a one-effect program through the real runner and RocksDB journal and
-SIGKILLs it at every boundary.
+reader. No builtin plugin emits this opcode: the node agent runs it for DeviceExposurePolicy
+``action: ManageEswitch`` (:mod:`dmn.agent.coordinator.eswitch_modes`) as a one-effect program
+through the real runner and RocksDB journal. The agent's service is driven on a netdevsim PF
+(drained family from the journal and the API's allocations, the kernel's busy ports, restore
+when no policy asks) and SIGKILLed at every journal boundary of its transition and its restore
+(this replaced the executor-only crash test of the same program: same boundaries, plus the
+restarted service's next passes). netdevsim is not a PCI device, so
+the service's targets are built here from its devlink instance; ``eswitch_targets`` (PCI PFs
+from the inventory) is tested on recorded inventories.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dmn.engine.bound import BoundEffect, BoundProgram
+from dmn.agent.coordinator.eswitch_modes import EswitchModes, EswitchTarget, eswitch_program
+from dmn.agent.coordinator.operations import NodeOperations, device_environment
+from dmn.agent.journal.records import Reservation
+from dmn.agent.journal.store import JournalStore
+from dmn.agent.netns.pins import NamespacePins
+from dmn.engine.runner import Runner
 from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservation
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance, Scope
@@ -131,49 +143,125 @@ def test_an_undrained_eswitch_and_unknown_instances_are_refused(
         assert err.value.code == code
 
 
-def _program(dev: netdevsim.NetdevsimPf) -> BoundProgram:
-    effect = BoundEffect(
-        id="eswitch",
-        source_id="eswitch",
-        kind=ESWITCH,
-        inputs={"function": (pf_handle(dev),)},
-        parameters={"mode": "switchdev"},
-        requires=("drained-scope", "exclusive-grant", "protected-scope-clear"),
-        postconditions=("eswitch-mode-match", "function-rediscovered"),
-        recovery="RestoreBeforeImage",
+# ------------------------------------------------------------------ the agent's eswitch service
+
+
+def _target(dev: netdevsim.NetdevsimPf) -> EswitchTarget:
+    pf = f"pf-{dev.dev_id}"
+    return EswitchTarget(
+        policy="lab-eswitch",
+        inventory_id=pf,
+        devlink=dev.devlink,
+        mode="switchdev",
+        allowed_modes=frozenset({"legacy", "switchdev"}),
+        family=frozenset({pf, f"{pf}-vf0", f"{pf}-vf1"}),
     )
-    return BoundProgram("eswitch-manager", "v1", "prepare", "sha256:lab", (effect,))
+
+
+class _Agent:
+    """The agent's eswitch service over a state dir, as ``NodeServices`` wires it; a new
+    instance over the same dir is a restarted agent (it recovers first, as ``start`` does)."""
+
+    def __init__(self, tmp: Path, host: str) -> None:
+        state_dir = tmp / "agent"
+        self.pins = NamespacePins(state_dir, host_netns=netns_path(host))
+        self.journal = JournalStore.open(state_dir)
+        runner = Runner(
+            self.journal, EXECUTORS, env_factory=lambda op: device_environment(self.pins, tmp)
+        )
+        self.ops = NodeOperations(runner, self.pins, tmp)
+        for result in self.ops.recover():
+            assert result.state.value in ("Undone", "Completed"), result
+        self.modes = EswitchModes(self.journal, self.ops, threading.RLock())
+
+    def close(self) -> None:
+        self.journal.close()
+        self.pins.close()
+
+
+def test_agent_places_a_drained_pf_in_switchdev_and_restores_it(
+    pf: tuple[World, netdevsim.NetdevsimPf], tmp_path: Path
+) -> None:
+    """The ManageEswitch service on netdevsim: a VF of the family reserved by a preparation,
+    or allocated by the API but not yet prepared, keeps the PF in legacy (E_RESET_DOMAIN_BUSY,
+    nothing written); drained, it is switched and its representors appear; a second pass
+    replays; with the policy gone, a representor a tenant set up blocks the restore before
+    anything is written (not quarantined), and once down the recorded legacy mode is back."""
+    w, dev = pf
+    target = _target(dev)
+    agent = _Agent(tmp_path, w.host)
+    try:
+        agent.journal.reserve([Reservation(f"pf-{dev.dev_id}-vf1", "prep/claim/fp")])
+        (out,) = agent.modes.reconcile([target])
+        assert (out.state, out.code) == ("Busy", "E_RESET_DOMAIN_BUSY"), out
+        assert mode(dev) == "legacy"
+        with agent.journal.batch() as b:
+            b.delete_reservation(f"pf-{dev.dev_id}-vf1")
+        (out,) = agent.modes.reconcile([target], allocated={f"pf-{dev.dev_id}-vf0"})
+        assert (out.state, out.code) == ("Busy", "E_RESET_DOMAIN_BUSY"), out
+        (out,) = agent.modes.reconcile([target])
+        assert out.state == "Completed", out
+        assert mode(dev) == "switchdev"
+        reps = netdevsim.representors(dev)
+        assert set(reps) == {"pf0vf0", "pf0vf1"}
+        (out,) = agent.modes.reconcile([target])
+        assert out.state == "Completed" and mode(dev) == "switchdev"
+        subprocess.run(["ip", "-n", w.host, "link", "set", reps["pf0vf0"][0], "up"], check=True)
+        (out,) = agent.modes.reconcile([])
+        assert (out.state, out.code) == ("Busy", "E_RESET_DOMAIN_BUSY"), out
+        assert mode(dev) == "switchdev"
+        subprocess.run(["ip", "-n", w.host, "link", "set", reps["pf0vf0"][0], "down"], check=True)
+        (out,) = agent.modes.reconcile([])
+        assert out.state == "Restored", out
+        assert mode(dev) == "legacy" and netdevsim.representors(dev, timeout=1) == {}
+        assert agent.modes.reconcile([]) == []
+        record = agent.journal.load_operation(target.operation_id)
+        assert record is not None and record.state.value == "Undone"
+    finally:
+        agent.close()
 
 
 @pytest.mark.crash
-def test_eswitch_change_crash_at_every_boundary(
+def test_agent_eswitch_service_crash_at_every_boundary(
     pf: tuple[World, netdevsim.NetdevsimPf], tmp_path: Path
 ) -> None:
-    """SIGKILL the run (and its cleanup) at every journal boundary; recovery and cleanup from
-    the journal alone leave the eswitch in legacy mode without representors."""
+    """SIGKILL the service's transition (and its restore) at every journal boundary of its
+    operation; a restarted agent recovers, its next pass leaves the PF in switchdev while
+    the policy asks, and the pass after the policy is gone leaves it in legacy."""
     w, dev = pf
-    node = Node(tmp_path / "state", w.host)
+    target = _target(dev)
+    node = Node(tmp_path / "agent", w.host)
     server = CrashForkServer()
+    points = {"run": 0, "cleanup": 0}
     try:
-        points = {"run": 0, "cleanup": 0}
         for phase in ("run", "cleanup"):
             for index in range(MAX_BOUNDARIES):
-                op = f"es-{phase}{index}"
-                program = _program(dev)
                 if phase == "cleanup":
-                    node.run(op, program)
-                    assert mode(dev) == "switchdev"
-                passed = node.killed_at(server, index, phase, op, program)
-                with node.runner() as r:
-                    for result in r.recover():
-                        assert result.state.value in ("Undone", "Completed"), result
-                    assert r.cleanup(op).state.value == "Undone"
-                assert mode(dev) == "legacy", (phase, index, passed)
+                    agent = _Agent(tmp_path, w.host)
+                    try:
+                        assert [o.state for o in agent.modes.reconcile([target])] == ["Completed"]
+                    finally:
+                        agent.close()
+                passed = node.killed_at(
+                    server, index, phase, target.operation_id, eswitch_program(target),
+                    scope=target.scope,
+                )  # fmt: skip
+                agent = _Agent(tmp_path, w.host)
+                try:
+                    if phase == "run":
+                        outcomes = agent.modes.reconcile([target])
+                        assert [o.state for o in outcomes] == ["Completed"], (index, outcomes)
+                        assert mode(dev) == "switchdev", (phase, index, passed)
+                    outcomes = agent.modes.reconcile([])
+                    assert {o.state for o in outcomes} <= {"Restored"}, (index, outcomes)
+                    assert mode(dev) == "legacy", (phase, index, passed)
+                finally:
+                    agent.close()
                 if not passed:
                     break
                 points[phase] += 1
+        # intent, before-image, apply, outcome, completion; undo: undoing, undone
         assert points["run"] >= 4 and points["cleanup"] >= 2, points
         assert netdevsim.representors(dev, timeout=1) == {}
     finally:
         server.close()
-        node.release_pins()
