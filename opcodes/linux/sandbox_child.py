@@ -5,18 +5,22 @@ One journaled effect replaces v1's create-on-host + move (the kernel's namespace
 costs more than the reference plugin's whole ADD). The lifecycle, and why each step is safe:
 
 * ``capture`` (before anything changes) records the target pin (identity + path), the
-  parent's identity on the host, a fresh random *nonce* name, the workload's final name and
-  the ownership alias; the runner journals it before ``apply``.
+  parent's identity on the host, the link's identity-to-be (a random free ifindex in the
+  sandbox, the kind, the lower device on the host: :mod:`link_identity`), the workload's
+  final name and the ownership alias; the runner journals it before ``apply``.
 * ``apply`` re-proves the parent, then sends one RTM_NEWLINK from the host namespace with
   ``IFLA_NET_NS_FD`` of the pinned sandbox: the kernel creates the child in the sandbox (it
-  never exists on the host) under the nonce name, atomically refusing a taken name
-  (EEXIST → ``E_NAME_TAKEN``) and a parent whose receive handler belongs to another family
-  (EBUSY: an ipvlan/macvlan/bridge/bond port → ``E_FAMILY_CONFLICT``). It then claims the
-  link in one request: ownership alias, final name, admin state.
-* ``recover`` after a crash looks for the link by the recorded identity — the alias, or the
-  nonce name with the recorded kind and lower device (and, inside a sandbox, a lower in
-  another namespace) and no alias — first in the pinned sandbox, then on the host and every
-  other pin; a link found under the nonce is claimed. Nothing else is ever adopted.
+  never exists on the host) at the journaled ifindex, under the final name and in the final
+  admin state, atomically refusing a taken name or ifindex (EEXIST → ``E_NAME_TAKEN``) and a
+  parent whose receive handler belongs to another family (EBUSY: an
+  ipvlan/macvlan/bridge/bond port → ``E_FAMILY_CONFLICT``). It then claims the link with
+  the ownership alias (a label; the proof is the identity). v1's temporary *nonce* name is
+  not needed here: no name is ever the proof of a v2 child, its recorded ifindex with the
+  kind and a lower in the host is (a tenant cannot make a link whose lower is on the host),
+  and creating under the final name spares the kernel a rename of the new link.
+* ``recover`` after a crash looks for the link by that recorded identity in the pinned
+  sandbox; a link found there unclaimed (any name: records of earlier versions created it
+  under a nonce) is claimed — alias, final name, admin state. Nothing else is ever adopted.
 * ``undo`` deletes the child in place in its namespace (no move back); a child whose
   sandbox is gone died with it.
 """
@@ -33,7 +37,7 @@ from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.child_links import IPVLAN_MODES, MACVLAN_MODES
 from dmn.opcodes.linux.created_link import _CreatedLink
 from dmn.opcodes.linux.effect_handles import environment, locate_input, single
-from dmn.opcodes.linux.links import LinkState, by_index, by_name, link_request, nonce_name
+from dmn.opcodes.linux.links import LinkState, by_index, by_name, link_request
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import ScopeKind
@@ -65,7 +69,6 @@ class _SandboxChild(_CreatedLink):
             "lower": link.index,
             "final": final,
             "up": bool(ctx.parameters["up"]),
-            "nonce": nonce_name(),
             "alias": ctx.alias,
             **self._planned(env, sandbox, link.index, env.host.identity.to_json()),
         }
@@ -93,18 +96,20 @@ class _SandboxChild(_CreatedLink):
                 f"create {self.kind} in sandbox",
                 env.rtnl(env.host),
                 "add",
-                ifname=before["nonce"],
+                ifname=before["final"],
                 index=self._index(before),
                 kind=self.kind,
                 link=int(before["lower"]),
                 mtu=mtu,
                 net_ns_fd=env.fd(sandbox),
+                state="up" if before.get("up") else "down",
                 **self._request(ctx),
             )
         except ExecutorError as exc:
             if exc.code == f"E_NETLINK_{errno.EEXIST}":
                 raise ExecutorError(
-                    "E_NAME_TAKEN", f"nonce name {before['nonce']} exists in the sandbox"
+                    "E_NAME_TAKEN",
+                    f"{before['final']!r} or ifindex {self._index(before)} is taken in the sandbox",
                 ) from exc
             if exc.code == f"E_NETLINK_{errno.EBUSY}":
                 raise ExecutorError(
@@ -121,8 +126,9 @@ class _SandboxChild(_CreatedLink):
     def _finish(
         self, env: LinkEnvironment, ref: NamespaceRef, link: LinkState, before: Any
     ) -> None:
-        """Claim: ownership alias, final name and admin state in one request (the kernel
-        renames before it sets the link up)."""
+        """Claim: the ownership alias, and the final name and admin state where they differ
+        (a link recovery finds under an earlier version's nonce name), in one request (the
+        kernel renames before it sets the link up)."""
         changes: dict[str, Any] = {"ifalias": before["alias"]}
         if link.name != before["final"]:
             changes["ifname"] = before["final"]

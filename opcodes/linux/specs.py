@@ -8,12 +8,13 @@ Shared-parent children (macvlan, ipvlan) have two designs. ``/v1`` creates the c
 host parent and a separate ``linux/link-move/v1`` effect moves it into the sandbox (seed 002
 §8.4). ``/v2`` (issue 15, the design the builtin programs use) creates the child directly in
 the call's verified, pinned sandbox in one journaled effect, as the reference CNI plugins do:
-the before-image records the random nonce name and the target pin before the create, the
-child is claimed there (ownership alias, the workload's name, admin state — one request),
-recovery finds it by that recorded identity in the pinned namespace or on the host, and undo
-deletes it in place (no move back). This avoids the kernel's namespace move, which alone
-costs more than the whole attach of the reference plugin. No opcode takes a namespace or a
-device name from configuration; the temporary link name is the executor's nonce.
+the before-image records the link's identity-to-be (a random ifindex, kind, lower on the
+host) and the target pin before the create, the kernel creates it there under the workload's
+name and admin state, it is claimed with the ownership alias, recovery finds it by that
+recorded identity in the pinned namespace, and undo deletes it in place (no move back). This
+avoids the kernel's namespace move, which alone costs more than the whole attach of the
+reference plugin. No opcode takes a namespace or a device name from configuration; a
+temporary link name (v1) is the executor's nonce.
 """
 
 from __future__ import annotations
@@ -270,7 +271,7 @@ def _sandbox_child(kind: str, parameters: type[ParameterModel]) -> OpcodeSpec:
         ),
         undo=(
             f"Deletes the {kind} child it created in place (identified by the recorded "
-            "ownership alias or nonce identity); the parent is left as it is."
+            "ifindex, kind and host lower device); the parent is left as it is."
         ),
     )
 

@@ -2,9 +2,10 @@
 sandbox (issue 15), against the real kernel in scratch namespaces.
 
 Covers the forward path with traffic, in-place deletion, the crash window between the
-kernel's create and the claim (found by the recorded nonce identity in the pinned sandbox),
-impostors under the nonce name that must never be adopted, and the kernel's atomic refusals
-(taken name, a parent already serving another family).
+kernel's create and the claim (found by the recorded identity in the pinned sandbox, under
+the final name or an earlier version's nonce name), impostors under the final name that must
+never be adopted, and the kernel's atomic refusals (taken name, a parent already serving
+another family).
 """
 
 from __future__ import annotations
@@ -92,6 +93,26 @@ def test_a_taken_name_in_the_sandbox_is_refused_before_anything_changes() -> Non
         assert link(w.ipr(sb), "net1").kind == "veth"
 
 
+def test_a_name_taken_after_capture_is_refused_atomically_by_the_kernel() -> None:
+    """The child is created under its final name: a link that took the name between capture
+    and apply makes the kernel refuse the create (EEXIST → E_NAME_TAKEN); nothing is created
+    at the journaled ifindex and the other link is untouched."""
+    with world() as w:
+        sb = w.sandbox()
+        parent, _ = w.veth(w.host)
+        env = w.env(sb)
+        held = _held(w, env, parent)
+        ctx = EffectContext("op1", "create", {"parent": (held.output("parent"),)}, PARAMS, env)
+        ex = EXECUTORS[MACVLAN]
+        before = ex.capture(ctx)
+        w.ipr(sb).link("add", ifname="net1", kind="veth", peer="net1p")
+        with pytest.raises(ExecutorError) as err:
+            ex.apply(ctx, before)
+        assert err.value.code == "E_NAME_TAKEN"
+        assert ex.recover(ctx, before) is RecoveryObservation.NOT_APPLIED
+        assert link(w.ipr(sb), "net1").kind == "veth"
+
+
 def test_a_parent_serving_a_bridge_is_refused_atomically_by_the_kernel() -> None:
     """No scan of every pin: the kernel refuses a second receive handler (EBUSY) atomically,
     reported as E_FAMILY_CONFLICT; nothing appears in the sandbox."""
@@ -114,15 +135,16 @@ def test_a_parent_serving_a_bridge_is_refused_atomically_by_the_kernel() -> None
             ex.apply(ctx, before)
         assert err.value.code == "E_FAMILY_CONFLICT"
         assert ex.recover(ctx, before) is RecoveryObservation.NOT_APPLIED
-        assert {x for x in (by_name(w.ipr(sb), before["nonce"]),) if x} == set()
+        assert by_name(w.ipr(sb), before["final"]) is None
 
 
 def test_a_child_left_unclaimed_in_the_sandbox_is_found_by_its_recorded_identity() -> None:
     """The window inside apply no journal boundary covers: the kernel created the child in
     the pinned sandbox at the journaled ifindex, the claim never ran. Recovery finds it there
     (recorded ifindex, kind, lower on the host), claims it and reports Applied; undo deletes
-    it in place. Impostors — another kind under the nonce name, a macvlan at our ifindex
-    whose lower is in the sandbox itself — are never adopted or deleted."""
+    it in place — under the final name (this version creates it so) and under a nonce name
+    (an earlier version's record). Impostors — another kind under the final name, a macvlan
+    at our ifindex whose lower is in the sandbox itself — are never adopted or deleted."""
     with world() as w:
         sb = w.sandbox()
         host, sbr = w.ipr(w.host), w.ipr(sb)
@@ -132,22 +154,23 @@ def test_a_child_left_unclaimed_in_the_sandbox_is_found_by_its_recorded_identity
         ctx = EffectContext("op1", "create", {"parent": (held.output("parent"),)}, PARAMS, env)
         ex = EXECUTORS[MACVLAN]
         before = ex.capture(ctx)
-        nonce = before["nonce"]
-        assert before["netns"]["path"].endswith(sb) and before["final"] == "net1"
+        final = before["final"]
+        assert before["netns"]["path"].endswith(sb) and final == "net1"
+        assert "nonce" not in before  # no name is the proof of a v2 child
 
         # impostor 1: a tenant's macvlan in the sandbox on a sandbox link with our parent's
-        # ifindex would need that index; a veth under the nonce name stands for "wrong kind"
-        sbr.link("add", ifname=nonce, kind="veth", peer="imp0")
+        # ifindex would need that index; a veth under the final name stands for "wrong kind"
+        sbr.link("add", ifname=final, kind="veth", peer="imp0")
         assert ex.recover(ctx, before) is RecoveryObservation.NOT_APPLIED
         ex.undo(ctx, before, {})
-        assert link(sbr, nonce).kind == "veth"
-        sbr.link("del", index=sbr.link_lookup(ifname=nonce)[0])
+        assert link(sbr, final).kind == "veth"
+        sbr.link("del", index=sbr.link_lookup(ifname=final)[0])
         # impostor 2: same kind, at our recorded ifindex, lower inside the sandbox (not on
         # the host): refused as a mismatch (the runner quarantines it), never deleted
         sbr.link("add", ifname="tenant0", kind="veth", peer="tenant1")
         sbr.link(
             "add",
-            ifname=nonce,
+            ifname=final,
             index=before["identity"]["index"],
             kind="macvlan",
             link=sbr.link_lookup(ifname="tenant0")[0],
@@ -157,28 +180,32 @@ def test_a_child_left_unclaimed_in_the_sandbox_is_found_by_its_recorded_identity
             with pytest.raises(ExecutorError) as err:
                 step(ctx, before)
             assert err.value.code == "E_IDENTITY_MISMATCH"
-        assert link(sbr, nonce).kind == "macvlan"
-        sbr.link("del", index=sbr.link_lookup(ifname=nonce)[0])
+        assert link(sbr, final).kind == "macvlan"
+        sbr.link("del", index=sbr.link_lookup(ifname=final)[0])
 
-        # the real crash window: created in the sandbox on our host parent, never claimed
-        host.link(
-            "add",
-            ifname=nonce,
-            index=before["identity"]["index"],
-            kind="macvlan",
-            link=int(before["lower"]),
-            macvlan_mode="bridge",
-            mtu=1500,
-            net_ns_fd=sb,
-        )
-        assert ex.recover(ctx, before) is RecoveryObservation.APPLIED
-        claimed = link(sbr, "net1")
-        assert (claimed.alias, claimed.up) == (ctx.alias, True)
-        assert ex.observe(ctx, before).postconditions_ok
-        ex.undo(ctx, before, {})
-        assert by_name(sbr, "net1") is None and by_name(sbr, nonce) is None
-        assert link(sbr, "tenant0").kind == "veth"  # foreign links survive
-        assert ex.recover(ctx, before) is RecoveryObservation.NOT_APPLIED
+        # the real crash window: created in the sandbox on our host parent, under the final
+        # name and up (as apply creates it) or, from an earlier version's record, under a
+        # nonce name and down; never claimed
+        for name, up in ((final, True), ("dmn0123456789ab", False)):
+            host.link(
+                "add",
+                ifname=name,
+                index=before["identity"]["index"],
+                kind="macvlan",
+                link=int(before["lower"]),
+                macvlan_mode="bridge",
+                mtu=1500,
+                net_ns_fd=sb,
+                **({"state": "up"} if up else {}),
+            )
+            assert ex.recover(ctx, before) is RecoveryObservation.APPLIED
+            claimed = link(sbr, "net1")
+            assert (claimed.alias, claimed.up) == (ctx.alias, True)
+            assert ex.observe(ctx, before).postconditions_ok
+            ex.undo(ctx, before, {})
+            assert by_name(sbr, "net1") is None and by_name(sbr, name) is None
+            assert link(sbr, "tenant0").kind == "veth"  # foreign links survive
+            assert ex.recover(ctx, before) is RecoveryObservation.NOT_APPLIED
 
 
 def test_undo_after_the_sandbox_is_gone_is_a_noop() -> None:
