@@ -15,11 +15,12 @@ Contract:
 * :meth:`EswitchModes.reconcile` runs under the node lock. It first restores what no policy
   asks for anymore (cleanup of the recorded transition: the runner's undo writes back the mode
   the journal captured), then places every target in its mode — each only while the PF's whole
-  SR-IOV family is drained: no reservation, share or API allocation of the PF or any of its
-  VFs (``E_RESET_DOMAIN_BUSY``, nothing written). The executor re-checks the kernel (a VF
-  port's netdev up is ``E_RESET_DOMAIN_BUSY`` too) right before writing. A transition is one
-  journaled operation (``eswitch-<digest>`` in scope ``eswitch/<inventoryID>``) run by the same
-  runner as every program: recovery after a crash observes the mode, never repeats blindly.
+  SR-IOV family is drained: the Node cordoned, no reservation, share or API allocation of the
+  PF or any of its VFs (``E_RESET_DOMAIN_BUSY``, nothing written). The executor re-checks the
+  kernel (a VF port's netdev up is ``E_RESET_DOMAIN_BUSY`` too) right before writing. A
+  transition is one journaled operation (``eswitch-<digest>`` in scope ``eswitch/<inventoryID>``)
+  run by the same runner as every program: recovery after a crash observes the mode, never
+  repeats blindly.
 * Ownership is the journal's: only a mode this node recorded changing is ever restored.
 """
 
@@ -193,6 +194,7 @@ class EswitchModes:
         self._lock = lock
         #: the eswitch operations the journal holds: listed once (a full scan), then kept
         self._known: set[str] | None = None
+        self._held = ""  # this pass's node-wide hold (see reconcile)
 
     def _busy(self, devlink: str, family: Collection[str], allocated: Collection[str]) -> str:
         """Why the family is not drained, or ``""``: the journal's holds and the API's
@@ -218,6 +220,8 @@ class EswitchModes:
     ) -> EswitchOutcome | None:
         """The outcome that stops this transition or restore before anything is written
         (``Busy``: not drained; ``Refused``: the kernel could not be asked), else None."""
+        if self._held:
+            return EswitchOutcome(inv, "Busy", "E_RESET_DOMAIN_BUSY", self._held)
         try:
             why = self._busy(devlink, family, allocated)
         except ExecutorError as exc:  # no devlink family, a failed dump: nothing is known
@@ -231,19 +235,23 @@ class EswitchModes:
         targets: Sequence[EswitchTarget],
         families: dict[str, frozenset[str]] | None = None,
         allocated: Collection[str] = (),
+        held: str = "",
     ) -> list[EswitchOutcome]:
         """Restore what no target wants, then place each target in its mode (see module).
         ``families`` gives the current family of a PF that no target names anymore (for the
-        drain check of its restore; unknown: only the PF itself)."""
+        drain check of its restore; unknown: only the PF itself). ``held``: a node-wide
+        reason no transition or restore may start now (the node is not cordoned)."""
         with self._lock:
-            return self._reconcile(targets, families or {}, allocated)
+            return self._reconcile(targets, families or {}, allocated, held)
 
     def _reconcile(
         self,
         targets: Sequence[EswitchTarget],
         families: dict[str, frozenset[str]],
         allocated: Collection[str],
+        held: str = "",
     ) -> list[EswitchOutcome]:
+        self._held = held
         out: list[EswitchOutcome] = []
         wanted = {t.operation_id for t in targets}
         if self._known is None:
@@ -317,17 +325,21 @@ def eswitch_pass(
     labels: dict[str, str],
     personas: PersonaSet | None,
     allocated_devices: Collection[str],
+    *,
+    cordoned: bool,
 ) -> list[EswitchOutcome]:
     """One maintenance pass over what the slice publisher last read: the node's targets, the
-    API's allocated devices as inventory IDs (through the last published personas), then
-    :meth:`EswitchModes.reconcile`. Findings and every outcome but Completed/Restored are
-    logged; nothing here calls the API."""
+    API's allocated devices as inventory IDs (through the last published personas), whether
+    the Node is cordoned (a transition or restore waits for it: seed 000 §8.7's whole-node
+    cordon), then :meth:`EswitchModes.reconcile`. Findings and every outcome but
+    Completed/Restored are logged; nothing here calls the API."""
     targets, findings = eswitch_targets(inventory, policies, labels)
     for finding in findings:
         log.warning("event=eswitch-policy-invalid %s", finding.to_json())
     by_device = {p.name: p.inventory_id for p in personas.personas} if personas else {}
     allocated = {by_device[d] for d in allocated_devices if d in by_device}
-    outcomes = modes.reconcile(targets, pf_families(inventory), allocated)
+    held = "" if cordoned else "the node is not cordoned (spec.unschedulable)"
+    outcomes = modes.reconcile(targets, pf_families(inventory), allocated, held)
     for outcome in outcomes:
         if outcome.state not in ("Completed", "Restored"):
             log.warning(

@@ -114,6 +114,7 @@ class NodeAgent:
             publisher.labels,
             publisher.publication.last,
             publisher.allocated,
+            cordoned=publisher.cordoned,
         )
 
     def on_fatal(self, listener: Callable[[], None]) -> None:

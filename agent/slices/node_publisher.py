@@ -87,6 +87,7 @@ class NodeSlicePublisher:
         self.publication = NodePublication(node_name)
         self.policies: list[DeviceExposurePolicy] = []
         self.labels: dict[str, str] = {}
+        self.cordoned = False
         self.events = EventRecorder(cluster, "dra-multi-network-node", node_name)
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -128,6 +129,8 @@ class NodeSlicePublisher:
 
     def _labels(self) -> dict[str, str]:
         node = self.cluster.get(r.NODES, self.node_name)
+        # kept for the agent's ManageEswitch pass: a transition needs a cordoned node
+        self.cordoned = bool((node.get("spec") or {}).get("unschedulable"))
         return dict((node.get("metadata") or {}).get("labels") or {})
 
     def publish(self) -> list[Obj]:

@@ -148,13 +148,12 @@ def test_a_pending_transition_fences_the_family_from_new_allocations(
 def test_the_agent_pass_drains_from_the_api_and_the_journal_before_the_kernel(
     inventory: Inventory, tmp_path: Path
 ) -> None:
-    """The maintenance pass with the real journal, runner and executors: a VF of the family
-    allocated by the API (device name -> inventory ID through the published personas) keeps
-    it Busy (E_RESET_DOMAIN_BUSY) and nothing is recorded; without it the transition runs and
-    the kernel answers for the PF — this machine has no such devlink instance, so the
-    kernel is asked first and the pass reports why it could not (here: no devlink family at
-    all, E_DEVLINK; a node without that PF: E_DEVICE_GONE from the executor), with
-    nothing recorded or written."""
+    """The maintenance pass with the real journal, runner and executors: a Node that is not
+    cordoned, or a VF of the family allocated by the API (device name -> inventory ID through
+    the published personas) keeps it Busy (E_RESET_DOMAIN_BUSY) and nothing is recorded;
+    without either the kernel is asked first and the pass reports why it could not (this
+    host has no devlink family at all: E_DEVLINK; a node without that PF: E_DEVICE_GONE from
+    the executor), with nothing written."""
     vfs = policy(
         "x710-vfs",
         persona="kernel",
@@ -174,10 +173,13 @@ def test_the_agent_pass_drains_from_the_api_and_the_journal_before_the_kernel(
             env_factory=lambda op: device_environment(pins, tmp_path / "cdi"),
         )
         modes = EswitchModes(journal, NodeOperations(runner, pins, tmp_path / "cdi"), RLock())
-        (busy,) = eswitch_pass(modes, inventory, policies, {}, personas, allocated)
+        (busy,) = eswitch_pass(modes, inventory, policies, {}, personas, set(), cordoned=False)
+        assert (busy.state, busy.code) == ("Busy", "E_RESET_DOMAIN_BUSY"), busy
+        assert "cordoned" in busy.message
+        (busy,) = eswitch_pass(modes, inventory, policies, {}, personas, allocated, cordoned=True)
         assert (busy.state, busy.code) == ("Busy", "E_RESET_DOMAIN_BUSY"), busy
         assert journal.operations() == []
-        (refused,) = eswitch_pass(modes, inventory, policies, {}, personas, set())
+        (refused,) = eswitch_pass(modes, inventory, policies, {}, personas, set(), cordoned=True)
         assert refused.state == "Refused", refused
         assert refused.code in ("E_DEVLINK", "E_DEVICE_GONE"), refused
         assert all(op.state.value == "Undone" for op in journal.operations())
