@@ -782,6 +782,27 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Use a granted VLAN or extend the policy's vlans.",
     ),
     _r(
+        "E_OVS_BRIDGE_GRANT",
+        EXEC,
+        "The OVS bridge alias has no grant, or the granted bridge is not in OVSDB or was "
+        "replaced (another Bridge row UUID than the one recorded).",
+        "Fix the policy grant or the bridge; the effect is refused.",
+    ),
+    _r(
+        "E_OVS_PORT_EXISTS",
+        EXEC,
+        "OVSDB already has a Port or Interface row under the representor's name that the "
+        "journal did not record as created by this effect; it is never adopted.",
+        "Remove the foreign port by hand if it is stale; nothing was written.",
+    ),
+    _r(
+        "E_OVSDB",
+        EXEC,
+        "The node's ovsdb-server could not be reached, refused a transaction, or "
+        "ovs-vswitchd did not apply it before the deadline.",
+        "Check ovsdb-server and ovs-vswitchd on the node; the journal says what was committed.",
+    ),
+    _r(
         "E_DRIVER_NOT_ALLOWED",
         EXEC,
         "The driver a PCI function is to be bound to is not in the exposure policy's "

@@ -54,6 +54,8 @@ PACKAGES = ("python3", "python3-venv", "libudev1", "ca-certificates")
 VENV = "/opt/dmn"
 USER_ID = 65532
 IMAGE_NAME = "dra-multi-network"
+SOURCE_ONLY = frozenset({"ovs"})
+"""Runtime requirements PyPI serves only as a source distribution (the ``ovs`` IDL 3.x)."""
 KEEP_IMAGES = 3
 EXCLUDED_CONTENT = ("dev", "proc", "sys", "tmp", "run")
 # Documentation, manuals and locales are not needed to run the driver.
@@ -162,6 +164,10 @@ def _clean(rootfs: Path) -> None:
     (rootfs / "etc/hostname").unlink(missing_ok=True)
 
 
+def _name(pin: str) -> str:
+    return pin.split("==", 1)[0]
+
+
 def build_base(python: Path, pins: list[str]) -> tuple[Path, str]:
     key = _digest(RECIPE, SUITE, MIRROR, *PACKAGES, *DPKG_EXCLUDES, *pins)
     base = cache_root() / f"base-{key}"
@@ -179,6 +185,8 @@ def build_base(python: Path, pins: list[str]) -> tuple[Path, str]:
     wheelhouse = rootfs / "tmp/wheels"
     wheelhouse.mkdir(parents=True)
     (wheelhouse / "pins.txt").write_text("\n".join(pins) + "\n")
+    binary = [p for p in pins if _name(p) not in SOURCE_ONLY]
+    (wheelhouse / "binary.txt").write_text("\n".join(binary) + "\n")
     _run(
         [
             str(python),
@@ -191,9 +199,17 @@ def build_base(python: Path, pins: list[str]) -> tuple[Path, str]:
             "-d",
             str(wheelhouse),
             "-r",
-            str(wheelhouse / "pins.txt"),
+            str(wheelhouse / "binary.txt"),
         ]
     )
+    for pin in sorted(set(pins) - set(binary)):
+        # published as a source distribution only: built into a wheel here, on the host,
+        # from that sdist (pure Python: no C extension is built without OVS's headers)
+        _run(
+            [str(python), "-m", "pip", "wheel", "-q", "--no-deps", "--no-binary", _name(pin),
+             "-w", str(wheelhouse), pin],
+            env={**os.environ, "SOURCE_DATE_EPOCH": str(_epoch())},
+        )  # fmt: skip
     _chroot(rootfs, "python3", "-m", "venv", VENV)
     _chroot(
         rootfs,

@@ -9,7 +9,8 @@ name, a driver outside the allowlist or a path from workload config: an alias in
 only a key into :attr:`bridge_grants`, a driver parameter must be in :attr:`allowed_drivers`.
 Tests build one directly; the agent builds one per call. A plain ``LinkEnvironment`` works for
 executors that need none of it (their lookups fall back to the node's real roots, "no
-grants" and "no drivers").
+grants" and "no drivers"). The OVSDB endpoint (:attr:`ovsdb_remote`) and the approved OVS bridges
+(:attr:`ovs_bridge_grants`) are node facts of the same kind.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ SYSFS = Path("/sys")
 DEV = Path("/dev")
 PROC = Path("/proc")
 CDI_ROOT = Path("/var/run/cdi")
+OVSDB_REMOTE = "unix:/run/openvswitch/db.sock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,27 @@ class BridgeGrant:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class OvsBridgeGrant:
+    """An approved Open vSwitch bridge: its OVSDB ``Bridge`` name and the VLANs it permits.
+
+    The bridge's row UUID is read at capture and recorded (its incarnation); a bridge deleted
+    and re-created under the same name is another row and no longer the approved one.
+    """
+
+    alias: str
+    name: str
+    vlans: frozenset[int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"alias": self.alias, "name": self.name, "vlans": sorted(self.vlans)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> OvsBridgeGrant:
+        vlans = frozenset(int(v) for v in data["vlans"])
+        return cls(alias=str(data["alias"]), name=str(data["name"]), vlans=vlans)
+
+
 @dataclass
 class DeviceEnvironment(LinkEnvironment):
     sysfs_root: Path = SYSFS
@@ -59,6 +82,8 @@ class DeviceEnvironment(LinkEnvironment):
     dev_root: Path = DEV
     proc_root: Path = PROC
     cdi_root: Path = CDI_ROOT
+    ovs_bridge_grants: Mapping[str, OvsBridgeGrant] = field(default_factory=dict)
+    ovsdb_remote: str = OVSDB_REMOTE
 
     @classmethod
     def extend(
@@ -101,3 +126,11 @@ def proc_root(env: Any) -> Path:
 
 def cdi_root(env: Any) -> Path:
     return env.cdi_root if isinstance(env, DeviceEnvironment) else CDI_ROOT
+
+
+def ovs_bridge_grants(env: Any) -> Mapping[str, OvsBridgeGrant]:
+    return env.ovs_bridge_grants if isinstance(env, DeviceEnvironment) else {}
+
+
+def ovsdb_remote(env: Any) -> str:
+    return env.ovsdb_remote if isinstance(env, DeviceEnvironment) else OVSDB_REMOTE

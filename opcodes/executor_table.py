@@ -6,7 +6,7 @@ one copy but not another would make a test or benchmark run a different node tha
 
 Contract: :func:`default_executors` returns a fresh, caller-owned mapping from opcode name
 to executor; every key is the name of a spec in :func:`dmn.opcodes.registry.default_registry`.
-Opcodes whose executors are not built yet (OVS, IB, and
+Opcodes whose executors are not built yet (IB and
 ``bridge/shared-uplink-vlan``) are absent,
 so the runner refuses programs that use them. Unlike ``registry``, importing this module
 imports the native executor modules (pyroute2), so pure code must not import it.
@@ -18,6 +18,7 @@ from dmn.opcodes.bridge.executors import EXECUTORS as BRIDGE
 from dmn.opcodes.devlink.executors import EXECUTORS as DEVLINK
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.linux.executors import EXECUTORS as LINUX
+from dmn.opcodes.ovs.executors import EXECUTORS as OVS
 from dmn.opcodes.pci.executors import EXECUTORS as PCI
 from dmn.opcodes.rdma.executors import EXECUTORS as RDMA
 from dmn.opcodes.representor.executors import EXECUTORS as REPRESENTOR
@@ -28,4 +29,15 @@ from dmn.opcodes.vfio.executors import EXECUTORS as VFIO
 
 def default_executors() -> dict[str, Executor]:
     """Every builtin executor, keyed by opcode name; a new dict on every call."""
-    return {**LINUX, **SHARE, **SRIOV, **REPRESENTOR, **BRIDGE, **PCI, **VFIO, **RDMA, **DEVLINK}
+    return {
+        **LINUX,
+        **SHARE,
+        **SRIOV,
+        **REPRESENTOR,
+        **BRIDGE,
+        **PCI,
+        **VFIO,
+        **RDMA,
+        **DEVLINK,
+        **OVS,
+    }

@@ -47,7 +47,8 @@ REQUIRES: Mapping[str, str] = MappingProxyType(
         "filtering, fixed MAC, up and the expected incarnation",
         "vlan-grant": "every VLAN ID is permitted by the bridge or uplink grant",
         "uplink-grant": "the uplink alias names an approved member of the approved bridge",
-        "ovs-bridge-grant": "the OVS bridge alias is approved by the exposure policy",
+        "ovs-bridge-grant": "the OVS bridge alias is approved by the exposure policy and its "
+        "Bridge row is the one recorded at capture (same UUID)",
         "device-node-identity": "the character device's major/minor match the allocated device",
         "vf-mapping-verified": "the VF index and its PF are verified from sysfs/rtnetlink to be "
         "the allocated function, and the PF's kernel identity is recorded",
@@ -77,7 +78,9 @@ POSTCONDITIONS: Mapping[str, str] = MappingProxyType(
         "bridge-membership-match": "the representor's master is the approved bridge",
         "bridge-vlan-match": "the port VLAN table equals the requested entries",
         "uplink-vlan-present": "the uplink carries the VLAN and the reference is journaled",
-        "ovs-port-owned": "the OVS port/interface rows exist with this operation's external IDs",
+        "ovs-port-owned": "the OVS Port/Interface rows with the journaled UUIDs are on the "
+        "recorded bridge with the requested VLANs and this operation's external IDs, and "
+        "ovs-vswitchd gave the interface an OpenFlow port",
         "vf-settings-match": "the PF reports the VF's requested MAC, VLAN/QoS, spoof checking, "
         "trust, TX rates and link state",
     }

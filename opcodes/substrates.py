@@ -115,7 +115,22 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         "spec only; InfiniBand (IPoIB, pkeys) has no substrate here and stays on recorded "
         "sysfs trees",
     ),
-    SubstrateRow(("ovs/port-attach",), (), "spec only"),
+    SubstrateRow(
+        ("ovs/port-attach",),
+        ("opcodes/ovs/",),
+        "lab kernel, a test-owned `ovsdb-server` + `ovs-vswitchd` (own database, runtime "
+        "directory and sockets) with the kernel datapath (`openvswitch.ko`) and netdevsim "
+        "switchdev representors as ports, over the `ovs` Python IDL. The lab, not this "
+        "machine's kernel (no OVS module: only the userspace datapath), because the executor "
+        "proves its input is a switchdev representor and only the lab has netdevsim; the "
+        "OVSDB edge alone is also tested on the host with the userspace datapath. The "
+        "rows' UUIDs are drawn at capture and journaled before the insert, so undo "
+        "and recovery act on those rows only; foreign Port/Interface rows of the "
+        "representor's name are refused, never adopted. Read back with `ovs-vsctl` and "
+        "`ovs-appctl dpif/show`; ovs-cni: broadcasts into a VLAN 100 access port reach the "
+        "representor's transmit counter, VLAN 200 ones do not (netdevsim has no VF netdev, "
+        "so nothing flows from it); SIGKILL at every journal boundary of ovs-cni connect",
+    ),
 )
 
 

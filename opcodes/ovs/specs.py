@@ -1,9 +1,10 @@
 """``ovs/*`` opcodes: Open vSwitch ports for host representors, through OVSDB.
 
 Why ``connect``: the ovs-cni operation plugs a representor while its workload is connected and
-unplugs it at removal. The bridge is an administrator alias from the exposure policy; rows are
-written with per-operation external IDs so recovery finds them by ownership, and foreign ports
-are never touched (seed 000 §8.7).
+unplugs it at removal. The bridge is an administrator alias from the exposure policy. The
+UUIDs of the rows an effect creates are journaled before they are inserted, so recovery and
+undo find them by the journal's record (the rows' per-operation external IDs are for operators,
+not proof), and foreign ports are never touched (seed 000 §8.7).
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ PORT_ATTACH = OpcodeSpec(
         "OVSDB, with optional access tag and trunks and this operation's external IDs."
     ),
     undo=(
-        "Deletes the OVS port row it created (found by its external IDs); foreign ports "
-        "are never touched."
+        "Deletes the Port and Interface rows it created (found by the row UUIDs its "
+        "journal recorded before the insert); foreign ports are never touched."
     ),
     parameters=PortAttachParameters,
     inputs={

@@ -6,7 +6,8 @@ Request: ``state_dir``, ``host`` (host netns path), ``sandbox``
 (NamespaceRef JSON or null), ``action`` (``run``/``cleanup``), ``op``, ``scope``, ``program``
 (BoundProgram JSON, for run), ``crash_at`` (boundary index), ``out`` (file that receives the
 boundary names passed), optionally ``bridge_grants`` (approved bridges),
-``allowed_drivers`` and ``cdi_root`` (for device executors). Reply: ``{"signal": n}`` or
+``allowed_drivers`` and ``cdi_root`` (for device executors), ``ovs_grants`` and
+``ovsdb_remote`` (for the OVS executor). Reply: ``{"signal": n}`` or
 ``{"exit": code}``.
 """
 
@@ -21,7 +22,7 @@ from dmn.agent.journal.store import JournalStore
 from dmn.agent.netns.pins import NamespacePins
 from dmn.engine.bound import BoundProgram
 from dmn.engine.runner import Runner
-from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment
+from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment, OvsBridgeGrant
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from tests.kernel.world import EXECUTORS
 
@@ -46,6 +47,11 @@ def child(req: dict[str, Any]) -> int:
         device["allowed_drivers"] = frozenset(req["allowed_drivers"])
     if req.get("cdi_root"):
         device["cdi_root"] = Path(req["cdi_root"])
+    if req.get("ovs_grants"):
+        ovs = map(OvsBridgeGrant.from_json, req["ovs_grants"])
+        device["ovs_bridge_grants"] = {g.alias: g for g in ovs}
+    if req.get("ovsdb_remote"):
+        device["ovsdb_remote"] = req["ovsdb_remote"]
 
     def env(sandbox: NamespaceRef | None) -> LinkEnvironment:
         host = NamespaceRef.at(req["host"])

@@ -21,7 +21,7 @@ from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
 from dmn.engine.runner import Runner, RunResult
 from dmn.interpreter.loader import load_builtin_plugins
-from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment
+from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment, OvsBridgeGrant
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import Handle, Scope
 from dmn.vocabulary.terms import ScopeKind
@@ -47,6 +47,8 @@ class Node:
     bridge_grants: tuple[BridgeGrant, ...] = ()  # the policy's approved bridges (device tests)
     allowed_drivers: tuple[str, ...] = ()  # the policy's hardware.allowedDrivers (PCI tests)
     cdi_root: Path | None = None  # where VFIO grants write their CDI specs (PCI tests)
+    ovs_grants: tuple[OvsBridgeGrant, ...] = ()  # the policy's approved OVS bridges (OVS tests)
+    ovsdb_remote: str | None = None  # the test's own ovsdb-server socket (OVS tests)
 
     @property
     def pins(self) -> NamespacePins:
@@ -58,7 +60,12 @@ class Node:
     def env(self, sandbox: NamespaceRef | None = None) -> LinkEnvironment:
         env = self.pins.link_environment()
         env.sandbox = sandbox
-        if not self.bridge_grants and not self.allowed_drivers and self.cdi_root is None:
+        if (
+            not self.bridge_grants
+            and not self.allowed_drivers
+            and self.cdi_root is None
+            and not self.ovs_grants
+        ):
             return env
         grants = {g.alias: g for g in self.bridge_grants}
         device_env = DeviceEnvironment.extend(env, bridge_grants=grants, **self.device_facts())
@@ -69,6 +76,10 @@ class Node:
         facts: dict[str, Any] = {"allowed_drivers": frozenset(self.allowed_drivers)}
         if self.cdi_root is not None:
             facts["cdi_root"] = self.cdi_root
+        if self.ovs_grants:
+            facts["ovs_bridge_grants"] = {g.alias: g for g in self.ovs_grants}
+        if self.ovsdb_remote is not None:
+            facts["ovsdb_remote"] = self.ovsdb_remote
         return facts
 
     @contextmanager
@@ -143,6 +154,8 @@ class Node:
                 "bridge_grants": [g.to_json() for g in self.bridge_grants],
                 "allowed_drivers": list(self.allowed_drivers),
                 "cdi_root": str(self.cdi_root) if self.cdi_root else None,
+                "ovs_grants": [g.to_json() for g in self.ovs_grants],
+                "ovsdb_remote": self.ovsdb_remote,
             }
         )
         names = out.read_text().split() if out.exists() else []

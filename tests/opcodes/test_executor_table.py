@@ -22,6 +22,7 @@ def test_the_built_families_are_present() -> None:
         "representor/configure/v1",
         "bridge/port-attach/v1",
         "bridge/port-vlan/v1",
+        "ovs/port-attach/v1",
     ):
         assert name in table
     assert "bridge/shared-uplink-vlan/v1" not in table  # needs journal-held references
