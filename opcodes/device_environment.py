@@ -30,6 +30,38 @@ OVSDB_REMOTE = "unix:/run/openvswitch/db.sock"
 
 
 @dataclass(frozen=True, slots=True)
+class UplinkGrant:
+    """One ``allowedHostBridges[].uplinks[]`` entry (seed 000 §8.7): an existing port of the
+    approved bridge whose VLAN table ``bridge/shared-uplink-vlan/v1`` may extend, by name,
+    administrator alias and the canonical address of its device, with the VLANs it permits."""
+
+    alias: str
+    name: str
+    device: str
+    """The uplink's bus device as the kernel reports it (``IFLA_PARENT_DEV_NAME``): the
+    canonical PCI address (``0000:3b:00.0``) of a NIC; a renamed or replaced netdev on another
+    device is not the approved uplink."""
+    vlans: frozenset[int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "alias": self.alias,
+            "name": self.name,
+            "device": self.device,
+            "vlans": sorted(self.vlans),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> UplinkGrant:
+        return cls(
+            alias=str(data["alias"]),
+            name=str(data["name"]),
+            device=str(data["device"]),
+            vlans=frozenset(int(v) for v in data["vlans"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class BridgeGrant:
     """One ``exposure.allowedHostBridges`` entry: an existing bridge the policy approves."""
 
@@ -38,10 +70,18 @@ class BridgeGrant:
     vlans: frozenset[int]
     mac: str
     """The administrator-set MAC the bridge must still carry (its incarnation check)."""
+    uplinks: tuple[UplinkGrant, ...] = ()
+    """The bridge's approved shared uplinks (``uplinks[]``), each at most once by alias."""
+
+    def uplink(self, alias: str) -> UplinkGrant | None:
+        return next((u for u in self.uplinks if u.alias == alias), None)
 
     def to_json(self) -> dict[str, Any]:
         vlans = sorted(self.vlans)
-        return {"alias": self.alias, "name": self.name, "vlans": vlans, "mac": self.mac}
+        out: dict[str, Any] = {"alias": self.alias, "name": self.name, "vlans": vlans}
+        out["mac"] = self.mac
+        out["uplinks"] = [u.to_json() for u in self.uplinks]
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> BridgeGrant:
@@ -50,6 +90,7 @@ class BridgeGrant:
             name=str(data["name"]),
             vlans=frozenset(int(v) for v in data["vlans"]),
             mac=str(data["mac"]).lower(),
+            uplinks=tuple(UplinkGrant.from_json(u) for u in data.get("uplinks") or ()),
         )
 
 
