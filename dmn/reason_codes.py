@@ -831,9 +831,31 @@ REGISTRY: tuple[ReasonCode, ...] = (
     _r(
         "E_SYSFS_WRITE",
         EXEC,
-        "A sysfs write (driver_override, bind/unbind, drivers_probe, reset) failed; the "
-        "message carries the errno.",
+        "A sysfs write (driver_override, bind/unbind, drivers_probe, reset, an IPoIB mode or "
+        "MTU) failed or did not take; the message carries the errno or what was read back.",
         "Read the message; check `dmn journal show` for what was recorded.",
+    ),
+    _r(
+        "E_SYSFS_VIEW",
+        EXEC,
+        "No sysfs showing the sandbox's network namespace could be mounted (or, in tests, "
+        "none was recorded for it); the netdev's sysfs attributes cannot be reached.",
+        "Read the message (the failing mount/setns call and its errno); the agent needs "
+        "CAP_SYS_ADMIN to mount sysfs.",
+    ),
+    _r(
+        "E_NOT_INFINIBAND",
+        EXEC,
+        "The handle's netdev is not an IPoIB interface of a PCI function (sysfs type is not "
+        "32, or it has no IPoIB mode attribute or no parent device).",
+        "Allocate an InfiniBand device for linkType infiniband.",
+    ),
+    _r(
+        "E_IPOIB_MODE_UNSUPPORTED",
+        EXEC,
+        "Connected mode was asked for an IPoIB interface whose address lacks the RC flag "
+        "(the kernel refuses it).",
+        "Use ipoibMode datagram for this device.",
     ),
     _r(
         "E_DRIVER_BIND",

@@ -10,7 +10,9 @@ only a key into :attr:`bridge_grants`, a driver parameter must be in :attr:`allo
 Tests build one directly; the agent builds one per call. A plain ``LinkEnvironment`` works for
 executors that need none of it (their lookups fall back to the node's real roots, "no
 grants" and "no drivers"). The OVSDB endpoint (:attr:`ovsdb_remote`) and the approved OVS bridges
-(:attr:`ovs_bridge_grants`) are node facts of the same kind.
+(:attr:`ovs_bridge_grants`) are node facts of the same kind. :attr:`netns_sysfs` gives the
+sysfs a given namespace sees (a node mounts one per call, see
+:mod:`dmn.opcodes.netns_sysfs`; tests hand in recorded trees for hardware this machine lacks).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dmn.opcodes.linux.netns import LinkEnvironment
+from dmn.opcodes.netns_sysfs import MountedNetnsSysfs, NetnsSysfs
 
 SYSFS = Path("/sys")
 DEV = Path("/dev")
@@ -125,6 +128,7 @@ class DeviceEnvironment(LinkEnvironment):
     cdi_root: Path = CDI_ROOT
     ovs_bridge_grants: Mapping[str, OvsBridgeGrant] = field(default_factory=dict)
     ovsdb_remote: str = OVSDB_REMOTE
+    netns_sysfs: NetnsSysfs = field(default_factory=MountedNetnsSysfs)
 
     @classmethod
     def extend(
@@ -175,3 +179,7 @@ def ovs_bridge_grants(env: Any) -> Mapping[str, OvsBridgeGrant]:
 
 def ovsdb_remote(env: Any) -> str:
     return env.ovsdb_remote if isinstance(env, DeviceEnvironment) else OVSDB_REMOTE
+
+
+def netns_sysfs(env: Any) -> NetnsSysfs:
+    return env.netns_sysfs if isinstance(env, DeviceEnvironment) else MountedNetnsSysfs()

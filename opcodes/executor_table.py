@@ -6,8 +6,7 @@ one copy but not another would make a test or benchmark run a different node tha
 
 Contract: :func:`default_executors` returns a fresh, caller-owned mapping from opcode name
 to executor; every key is the name of a spec in :func:`dmn.opcodes.registry.default_registry`.
-Opcodes whose executors are not built yet (IB and
-``bridge/shared-uplink-vlan``) are absent,
+Opcodes whose executors are not built yet (``bridge/shared-uplink-vlan``) are absent,
 so the runner refuses programs that use them. Unlike ``registry``, importing this module
 imports the native executor modules (pyroute2), so pure code must not import it.
 """
@@ -17,6 +16,7 @@ from __future__ import annotations
 from dmn.opcodes.bridge.executors import EXECUTORS as BRIDGE
 from dmn.opcodes.devlink.executors import EXECUTORS as DEVLINK
 from dmn.opcodes.executor import Executor
+from dmn.opcodes.ib.executors import EXECUTORS as IB
 from dmn.opcodes.linux.executors import EXECUTORS as LINUX
 from dmn.opcodes.ovs.executors import EXECUTORS as OVS
 from dmn.opcodes.pci.executors import EXECUTORS as PCI
@@ -40,4 +40,5 @@ def default_executors() -> dict[str, Executor]:
         **RDMA,
         **DEVLINK,
         **OVS,
+        **IB,
     }

@@ -111,9 +111,19 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
     ),
     SubstrateRow(
         ("ib/port-configure",),
-        (),
-        "spec only; InfiniBand (IPoIB, pkeys) has no substrate here and stays on recorded "
-        "sysfs trees",
+        ("opcodes/ib/",),
+        "recorded sysfs trees only: the InfiniBand link layer has no substrate here or in the "
+        "lab (rdma_rxe is Ethernet link layer; ib_ipoib attaches only to IB ports). The "
+        "executor reads and writes the IPoIB `mode`/`mtu` attributes in a sysfs view of the "
+        "sandbox's namespace; on a node that is a fresh sysfs mounted in a thread's private "
+        "mount namespace inside the netns (proven on the host kernel with a veth: the view "
+        "shows only the sandbox's links, an MTU write reaches the kernel, nothing stays "
+        "mounted), in the tests an IPoIB tree (ConnectX-3 with connected mode, mlx5 enhanced "
+        "IPoIB without) keyed by a real scratch namespace. Identity: namespace + ifindex, "
+        "type 32, parent PCI function, dev_port, the address's flags/QPN/subnet prefix (the "
+        "GUID octets are tenant-writable); a renamed port is restored, an impostor at its "
+        "ifindex is refused (E_IDENTITY_MISMATCH). Not shown by a tree: the kernel's own MTU "
+        "change on a mode switch and its refusals (the executor reads every value back)",
     ),
     SubstrateRow(
         ("ovs/port-attach",),
