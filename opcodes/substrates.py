@@ -123,7 +123,11 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         "type 32, parent PCI function, dev_port, the address's flags/QPN/subnet prefix (the "
         "GUID octets are tenant-writable); a renamed port is restored, an impostor at its "
         "ifindex is refused (E_IDENTITY_MISMATCH). Not shown by a tree: the kernel's own MTU "
-        "change on a mode switch and its refusals (the executor reads every value back)",
+        "change on a mode switch and its refusals (the executor reads every value back). "
+        "host-cni and sriov-cni `linkType: infiniband` connect run through the runner and "
+        "journal (link-move and link-configure on a veth stand-in moved into the real "
+        "sandbox, ib/port-configure on the tree as that sandbox's view), with SIGKILL at "
+        "every journal boundary of the run and the cleanup",
     ),
     SubstrateRow(
         ("ovs/port-attach",),

@@ -7,7 +7,8 @@ Request: ``state_dir``, ``host`` (host netns path), ``sandbox``
 (BoundProgram JSON, for run), ``crash_at`` (boundary index), ``out`` (file that receives the
 boundary names passed), optionally ``bridge_grants`` (approved bridges),
 ``allowed_drivers`` and ``cdi_root`` (for device executors), ``ovs_grants`` and
-``ovsdb_remote`` (for the OVS executor). Reply: ``{"signal": n}`` or
+``ovsdb_remote`` (for the OVS executor), ``sysfs_views`` ([dev, inode, tree] per
+namespace: recorded sysfs trees for the IPoIB executor). Reply: ``{"signal": n}`` or
 ``{"exit": code}``.
 """
 
@@ -24,6 +25,7 @@ from dmn.engine.bound import BoundProgram
 from dmn.engine.runner import Runner
 from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment, OvsBridgeGrant
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+from dmn.opcodes.netns_sysfs import RecordedNetnsSysfs
 from tests.kernel.world import EXECUTORS
 
 
@@ -52,6 +54,9 @@ def child(req: dict[str, Any]) -> int:
         device["ovs_bridge_grants"] = {g.alias: g for g in ovs}
     if req.get("ovsdb_remote"):
         device["ovsdb_remote"] = req["ovsdb_remote"]
+    if req.get("sysfs_views"):
+        trees = {(int(d), int(i)): Path(t) for d, i, t in req["sysfs_views"]}
+        device["netns_sysfs"] = RecordedNetnsSysfs(trees)
 
     def env(sandbox: NamespaceRef | None) -> LinkEnvironment:
         host = NamespaceRef.at(req["host"])

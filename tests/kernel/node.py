@@ -22,7 +22,8 @@ from dmn.engine.bound import BoundProgram
 from dmn.engine.runner import Runner, RunResult
 from dmn.interpreter.loader import load_builtin_plugins
 from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment, OvsBridgeGrant
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef, identity_of
+from dmn.opcodes.netns_sysfs import RecordedNetnsSysfs
 from dmn.vocabulary.handles import Handle, Scope
 from dmn.vocabulary.terms import ScopeKind
 from tests.crash_fork_server import CrashForkServer
@@ -49,6 +50,8 @@ class Node:
     cdi_root: Path | None = None  # where VFIO grants write their CDI specs (PCI tests)
     ovs_grants: tuple[OvsBridgeGrant, ...] = ()  # the policy's approved OVS bridges (OVS tests)
     ovsdb_remote: str | None = None  # the test's own ovsdb-server socket (OVS tests)
+    # recorded sysfs trees standing in for namespaces' sysfs views, by namespace name (IB tests)
+    sysfs_views: tuple[tuple[str, Path], ...] = ()
 
     @property
     def pins(self) -> NamespacePins:
@@ -65,6 +68,7 @@ class Node:
             and not self.allowed_drivers
             and self.cdi_root is None
             and not self.ovs_grants
+            and not self.sysfs_views
         ):
             return env
         grants = {g.alias: g for g in self.bridge_grants}
@@ -80,7 +84,19 @@ class Node:
             facts["ovs_bridge_grants"] = {g.alias: g for g in self.ovs_grants}
         if self.ovsdb_remote is not None:
             facts["ovsdb_remote"] = self.ovsdb_remote
+        if self.sysfs_views:
+            facts["netns_sysfs"] = RecordedNetnsSysfs.of(
+                {identity_of(netns_path(ns)): tree for ns, tree in self.sysfs_views}
+            )
         return facts
+
+    def views_json(self) -> list[list[Any]]:
+        """The sysfs views as the crash child receives them: [dev, inode, tree]."""
+        out = []
+        for ns, tree in self.sysfs_views:
+            identity = identity_of(netns_path(ns))
+            out.append([identity.dev, identity.inode, str(tree)])
+        return out
 
     @contextmanager
     def runner(self, boundary: Callable[[str], None] | None = None) -> Iterator[Runner]:
@@ -156,6 +172,7 @@ class Node:
                 "cdi_root": str(self.cdi_root) if self.cdi_root else None,
                 "ovs_grants": [g.to_json() for g in self.ovs_grants],
                 "ovsdb_remote": self.ovsdb_remote,
+                "sysfs_views": self.views_json(),
             }
         )
         names = out.read_text().split() if out.exists() else []

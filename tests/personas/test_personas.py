@@ -541,3 +541,25 @@ def test_unreadable_iommu_group_is_unknown_not_alone(tmp_path: Path) -> None:
     ps = build_personas(inv, [VFIO_IN_GROUP], {})
     assert ps.personas == () and codes(ps) == ["W_UNKNOWN_STATE"]
     assert any("iommu group 95" in n for n in inv.notes)
+
+
+def test_an_ipoib_hca_is_a_kernel_persona_of_link_type_infiniband(inv: Inventory) -> None:
+    """The recorded IPoIB HCA joins netdev (type 32) and RDMA device to one function and is
+    published as an InfiniBand kernel persona: what host-cni's ``ibInterface`` port takes."""
+    from tests.fixtures.sysfs_layouts import IB_HCA
+
+    ib = policy(
+        "ib-kernel",
+        persona="kernel",
+        plugin="host-cni",
+        mode="kernel",
+        selector={"linkTypes": ["infiniband"]},
+        compatibility=[iface("kernel")],
+    )
+    ps = build_personas(inv, [ib], {})
+    assert ps.errors() == []
+    (persona,) = ps.personas
+    assert persona.pci_address == IB_HCA and persona.link_type == "infiniband"
+    attrs = persona.attributes()
+    assert attrs[f"{D}/linkType"] == {"string": "infiniband"}
+    assert attrs[f"{D}/rdmaCapable"] == {"bool": True}
