@@ -24,12 +24,14 @@ Runs with the system ``python3`` (stdlib only): CI calls it before the project v
 from __future__ import annotations
 
 import argparse
+import ctypes
 import fcntl
 import json
 import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -39,6 +41,7 @@ from pathlib import Path
 LOG = logging.getLogger("dmn.lab.upstream.build")
 VERSIONS = Path(__file__).with_name("versions.toml")
 DEFAULT_CACHE = Path("/var/cache/dmn-upstream")
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 COMPONENTS = ("kubernetes", "etcd", "containerd", "runc", "cni", "helm", "pause")
 
 
@@ -80,10 +83,25 @@ def _go_env(workdir: Path, cgo: bool) -> dict[str, str]:
     return env
 
 
+def _die_with_parent() -> None:
+    """Runs in the go child before exec: the kernel kills it when this process dies.
+
+    A caller killed mid-build (a test's timeout killing ``build.py``) otherwise leaves ``go``
+    compiling as an orphan; the component lock is then free, the next caller starts the same
+    build beside it, and on a loaded machine neither ever finishes within a test's timeout."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _go(args: list[str], workdir: Path, cgo: bool = False) -> str:
     LOG.info("go %s (in %s)", " ".join(args), workdir)
     proc = subprocess.run(
-        ["go", *args], cwd=workdir, env=_go_env(workdir, cgo), capture_output=True, text=True
+        ["go", *args],
+        cwd=workdir,
+        env=_go_env(workdir, cgo),
+        capture_output=True,
+        text=True,
+        preexec_fn=_die_with_parent,
     )
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout + proc.stderr)
