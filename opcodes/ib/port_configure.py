@@ -11,7 +11,7 @@ the environment's :class:`~dmn.opcodes.netns_sysfs.NetnsSysfs` mounts a fresh sy
 private mount namespace of one thread that entered the recorded network namespace, so
 ``class/net`` shows exactly that namespace's netdevs. The recorded-tree tests hand in a
 tree for that namespace instead and run every line below unchanged; the view mount itself is
-exercised on this machine's kernel with a veth (``tests/opcodes/test_netns_sysfs.py``). What
+exercised on this machine's kernel with a veth (``tests/kernel/test_netns_sysfs.py``). What
 no tree can show: the kernel's own side effects of a mode write (the MTU it sets) and its
 refusals (-EINVAL for connected mode without the RC flag, an MTU above the mode's limit) —
 the executor reads every value back instead of assuming them.

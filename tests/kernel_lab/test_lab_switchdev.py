@@ -9,7 +9,9 @@ real runner and journal, and with SIGKILL at every journal boundary of that prog
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -148,6 +150,31 @@ def _prepare(op: str, w: World, reps: dict[str, tuple[str, str]], stand_in: str)
         "representor": (rep_handle(w, reps, "pf0vf1"),),
     }
     return bind("sriov-cni", "prepare", call(config, op, allocation=allocation))
+
+
+_PORTS = (
+    "import dataclasses, json; from dmn.agent.inventory import Pyroute2Devlink; "
+    "print(json.dumps([dataclasses.asdict(p) for p in Pyroute2Devlink().ports()]))"
+)
+
+
+def test_inventory_devlink_source_reads_the_vm_kernels_ports(switch: Any) -> None:
+    """The inventory's devlink source (``Pyroute2Devlink``, what the agent's scan takes
+    representor facts from) on the VM kernel, in the namespace the netdevsim devlink
+    instance lives in: the physical port carries the PF netdev, and each VF representor is
+    a ``pcivf`` port of PF 0 with its VF number and netdev name."""
+    w, dev, reps = switch
+    proc = subprocess.run(
+        ["ip", "netns", "exec", w.host, sys.executable, "-c", _PORTS],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    ports = [p for p in json.loads(proc.stdout) if p["device"] == dev.devlink]
+    physical = [p for p in ports if p["flavour"] == "physical"]
+    assert [p["netdev"] for p in physical] == [dev.pf], ports
+    vfs = {(p["controller"], p["pfnum"], p["vfnum"], p["netdev"]) for p in ports
+           if p["flavour"] == "pcivf"}  # fmt: skip
+    assert vfs == {(0, 0, i, reps[f"pf0vf{i}"][0]) for i in (0, 1)}, ports
+    assert not any(p["external"] for p in ports)
 
 
 def test_sriov_cni_keeps_the_representor_down_and_unprepare_restores_it(
