@@ -45,7 +45,7 @@ from dmn.controller.compile.digest import (
     semantic_digest,
 )
 from dmn.controller.compile.opcode_contracts import opcode_contracts_digest
-from dmn.controller.compile.programs import step_programs
+from dmn.controller.compile.programs import step_programs, step_verdicts
 from dmn.interpreter.config_schema import validate_config
 from dmn.interpreter.diagnostics import Code, Diagnostic, Severity
 from dmn.interpreter.documents import InputPort, OutputPort
@@ -374,8 +374,9 @@ def compile_topology(
     _check_ifnames(steps, report)
 
     used_opcodes: set[str] = set()
+    verdicts = step_verdicts()
     for s in steps.values():
-        found = step_programs(s.descriptor, s.config, registry)
+        found = step_programs(s.descriptor, s.config, registry, verdicts)
         where = f"spec.steps[{s.index}]"
         for diag in found.diagnostics:
             report.add(

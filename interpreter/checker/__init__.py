@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from dmn.interpreter.checker.clean_verdicts import CleanVerdicts
 from dmn.interpreter.checker.context import _PluginContext
 from dmn.interpreter.checker.descriptor_checks import _check_descriptor
 from dmn.interpreter.checker.limits import MAX_EFFECTS
@@ -88,6 +89,23 @@ def check_plugin(
     """
     try:
         ctx = _context(plugin, registry, config)
+        _check_descriptor(ctx)
+        _run_programs(ctx, ("prepare", "connect"), {"prepare", "connect"})
+        return _dedupe(ctx.diagnostics)
+    except RecursionError:
+        return [Diagnostic.at(Code.E_SCHEMA, "document nests too deeply", plugin.span())]
+
+
+def check_validated(
+    plugin: Plugin, registry: OpcodeRegistry, config: Mapping[str, Any]
+) -> list[Diagnostic]:
+    """:func:`check_plugin` for a config already validated against this plugin's
+    ``configSchema`` with no diagnostics (``config`` is ``validate_config``'s normalised
+    output): the same answer, without validating it again. The topology compiler has just
+    validated each step's config, and :class:`CleanVerdicts` records what this reads.
+    """
+    try:
+        ctx = _PluginContext(plugin=plugin, registry=registry, config=config)
         _check_descriptor(ctx)
         _run_programs(ctx, ("prepare", "connect"), {"prepare", "connect"})
         return _dedupe(ctx.diagnostics)
@@ -165,9 +183,11 @@ def resolve_outputs(plugin: Plugin, config: Mapping[str, Any]) -> dict[str, Outp
 
 __all__ = [
     "MAX_EFFECTS",
+    "CleanVerdicts",
     "ValueType",
     "check_plugin",
     "check_program",
+    "check_validated",
     "missing_program",
     "port_value_type",
     "resolve_outputs",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,7 @@ class _Guard:
 class _PluginContext:
     plugin: Plugin
     registry: OpcodeRegistry
-    config: dict[str, Any] | None
+    config: Mapping[str, Any] | None
     diagnostics: list[Diagnostic] = field(default_factory=list)
     prepared: dict[str, ValueType] = field(default_factory=dict)
     output_guards: dict[str, _Guard] = field(default_factory=dict)

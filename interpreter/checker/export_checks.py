@@ -5,7 +5,6 @@ obligations and guarded references — ``E_EXPORT_*``, ``E_REF_UNRESOLVED``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from dmn.interpreter.checker.program_state import _Obligation
 from dmn.interpreter.checker.reference_checks import _ReferenceChecks
@@ -186,7 +185,7 @@ class _ExportChecks(_ReferenceChecks):
                     self.error(problem[0], problem[1], *problem[2])
             self.check_guarded_refs(scenario, reported)
 
-    def check_obligations(self, scenarios: list[dict[str, Any]] | None) -> None:
+    def check_obligations(self, scenarios: list[Scenario] | None) -> None:
         """A required opcode parameter bound to a config field that may be absent.
 
         A field that declares ``requiredWhen`` opts into the proof: in every config

@@ -36,7 +36,7 @@ def _guard_holds(expr: Expr | None, config: Mapping[str, Any]) -> bool:
     return expr is None or holds(expr, config)
 
 
-def _scenarios(ctx: _PluginContext, guards: Iterable[Expr]) -> list[dict[str, Any]] | None:
+def _scenarios(ctx: _PluginContext, guards: Iterable[Expr]) -> list[Scenario] | None:
     """Config scenarios to decide guards in: the given config, or every combination of
     the enum/boolean fields guards read (None if that is not finite or too many)."""
     if ctx.config is not None:
@@ -60,7 +60,7 @@ def _scenarios(ctx: _PluginContext, guards: Iterable[Expr]) -> list[dict[str, An
         total *= len(c)
         if total > MAX_SCENARIOS:
             return None
-    out = []
+    out: list[Scenario] = []
     for combo in itertools.product(*choices):
         scenario = {k: v for k, v in zip(fields, combo, strict=True) if v is not None}
         if ctx.possible(scenario, fields):
