@@ -3,6 +3,7 @@
     dmn node [--url URL | --kubeconfig FILE [--context NAME]] [--node-name NAME]
              [--state-dir DIR] [--kubelet-registry-dir DIR] [--kubelet-plugins-dir DIR]
              [--nri-socket PATH] [--sysfs DIR] [--host-netns PATH] [--lab-link NAME]...
+             [--ovsdb-remote unix:PATH|tcp:HOST:PORT|ssl:HOST:PORT]
              [--health-address ADDR] [--health-port N] [--log-format text|json]
              [--journal-retention-max-age S] [--journal-retention-max-count N]
              [--journal-retention-interval S] [--reconcile-interval S]
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import signal
 import socket
 import sys
@@ -64,6 +66,7 @@ from dmn.command_line import CommandParser, UsageError, run_command
 from dmn.observability import json_logs
 from dmn.observability.health import HealthServer
 from dmn.observability.health import add_arguments as add_health_arguments
+from dmn.opcodes.device_environment import OVSDB_REMOTE
 
 log = logging.getLogger("dmn.agent")
 
@@ -94,6 +97,12 @@ def _parser() -> CommandParser:
     p.add_argument("--nri-socket", default=DEFAULT_SOCKET_PATH)
     p.add_argument("--sysfs", type=Path, default=Path("/sys"))
     p.add_argument("--host-netns", default="/proc/1/ns/net", help="the host network namespace")
+    p.add_argument(
+        "--ovsdb-remote",
+        type=ovsdb_remote,
+        default=OVSDB_REMOTE,
+        help="the node's Open vSwitch database (ovs-cni's ports); default %(default)s",
+    )
     p.add_argument(
         "--lab-link",
         action="append",
@@ -213,6 +222,7 @@ def build_agent(args: argparse.Namespace, cluster: Cluster) -> NodeAgent:
         node_uid=uid,
         state_dir=args.state_dir,
         host_netns=args.host_netns,
+        ovsdb_remote=args.ovsdb_remote,
     )
     sockets = AgentSockets(
         registry_dir=args.kubelet_registry_dir,
@@ -226,6 +236,20 @@ def build_agent(args: argparse.Namespace, cluster: Cluster) -> NodeAgent:
         retention=Retention(args.journal_retention_max_age, args.journal_retention_max_count),
     )
     return NodeAgent(config, cluster, devices, sockets, publisher, maintenance=maintenance)
+
+
+_OVSDB_REMOTE = re.compile(r"^(unix:/[^\s]+|(tcp|ssl):[A-Za-z0-9.:\[\]-]+:[0-9]{1,5})$")
+
+
+def ovsdb_remote(value: str) -> str:
+    """An OVSDB connection method as ``ovs-vsctl --db`` takes it: ``unix:`` an absolute socket
+    path, or ``tcp:``/``ssl:`` host and port. A node flag — the agent never takes a database
+    endpoint from a policy or a workload."""
+    if not _OVSDB_REMOTE.match(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not unix:/PATH, tcp:HOST:PORT or ssl:HOST:PORT"
+        )
+    return value
 
 
 def _fail(error: NodeStartError) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from dmn.api.model import (
     DNS_LABEL,
@@ -26,6 +26,7 @@ from dmn.api.model import (
     list_set,
     validations,
 )
+from dmn.vocabulary.ifname import IFNAME_PATTERN
 from dmn.vocabulary.terms import LinkTypeName
 
 PCI_ADDRESS = r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$"
@@ -42,6 +43,15 @@ PciAddress = Annotated[str, Field(pattern=PCI_ADDRESS)]
 PciId = Annotated[str, Field(pattern=PCI_ID)]
 Opcode = Annotated[str, Field(pattern=OPCODE_NAME)]
 Label = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL)]
+#: an administrator alias: what a workload's config names instead of a bridge or uplink
+Alias = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL)]
+#: a kernel netdev name (IFNAMSIZ - 1 bytes): an existing bridge or bridge member
+NetdevName = Annotated[str, Field(min_length=1, max_length=15, pattern=IFNAME_PATTERN)]
+#: a unicast MAC, lower-case, as ``ip link`` prints it
+MAC_ADDRESS = r"^[0-9a-f][02468ace](:[0-9a-f]{2}){5}$"
+MAX_BRIDGE_GRANTS = 8
+MAX_VLAN_RANGES = 32
+MAX_UPLINKS = 4
 
 
 class LabelRequirement(ApiModel):
@@ -151,6 +161,114 @@ class Compatibility(ApiModel):
     )
 
 
+class VlanRange(ApiModel):
+    """Permitted 802.1Q VLAN IDs ``first``..``last`` (inclusive); ``last`` absent: one ID."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": validations(
+            ("!has(self.last) || self.last >= self.first", "last must not be below first")
+        )
+    }
+
+    first: int = Field(ge=1, le=4094, description="The first permitted VLAN ID.")
+    last: int | None = Field(
+        default=None, ge=1, le=4094, description="The last permitted VLAN ID (default: first)."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> VlanRange:
+        if self.last is not None and self.last < self.first:
+            raise ValueError(f"last ({self.last}) must not be below first ({self.first})")
+        return self
+
+    def ids(self) -> range:
+        return range(self.first, (self.last or self.first) + 1)
+
+
+def vlan_ids(ranges: list[VlanRange]) -> frozenset[int]:
+    """Every VLAN ID the ranges permit."""
+    return frozenset(v for r in ranges for v in r.ids())
+
+
+def _vlan_ranges(description: str) -> Any:
+    return Field(min_length=1, max_length=MAX_VLAN_RANGES, description=description)
+
+
+class BridgeUplinkGrant(ApiModel):
+    """An existing member of an approved bridge on which ``bridge/shared-uplink-vlan`` may add
+    VLANs (seed 000 §8.7 ``allowedHostBridges[].uplinks[]``): named by its netdev, its
+    administrator alias and its canonical PCI address (rechecked on the node)."""
+
+    name: NetdevName = Field(description="The uplink's netdev name (an existing bridge port).")
+    alias: Alias = Field(description="What a workload's config names instead of the uplink.")
+    pci_address: PciAddress = Field(description="The uplink function's PCI address.")
+    vlans: list[VlanRange] = _vlan_ranges("VLAN IDs the uplink may be given.")
+
+
+class HostBridgeGrant(ApiModel):
+    """An existing Linux bridge representors may join (seed 000 §8.7 ``allowedHostBridges``).
+
+    The node agent never creates or changes the bridge: it must exist with VLAN filtering on,
+    be up and carry exactly ``mac`` (the administrator-set MAC is its incarnation check; a
+    bridge re-created under the same name gets another MAC unless the administrator sets it
+    again). A workload names only ``alias``; its access and trunk VLANs must lie in
+    ``vlans``."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": validations(
+            (
+                "!has(self.uplinks) || self.uplinks.all(u, u.name != self.name)",
+                "an uplink cannot be the bridge itself",
+            )
+        )
+    }
+
+    name: NetdevName = Field(description="The bridge's netdev name on the node.")
+    alias: Alias = Field(description="What a workload's config names instead of the bridge.")
+    mac: str = Field(
+        pattern=MAC_ADDRESS,
+        min_length=17,
+        max_length=17,
+        description="The administrator-set MAC the bridge must carry (lower-case).",
+    )
+    vlans: list[VlanRange] = _vlan_ranges("VLAN IDs a representor port may be given.")
+    uplinks: list[BridgeUplinkGrant] | None = list_map(
+        "alias",
+        max_items=MAX_UPLINKS,
+        default=None,
+        description=(
+            "Bridge members a shared-uplink VLAN may be added to (accelerated-bridge-cni-uplink)."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _uplinks_distinct(self) -> HostBridgeGrant:
+        names = [u.name for u in self.uplinks or ()]
+        if self.name in names:
+            raise ValueError(f"uplink {self.name} is the bridge itself")
+        if len(set(names)) != len(names):
+            raise ValueError("uplink names must be distinct")
+        return self
+
+
+class OvsBridgeGrant(ApiModel):
+    """An existing Open vSwitch bridge representors may be added to as ports, in the node's
+    OVSDB (the endpoint is a node agent flag, never a policy or workload field). The bridge's
+    row UUID is recorded when a port is added: a bridge deleted and re-created is another
+    incarnation and no longer the approved one for that port."""
+
+    name: NetdevName = Field(description="The bridge's name in OVSDB (Bridge.name).")
+    alias: Alias = Field(description="What a workload's config names instead of the bridge.")
+    vlans: list[VlanRange] = _vlan_ranges("VLAN IDs a port's tag and trunks may use.")
+
+
+def _distinct_grants(grants: list[HostBridgeGrant] | list[OvsBridgeGrant], what: str) -> None:
+    for key, plural in (("alias", "aliases"), ("name", "names")):
+        values = [getattr(g, key) for g in grants]
+        if len(set(values)) != len(values):
+            raise ValueError(f"{what} {plural} must be distinct")
+
+
 class Exposure(ApiModel):
     """The persona an ``Expose`` policy publishes for each selected item."""
 
@@ -188,6 +306,30 @@ class Exposure(ApiModel):
             "and cannot override identity, capacity, groups or eligibility."
         ),
     )
+    allowed_host_bridges: list[HostBridgeGrant] | None = list_map(
+        "alias",
+        max_items=MAX_BRIDGE_GRANTS,
+        default=None,
+        description=(
+            "Linux bridges the item's switchdev representor may join (accelerated-bridge-cni), "
+            "by administrator alias."
+        ),
+    )
+    allowed_ovs_bridges: list[OvsBridgeGrant] | None = list_map(
+        "alias",
+        max_items=MAX_BRIDGE_GRANTS,
+        default=None,
+        description=(
+            "Open vSwitch bridges the item's switchdev representor may be added to (ovs-cni), "
+            "by administrator alias."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _grants_distinct(self) -> Exposure:
+        _distinct_grants(self.allowed_host_bridges or [], "allowedHostBridges")
+        _distinct_grants(self.allowed_ovs_bridges or [], "allowedOvsBridges")
+        return self
 
 
 class HardwarePolicy(ApiModel):

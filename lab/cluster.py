@@ -16,12 +16,13 @@ loop.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from dmn.agent.inventory import Inventory
 from dmn.agent.inventory.live import LinkSource
 from dmn.agent.slices import InventoryWatch, NodeSlicePublisher
 from dmn.api.cluster import ApiFailure, Cluster, connect
@@ -68,6 +69,7 @@ class LabCluster:
         resync: float = 30.0,
         links: str = "recorded",
         follow_links: bool = False,
+        inventory: Callable[[Path, LinkSource | None], Inventory] = node.inventory,
     ) -> None:
         if links not in LINK_MODES:
             raise LabError("E_USAGE", f"links must be one of {', '.join(LINK_MODES)}")
@@ -77,6 +79,8 @@ class LabCluster:
         # forked child that inherits the open descriptors (an in-process agent's journal
         # lock among them) for its lifetime.
         self.follow_links = follow_links
+        # how the lab node is scanned (tests join device facts the lab's links cannot have)
+        self.inventory = inventory
         self.netns = ""
         self.state_dir = state_dir
         self.host, self.port = host, port
@@ -114,7 +118,7 @@ class LabCluster:
             self.publication = NodeSlicePublisher(
                 self.cluster,
                 node.NODE_NAME,
-                lambda: node.inventory(sysfs, links),
+                lambda: self.inventory(sysfs, links),
                 resync=self.resync,
                 # live links in the lab's namespace: a link change republishes
                 inventory_watch=InventoryWatch(netns=self.netns, udev=False)

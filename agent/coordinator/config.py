@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dmn.api.identity import DRIVER
+from dmn.opcodes.device_environment import OVSDB_REMOTE
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,8 @@ class NodeConfig:
     pool: str = ""  # default: the node name (one pool per node)
     # where VFIO grants write their CDI specs (the container runtime's CDI spec directory)
     cdi_root: Path = Path("/var/run/cdi")
+    # the node's OVSDB (ovs/port-attach): a node fact from a flag, never from workload config
+    ovsdb_remote: str = OVSDB_REMOTE
 
     @property
     def pool_name(self) -> str:

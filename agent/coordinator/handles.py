@@ -8,7 +8,9 @@ the ``pci/*`` executors re-verify in sysfs); :func:`root_handle` picks one by th
 grants; :func:`allocation_port` picks the descriptor port it fills; :func:`rdma_handle` turns
 the RDMA device the inventory joined to a kernel root into the ``RdmaDevice`` handle of the
 plugin's RDMA port, re-verified over RDMA netlink (name, node GUID, and the kernel's
-association of its port with the granted netdev); :func:`root_allocation` assembles every
+association of its port with the granted netdev); :func:`representor_handle` turns the
+switchdev representor the inventory joined to a root into its ``HostRepresentor`` handle,
+re-verified by switch ID and port name; :func:`root_allocation` assembles every
 allocation port of a root; :func:`operation_inputs` wires an Operation step's inputs from
 earlier steps' exports.
 """
@@ -25,9 +27,11 @@ from dmn.agent.personas.model import PersonaSet
 from dmn.interpreter.config_schema import validate_config
 from dmn.interpreter.guards import holds
 from dmn.interpreter.loader import Plugin
+from dmn.opcodes.executor import ExecutorError
 from dmn.opcodes.linux.links import by_name
 from dmn.opcodes.linux.netns import LinkEnvironment
 from dmn.opcodes.rdma.rdma_netlink import RdmaDev, RdmaError, RdmaNetlink, open_in
+from dmn.opcodes.representor.identity import switch_port
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 
@@ -59,9 +63,20 @@ class RdmaFacts:
     netdev_ifindexes: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class RepresentorFacts:
+    """The switchdev host representor the inventory's devlink scan joined to an item: its
+    netdev name, the port name the driver gives it (``pf0vf1``) and its switch ID ("" when
+    the scan read none)."""
+
+    ifname: str
+    port_name: str
+    switch_id: str
+
+
 class DeviceView(Protocol):
-    """This node's published devices: personas, and the kernel link, PCI function or RDMA
-    devices of an inventory item."""
+    """This node's published devices: personas, and the kernel link, PCI function, RDMA
+    devices or host representor of an inventory item."""
 
     def personas(self) -> PersonaSet: ...
 
@@ -70,6 +85,8 @@ class DeviceView(Protocol):
     def function(self, inventory_id: str) -> FunctionFacts | None: ...
 
     def rdma(self, inventory_id: str) -> tuple[RdmaFacts, ...]: ...
+
+    def representor(self, inventory_id: str) -> RepresentorFacts | None: ...
 
 
 class InventoryDevices:
@@ -112,6 +129,14 @@ class InventoryDevices:
         if item is None:
             return ()
         return tuple(RdmaFacts(r.name, r.node_guid, r.netdev_ifindexes) for r in item.rdma)
+
+    def representor(self, inventory_id: str) -> RepresentorFacts | None:
+        item = self._inventory().items.get(inventory_id)
+        rep = item.representor if item is not None else None
+        if rep is None:
+            return None
+        switch = rep.switch_id.replace(":", "").lower()
+        return RepresentorFacts(rep.ifname, rep.port_name, switch)
 
 
 # persona grants realised as a KernelInterface handle: a whole link, or a shared parent's
@@ -291,22 +316,81 @@ def rdma_handle(
     )
 
 
+def representor_handle(
+    env: LinkEnvironment, devices: DeviceView, root: VerifiedRoot, claim_uid: str
+) -> Handle:
+    """The ``HostRepresentor`` handle of a switchdev root that asks for its representor
+    (sriov-cni ``representor: true``): the representor the inventory's devlink scan joined to
+    the allocated function — never a name from config — verified now in the host namespace:
+    the link of that name must report the scanned switch ID and port name
+    (``IFLA_PHYS_SWITCH_ID``/``IFLA_PHYS_PORT_NAME``, set by the driver, not by whoever holds
+    the link), else the root is refused before anything changes. The observations carry that
+    identity; the representor executors prove it again before they act."""
+    persona, res = root.persona, root.result
+    accesses = frozenset(
+        a for g in persona.grants if g.type is HandleType.HOST_REPRESENTOR for a in g.accesses
+    )
+    if not accesses:
+        raise Refusal(
+            "E_PLUGIN_UNSUPPORTED",
+            f"device {res.device} ({persona.persona}) grants no host representor; "
+            "representor: true needs a kernel or VFIO function in switchdev mode",
+            res.device,
+        )
+    facts = devices.representor(persona.inventory_id)
+    ipr = env.rtnl(env.host)
+    link = by_name(ipr, facts.ifname) if facts is not None else None
+    if facts is None or link is None:
+        raise Refusal(
+            "E_DEVICE_GONE", f"device {res.device} has no switchdev representor", res.device
+        )
+    try:
+        found = switch_port(ipr, link.index)
+    except ExecutorError as exc:
+        raise Refusal("E_REPRESENTOR_MAPPING", f"device {res.device}: {exc}", res.device) from exc
+    if not facts.switch_id or found != (facts.switch_id, facts.port_name):
+        raise Refusal(
+            "E_REPRESENTOR_MAPPING",
+            f"device {res.device}: {facts.ifname} is port {found[1] if found else '-'} of "
+            f"switch {found[0] if found else '-'}, not {facts.port_name} of "
+            f"{facts.switch_id or '(unscanned)'}",
+            res.device,
+        )
+    return Handle(
+        id=f"{res.device}/representor",
+        type=HandleType.HOST_REPRESENTOR,
+        inventory_id=persona.inventory_id,
+        scope=Scope(ScopeKind.HOST),
+        accesses=accesses,
+        provenance=_provenance(root, claim_uid),
+        observations={
+            "ifName": link.name,
+            "ifIndex": link.index,
+            "physSwitchID": facts.switch_id,
+            "physPortName": facts.port_name,
+        },
+    )
+
+
 def root_allocation(
     env: LinkEnvironment, devices: DeviceView, root: VerifiedRoot, claim_uid: str
 ) -> dict[str, tuple[Handle, ...]]:
     """Every allocation port of a root's ``prepare`` call: the root handle at its port and,
     when the plugin's validated config turns an ``RdmaDevice`` port on (``rdmaAccess``), the
-    RDMA device of the same allocation."""
+    RDMA device of the same allocation, or a ``HostRepresentor`` port (``representor``), the
+    function's verified host representor."""
     handle = root_handle(env, devices, root, claim_uid)
     allocation: dict[str, tuple[Handle, ...]] = {allocation_port(root.plugin, handle): (handle,)}
     config, problems = validate_config(root.plugin.descriptor.spec.config_schema, dict(root.config))
     if problems:  # the binder reports them with positions; nothing more to add here
         return allocation
     for name, port in (root.plugin.descriptor.spec.allocation or {}).items():
-        if port.type != HandleType.RDMA_DEVICE.value or name in allocation:
+        if name in allocation or not (port.when is None or holds(port.when, config)):
             continue
-        if port.when is None or holds(port.when, config):
+        if port.type == HandleType.RDMA_DEVICE.value:
             allocation[name] = (rdma_handle(env, devices, root, claim_uid, handle),)
+        elif port.type == HandleType.HOST_REPRESENTOR.value:
+            allocation[name] = (representor_handle(env, devices, root, claim_uid),)
     return allocation
 
 

@@ -69,10 +69,12 @@ class NodeServices:
         runner = Runner(
             journal,
             executors if executors is not None else default_executors(),
-            env_factory=lambda op: device_environment(pins, config.cdi_root),
+            env_factory=lambda op: device_environment(
+                pins, config.cdi_root, ovsdb_remote=config.ovsdb_remote
+            ),
             boundary=boundary,
         )
-        operations = NodeOperations(runner, pins, config.cdi_root, boundary)
+        operations = NodeOperations(runner, pins, config.cdi_root, boundary, config.ovsdb_remote)
         claims = ClaimVerifier(config, cluster, devices, known)
         lock = threading.RLock()
         attachments = SandboxAttachmentService(

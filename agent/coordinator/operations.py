@@ -1,8 +1,8 @@
 """How the node services run effect programs: bind, run journaled, undo, fence, recover.
 
 Why one place: preparation, sandbox attachment and reconciliation all run programs the same
-way — a fresh device environment (the namespace pins plus the node's CDI directory and the
-drivers the device's policy allows) for every run, every started
+way — a fresh device environment (the namespace pins plus the node's CDI directory and OVSDB
+endpoint, the drivers and bridges the device's policy allows) for every run, every started
 operation recorded so that a later failure undoes it too, a run that is not ok turned into a
 :class:`Refusal` with the runner's reason code. :class:`NodeOperations` receives the
 :class:`Runner` (journal + executors) and the pins; it builds neither.
@@ -15,13 +15,14 @@ import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from dmn.agent.coordinator.step_grants import StepGrants
 from dmn.agent.coordinator.verify import Refusal
 from dmn.agent.netns.pins import NamespacePins
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
 from dmn.engine.runner import BoundaryHook, Runner, RunResult
 from dmn.interpreter.loader import Plugin
-from dmn.opcodes.device_environment import CDI_ROOT, DeviceEnvironment
+from dmn.opcodes.device_environment import CDI_ROOT, OVSDB_REMOTE, DeviceEnvironment
 
 log = logging.getLogger("dmn.agent.coordinator.coordinator")
 
@@ -36,14 +37,25 @@ def device_environment(
     cdi_root: Path,
     attachment: str | None = None,
     allowed_drivers: Iterable[str] = (),
+    *,
+    grants: StepGrants | None = None,
+    ovsdb_remote: str = OVSDB_REMOTE,
 ) -> DeviceEnvironment:
     """The executors' environment for one run: the pins' namespaces (this attachment's
-    sandbox), the node's CDI directory and the drivers the device's policy allows
-    (``hardware.allowedDrivers``; none for cleanup and recovery, which only restore)."""
+    sandbox), the node's CDI directory and OVSDB endpoint (node facts: flags, never config),
+    and what the device's policy allows — its drivers (``hardware.allowedDrivers``) and the
+    bridges of the step (``allowedHostBridges``/``allowedOvsBridges``). Cleanup and recovery
+    get no drivers and no bridges: they only restore what the journal recorded."""
     base = pins.link_environment(attachment)
+    grants = grants or StepGrants()
     try:
         return DeviceEnvironment.extend(
-            base, allowed_drivers=frozenset(allowed_drivers), cdi_root=cdi_root
+            base,
+            bridge_grants=grants.bridges,
+            allowed_drivers=frozenset(allowed_drivers),
+            cdi_root=cdi_root,
+            ovs_bridge_grants=dict(grants.ovs_bridges),
+            ovsdb_remote=ovsdb_remote,
         )
     finally:
         base.close()
@@ -56,16 +68,28 @@ class NodeOperations:
         pins: NamespacePins,
         cdi_root: Path = CDI_ROOT,
         boundary: BoundaryHook | None = None,
+        ovsdb_remote: str = OVSDB_REMOTE,
     ) -> None:
         self.runner = runner
         self.pins = pins
         self.cdi_root = cdi_root
+        self.ovsdb_remote = ovsdb_remote
         self._boundary = boundary
 
     def environment(
-        self, attachment: str | None = None, allowed_drivers: Iterable[str] = ()
+        self,
+        attachment: str | None = None,
+        allowed_drivers: Iterable[str] = (),
+        grants: StepGrants | None = None,
     ) -> DeviceEnvironment:
-        return device_environment(self.pins, self.cdi_root, attachment, allowed_drivers)
+        return device_environment(
+            self.pins,
+            self.cdi_root,
+            attachment,
+            allowed_drivers,
+            grants=grants,
+            ovsdb_remote=self.ovsdb_remote,
+        )
 
     def boundary(self, name: str) -> None:
         """A coordinator commit boundary (``coordinator:<name>``), right after the commit it
@@ -92,12 +116,13 @@ class NodeOperations:
         attachment: str | None = None,
         sync_end: bool = True,
         allowed_drivers: Iterable[str] = (),
+        grants: StepGrants | None = None,
     ) -> RunResult:
         """Run one bound program in a fresh device environment and record ``op`` in ``done``
         (so a later failure undoes it too); a result that is not ok becomes a Refusal with
         the runner's code, else ``failed[0]``, prefixed by ``failed[1]``. ``sync_end=False``:
         the caller's next synced commit makes the end record durable (see the runner)."""
-        env = self.environment(attachment, allowed_drivers)
+        env = self.environment(attachment, allowed_drivers, grants)
         try:
             result = self.runner.run(
                 op, scope, program, digests=digests, env=env, sync_end=sync_end

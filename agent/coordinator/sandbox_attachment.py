@@ -52,6 +52,7 @@ from dmn.agent.coordinator.node_objects import NodeObjects
 from dmn.agent.coordinator.operations import NodeOperations, short_digest
 from dmn.agent.coordinator.pod_claims import pod_claims
 from dmn.agent.coordinator.status_writer import StatusWriter
+from dmn.agent.coordinator.step_grants import StepGrants
 from dmn.agent.coordinator.verify import (
     Refusal,
     VerifiedClaim,
@@ -395,6 +396,7 @@ class SandboxAttachmentService:
             _in_time(deadline, att, f"before step {step_id}")
             op = f"conn-{att[4:20]}-{short_digest(prep.claim_uid)[:8]}-{step_id}"
             drivers: tuple[str, ...] = ()
+            grants: StepGrants | None = None
             if step_id in roots:
                 plugin = roots[step_id].plugin
                 drivers = roots[step_id].persona.allowed_drivers
@@ -411,6 +413,8 @@ class SandboxAttachmentService:
                 # verified like a root's: this agent's builtin of the pinned digest, or the
                 # EffectProgram the revision pins, re-checked on this node
                 plugin = verified.operations[step_id].plugin
+                # the bridges of the policy that exposed the consumed device, never config
+                grants = verified.operations[step_id].grants
                 call = Call(
                     config=dict(step.get("config") or {}),
                     operation_id=op,
@@ -427,6 +431,7 @@ class SandboxAttachmentService:
                 attachment=att,
                 sync_end=False,  # durable with the next step's intent or the Ready commit
                 allowed_drivers=drivers,
+                grants=grants,
             )
             exports[step_id] = result.exports
         return exports

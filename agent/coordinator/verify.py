@@ -23,11 +23,12 @@ agent's copy whose digest equals the pinned one.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
 
+from dmn.agent.coordinator.step_grants import StepGrants, check_step, granting_roots
 from dmn.agent.personas.model import Persona, PersonaSet
 from dmn.agent.slices import node_allocation_check
 from dmn.api.root_config import TopologyRootConfiguration
@@ -95,6 +96,8 @@ class VerifiedStep:
     step: str
     plugin: Plugin
     config: Mapping[str, Any]
+    #: the bridge grants of the policies that exposed the devices this step consumes
+    grants: StepGrants = field(default_factory=StepGrants)
 
 
 def _applies(config: Mapping[str, Any], request: str) -> bool:
@@ -381,7 +384,7 @@ def verify_allocation(
         config = dict(steps[step_id].get("config") or {})
         plugin = _plugin_for(name, digest, pins.get(name), config, plugins, registry, where)
         verified.append(VerifiedRoot(step_id, plugin, config, r, persona))
-    operations = verify_operations(revision, plugins, registry)
+    operations = _with_grants(verify_operations(revision, plugins, registry), steps, verified)
     return VerifiedClaim(
         claim_uid=claim_uid,
         fingerprint=fingerprint(claim_uid, results),
@@ -391,3 +394,24 @@ def verify_allocation(
         roots=tuple(verified),
         operations=operations,
     )
+
+
+def _with_grants(
+    operations: Mapping[str, VerifiedStep],
+    steps: Mapping[str, Mapping[str, Any]],
+    roots: Sequence[VerifiedRoot],
+) -> dict[str, VerifiedStep]:
+    """Each Operation step with the bridge grants of the personas its inputs come from
+    (never from the workload's config), refused before any mutation when its program would
+    name an alias or VLAN those grants do not hold."""
+    personas = {root.step: root.persona for root in roots}
+    out: dict[str, VerifiedStep] = {}
+    for step_id, step in operations.items():
+        feeding = granting_roots(step_id, steps, personas)
+        grants = StepGrants.of(personas[r] for r in feeding)
+        where = f"revision.spec.normalizedSpec.steps[{step_id}]"
+        problem = check_step(step.plugin, step.config, grants, where)
+        if problem is not None:
+            raise Refusal(problem.code, f"step {step_id}: {problem.message}", problem.field)
+        out[step_id] = replace(step, grants=grants)
+    return out

@@ -123,6 +123,15 @@ class Representor:
     vfnum: int | None  # None: the PF representor
     switch_pci: str  # the eswitch manager PF
     source: str  # "devlink" or "phys_port_name"
+    switch_id: str = ""  # phys_switch_id as sysfs printed it ("" when not reported)
+
+    @property
+    def port_name(self) -> str:
+        """The ``phys_port_name`` the kernel gives this port: ``[c<controller>]pf<pf>[vf<vf>]``
+        (controller 0, the local host, is not printed)."""
+        head = f"c{self.controller}" if self.controller else ""
+        tail = f"vf{self.vfnum}" if self.vfnum is not None else ""
+        return f"{head}pf{self.pfnum}{tail}"
 
 
 @dataclass(frozen=True, slots=True)

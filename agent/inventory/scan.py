@@ -395,6 +395,7 @@ def _split_representors(
                 port.vfnum if port.flavour == "pcivf" else None,
                 switch,
                 "devlink",
+                n.phys_switch_id,
             )
         elif port is None:
             m = _PORT_NAME_RE.match(n.phys_port_name)
@@ -406,6 +407,7 @@ def _split_representors(
                     int(m.group(3)) if m.group(3) is not None else None,
                     n.pci_address,
                     "phys_port_name",
+                    n.phys_switch_id,
                 )
         if rep is not None:
             reps.setdefault(rep.switch_pci, []).append(rep)

@@ -52,8 +52,17 @@ from dmn.agent.personas.model import (
     Persona,
     PersonaSet,
 )
-from dmn.api.policy import DeviceExposurePolicy, Exposure, HardwareSelector, NodeSelector
+from dmn.api.policy import (
+    DeviceExposurePolicy,
+    Exposure,
+    HardwareSelector,
+    HostBridgeGrant,
+    NodeSelector,
+    vlan_ids,
+)
+from dmn.api.policy import OvsBridgeGrant as ApiOvsBridgeGrant
 from dmn.interpreter.canonical_json import canonical_json
+from dmn.opcodes.device_environment import BridgeGrant, OvsBridgeGrant
 from dmn.vocabulary.terms import Access, HandleType
 
 log = logging.getLogger(__name__)
@@ -150,6 +159,22 @@ _GRANTS: dict[str, tuple[Grant, ...]] = {
     ),
 }
 _RDMA_GRANT = Grant(HandleType.RDMA_DEVICE, frozenset({Access.DEVICE_ACCESS}))
+#: a kernel or VFIO function in switchdev mode carries its host representor (seed 000 §8.7):
+#: a sriov-cni root with ``representor: true`` prepares it for accelerated-bridge-cni/ovs-cni
+_REPRESENTOR_GRANT = Grant(
+    HandleType.HOST_REPRESENTOR, frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE})
+)
+
+
+def bridge_grant(g: HostBridgeGrant) -> BridgeGrant:
+    """The node-side form of an ``allowedHostBridges`` entry (what the executors resolve
+    aliases through)."""
+    return BridgeGrant(g.alias, g.name, vlan_ids(g.vlans), g.mac)
+
+
+def ovs_bridge_grant(g: ApiOvsBridgeGrant) -> OvsBridgeGrant:
+    """The node-side form of an ``allowedOvsBridges`` entry."""
+    return OvsBridgeGrant(g.alias, g.name, vlan_ids(g.vlans))
 
 
 def build_personas(
@@ -481,6 +506,8 @@ def _build_one(
     grants = _GRANTS[persona]
     if item.rdma_capable and persona in ("kernel", "vfio"):
         grants = (*grants, _RDMA_GRANT)
+    if item.representor is not None and persona in ("kernel", "vfio"):
+        grants = (*grants, _REPRESENTOR_GRANT)
     p = Persona(
         name=device_name(item.inventory_id, persona),
         inventory_id=item.inventory_id,
@@ -507,6 +534,8 @@ def _build_one(
             for d in (policy.spec.hardware.allowed_drivers if policy.spec.hardware else ())
             if d != "kernel"
         ),
+        bridge_grants=tuple(bridge_grant(g) for g in exposure.allowed_host_bridges or ()),
+        ovs_bridge_grants=tuple(ovs_bridge_grant(g) for g in exposure.allowed_ovs_bridges or ()),
     )
     attrs = p.attributes()
     too_long = [

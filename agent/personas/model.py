@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from dmn.opcodes.device_environment import BridgeGrant, OvsBridgeGrant
 from dmn.vocabulary.terms import Access, HandleType
 
 DRIVER = "dra-multi-network.schseba.github.io"
@@ -136,6 +137,10 @@ class Persona:
     retained: bool = False  # kept only because it is allocated or cleanup-pending
     # the policy's hardware.allowedDrivers other than "kernel": what pci/driver-bind may bind
     allowed_drivers: tuple[str, ...] = ()
+    # the policy's exposure.allowedHostBridges / allowedOvsBridges: the only bridges a step
+    # consuming this item's representor may name (by alias), with their permitted VLANs
+    bridge_grants: tuple[BridgeGrant, ...] = ()
+    ovs_bridge_grants: tuple[OvsBridgeGrant, ...] = ()
 
     def attributes(self) -> dict[str, dict[str, Any]]:
         """The ResourceSlice ``attributes`` map (qualified names, typed values)."""
@@ -199,6 +204,8 @@ class Persona:
             "extraAttributes": dict(self.extra_attributes),
             "retained": self.retained,
             "allowedDrivers": list(self.allowed_drivers),
+            "bridgeGrants": [g.to_json() for g in self.bridge_grants],
+            "ovsBridgeGrants": [g.to_json() for g in self.ovs_bridge_grants],
         }
 
     @classmethod
@@ -238,6 +245,10 @@ class Persona:
             extra_attributes=dict(d.get("extraAttributes") or {}),
             retained=bool(d.get("retained", False)),
             allowed_drivers=tuple(d.get("allowedDrivers") or ()),
+            bridge_grants=tuple(BridgeGrant.from_json(g) for g in d.get("bridgeGrants") or ()),
+            ovs_bridge_grants=tuple(
+                OvsBridgeGrant.from_json(g) for g in d.get("ovsBridgeGrants") or ()
+            ),
         )
 
     def to_device(self) -> dict[str, Any]:

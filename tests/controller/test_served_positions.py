@@ -136,3 +136,25 @@ def test_policy_denials_carry_line_and_column() -> None:
     where = message.split("(deviceexposurepolicy/lab-link-private-macvlan:")[1].split(")")[0]
     line, column = (int(x) for x in where.split(":"))
     assert _at(render(policy), line, column) == "eight"
+
+
+def test_bridge_grant_denials_point_at_the_vlan_and_the_unknown_key() -> None:
+    from dmn.controller.policy_validation import policy_diagnostics
+    from tests.lab.test_admin_plugin import POLICY
+
+    policy = copy.deepcopy(POLICY)
+    policy["spec"]["exposure"]["allowedHostBridges"] = [
+        {"name": "tenantbr0", "alias": "tenant-br", "mac": "02:00:00:00:be:01",
+         "vlans": [{"first": 100}, {"first": 5000}]},
+    ]  # fmt: skip
+    policy["spec"]["exposure"]["allowedOvsBridges"] = [
+        {"name": "brovs0", "alias": "ovs", "vlans": [{"first": 1}], "database": "/run/db"}
+    ]
+    text = render(policy)
+    diags = {d.path: d for d in policy_diagnostics(policy)}
+    bad = diags["spec.exposure.allowedHostBridges[0].vlans[1].first"]
+    assert bad.code.value == "E_SCHEMA"
+    assert _at(text, bad.line, bad.column) == "5000"
+    unknown = diags["spec.exposure.allowedOvsBridges[0].database"]
+    assert unknown.code.value == "E_UNKNOWN_FIELD"
+    assert _at(text, unknown.line, unknown.column) == "database: /run/db"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +23,8 @@ from dmn.agent.coordinator import NodeConfig, NodeServices
 from dmn.agent.coordinator.handles import InventoryDevices
 from dmn.agent.coordinator.maintenance import MaintenanceConfig
 from dmn.agent.coordinator.node_agent import AgentSockets, NodeAgent
+from dmn.agent.inventory import Inventory
+from dmn.agent.inventory.live import LinkSource
 from dmn.agent.kubelet.server import KubeletPluginServer
 from dmn.agent.nri.plugin import PluginConfig
 from dmn.api.cluster import Cluster, connect
@@ -31,9 +33,11 @@ from dmn.lab import manifests
 from dmn.lab.cluster import LabCluster
 from dmn.lab.demo import wait_settled
 from dmn.lab.node import NODE_NAME, NODE_UID
+from dmn.lab.node import inventory as inventory_of_lab
 from dmn.lab.runtime.nri_runtime import LabNriRuntime
 from dmn.lab.shipped import examples_dir
 from dmn.lab.state_dir import StateDir
+from dmn.opcodes.device_environment import OVSDB_REMOTE
 from tests.kernel_lab.guest import GUEST_ENV
 from tests.stalling_proxy import StallingProxy
 
@@ -171,19 +175,29 @@ def _teardown(agent: NodeAgent) -> None:
 
 @contextmanager
 def lab_node(
-    follow_links: bool = False, proxied: bool = False, state_dir: Path | None = None
+    follow_links: bool = False,
+    proxied: bool = False,
+    state_dir: Path | None = None,
+    inventory: Callable[[Path, LinkSource | None], Inventory] = inventory_of_lab,
+    ovsdb_remote: str = OVSDB_REMOTE,
 ) -> Iterator[LabNode]:
     """``follow_links``: the lab's publisher rescans on rtnetlink events of its namespace
     (and so the agent's device health follows link changes). ``proxied``: the agent talks
     to the API server through a :class:`StallingProxy` (``node.proxy``) with a 5 s request
     timeout, so that a test can stall the API server for the agent alone. ``state_dir``:
-    the agent's journal and pins there (e.g. on a failing disk) instead of the private dir."""
+    the agent's journal and pins there (e.g. on a failing disk) instead of the private dir.
+    ``inventory``: how the lab node is scanned (the kernel lab joins a netdevsim
+    representor to a lab link); ``ovsdb_remote``: the agent's ``--ovsdb-remote``."""
     # short paths: unix socket paths must fit sockaddr_un
     root = Path(tempfile.mkdtemp(prefix="dmn-c1-", dir="/tmp"))
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, root, True)
         lab = LabCluster(
-            StateDir(root / "lab"), resync=5.0, links="netns", follow_links=follow_links
+            StateDir(root / "lab"),
+            resync=5.0,
+            links="netns",
+            follow_links=follow_links,
+            inventory=inventory,
         )
         lab.start()
         stack.callback(lab.stop)
@@ -197,6 +211,7 @@ def lab_node(
             node_uid=NODE_UID,
             state_dir=state_dir or root / "agent",
             host_netns=f"/var/run/netns/{lab.netns}",
+            ovsdb_remote=ovsdb_remote,
         )
         sock = str(root / "nri.sock")
         runtime = LabNriRuntime(

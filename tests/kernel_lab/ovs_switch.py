@@ -123,13 +123,17 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def ovs_switch(netns: str, datapath: str = "system") -> Iterator[OvsSwitch]:
+def ovs_switch(
+    netns: str, datapath: str = "system", rundir: Path | None = None
+) -> Iterator[OvsSwitch]:
     """ovsdb-server + ovs-vswitchd (in ``netns``) with one bridge, :data:`BRIDGE`, of
     ``datapath`` type: ``system`` (the kernel's ``openvswitch.ko``, lab kernel) or ``netdev``
-    (the userspace datapath, for this machine's kernel, which has no OVS module)."""
+    (the userspace datapath, for this machine's kernel, which has no OVS module).
+    ``rundir``: an empty directory the caller made (so it knows the OVSDB socket before the
+    switch starts), else a fresh one; either is removed on exit."""
     if datapath == "system":
         subprocess.run(["modprobe", "openvswitch"], check=True, capture_output=True)
-    rundir = Path(tempfile.mkdtemp(prefix="ovs", dir="/tmp"))
+    rundir = rundir or Path(tempfile.mkdtemp(prefix="ovs", dir="/tmp"))
     switch = OvsSwitch(rundir, netns)
     procs: list[subprocess.Popen[bytes]] = []
     logs = []

@@ -115,7 +115,12 @@ def test_grants_use_handle_types_and_accesses(inv: Inventory) -> None:
     ]
     kernel = find(ps, mlx_vf_address(0, 0), "kernel")
     assert kernel is not None
-    assert {g.type for g in kernel.grants} == {HandleType.KERNEL_INTERFACE, HandleType.RDMA_DEVICE}
+    # a VF in switchdev mode carries its host representor too (seed 000 §8.7)
+    assert {g.type for g in kernel.grants} == {
+        HandleType.KERNEL_INTERFACE,
+        HandleType.RDMA_DEVICE,
+        HandleType.HOST_REPRESENTOR,
+    }
     vfio = find(ps, MLX_PF0, "vfio")
     assert vfio is not None and vfio.grants[0].type is HandleType.PCI_FUNCTION
     assert Access.EXCLUSIVE_CONFIGURE in vfio.grants[0].accesses  # pci/driver-bind needs it
