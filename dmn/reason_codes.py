@@ -1011,6 +1011,14 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Resolve quarantined effects (`dmn journal show`) before retrying.",
     ),
     _r(
+        "E_NODE_LOCK_TIMEOUT",
+        RUN,
+        "The node mutation lock was not free in time: a node-wide pass (recovery, "
+        "Synchronize, retention, an eswitch transition) or an operation on the same claim, "
+        "sandbox or device held it; nothing was changed.",
+        "Retry (kubelet and the runtime do); the message names what held the lock.",
+    ),
+    _r(
         "E_NOT_FOUND",
         RUN,
         "A journal record or lab object does not exist.",

@@ -26,6 +26,7 @@ refused it).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -315,6 +316,7 @@ class MemoryJournal:
         self.fences: dict[str, dict[str, str]] = {}
         self.order: list[str] = []
         self.commits = 0
+        self._lock = threading.Lock()  # commits may come from several threads at once
 
     def load_operation(self, operation_id: str) -> OperationRecord | None:
         header = self.headers.get(operation_id)
@@ -332,19 +334,20 @@ class MemoryJournal:
         header: bool = True,
         sync: bool = True,
     ) -> None:
-        if sync:
-            self.commits += 1
-        if operation is not None:
-            op_id = operation.operation_id
-            if header or op_id not in self.headers:
-                if op_id not in self.headers:
-                    self.order.append(op_id)
-                self.headers[op_id] = operation.header_json()
-            stored = self.effects.setdefault(op_id, {})
-            for e in effects:
-                stored[e.index] = e.to_json()
-        for f in fences:
-            self.fences[f.scope] = f.to_json()
+        with self._lock:
+            if sync:
+                self.commits += 1
+            if operation is not None:
+                op_id = operation.operation_id
+                if header or op_id not in self.headers:
+                    if op_id not in self.headers:
+                        self.order.append(op_id)
+                    self.headers[op_id] = operation.header_json()
+                stored = self.effects.setdefault(op_id, {})
+                for e in effects:
+                    stored[e.index] = e.to_json()
+            for f in fences:
+                self.fences[f.scope] = f.to_json()
 
     def fence(self, scope: str) -> Fence | None:
         data = self.fences.get(scope)

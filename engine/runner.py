@@ -42,6 +42,16 @@ effects of the original operation in reverse from the journal alone (program, be
 inputs, outputs), needing no API object, and can record a terminal fence on the scope in the
 same commit so that an older run for that scope can never resurrect it.
 
+Concurrency: operations with different ids may run at once in different threads (the node
+services serialise what must be, see :mod:`dmn.engine.mutation_lock`); two calls for one
+operation id serialise on its key, and :meth:`Runner.recover` excludes every other call.
+A group-commit batch only ever holds records of its own operation: the pending outcome lives
+in the call's own frame, never on the runner, and what one public call keeps (its sync mode,
+its environments) is per thread. Another thread's synced commit may make an unsynced record
+of this operation durable earlier than its own next commit would — durable earlier is never
+less safe. The journal must accept commits from several threads (the RocksDB store does: a
+``WriteBatch`` is atomic and RocksDB orders concurrent writers).
+
 Crash boundaries: the runner calls ``boundary(name)`` at every journal boundary so that tests
 can kill the process exactly there. Names: ``before-intent``, ``after-intent``,
 ``after-before-image:<effect>`` (this effect's before-image and the previous effect's outcome
@@ -55,6 +65,7 @@ Undone/Quarantined record written).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -73,7 +84,7 @@ from dmn.engine.journal import (
     RecoveryPolicy,
     RunCode,
 )
-from dmn.engine.mutation_lock import NodeMutationLock
+from dmn.engine.mutation_lock import NodeMutationLock, operation_key
 from dmn.engine.recovery import UndoAction, decide_compensation, observation_of
 from dmn.interpreter.canonical_json import JSONValue
 from dmn.opcodes.executor import EffectContext, Executor, ExecutorError, RecoveryObservation
@@ -130,6 +141,16 @@ class RunResult:
         )
 
 
+class _CallState(threading.local):
+    """What one public call of a thread keeps: whether its end record is synced, the
+    caller's env per operation and the envs the factory built for it (closed at its end)."""
+
+    def __init__(self) -> None:
+        self.sync_end = True
+        self.envs: dict[str, Any] = {}
+        self.built: list[str] = []
+
+
 class _EffectFailed(Exception):
     def __init__(self, failure: Failure) -> None:
         self.failure = failure
@@ -149,7 +170,9 @@ class Runner:
     environment (:attr:`EffectContext.env`) of an operation is, in order: the ``env`` given
     to :meth:`run`/:meth:`cleanup` for that call, else ``env_factory(operation_record)``
     (how recovery rebuilds it from the journal, e.g. from a pinned namespace), else the
-    constructor's ``env``. All public methods take the node mutation ``lock``.
+    constructor's ``env``. :meth:`run`, :meth:`cleanup` and :meth:`recover_operation` hold
+    the node mutation ``lock`` shared with the operation's own key, so operations with
+    different ids run concurrently; :meth:`recover` holds it exclusively (see the module doc).
     """
 
     def __init__(
@@ -167,12 +190,23 @@ class Runner:
         self.executors = executors
         self.env = env
         self.env_factory = env_factory
-        self._call_envs: dict[str, Any] = {}
-        self._built_envs: list[str] = []
+        # per public call, so per thread: operations of different threads run at once
+        self._call = _CallState()
         self.lock = lock if lock is not None else NodeMutationLock()
         self._recheck_hook = recheck
         self._boundary_hook = boundary
-        self._sync_end = True  # per public call; see run(sync_end=...)
+
+    @property
+    def _sync_end(self) -> bool:
+        return self._call.sync_end
+
+    @property
+    def _call_envs(self) -> dict[str, Any]:
+        return self._call.envs
+
+    @property
+    def _built_envs(self) -> list[str]:
+        return self._call.built
 
     # ------------------------------------------------------------------ public API
 
@@ -205,7 +239,7 @@ class Runner:
         """
         semantic = digest if digest is not None else program.digest
         with (
-            self.lock.hold(f"run {operation_id}"),
+            self.lock.hold(f"run {operation_id}", [operation_key(operation_id)]),
             self._with_env(operation_id, env),
             self._end_sync(sync_end),
         ):
@@ -279,7 +313,7 @@ class Runner:
         the final Undone record rides with the caller's next synced commit.
         """
         with (
-            self.lock.hold(f"cleanup {operation_id}"),
+            self.lock.hold(f"cleanup {operation_id}", [operation_key(operation_id)]),
             self._with_env(operation_id, env),
             self._end_sync(sync_end),
         ):
@@ -309,7 +343,7 @@ class Runner:
 
     def recover(self) -> list[RunResult]:
         """Reconcile every unfinished operation (start-up). Running it twice changes nothing."""
-        with self.lock.hold("recover"), self._with_env("", None):
+        with self.lock.exclusive("recover"), self._with_env("", None):
             results = []
             for op in self.journal.unfinished_operations():
                 self._recover(op)
@@ -317,7 +351,10 @@ class Runner:
             return results
 
     def recover_operation(self, operation_id: str) -> RunResult | None:
-        with self.lock.hold(f"recover {operation_id}"), self._with_env(operation_id, None):
+        with (
+            self.lock.hold(f"recover {operation_id}", [operation_key(operation_id)]),
+            self._with_env(operation_id, None),
+        ):
             op = self.journal.load_operation(operation_id)
             if op is None:
                 return None
@@ -536,11 +573,11 @@ class Runner:
     @contextmanager
     def _end_sync(self, sync_end: bool) -> Iterator[None]:
         """For one public call: whether the end record is synced on its own."""
-        self._sync_end = sync_end
+        self._call.sync_end = sync_end
         try:
             yield
         finally:
-            self._sync_end = True
+            self._call.sync_end = True
 
     @contextmanager
     def _with_env(self, operation_id: str, env: Any) -> Iterator[None]:

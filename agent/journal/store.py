@@ -36,6 +36,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -269,6 +270,7 @@ class JournalStore:
         self._nosync = WriteOptions()
         self._nosync.sync = False
         self.commits = 0
+        self._commits_lock = threading.Lock()  # writers of several threads count here
         self._closed = False
         #: the error of the first failed commit (None while every commit succeeded); sticky:
         #: once set every write is refused and liveness/readiness report the journal failed
@@ -488,7 +490,8 @@ class JournalStore:
                     _log.exception("journal=%s event=failure_listener_failed", self.state_dir)
             raise failure from exc
         if sync:
-            self.commits += 1
+            with self._commits_lock:
+                self.commits += 1
 
     def writable(self) -> tuple[bool, str]:
         """Health condition: open as the writer and the last write succeeded."""

@@ -10,6 +10,7 @@ changes what is written; an observer failure is the caller's to ignore.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 
@@ -30,6 +31,9 @@ class JournalObserver:
     def __init__(self) -> None:
         self._started: dict[str, tuple[float, str]] = {}  # operation -> (start, hook label)
         self._seen: dict[tuple[str, int], EffectState] = {}
+        # commits of different operations arrive from several threads at once (the node
+        # lock is per claim and sandbox); the tables are shared by all of them
+        self._lock = threading.Lock()
 
     def committed(
         self,
@@ -40,6 +44,10 @@ class JournalObserver:
         JOURNAL_COMMIT.observe(seconds)
         if operation is None:
             return
+        with self._lock:
+            self._track(operation, effects)
+
+    def _track(self, operation: OperationRecord, effects: Sequence[EffectRecord]) -> None:
         op_id = operation.operation_id
         now = time.monotonic()
         hook = operation.program.hook

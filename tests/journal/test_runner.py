@@ -20,6 +20,7 @@ from dmn.engine.runner import Runner, RunRefused
 from dmn.vocabulary.terms import Access
 from tests.journal.programs import PARENT, child_program, foreign_world, reset_program
 from tests.journal.world import World, host_handle, world_executors
+from tests.waiting import wait_for
 
 
 class Crash(BaseException):
@@ -386,26 +387,31 @@ def test_runner_on_rocksdb_store_keeps_commit_budget(tmp_path: Path) -> None:
         assert op.result["interface"][0].inventory_id == "obj:vlan10"
 
 
-def test_mutation_lock_is_reentrant_and_bounded() -> None:
+def test_runs_of_one_operation_serialise_and_wait_bounded() -> None:
+    """The runner holds its operation's key: a second call for the same operation waits
+    (bounded, MutationLockTimeout naming the holder, nothing changed); see
+    tests/journal/test_mutation_lock.py for the lock's own contract."""
     import threading
 
-    lock = NodeMutationLock(timeout=0.05)
-    with lock.hold("outer"), lock.hold("inner"):
-        assert lock.holder == "outer"
-        errors = []
+    from dmn.engine.mutation_lock import operation_key
+
+    runner, _, world = make()
+    runner.lock = NodeMutationLock(timeout=0.05)
+    errors: list[MutationLockTimeout] = []
+    with runner.lock.hold("holder of op1", [operation_key("op1")]):
 
         def other() -> None:
             try:
-                with lock.hold("other"):
-                    pass
+                runner.run("op1", "att/a", child_program())
             except MutationLockTimeout as exc:
                 errors.append(exc)
 
         t = threading.Thread(target=other)
         t.start()
         t.join()
-        assert errors and "outer" in str(errors[0])
-    assert lock.holder == ""
+    assert errors and "holder of op1" in str(errors[0])
+    assert runner.journal.load_operation("op1") is None and state(world) == INITIAL
+    assert runner.run("op1", "att/a", child_program()).ok
 
 
 def test_parent_handle_is_a_grant_not_an_object() -> None:
@@ -489,37 +495,90 @@ def test_fence_without_cleanup_blocks_new_runs_of_the_scope() -> None:
     assert journal.commits == 1 and world.calls == []
 
 
-def test_concurrent_runs_are_serialised_by_the_node_lock() -> None:
+@pytest.mark.adversarial
+def test_runs_of_different_operations_overlap_and_their_batches_do_not_mix(
+    tmp_path: Path,
+) -> None:
+    """Issue 13: op-a's first apply does not return until op-b ran to completion in another
+    thread (so b never waited for a), on the RocksDB store; each operation's records are
+    exactly its own (group commit: N + 1 synced commits each, no outcome in the other's
+    batch), and a's unsynced end record (sync_end=False) did not change b's."""
     import threading
 
+    from dmn.agent.journal.store import JournalStore
+
     world = World(data=copy.deepcopy(foreign_world()))
-    journal = MemoryJournal()
-    inside: list[int] = []
-    overlap: list[bool] = []
     executors = world_executors(world)
     create = executors["test/create/v1"]
     original_apply = create.apply
+    b_done = threading.Event()
 
     def apply(ctx, before) -> None:
-        inside.append(1)
-        overlap.append(len(inside) > 1)
-        try:
-            original_apply(ctx, before)
-        finally:
-            inside.pop()
+        if ctx.operation_id == "op-a":
+            assert b_done.wait(60), "op-b waited for op-a"
+        original_apply(ctx, before)
 
     create.apply = apply
-    runner = Runner(journal, executors)
-    threads = [
-        threading.Thread(target=runner.run, args=(f"op{i}", f"att/{i}", child_program(f"c{i}")))
-        for i in range(4)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert overlap == [False] * 4
-    assert all(journal.load_operation(f"op{i}").state is OperationState.COMPLETED for i in range(4))
+    with JournalStore.open(tmp_path) as journal:
+        runner = Runner(journal, executors)
+        base = journal.commits
+        results: dict[str, object] = {}
+
+        def run(op: str, name: str, sync_end: bool) -> None:
+            results[op] = runner.run(op, f"att/{op}", child_program(name), sync_end=sync_end)
+            if op == "op-b":
+                b_done.set()
+
+        ta = threading.Thread(target=run, args=("op-a", "ca", False))
+        ta.start()
+        wait_for(lambda: "run op-a" in runner.lock.holder, timeout=60, what="op-a inside")
+        tb = threading.Thread(target=run, args=("op-b", "cb", True))
+        tb.start()
+        tb.join(60)
+        ta.join(60)
+        for op, name in (("op-a", "ca"), ("op-b", "cb")):
+            rec = journal.load_operation(op)
+            assert rec is not None and rec.state is OperationState.COMPLETED, op
+            assert [e.state for e in rec.effects] == [EffectState.APPLIED] * 3
+            assert rec.result["interface"][0].inventory_id == f"obj:{name}", op
+            assert rec.effects[0].before is not None and rec.operation_id == op
+        # op-a: 3 synced (intent+first, two more before-images), end unsynced; op-b: 3 + end
+        assert journal.commits - base == 3 + 4
+
+
+@pytest.mark.adversarial
+def test_runs_of_one_operation_serialise_and_the_second_replays() -> None:
+    import threading
+
+    world = World(data=copy.deepcopy(foreign_world()))
+    executors = world_executors(world)
+    create = executors["test/create/v1"]
+    original_apply = create.apply
+    inside, release = threading.Event(), threading.Event()
+
+    def apply(ctx, before) -> None:
+        inside.set()
+        assert release.wait(60)
+        original_apply(ctx, before)
+
+    create.apply = apply
+    runner = Runner(MemoryJournal(), executors)
+    results = []
+
+    def run() -> None:
+        results.append(runner.run("op1", "att/a", child_program()))
+
+    t1 = threading.Thread(target=run)
+    t1.start()
+    assert inside.wait(60)
+    t2 = threading.Thread(target=run)
+    t2.start()
+    wait_for(lambda: "run op1" in runner.lock.waiting, timeout=60, what="the second run to wait")
+    release.set()
+    t1.join(60)
+    t2.join(60)
+    assert [r.replayed for r in results] == [False, True]
+    assert world.calls.count("apply:create") == 1
 
 
 def test_fence_during_a_run_in_flight_stops_it_at_the_next_effect() -> None:
@@ -560,8 +619,8 @@ def test_node_lock_is_held_only_inside_runner_calls() -> None:
     def free(lock: NodeMutationLock) -> bool:
         got: list[bool] = []
 
-        def take() -> None:  # another thread: the RLock is re-entrant for this one
-            with lock.hold("probe", timeout=60):
+        def take() -> None:  # another thread, and a pass: nothing at all may be held
+            with lock.exclusive("probe", timeout=60):
                 got.append(True)
 
         t = threading.Thread(target=take)
