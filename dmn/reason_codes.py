@@ -778,8 +778,43 @@ REGISTRY: tuple[ReasonCode, ...] = (
     _r(
         "E_VLAN_DENIED",
         EXEC,
-        "A requested VLAN is not permitted by the approved bridge's grant.",
+        "A requested VLAN is not permitted by the approved bridge's (or uplink's) grant.",
         "Use a granted VLAN or extend the policy's vlans.",
+    ),
+    _r(
+        "E_UPLINK_GRANT",
+        EXEC,
+        "The uplink alias has no allowedHostBridges[].uplinks[] grant on that bridge, or the "
+        "granted uplink is missing or its netdev is on another device than the granted one.",
+        "Fix the policy's uplink grant (name, alias, device address) or the uplink.",
+    ),
+    _r(
+        "E_UPLINK_NOT_PORT",
+        EXEC,
+        "The granted uplink exists but is not a port of the approved bridge.",
+        "Enslave the uplink to the approved bridge, or fix the grant.",
+    ),
+    _r(
+        "E_UPLINK_VLAN_CHANGED",
+        EXEC,
+        "A driver-created VLAN on a shared uplink has flags (PVID, untagged) someone else set "
+        "since; its last reference's removal is refused and the effect stays Quarantined.",
+        "Decide who owns the VLAN; restore the tagged entry or resolve the effect "
+        "(dmn journal resolve) and remove the VLAN by hand.",
+    ),
+    _r(
+        "E_UPLINK_VLAN_IN_USE",
+        EXEC,
+        "The last reference to a driver-created uplink VLAN was released, but another port of "
+        "the bridge (or the bridge itself) still uses that VLAN; it stays, the effect Quarantined.",
+        "Remove the foreign port's VLAN or resolve the effect (dmn journal resolve).",
+    ),
+    _r(
+        "E_REFERENCES_UNAVAILABLE",
+        EXEC,
+        "An executor that keeps shared references in the journal was given no journal records "
+        "view in its environment (a node wiring fault, not an input error).",
+        "Run the effect through the node agent, which provides the view.",
     ),
     _r(
         "E_OVS_BRIDGE_GRANT",

@@ -353,6 +353,14 @@ class MemoryJournal:
         data = self.fences.get(scope)
         return Fence.from_json(data) if data is not None else None
 
+    def effects_of_kind(self, kind: str) -> list[tuple[str, EffectRecord]]:
+        out = []
+        for op_id in self.order:
+            for data in self.effects.get(op_id, {}).values():
+                if data["kind"] == kind:
+                    out.append((op_id, EffectRecord.from_json(data)))
+        return out
+
     def unfinished_operations(self) -> list[OperationRecord]:
         out = []
         for op_id in self.order:

@@ -13,6 +13,8 @@ grants" and "no drivers"). The OVSDB endpoint (:attr:`ovsdb_remote`) and the app
 (:attr:`ovs_bridge_grants`) are node facts of the same kind. :attr:`netns_sysfs` gives the
 sysfs a given namespace sees (a node mounts one per call, see
 :mod:`dmn.opcodes.netns_sysfs`; tests hand in recorded trees for hardware this machine lacks).
+:attr:`effect_records` is the journal's read-only record view for effects that hold
+references to shared state.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from dmn.opcodes.effect_records import EffectRecords
 from dmn.opcodes.linux.netns import LinkEnvironment
 from dmn.opcodes.netns_sysfs import MountedNetnsSysfs, NetnsSysfs
 
@@ -129,6 +132,9 @@ class DeviceEnvironment(LinkEnvironment):
     ovs_bridge_grants: Mapping[str, OvsBridgeGrant] = field(default_factory=dict)
     ovsdb_remote: str = OVSDB_REMOTE
     netns_sysfs: NetnsSysfs = field(default_factory=MountedNetnsSysfs)
+    effect_records: EffectRecords | None = None
+    """The journal's effect records, read-only (:mod:`dmn.opcodes.effect_records`); None
+    where nothing journals (an executor that needs it then refuses)."""
 
     @classmethod
     def extend(
@@ -183,3 +189,7 @@ def ovsdb_remote(env: Any) -> str:
 
 def netns_sysfs(env: Any) -> NetnsSysfs:
     return env.netns_sysfs if isinstance(env, DeviceEnvironment) else MountedNetnsSysfs()
+
+
+def effect_records(env: Any) -> EffectRecords | None:
+    return env.effect_records if isinstance(env, DeviceEnvironment) else None

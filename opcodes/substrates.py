@@ -63,9 +63,17 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
     ),
     SubstrateRow(
         ("bridge/shared-uplink-vlan",),
-        (),
-        "spec only: its per-VID reference count across attachments must live in the journal, "
-        "which executors cannot read yet",
+        ("opcodes/bridge/",),
+        "lab kernel, VLAN-filtering bridge whose shared uplink is the netdevsim PF netdev "
+        "(granted by name and parent device: netdevsim has no PCI address) and netdevsim "
+        "representors as ports; the uplink's VLAN table read back with `bridge -j vlan`. The "
+        "per-VID reference count is the journal's (the executor reads its effect records "
+        "through a read-only port in its environment): two attachments share one VID until "
+        "the second undo, a VID the administrator configured first survives every undo, "
+        "foreign flags, a foreign port on the VID or a changed bridge identity keep the VID "
+        "(Quarantined); accelerated-bridge-cni-uplink through the real runner and RocksDB "
+        "journal, SIGKILL at every journal boundary alone and with a second attachment holding "
+        "the VID",
     ),
     SubstrateRow(
         ("devlink/eswitch-configure",),

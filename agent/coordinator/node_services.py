@@ -28,6 +28,7 @@ from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
 from dmn.agent.journal.store import JournalStore, Retention
 from dmn.agent.netns.pins import NamespacePins
 from dmn.api.cluster import Cluster
+from dmn.engine.effect_records import JournalEffectRecords
 from dmn.engine.runner import BoundaryHook, Runner
 from dmn.interpreter.loader import Plugin, load_builtin_plugins
 from dmn.opcodes.executor import Executor
@@ -66,15 +67,18 @@ class NodeServices:
         # released (every service call holds the node lock, which the shared sockets need)
         pins = NamespacePins(config.state_dir, host_netns=config.host_netns, warm=True)
         journal = JournalStore.open(config.state_dir)
+        records = JournalEffectRecords(journal)  # the runner's own journal: see its contract
         runner = Runner(
             journal,
             executors if executors is not None else default_executors(),
             env_factory=lambda op: device_environment(
-                pins, config.cdi_root, ovsdb_remote=config.ovsdb_remote
+                pins, config.cdi_root, ovsdb_remote=config.ovsdb_remote, records=records
             ),
             boundary=boundary,
         )
-        operations = NodeOperations(runner, pins, config.cdi_root, boundary, config.ovsdb_remote)
+        operations = NodeOperations(
+            runner, pins, config.cdi_root, boundary, config.ovsdb_remote, records=records
+        )
         claims = ClaimVerifier(config, cluster, devices, known)
         lock = threading.RLock()
         attachments = SandboxAttachmentService(

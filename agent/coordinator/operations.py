@@ -23,6 +23,7 @@ from dmn.engine.bound import BoundProgram
 from dmn.engine.runner import BoundaryHook, Runner, RunResult
 from dmn.interpreter.loader import Plugin
 from dmn.opcodes.device_environment import CDI_ROOT, OVSDB_REMOTE, DeviceEnvironment
+from dmn.opcodes.effect_records import EffectRecords
 
 log = logging.getLogger("dmn.agent.coordinator.coordinator")
 
@@ -40,12 +41,14 @@ def device_environment(
     *,
     grants: StepGrants | None = None,
     ovsdb_remote: str = OVSDB_REMOTE,
+    records: EffectRecords | None = None,
 ) -> DeviceEnvironment:
     """The executors' environment for one run: the pins' namespaces (this attachment's
     sandbox), the node's CDI directory and OVSDB endpoint (node facts: flags, never config),
-    and what the device's policy allows — its drivers (``hardware.allowedDrivers``) and the
-    bridges of the step (``allowedHostBridges``/``allowedOvsBridges``). Cleanup and recovery
-    get no drivers and no bridges: they only restore what the journal recorded."""
+    what the device's policy allows — its drivers (``hardware.allowedDrivers``) and the
+    bridges of the step (``allowedHostBridges``/``allowedOvsBridges``) — and the journal's
+    read-only effect records (shared-reference executors count from them). Cleanup and
+    recovery get no drivers and no bridges: they only restore what the journal recorded."""
     base = pins.link_environment(attachment)
     grants = grants or StepGrants()
     try:
@@ -56,6 +59,7 @@ def device_environment(
             cdi_root=cdi_root,
             ovs_bridge_grants=dict(grants.ovs_bridges),
             ovsdb_remote=ovsdb_remote,
+            effect_records=records,
         )
     finally:
         base.close()
@@ -69,12 +73,14 @@ class NodeOperations:
         cdi_root: Path = CDI_ROOT,
         boundary: BoundaryHook | None = None,
         ovsdb_remote: str = OVSDB_REMOTE,
+        records: EffectRecords | None = None,
     ) -> None:
         self.runner = runner
         self.pins = pins
         self.cdi_root = cdi_root
         self.ovsdb_remote = ovsdb_remote
         self._boundary = boundary
+        self.records = records
 
     def environment(
         self,
@@ -89,6 +95,7 @@ class NodeOperations:
             allowed_drivers,
             grants=grants,
             ovsdb_remote=self.ovsdb_remote,
+            records=self.records,
         )
 
     def boundary(self, name: str) -> None:

@@ -789,6 +789,17 @@ class JournalStore:
             _log.info("journal=%s event=terminal_collected units=%d", self.state_dir, len(doomed))
         return len(doomed)
 
+    def effects_of_kind(self, kind: str) -> list[tuple[str, EffectRecord]]:
+        """Every effect of opcode ``kind`` as (operation id, record), for the executors'
+        reference port (``dmn.engine.effect_records``). Raises :class:`JournalCorruptError`
+        when any operation record is undecodable: a count that skipped it could drop a
+        reference it holds."""
+        ops = self.operations()
+        unreadable = sorted(k for k in self.corrupt if k.startswith(b"op/"))
+        if unreadable:
+            raise JournalCorruptError(f"operation records unreadable: {unreadable[:3]!r}")
+        return [(op.operation_id, e) for op in ops for e in op.effects if e.kind == kind]
+
     def quarantined_effects(self) -> list[tuple[str, EffectRecord]]:
         """Every Quarantined effect as (operation id, record)."""
         out = []

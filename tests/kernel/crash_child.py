@@ -22,6 +22,7 @@ from typing import Any
 from dmn.agent.journal.store import JournalStore
 from dmn.agent.netns.pins import NamespacePins
 from dmn.engine.bound import BoundProgram
+from dmn.engine.effect_records import JournalEffectRecords
 from dmn.engine.runner import Runner
 from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment, OvsBridgeGrant
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
@@ -68,6 +69,8 @@ def child(req: dict[str, Any]) -> int:
 
     sandbox = NamespaceRef.from_json(req["sandbox"]) if req.get("sandbox") else None
     journal = JournalStore.open(req["state_dir"])
+    if grants:
+        device["effect_records"] = JournalEffectRecords(journal)
     runner = Runner(journal, EXECUTORS, boundary=hook, env_factory=lambda op: env(None))
     if req["action"] == "run":
         program = BoundProgram.from_json(req["program"])

@@ -19,6 +19,7 @@ from dmn.agent.journal.store import JournalStore
 from dmn.agent.netns.pins import NamespacePins
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
+from dmn.engine.effect_records import JournalEffectRecords
 from dmn.engine.runner import Runner, RunResult
 from dmn.interpreter.loader import load_builtin_plugins
 from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment, OvsBridgeGrant
@@ -60,7 +61,11 @@ class Node:
     def pin(self, attachment: str, sandbox_ns: str) -> NamespaceRef:
         return self.pins.pin(attachment, netns_path(sandbox_ns))
 
-    def env(self, sandbox: NamespaceRef | None = None) -> LinkEnvironment:
+    def env(
+        self, sandbox: NamespaceRef | None = None, journal: JournalStore | None = None
+    ) -> LinkEnvironment:
+        """The executors' environment; with ``journal`` (the runner's own store) it carries
+        the journal's read-only effect records, as the agent's does."""
         env = self.pins.link_environment()
         env.sandbox = sandbox
         if (
@@ -72,7 +77,10 @@ class Node:
         ):
             return env
         grants = {g.alias: g for g in self.bridge_grants}
-        device_env = DeviceEnvironment.extend(env, bridge_grants=grants, **self.device_facts())
+        facts = self.device_facts()
+        if journal is not None:
+            facts["effect_records"] = JournalEffectRecords(journal)
+        device_env = DeviceEnvironment.extend(env, bridge_grants=grants, **facts)
         env.close()
         return device_env
 
@@ -106,18 +114,18 @@ class Node:
                 journal,
                 EXECUTORS,
                 boundary=boundary,
-                env_factory=lambda op: self.env(),
+                env_factory=lambda op: self.env(journal=journal),
             )
         finally:
             journal.close()
 
     def run(self, op: str, program: BoundProgram, sandbox: NamespaceRef | None = None) -> RunResult:
-        env = self.env(sandbox)
-        try:
-            with self.runner() as r:
+        with self.runner() as r:
+            env = self.env(sandbox, r.journal)  # type: ignore[arg-type]  # a JournalStore
+            try:
                 result = r.run(op, f"scope/{op}", program, env=env)
-        finally:
-            env.close()
+            finally:
+                env.close()
         assert result.ok, (result.state, result.failure)
         return result
 

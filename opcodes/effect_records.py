@@ -1,0 +1,44 @@
+"""A read-only view of the journal's effect records, for executors whose state is shared.
+
+Why: some effects are references to one shared kernel object — several attachments hold one
+VLAN on a bridge uplink (``bridge/shared-uplink-vlan/v1``). Who still needs it cannot be read
+from the kernel (an administrator can change it, and it does not say *who* added a VID): the
+journal is the only authority (seed 000 §8.7, §11.1). Executors may not import the journal
+(the opcode layer sits below the engine), so the node gives them this port through the
+executor environment (:attr:`~dmn.opcodes.device_environment.DeviceEnvironment.effect_records`);
+the engine implements it over its journal (``dmn.engine.effect_records``).
+
+Contract: :meth:`EffectRecords.held` is called by an executor while the runner holds the node
+mutation lock, so no other operation writes between the read and the executor's action. It
+returns every recorded effect of one opcode whose before-image is durable and whose undo has
+not finished — states ``Applying`` (the apply may have happened), ``Applied``, ``Undoing``
+(its undo will be retried) and ``Quarantined`` (its outcome is unprovable: it stays
+reserved). ``Planned``/``Captured`` effects changed nothing; ``Undone`` ones no longer hold.
+A journal that cannot be read whole raises (``E_JOURNAL_CORRUPT``): a reference count over
+part of the journal could remove what an unreadable record still needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+HOLDING_STATES = frozenset({"Applying", "Applied", "Undoing", "Quarantined"})
+"""Effect states (the journal's ``EffectState`` values) in which a record holds a reference."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEffect:
+    """One journaled effect as an executor may see it: who, in which state, its before-image."""
+
+    operation_id: str
+    effect_id: str
+    state: str
+    before: Any
+
+
+class EffectRecords(Protocol):
+    def held(self, kind: str) -> Sequence[RecordedEffect]:
+        """Every effect of opcode ``kind`` in a :data:`HOLDING_STATES` state, in any order."""
+        ...
