@@ -122,6 +122,8 @@ def test_default_install_objects() -> None:
     assert {"name": "metrics", "containerPort": 8081} in ctl_container["ports"]
     assert "--health-port=8081" in ctl_container["command"]
     assert ctl_container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
+    # a deleted replica serves 5 s more before SIGTERM: the API server's endpoint view drops it
+    assert ctl_container["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
     # metrics Services and the ServiceMonitor are opt-in
     assert not [d for d in docs if d["kind"] == "ServiceMonitor"]
     assert not [d for d in docs if d["metadata"]["name"].endswith("-metrics")]
@@ -193,6 +195,7 @@ def test_all_options_reach_the_objects() -> None:
     assert ctl["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
     assert ctl_pod["containers"][0]["env"][2:] == api_env
     assert "--health-port=18081" in ctl["template"]["spec"]["containers"][0]["command"]
+    assert ctl_pod["containers"][0]["lifecycle"]["preStop"] == {"sleep": {"seconds": 10}}
     services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
     node_metrics = services["dra-multi-network-node-metrics"]["spec"]
     assert node_metrics["ports"] == [{"name": "metrics", "port": 19811, "targetPort": "metrics"}]
@@ -299,6 +302,7 @@ def test_both_components_may_write_events_and_nothing_more_of_them() -> None:
         ("nodeAgent.stateDir=relative/dir", "stateDir"),
         ("nodeAgent.deviceDirs={/etc}", "deviceDirs"),
         ("controller.replicas=0", "replicas"),
+        ("controller.shutdownDelaySeconds=60", "shutdownDelaySeconds"),
         ("controller.unknownOption=1", "unknownOption"),
         ("nodeAgent.healthPort=0", "healthPort"),
         ("nodeAgent.extraArgs={rm -rf}", "extraArgs"),
