@@ -2,13 +2,18 @@
 
 The lab with a node (kubelet, containerd, our agent) is one per test session, shared by
 every ``test_upstream*`` module: starting it is the expensive part (and the machine has
-one node address, so node labs take turns). Each test cleans up its own Pods and waits
-where the next test depends on it. The control-plane-only lab and the Helm-installed
-lab are one per module; those modules are run first (``pytest_collection_modifyitems``), so
-their labs are down before the session's node lab takes the machine-wide lock. A lab is
-brought down at the end of its scope, also after failures; its state directory is a short
-path under /tmp (unix socket paths must fit sockaddr_un). Never skipped: without the built
-components the fixture fails with the build command.
+one node address, so node labs take turns). ``DMN_E2E_INSTALL`` says how our driver is
+installed on it (``tests/e2e/installed_driver.py``): ``process`` (the default) — host
+processes, and ``test_helm_install.py`` brings up a Helm-installed lab of its own — or
+``helm`` — the chart's Pods, and ``test_helm_install.py`` runs on this same lab after
+the ``test_upstream*`` modules, its ``helm uninstall`` just before
+``test_upstream_zz_down.py``'s ``down``. Each test cleans up its own Pods and waits where
+the next test depends on it. The control-plane-only lab and that own Helm lab are one per
+module; those modules run first (``pytest_collection_modifyitems``), so their labs are down
+before the session's node lab takes the machine-wide lock. A lab is brought down at the end
+of its scope, also after failures; its state directory is a short path under /tmp (unix
+socket paths must fit sockaddr_un). Never skipped: without the built components the fixture
+fails with the build command.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from dmn.lab.upstream import host_changes
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.driver import DriverDeployment
 from dmn.lab.upstream.helm_driver import HelmDriver
-from tests.e2e import lab_pods
+from tests.e2e import installed_driver, lab_pods
 
 
 def host_snapshot() -> dict[str, object]:
@@ -119,32 +124,54 @@ def _lab_turn() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-#: modules whose own lab (module-scoped) must be down before the session's node lab starts
-OWN_LAB_MODULES = ("tests.e2e.test_control_plane", "tests.e2e.test_helm_install")
+CONTROL_PLANE_MODULE = "tests.e2e.test_control_plane"
+HELM_MODULE = "tests.e2e.test_helm_install"
+DOWN_MODULE = "tests.e2e.test_upstream_zz_down"
+
+
+def _module(item: pytest.Item) -> str:
+    return str(getattr(getattr(item, "module", None), "__name__", ""))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the modules with their own lab first, whatever order the command line named
-    them in: once the session's node lab is up, another lab in this process cannot start."""
+    """Modules with their own lab run first, whatever order the command line named them in:
+    once the session's node lab is up, another lab in this process cannot start. On a
+    Helm-installed session lab ``test_helm_install.py`` is not one of them: it runs after
+    the other node modules (its upgrade and uninstall change the driver under them), just
+    before the down comparison."""
+    own = (CONTROL_PLANE_MODULE,) if installed_driver.HELM else (CONTROL_PLANE_MODULE, HELM_MODULE)
 
     def rank(item: pytest.Item) -> int:
-        module = getattr(getattr(item, "module", None), "__name__", "")
-        return OWN_LAB_MODULES.index(module) if module in OWN_LAB_MODULES else len(OWN_LAB_MODULES)
+        module = _module(item)
+        return own.index(module) if module in own else len(own)
 
     items.sort(key=rank)
+    if not installed_driver.HELM:
+        return
+    helm = [item for item in items if _module(item) == HELM_MODULE]
+    rest = [item for item in items if _module(item) != HELM_MODULE]
+    e2e = [i for i, item in enumerate(rest) if _module(item).startswith("tests.e2e.")]
+    down = [i for i, item in enumerate(rest) if _module(item) == DOWN_MODULE]
+    at = down[0] if down else (e2e[-1] + 1 if e2e else len(rest))
+    items[:] = rest[:at] + helm + rest[at:]
 
 
 @pytest.fixture(scope="session")
 def upstream_session() -> Iterator[Session]:
-    """The whole lab (node included), once for the test session."""
-    yield from _session(with_node=True)
+    """The whole lab (node included), once for the test session; our driver installed as
+    ``DMN_E2E_INSTALL`` says."""
+    yield from _session(with_node=True, driver=HelmDriver() if installed_driver.HELM else None)
 
 
 @pytest.fixture(scope="module")
-def helm_session() -> Iterator[Session]:
-    """The whole lab with our driver installed by `helm install` (Pods from the local image);
-    its module (test_helm_install.py) sorts before the test_upstream* modules."""
-    yield from _session(with_node=True, driver=HelmDriver())
+def helm_session(request: pytest.FixtureRequest) -> Iterator[Session]:
+    """A lab with our driver installed by `helm install` (Pods from the local image): the
+    session's node lab when it is installed so, else one of the module's own (its module,
+    test_helm_install.py, then sorts before the test_upstream* modules)."""
+    if installed_driver.HELM:
+        yield request.getfixturevalue("upstream_session")
+    else:
+        yield from _session(with_node=True, driver=HelmDriver())
 
 
 @pytest.fixture(scope="module")

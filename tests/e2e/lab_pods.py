@@ -132,15 +132,6 @@ def preparation_states(lab: UpstreamLab, claim_uids: set[str]) -> set[str]:
     return {p["state"] for p in journal(lab)["preparations"] if p["claimUID"] in claim_uids}
 
 
-def agent_log_count(lab: UpstreamLab, marker: str) -> int:
-    """How often the node agent's log (all its incarnations) contains ``marker``."""
-    try:
-        text = (lab.procs.logs / "dmn-node.log").read_text(errors="replace")
-    except OSError:
-        return 0
-    return text.count(marker)
-
-
 # --- devices and pinned claims ----------------------------------------------------------
 
 

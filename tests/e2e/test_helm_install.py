@@ -1,13 +1,15 @@
 """End to end with our driver installed by the real ``helm install`` of the chart.
 
-The module's lab (``helm_session``) imports the image ``image/build.py`` builds for this
+The lab (``helm_session``: the session's node lab when ``DMN_E2E_INSTALL=helm``, else one
+of this module's own) imports the image ``image/build.py`` builds for this
 checkout into the lab's containerd and installs ``charts/dra-multi-network`` with the
 pinned Helm (:class:`~dmn.lab.upstream.helm_driver.HelmDriver`): the node agent runs as the
 DaemonSet's Pod and the controller as the Deployment's, under the chart's RBAC and its
 ResourceSlice admission policy. Then the same path as ``test_upstream.py`` — slices, two
 macvlan Pods that get ``net1`` and ping, a clean Pod deletion — and the release's life:
 ``helm upgrade`` to a changed value, ``helm uninstall`` (no webhook left to block the API
-server), and the lab's ``down`` leaving the host as before. Tests run in file order.
+server; on the session's lab that runs in ``test_upstream_zz_down.py``, after every other
+module), and the lab's ``down`` leaving the host as before. Tests run in file order.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from dmn.lab.upstream.demo import Kubectl, pod, pod_phase, wait_for
 from dmn.lab.upstream.driver import LAB_LINKS
 from dmn.lab.upstream.helm_driver import RELEASE, Helm, HelmDriver, image_ref
 from dmn.lab.upstream.images import PINNED_LABEL
+from tests.e2e import installed_driver, lab_pods
 from tests.e2e.conftest import Session, host_snapshot
 
 pytestmark = [pytest.mark.e2e]
@@ -76,11 +79,13 @@ def macvlan_template(helm_session: Session) -> None:
 
 @pytest.fixture
 def pods(admin: Cluster) -> Iterator[list[str]]:
+    """Pods the test creates; deleted (and on the session's lab waited for: the next module
+    counts devices and links)."""
     created: list[str] = []
     yield created
-    for name in created:
-        with contextlib.suppress(NotFound):
-            admin.delete(r.PODS, name, NAMESPACE)
+    lab_pods.delete(admin, *created)
+    if installed_driver.HELM:
+        lab_pods.wait_gone(admin, *created)
 
 
 def _driver_pods(admin: Cluster, selector: str, terminating: bool = False) -> list[dict[str, Any]]:
@@ -223,9 +228,7 @@ def test_helm_upgrade_restarts_the_controller_and_patches_only_what_changed(
     assert wait_for(sock.exists, WAIT)
 
 
-def test_helm_uninstall_leaves_nothing_that_blocks_the_api_server(
-    lab: UpstreamLab, admin: Cluster
-) -> None:
+def uninstall_leaves_nothing_that_blocks_the_api_server(lab: UpstreamLab, admin: Cluster) -> None:
     """After ``helm uninstall``: no webhook configuration or admission policy of ours, no
     Pods, the kubelet registration socket gone, and writes the webhook guarded (topologies,
     our DeviceClasses) are not refused by a webhook that no longer answers."""
@@ -263,11 +266,18 @@ def test_helm_uninstall_leaves_nothing_that_blocks_the_api_server(
     admin.delete(r.NETWORK_TOPOLOGIES, "e2e-after")
 
 
-def test_zz_down_leaves_the_host_as_before(helm_session: Session) -> None:
-    lab = helm_session.lab
-    assert lab.down() == []
-    assert not lab.layout.root.exists()
-    assert host_snapshot() == helm_session.before
+if not installed_driver.HELM:  # this module's own lab: the release and the lab end here
+
+    def test_helm_uninstall_leaves_nothing_that_blocks_the_api_server(
+        lab: UpstreamLab, admin: Cluster
+    ) -> None:
+        uninstall_leaves_nothing_that_blocks_the_api_server(lab, admin)
+
+    def test_zz_down_leaves_the_host_as_before(helm_session: Session) -> None:
+        lab = helm_session.lab
+        assert lab.down() == []
+        assert not lab.layout.root.exists()
+        assert host_snapshot() == helm_session.before
 
 
 # --- helpers -------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 from typing import Any
@@ -36,6 +35,7 @@ from dmn.lab.upstream.demo import (
     wait_for,
 )
 from dmn.lab.upstream.driver import LAB_LINKS
+from tests.e2e import installed_driver
 from tests.fixtures.forged_revision import forged_class, forged_revision, ready_status
 from tests.lab.test_admin_plugin import ADMIN as ADMIN_PLUGINS
 from tests.lab.test_admin_plugin import POLICY as ADMIN_POLICY
@@ -279,34 +279,27 @@ def _sandbox_link(lab: UpstreamLab, pod_uid: str, name: str) -> tuple[str, Any, 
 
 
 def _without_webhook_and_controller(lab: UpstreamLab, admin: Cluster) -> tuple[Any, Any]:
-    """The controller bypassed: its process stopped (no revision collection) and its
-    admission webhook unregistered; returns what :func:`_restore` needs."""
+    """The controller bypassed: stopped (its process, or its Deployment scaled to zero: no
+    revision collection) and its admission webhook unregistered; returns what
+    :func:`_restore` needs."""
     saved = admin.get(r.VALIDATING_WEBHOOK_CONFIGURATIONS, "dra-multi-network")
-    process = lab.procs.get("dmn-controller")
-    assert process is not None
-    lab.procs.stop("dmn-controller")
+    stopped = installed_driver.stop_controller(lab, admin)
     admin.delete(r.VALIDATING_WEBHOOK_CONFIGURATIONS, "dra-multi-network")
-    return saved, process
+    return saved, stopped
 
 
 def _restore(lab: UpstreamLab, admin: Cluster, saved: tuple[Any, Any]) -> None:
-    webhooks, process = saved
+    webhooks, stopped = saved
     meta = webhooks["metadata"]
-    body = {**webhooks, "metadata": {"name": meta["name"], "labels": meta.get("labels") or {}}}
-    lab.procs.start("dmn-controller", process.argv, process.env)
+    # labels and annotations kept: a Helm-installed configuration stays the release's
+    kept = {k: meta[k] for k in ("labels", "annotations") if meta.get(k)}
+    body = {**webhooks, "metadata": {"name": meta["name"], **kept}}
     # the lab is shared by the later modules: their first write goes through the webhook
-    port = int(lab.info()["ports"]["webhook"])  # type: ignore[index]
-    assert wait_for(lambda: _listening(port), WAIT), lab.procs.tail("dmn-controller")
+    installed_driver.start_controller(lab, admin, stopped)
     with contextlib.suppress(AlreadyExists):
         admin.create(r.VALIDATING_WEBHOOK_CONFIGURATIONS, body)
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
+    if installed_driver.HELM:  # the API server's endpoint view of the new Pods lags behind
+        assert wait_for(lambda: installed_driver.webhook_verdict(admin) == "", WAIT)
 
 
 def test_admin_plugins_on_real_kubernetes_and_a_forged_one_refused_on_the_node(

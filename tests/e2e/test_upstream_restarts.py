@@ -1,9 +1,10 @@
 """Restarts with Pods running: our node agent, containerd and kubelet, each in turn.
 
 Each test starts a Pod with a shared-macvlan claim, restarts one component (stop with
-SIGTERM, start again with the same command line, as a DaemonSet or systemd would), waits
-until the component is back in contact with the agent (the agent's log shows a new NRI
-Synchronize or a new kubelet registration), then proves: the old Pod still has ``net1``
+SIGTERM, start again with the same command line, as systemd would; the Helm-installed
+agent: its Pod deleted, the DaemonSet's new Pod in its place), waits until the component is
+back in contact with the agent (the agent's log shows a new NRI Synchronize or a new kubelet
+registration), then proves: the old Pod still has ``net1``
 from its own view and its attachment is still Ready, a new Pod gets a network, and deleting
 the old Pod still cleans up (kubelet unprepares, the journal keeps Removed/Released).
 """
@@ -17,14 +18,12 @@ import pytest
 from dmn.api.cluster import Cluster
 from dmn.lab.upstream.cluster import UpstreamLab, node_ready
 from dmn.lab.upstream.demo import Kubectl
-from tests.e2e import lab_pods
+from tests.e2e import installed_driver, lab_pods
+from tests.e2e.installed_driver import REGISTERED, SYNCHRONIZE
 from tests.e2e.lab_pods import WAIT
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e]
-
-SYNCHRONIZE = "event=synchronize "  # the NRI adapter's log line per Synchronize
-REGISTERED = "kubelet registered driver="  # NotifyRegistrationStatus(registered)
 
 
 def _has_net1(lab: UpstreamLab, pod: str) -> bool:
@@ -68,7 +67,7 @@ def _restart_keeps_pods_networked(
 
 def _wait_log(lab: UpstreamLab, marker: str, seen: int, what: str) -> None:
     wait_for(
-        lambda: lab_pods.agent_log_count(lab, marker) > seen,
+        lambda: installed_driver.agent_log_count(lab, marker) > seen,
         timeout=WAIT,
         interval=0.5,
         what=what,
@@ -78,15 +77,12 @@ def _wait_log(lab: UpstreamLab, marker: str, seen: int, what: str) -> None:
 def test_node_agent_restart(
     upstream_lab: UpstreamLab, admin: Cluster, classes: dict[str, str], pods: list[str]
 ) -> None:
-    """A new agent process recovers from the journal, registers with kubelet again and
-    reconnects to NRI; Synchronize must keep the running Pod's attachment."""
+    """A new agent (process, or the DaemonSet's new Pod) recovers from the journal,
+    registers with kubelet again and reconnects to NRI; Synchronize must keep the running
+    Pod's attachment."""
 
     def restart() -> None:
-        synced = lab_pods.agent_log_count(upstream_lab, SYNCHRONIZE)
-        registered = lab_pods.agent_log_count(upstream_lab, REGISTERED)
-        upstream_lab.procs.restart("dmn-node")
-        _wait_log(upstream_lab, SYNCHRONIZE, synced, "the new agent's NRI Synchronize")
-        _wait_log(upstream_lab, REGISTERED, registered, "the new agent's kubelet registration")
+        installed_driver.restart_agent(upstream_lab, admin)
 
     _restart_keeps_pods_networked(upstream_lab, admin, pods, "agent", restart)
 
@@ -98,7 +94,7 @@ def test_containerd_restart(
     reconnects to the new one (a new Synchronize listing the running sandbox)."""
 
     def restart() -> None:
-        synced = lab_pods.agent_log_count(upstream_lab, SYNCHRONIZE)
+        synced = installed_driver.agent_log_count(upstream_lab, SYNCHRONIZE)
         upstream_lab.procs.restart("containerd")
         _wait_log(upstream_lab, SYNCHRONIZE, synced, "NRI Synchronize from the new containerd")
         wait_for(lambda: node_ready(admin), timeout=WAIT, interval=0.5, what="node Ready")
@@ -113,7 +109,7 @@ def test_kubelet_restart(
     NotifyRegistrationStatus) and, for the old Pod's deletion, calls NodeUnprepare on us."""
 
     def restart() -> None:
-        registered = lab_pods.agent_log_count(upstream_lab, REGISTERED)
+        registered = installed_driver.agent_log_count(upstream_lab, REGISTERED)
         upstream_lab.procs.restart("kubelet")
         _wait_log(upstream_lab, REGISTERED, registered, "registration with the new kubelet")
         wait_for(lambda: node_ready(admin), timeout=WAIT, interval=0.5, what="node Ready")
