@@ -20,6 +20,14 @@ operation of reversible effects therefore costs N + 1 synced commits (budget N +
 outcome of an Irreversible or Rediscover effect, which recovery may not be able to observe
 again, is still synced on its own (one more commit each).
 
+Boot-volatile effects (``OpcodeSpec.boot_volatile``: links, their addresses and namespace —
+state only the running kernel holds) go further: the batch written before such an effect
+mutates anything (intent, before-image, Undoing) is written to the WAL without its own
+fdatasync. A SIGKILL loses no written record (the WAL is in the page cache; the crash matrix
+kills at every boundary), and the only crash that can lose it, the machine's, also resets
+every link it describes (recovery knows records of an earlier boot by their boot id).
+An operation of N such effects costs one synced commit, its end record (or the caller's).
+
 With ``sync_end=False`` (:meth:`Runner.run`, :meth:`Runner.cleanup`) the operation's end
 record (Completed with the last outcome, or the final Undone) is written unsynced too and
 becomes durable with the *caller's* next synced commit (the coordinator's Ready or Removed
@@ -366,9 +374,10 @@ class Runner:
 
     def _commit_intent(self, op: OperationRecord, *, first: EffectRecord | None = None) -> None:
         """The intent: header and every effect record (``first`` already Applying with its
-        before-image when the batch carries it) in one synced commit."""
+        before-image when the batch carries it) in one commit, synced unless ``first`` is a
+        boot-volatile effect (:meth:`_synced_before`)."""
         self._boundary("before-intent")
-        self.journal.commit(op, op.effects)
+        self.journal.commit(op, op.effects, sync=first is None or self._synced_before(first.kind))
         self._boundary("after-intent")
         _log.info(
             "operation=%s scope=%s event=intent effects=%d attempt=%d first_before_image=%s",
@@ -378,6 +387,15 @@ class Runner:
             op.attempt,
             first is not None,
         )
+
+    def _synced_before(self, kind: str) -> bool:
+        """Is the record written before an effect of ``kind`` mutates anything synced on its
+        own? Not for a boot-volatile opcode (``OpcodeSpec.boot_volatile``): it rides with the
+        operation's next synced commit (the next non-volatile effect's, the end record or the
+        caller's), since a killed process loses no written record and a machine crash resets
+        what the record describes. Unknown kinds are synced."""
+        executor = self.executors.get(kind)
+        return executor is None or not executor.spec.boot_volatile
 
     def _forward(self, op: OperationRecord, start: int, *, intent: bool = False) -> None:
         """Apply effects ``start..`` then Complete; compensate on the first failure.
@@ -436,7 +454,9 @@ class Runner:
         if intent:
             self._commit_intent(op, first=rec)
         else:
-            self.journal.commit(op, [*pending, rec], header=False)
+            self.journal.commit(
+                op, [*pending, rec], header=False, sync=self._synced_before(bound.kind)
+            )
         pending.clear()
         self._boundary(f"after-before-image:{rec.id}")
         try:
@@ -671,7 +691,13 @@ class Runner:
                 continue
             rec.state = EffectState.UNDOING
             pending.append(rec)
-            self.journal.commit(op, pending, fence_list, header=not header_written)
+            self.journal.commit(
+                op,
+                pending,
+                fence_list,
+                header=not header_written,
+                sync=self._synced_before(rec.kind) or bool(fence_list),
+            )
             header_written, pending, fence_list = True, [], []
             self._boundary(f"after-undoing:{rec.id}")
             try:

@@ -64,6 +64,14 @@ class OpcodeSpec:
     requires: frozenset[str] = frozenset()
     postconditions: frozenset[str] = frozenset()
     mutates_parent: bool = False
+    #: What the effect changes lives only in the running kernel (links, their addresses,
+    #: their namespace): a reboot resets it. The runner writes the record before such an
+    #: effect (intent, before-image, Undoing) without a sync of its own — it becomes durable
+    #: with the operation's next synced commit — because a killed process loses no written
+    #: record (RocksDB has handed it to the kernel's page cache) and a machine crash, the
+    #: only thing that could lose it, also resets everything the record describes. Not part
+    #: of the opcode contract (a runner policy, not something a program may rely on).
+    boot_volatile: bool = False
     extra: Mapping[str, str] = field(default_factory=dict)
     #: What running the effect changes on the node, for operators and plugin authors
     #: (``dmn opcodes``, ``dmn explain``); every builtin spec has one (tested).

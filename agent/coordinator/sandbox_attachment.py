@@ -284,8 +284,9 @@ class SandboxAttachmentService:
             # the intent is in the journal before the mount exists: a crash leaves a record
             # that proves the pin is ours. Not synced on its own (issue 15): a killed process
             # loses no written record (the WAL is in the page cache), and a crash of the
-            # machine that could lose it also takes every mount and sandbox with it; the
-            # runner's first (synced) commit makes it durable before the sandbox is touched.
+            # machine that could lose it also takes every mount and sandbox with it; the next
+            # synced commit makes it durable (the runner's first before a non-boot-volatile
+            # effect, else Ready).
             with self.journal.batch(sync=False) as b:
                 b.put_attachment(rec)
                 b.put_pin(pin)
@@ -310,7 +311,7 @@ class SandboxAttachmentService:
                     b.delete_pin(att)
                 self.status.submit(self.reporter.phase, att, "Released", error=f"{exc.code}: {exc}")
                 raise Refusal(exc.code, str(exc)) from exc
-            # not synced on its own either: durable with the runner's first commit below
+            # not synced on its own either: durable with the next synced commit (as above)
             self.operations.boundary("after-pin-mount")
             with self.journal.batch(sync=False) as b:
                 b.put_pin(replace(pin, state=PinState.MOUNTED))

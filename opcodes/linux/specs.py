@@ -125,6 +125,7 @@ class AttachMasterParameters(ParameterModel):
 
 LINK_MOVE = OpcodeSpec(
     name="linux/link-move/v1",
+    boot_volatile=True,
     summary="Move a host link the call exclusively owns into the verified sandbox, renaming it.",
     changes=(
         "Moves the granted host link into the Pod's network namespace and renames it to "
@@ -160,6 +161,7 @@ LINK_MOVE = OpcodeSpec(
 
 LINK_CONFIGURE = OpcodeSpec(
     name="linux/link-configure/v1",
+    boot_volatile=True,
     summary="Set MTU and admin state of a sandbox link the call exclusively configures.",
     changes=(
         "Sets the MTU and/or administrative state (up/down) of a link inside the Pod's "
@@ -194,6 +196,7 @@ def _shared_parent_child(kind: str, parameters: type[ParameterModel]) -> OpcodeS
     created on the host parent in the host namespace; only the mode check differs."""
     return OpcodeSpec(
         name=f"linux/create-{kind}/v1",
+        boot_volatile=True,
         summary=f"Create one owned {kind} child of a held shared parent, in the host namespace.",
         changes=(
             f"Creates a new {kind} link on the held host parent, in the host namespace, named "
@@ -238,6 +241,7 @@ def _sandbox_child(kind: str, parameters: type[ParameterModel]) -> OpcodeSpec:
     """``/v2`` of a shared-parent child: created in the verified sandbox in one effect."""
     return OpcodeSpec(
         name=f"linux/create-{kind}/v2",
+        boot_volatile=True,
         summary=f"Create one owned {kind} child of a held host parent directly in the sandbox.",
         parameters=parameters,
         inputs={
@@ -281,6 +285,7 @@ CREATE_IPVLAN_IN_SANDBOX = _sandbox_child("ipvlan", CreateIpvlanInSandboxParamet
 
 CREATE_VLAN = OpcodeSpec(
     name="linux/create-vlan/v1",
+    boot_volatile=True,
     summary="Create an owned 802.1Q child of an Ethernet parent already in the same sandbox.",
     changes=("Creates a new 802.1Q VLAN link named ifName on a parent inside the Pod's namespace."),
     undo="Deletes the VLAN link it created; the parent is left as it is.",
@@ -306,6 +311,7 @@ CREATE_VLAN = OpcodeSpec(
 
 CREATE_BOND = OpcodeSpec(
     name="linux/create-bond/v1",
+    boot_volatile=True,
     summary="Create an owned active-backup bond (no members yet) in the verified sandbox.",
     changes=(
         "Creates a new active-backup bond named ifName, without members, inside the Pod's "
@@ -334,6 +340,7 @@ CREATE_BOND = OpcodeSpec(
 
 ATTACH_MASTER = OpcodeSpec(
     name="linux/attach-master/v1",
+    boot_volatile=True,
     summary="Enslave one sandbox Ethernet member to a bond this step created.",
     changes="Enslaves one link in the Pod's namespace to a bond this step created.",
     undo="Releases the member from the bond, restoring its recorded state.",

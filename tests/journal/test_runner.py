@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -645,3 +646,82 @@ def test_node_lock_is_held_only_inside_runner_calls() -> None:
     with pytest.raises(Crash):
         crashing.run("op3", "att/c", child_program())
     assert free(crashing.lock)
+
+
+def volatile_executors(world: World) -> dict:
+    """The world's executors with specs that say their effects are boot-volatile."""
+    executors = world_executors(world)
+    for executor in executors.values():
+        executor.spec = dataclasses.replace(executor.spec, boot_volatile=True)
+    return executors
+
+
+def test_boot_volatile_effects_cost_one_synced_commit_on_rocksdb(tmp_path: Path) -> None:
+    """Intent and before-images of boot-volatile effects ride with the end record: a run of
+    three such effects is one fdatasync, its cleanup (with a fence) two, without a fence one;
+    what was written unsynced is in the store after it is closed and reopened."""
+    from dmn.agent.journal.store import JournalStore
+
+    world = World(data=copy.deepcopy(foreign_world()))
+    with JournalStore.open(tmp_path) as store:
+        runner = Runner(store, volatile_executors(world))
+        base = store.commits
+        assert runner.run("op1", "att/a", child_program()).ok
+        assert store.commits - base == 1
+        base = store.commits
+        assert runner.cleanup("op1").state is OperationState.UNDONE
+        assert store.commits - base == 1
+        assert runner.run("op2", "att/b", child_program()).ok
+        base = store.commits
+        assert runner.cleanup("op2", fence_scope="att/b").state is OperationState.UNDONE
+        assert store.commits - base == 2  # a fence is synced with the first Undoing
+        assert runner.run("op3", "att/c", child_program(), sync_end=False).ok
+    with JournalStore.open(tmp_path) as store:
+        op = store.load_operation("op3")
+        assert op is not None and op.state is OperationState.COMPLETED
+        assert [e.state for e in op.effects] == [EffectState.APPLIED] * 3
+
+
+@pytest.mark.parametrize(
+    "boundary",
+    [
+        "after-intent",
+        "after-before-image:create",
+        "after-apply:create",
+        "after-outcome:create",
+        "after-before-image:mtu",
+        "after-apply:up",
+        "after-outcome:up",
+        "before-completed",
+        "after-undoing:up",
+        "after-undo:mtu",
+        "after-undoing:create",
+    ],
+)
+def test_boot_volatile_crash_at_every_boundary_is_recovered(boundary: str) -> None:
+    """A killed process keeps every record it wrote, synced or not (the MemoryJournal, like
+    the WAL in the page cache): recovery after a crash at any boundary of a run or its
+    cleanup of boot-volatile effects ends exactly as with synced records."""
+
+    def hook(name: str) -> None:
+        if name == boundary:
+            raise Crash(name)
+
+    journal = MemoryJournal()
+    world = World(data=copy.deepcopy(foreign_world()))
+    runner = Runner(journal, volatile_executors(world), boundary=hook)
+    with pytest.raises(Crash):
+        runner.run("op1", "att/a", child_program())
+        runner.cleanup("op1", fence_scope="att/a")
+    Runner(journal, volatile_executors(world)).recover()
+    op = journal.load_operation("op1")
+    assert op is not None
+    if boundary in ("before-completed", "after-outcome:up", "after-apply:up"):
+        assert op.state is OperationState.COMPLETED
+        assert state(world)["objects"]["vlan10"]["alias"] == "dmn:op1:create"
+    else:
+        assert op.state is OperationState.UNDONE
+        assert state(world) == INITIAL
+    commits, snap = journal.commits, state(world)
+    assert Runner(journal, volatile_executors(world)).recover() == []
+    assert journal.commits == commits and state(world) == snap
