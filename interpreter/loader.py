@@ -103,8 +103,23 @@ class Plugin:
 
     @property
     def contract_digest(self) -> str:
-        """SHA-256 over the canonical descriptor and programs (DESIGN §3.5)."""
-        return sha256_digest(self.to_json())
+        """SHA-256 over the canonical descriptor and programs (DESIGN §3.5), computed once
+        per plugin object (it is immutable): the compiler, binder and agent ask for it on
+        every compile and bind (issue 15)."""
+        hit = _DIGESTS.get(id(self))
+        if hit is not None and hit[0] is self:
+            return hit[1]
+        digest = sha256_digest(self.to_json())
+        if len(_DIGESTS) >= _DIGESTS_KEPT:
+            del _DIGESTS[next(iter(_DIGESTS))]  # the oldest: a bound, not a policy
+        _DIGESTS[id(self)] = (self, digest)
+        return digest
+
+
+_DIGESTS: dict[int, tuple[Plugin, str]] = {}
+"""Contract digests by plugin identity; each entry holds its plugin, so an id is never
+reused for another object while its entry exists."""
+_DIGESTS_KEPT = 512
 
 
 def contract_digest(plugin: Plugin) -> str:
