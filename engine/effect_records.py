@@ -5,12 +5,16 @@ over any journal that can list its effects of one opcode (:class:`EffectScan`: t
 RocksDB store and :class:`~dmn.engine.journal.MemoryJournal`). It must wrap the same journal
 instance the runner writes through, so that what an executor reads under the node mutation
 lock includes every earlier commit (group-committed, unsynced ones too: a crash that loses one
-leaves that effect ``Applying``, which still holds).
+leaves that effect ``Applying``, which still holds). One instance serves the whole node: its
+:meth:`JournalEffectRecords.serialized` locks (one per shared object's name, leaves of the
+lock order) are what keep concurrent operations' sections over one object apart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol
 
 from dmn.engine.journal import EffectRecord
@@ -28,6 +32,15 @@ class EffectScan(Protocol):
 class JournalEffectRecords:
     def __init__(self, journal: EffectScan) -> None:
         self.journal = journal
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    @contextmanager
+    def serialized(self, name: str) -> Iterator[None]:
+        with self._guard:
+            lock = self._locks.setdefault(name, threading.Lock())
+        with lock:
+            yield
 
     def held(self, kind: str) -> Sequence[RecordedEffect]:
         try:

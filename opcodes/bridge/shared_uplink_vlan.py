@@ -2,16 +2,18 @@
 approved uplink of an approved Linux bridge (seed 000 §8.7).
 
 Several attachments may need one VID on the uplink; the reference count lives in the journal,
-read through the environment's :class:`~dmn.opcodes.effect_records.EffectRecords` port (under
-the node mutation lock), never in kernel state an administrator can change. A reference is a
-recorded effect of this opcode that still holds (``Applying``/``Applied``/``Undoing``/
-``Quarantined``) for the same bridge, uplink (by recorded ifindex) and VID.
+read through the environment's :class:`~dmn.opcodes.effect_records.EffectRecords` port, never
+in kernel state an administrator can change. A reference is a recorded effect of this opcode
+for the same bridge, uplink (by recorded ifindex) and VID that still needs it (``Applying``,
+``Applied`` or ``Quarantined``; an ``Undoing`` one is being released). Capture, apply and undo
+each read and act under the port's :meth:`~dmn.opcodes.effect_records.EffectRecords.serialized`
+lock of that uplink, since operations of other sandboxes run concurrently.
 
 The before-image records the bridge incarnation, the uplink's identity (ifindex, name, parent
 device), the VID, the uplink's entry for it at capture and ``created``: whether the VID's
-presence is this driver's doing — it was absent at capture, or a holding reference we joined
-says so. A VID the administrator had on the uplink before any reference of ours is
-``created: false`` in every record that joins it, so it is never removed.
+presence is this driver's doing — it was absent at capture, or a recorded reference we joined
+(one being released too) says so. A VID the administrator had on the uplink before any
+reference of ours is ``created: false`` in every record that joins it, so it is never removed.
 
 Undo removes the VID only when no other reference holds it, ``created`` is true, the entry is
 still the tagged one we install and no other port of the bridge (nor the bridge itself) uses
@@ -44,7 +46,7 @@ from dmn.opcodes.bridge.approved_bridge import (
     vlan_table,
 )
 from dmn.opcodes.device_environment import UplinkGrant, effect_records
-from dmn.opcodes.effect_records import RecordedEffect
+from dmn.opcodes.effect_records import RELEASING, EffectRecords, RecordedEffect
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.linux.effect_handles import environment
 from dmn.opcodes.linux.links import LinkState, by_index, by_name, netlink_call
@@ -106,10 +108,7 @@ def _same_vlan(before: Any, bridge: BridgeIdentity, uplink: UplinkIdentity, vid:
         return True  # an unreadable record of this opcode may hold anything: count it
 
 
-def other_references(
-    ctx: EffectContext, bridge: BridgeIdentity, uplink: UplinkIdentity, vid: int
-) -> list[RecordedEffect]:
-    """The journal's holding references to this VID on this uplink, this effect excluded."""
+def _records(ctx: EffectContext) -> EffectRecords:
     records = effect_records(ctx.env)
     if records is None:
         raise ExecutorError(
@@ -117,12 +116,32 @@ def other_references(
             "shared uplink VLANs are reference-counted in the journal; this environment "
             "gives the executor no journal records",
         )
+    return records
+
+
+def _section(records: EffectRecords, bridge: BridgeIdentity, uplink: UplinkIdentity) -> Any:
+    return records.serialized(f"bridge-uplink/{bridge.index}/{uplink.index}")
+
+
+def other_references(
+    records: EffectRecords,
+    ctx: EffectContext,
+    bridge: BridgeIdentity,
+    uplink: UplinkIdentity,
+    vid: int,
+) -> list[RecordedEffect]:
+    """The journal's recorded references to this VID on this uplink, this effect excluded
+    (releasing ones included: see :func:`_needs`)."""
     return [
         r
         for r in records.held(KIND)
         if (r.operation_id, r.effect_id) != (ctx.operation_id, ctx.effect_id)
         and _same_vlan(r.before, bridge, uplink, vid)
     ]
+
+
+def _needs(ref: RecordedEffect) -> bool:
+    return ref.state != RELEASING
 
 
 def _created(ref: RecordedEffect) -> bool:
@@ -159,10 +178,12 @@ class SharedUplinkVlan:
             raise ExecutorError("E_UPLINK_GRANT", f"bridge {g.alias} has no uplink grant {alias!r}")
         if vid not in ug.vlans:
             raise ExecutorError("E_VLAN_DENIED", f"VLAN {vid} is not granted on uplink {alias}")
+        records = _records(ctx)
         bridge = verify(ipr, g)
         uplink = approved_uplink(ipr, ug, bridge)
-        entry = entry_of(vlan_table(ipr, uplink.index), vid)
-        others = other_references(ctx, bridge, uplink, vid)
+        with _section(records, bridge, uplink):
+            entry = entry_of(vlan_table(ipr, uplink.index), vid)
+            others = other_references(records, ctx, bridge, uplink, vid)
         created = entry is None or any(_created(r) for r in others)
         return {
             "representor": representor.to_json(),
@@ -191,15 +212,20 @@ class SharedUplinkVlan:
         return ipr, link, same
 
     def apply(self, ctx: EffectContext, before: Any) -> None:
-        ipr, link, same = self._uplink(ctx, before)
-        if link is None or not same:
-            raise ExecutorError("E_LINK_CHANGED", "the approved uplink or bridge changed identity")
-        vid = int(before["vid"])
-        if entry_of(vlan_table(ipr, link.index), vid) is None:
-            info = {"vid": vid, "flags": 0}  # tagged, not the uplink's PVID
-            netlink_call(
-                f"vlan add {vid}", ipr.vlan_filter, "add", index=link.index, vlan_info=info
-            )
+        records = _records(ctx)
+        bridge = BridgeIdentity.from_json(before["bridge"])
+        with _section(records, bridge, UplinkIdentity.from_json(before["uplink"])):
+            ipr, link, same = self._uplink(ctx, before)
+            if link is None or not same:
+                raise ExecutorError(
+                    "E_LINK_CHANGED", "the approved uplink or bridge changed identity"
+                )
+            vid = int(before["vid"])
+            if entry_of(vlan_table(ipr, link.index), vid) is None:
+                info = {"vid": vid, "flags": 0}  # tagged, not the uplink's PVID
+                netlink_call(
+                    f"vlan add {vid}", ipr.vlan_filter, "add", index=link.index, vlan_info=info
+                )
 
     def observe(self, ctx: EffectContext, before: Any) -> Observed:
         ipr, link, same = self._uplink(ctx, before)
@@ -219,9 +245,21 @@ class SharedUplinkVlan:
     def undo(
         self, ctx: EffectContext, before: Any, outputs: Mapping[str, tuple[Handle, ...]]
     ) -> None:
-        ipr, link, same = self._uplink(ctx, before)
+        records = _records(ctx)
         bridge = BridgeIdentity.from_json(before["bridge"])
         uplink = UplinkIdentity.from_json(before["uplink"])
+        with _section(records, bridge, uplink):
+            self._release(ctx, records, before, bridge, uplink)
+
+    def _release(
+        self,
+        ctx: EffectContext,
+        records: EffectRecords,
+        before: Any,
+        bridge: BridgeIdentity,
+        uplink: UplinkIdentity,
+    ) -> None:
+        ipr, link, same = self._uplink(ctx, before)
         vid = int(before["vid"])
         tag = f"effect={ctx.effect_id} uplink={uplink.name} vid={vid}"
         if link is None or link.master != bridge.index:
@@ -234,7 +272,7 @@ class SharedUplinkVlan:
                 f"uplink {uplink.name} or bridge {bridge.name} changed identity; "
                 f"VLAN {vid} stays reserved",
             )
-        others = other_references(ctx, bridge, uplink, vid)
+        others = [r for r in other_references(records, ctx, bridge, uplink, vid) if _needs(r)]
         if others:
             _log.info("%s event=release references=%d", tag, len(others))
             return

@@ -3,6 +3,8 @@ journals the runner writes through; an unreadable operation refuses the count.""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,27 @@ def test_an_unreadable_operation_refuses_the_count(tmp_path: Path) -> None:
         with pytest.raises(ExecutorError) as err:
             JournalEffectRecords(store).held("test/create/v1")
         assert err.value.code == "E_JOURNAL_CORRUPT"
+
+
+def test_sections_over_one_object_never_overlap() -> None:
+    records = JournalEffectRecords(MemoryJournal())
+    inside: list[str] = []
+    overlaps: list[tuple[str, str]] = []
+
+    def section(name: str, who: str) -> None:
+        with records.serialized(name):
+            overlaps.extend((who, other) for other in inside if other.startswith(name))
+            inside.append(f"{name}:{who}")
+            time.sleep(0.05)
+            inside.remove(f"{name}:{who}")
+
+    threads = [
+        threading.Thread(target=section, args=(name, who))
+        for name in ("uplink-a", "uplink-b")
+        for who in ("1", "2", "3")
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert overlaps == [] and inside == []
