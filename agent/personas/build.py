@@ -62,7 +62,7 @@ from dmn.api.policy import (
 )
 from dmn.api.policy import OvsBridgeGrant as ApiOvsBridgeGrant
 from dmn.interpreter.canonical_json import canonical_json
-from dmn.opcodes.device_environment import BridgeGrant, OvsBridgeGrant
+from dmn.opcodes.device_environment import BridgeGrant, OvsBridgeGrant, UplinkGrant
 from dmn.vocabulary.terms import Access, HandleType
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,10 @@ _REPRESENTOR_GRANT = Grant(
 def bridge_grant(g: HostBridgeGrant) -> BridgeGrant:
     """The node-side form of an ``allowedHostBridges`` entry (what the executors resolve
     aliases through)."""
-    return BridgeGrant(g.alias, g.name, vlan_ids(g.vlans), g.mac)
+    uplinks = tuple(
+        UplinkGrant(u.alias, u.name, u.pci_address, vlan_ids(u.vlans)) for u in g.uplinks or ()
+    )
+    return BridgeGrant(g.alias, g.name, vlan_ids(g.vlans), g.mac, uplinks)
 
 
 def ovs_bridge_grant(g: ApiOvsBridgeGrant) -> OvsBridgeGrant:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from dmn.agent.personas.build import bridge_grant
 from dmn.api import policy as policy_module
 from dmn.api.policy import DeviceExposurePolicy
 
@@ -120,6 +121,11 @@ def test_bridge_grants_round_trip_and_expand_their_vlan_ranges() -> None:
     assert policy_module.vlan_ids(bridge.vlans) == frozenset({*range(100, 200), 300})
     assert bridge.uplinks is not None and bridge.uplinks[0].pci_address == "0000:18:00.0"
     assert policy_module.vlan_ids(exposure.allowed_ovs_bridges[0].vlans) == frozenset({100})
+    # the node-side grant the bridge executors resolve aliases through carries the uplinks
+    node = bridge_grant(bridge)
+    uplink = node.uplink("fabric")
+    assert uplink is not None and (uplink.name, uplink.device) == ("uplink0", "0000:18:00.0")
+    assert uplink.vlans == frozenset(range(100, 111)) and node.mac == "02:00:00:00:be:01"
 
 
 def _bridge(**changes: Any) -> list[dict[str, Any]]:
