@@ -12,25 +12,28 @@ Contract:
 * :func:`eswitch_targets` (pure) turns the node's ManageEswitch policies and inventory into
   targets: exactly one PF selected by PCI address, not protected, not an RDMA HCA, the opcode
   explicitly permitted; anything else is a :class:`Finding`, never a guess.
-* :meth:`EswitchModes.reconcile` runs under the node lock. It first restores what no policy
-  asks for anymore (cleanup of the recorded transition: the runner's undo writes back the mode
-  the journal captured), then places every target in its mode — each only while the PF's whole
-  SR-IOV family is drained: the Node cordoned, no reservation, share or API allocation of the
-  PF or any of its VFs (``E_RESET_DOMAIN_BUSY``, nothing written). The executor re-checks the
-  kernel (a VF port's netdev up is ``E_RESET_DOMAIN_BUSY`` too) right before writing. A
-  transition is one journaled operation (``eswitch-<digest>`` in scope ``eswitch/<inventoryID>``)
-  run by the same runner as every program: recovery after a crash observes the mode, never
-  repeats blindly.
+* :meth:`EswitchModes.reconcile` is a node-wide pass (the node lock exclusively: its drain
+  check reads every reservation and share, and a transition resets a whole reset domain) when
+  it may write; a pass that can only report (all settled, or the node not cordoned) reads
+  under the shared lock. It first restores what no policy asks for anymore (cleanup of the
+  recorded transition: the runner's undo writes back the mode the journal captured), then
+  places every target in its mode — each only while the PF's whole SR-IOV family is drained:
+  the Node cordoned, no reservation, share or API allocation of the PF or any of its VFs
+  (``E_RESET_DOMAIN_BUSY``, nothing written). The executor re-checks the kernel (a VF port's
+  netdev up is ``E_RESET_DOMAIN_BUSY`` too) right before writing. A transition is one
+  journaled operation (``eswitch-<digest>`` in scope ``eswitch/<inventoryID>``) run by the
+  same runner as every program: recovery after a crash observes the mode, never repeats
+  blindly.
 * Ownership is the journal's: only a mode this node recorded changing is ever restored.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.operations import NodeOperations, short_digest
 from dmn.agent.coordinator.verify import Refusal
 from dmn.agent.inventory.facts import Inventory, ItemKind
@@ -186,9 +189,7 @@ def _recorded_devlink(program: BoundProgram) -> str:
 
 
 class EswitchModes:
-    def __init__(
-        self, journal: JournalStore, operations: NodeOperations, lock: threading.RLock
-    ) -> None:
+    def __init__(self, journal: JournalStore, operations: NodeOperations, lock: NodeLock) -> None:
         self.journal = journal
         self.operations = operations
         self._lock = lock
@@ -241,8 +242,38 @@ class EswitchModes:
         ``families`` gives the current family of a PF that no target names anymore (for the
         drain check of its restore; unknown: only the PF itself). ``held``: a node-wide
         reason no transition or restore may start now (the node is not cordoned)."""
-        with self._lock:
+        with self._lock.hold("eswitch check"):
+            if held or self._settled(targets):
+                # nothing will be written (a held pass only reports Busy): a read needs no
+                # node-wide pass, which would make every new hook wait behind the
+                # operations in flight every maintenance interval
+                return self._reconcile(targets, families or {}, allocated, held)
+        with self._lock.exclusive("eswitch"):
             return self._reconcile(targets, families or {}, allocated, held)
+
+    def _recorded_ids(self) -> set[str]:
+        if self._known is None:
+            self._known = {
+                op.operation_id
+                for op in self.journal.operations()
+                if op.scope.startswith(SCOPE_PREFIX)
+            }
+        return self._known
+
+    def _settled(self, targets: Sequence[EswitchTarget]) -> bool:
+        """Every target's transition Completed and every other recorded one Undone: the
+        pass would only report (reads only; the maintenance thread is the only writer of
+        eswitch operations)."""
+        wanted = {t.operation_id for t in targets}
+        for op_id in self._recorded_ids() - wanted:
+            op = self.journal.load_operation(op_id)
+            if op is not None and op.state.value != "Undone":
+                return False  # a restore is due
+        for op_id in wanted:
+            op = self.journal.load_operation(op_id)
+            if op is None or op.state.value not in _DONE:
+                return False  # a transition is due (or held)
+        return True
 
     def _reconcile(
         self,
@@ -254,13 +285,7 @@ class EswitchModes:
         self._held = held
         out: list[EswitchOutcome] = []
         wanted = {t.operation_id for t in targets}
-        if self._known is None:
-            self._known = {
-                op.operation_id
-                for op in self.journal.operations()
-                if op.scope.startswith(SCOPE_PREFIX)
-            }
-        loaded = (self.journal.load_operation(op_id) for op_id in sorted(self._known))
+        loaded = (self.journal.load_operation(op_id) for op_id in sorted(self._recorded_ids()))
         recorded = [op for op in loaded if op is not None]
         for op in recorded:
             if op.operation_id in wanted or op.state.value == "Undone":

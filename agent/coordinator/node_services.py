@@ -2,16 +2,18 @@
 
 :meth:`NodeServices.open` is the only place that builds the collaborators — the journal
 (single writer), the namespace pins, the :class:`Runner` over the executors, the claim
-verifier and the one node lock — and passes them to the preparation service, the sandbox
-attachment service and the reconcile loop. The kubelet and NRI adapters call the services;
-:class:`~dmn.agent.coordinator.node_agent.NodeAgent`, the lab and the tests open one
-:class:`NodeServices` per agent incarnation. Executors, plugins, the boot id source and a
-journal boundary hook are injectable (tests use them; the agent takes the defaults).
+verifier and the one node mutation lock (shared by the runner and every service: see
+:mod:`.node_lock` for which keys each call owns) — and passes them to the preparation
+service, the sandbox attachment service and the reconcile loop. The kubelet and NRI adapters
+call the services; :class:`~dmn.agent.coordinator.node_agent.NodeAgent`, the lab and the
+tests open one :class:`NodeServices` per agent incarnation. Executors, plugins, the boot id
+source and a journal boundary hook are injectable (tests use them; the agent takes the
+defaults).
 """
 
 from __future__ import annotations
 
-import threading
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.eswitch_modes import EswitchModes
 from dmn.agent.coordinator.handles import DeviceView
+from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.node_objects import NodeObjects
 from dmn.agent.coordinator.operations import NodeOperations, device_environment
 from dmn.agent.coordinator.preparation import PreparationService
@@ -29,11 +32,14 @@ from dmn.agent.journal.store import JournalStore, Retention
 from dmn.agent.netns.pins import NamespacePins
 from dmn.api.cluster import Cluster
 from dmn.engine.effect_records import JournalEffectRecords
+from dmn.engine.mutation_lock import MutationLockTimeout, NodeMutationLock
 from dmn.engine.runner import BoundaryHook, Runner
 from dmn.interpreter.loader import Plugin, load_builtin_plugins
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.executor_table import default_executors
 from dmn.opcodes.linux.netns import current_boot_id
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -45,7 +51,7 @@ class NodeServices:
     preparation: PreparationService
     attachments: SandboxAttachmentService
     reconcile: ReconcileLoop
-    lock: threading.RLock
+    lock: NodeLock
     eswitch: EswitchModes
 
     @classmethod
@@ -64,10 +70,11 @@ class NodeServices:
         """Open the journal (raises ``JournalError``) and wire the services over it."""
         known = dict(plugins) if plugins is not None else load_builtin_plugins()
         # warm: each pinned sandbox's fd and netlink sockets stay open until its pin is
-        # released (every service call holds the node lock, which the shared sockets need)
+        # released (per thread: calls of different Pods run at once)
         pins = NamespacePins(config.state_dir, host_netns=config.host_netns, warm=True)
         journal = JournalStore.open(config.state_dir)
         records = JournalEffectRecords(journal)  # the runner's own journal: see its contract
+        mutation = NodeMutationLock()
         runner = Runner(
             journal,
             executors if executors is not None else default_executors(),
@@ -75,12 +82,13 @@ class NodeServices:
                 pins, config.cdi_root, ovsdb_remote=config.ovsdb_remote, records=records
             ),
             boundary=boundary,
+            lock=mutation,
         )
         operations = NodeOperations(
             runner, pins, config.cdi_root, boundary, config.ovsdb_remote, records=records
         )
         claims = ClaimVerifier(config, cluster, devices, known)
-        lock = threading.RLock()
+        lock = NodeLock(mutation, journal)
         attachments = SandboxAttachmentService(
             config, cluster, journal, pins, operations, claims, boot_id, lock, objects
         )
@@ -103,15 +111,24 @@ class NodeServices:
         self.reconcile.recover()
 
     def collect_terminal(self, retention: Retention) -> int:
-        """Journal retention (one commit, under the node lock: a terminal preparation's key
-        is reused if its claim is prepared again, which must not race the delete); called
-        periodically by :mod:`.maintenance`, never on a hook path."""
-        with self.lock:
+        """Journal retention (one commit, a node-wide pass: a terminal preparation's key
+        is reused if its claim is prepared again, which must not race the delete, and the
+        decision reads every record); called periodically by :mod:`.maintenance`, never on
+        a hook path."""
+        with self.lock.exclusive("retention"):
             return self.journal.collect_terminal(retention, time.time())
 
     def close(self) -> None:
+        """Close the journal and the warm namespaces once no operation is in flight (a
+        node-wide pass: e.g. a hook thread that outlived its deadline finishes first; the
+        journal is never closed under a commit). Waits as long as that takes."""
         self.attachments.status.close()  # pending status writes first (no lock needed)
-        with self.lock:
-            self.journal.close()
-            if self.pins.warm is not None:
-                self.pins.warm.close()
+        while True:
+            try:
+                with self.lock.lock.exclusive("close"):
+                    self.journal.close()
+                    if self.pins.warm is not None:
+                        self.pins.warm.close()
+                    return
+            except MutationLockTimeout as exc:
+                log.warning("event=close-waiting holder=%s", exc.holder)

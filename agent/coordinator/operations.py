@@ -20,6 +20,7 @@ from dmn.agent.coordinator.verify import Refusal
 from dmn.agent.netns.pins import NamespacePins
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
+from dmn.engine.mutation_lock import MutationLockTimeout
 from dmn.engine.runner import BoundaryHook, Runner, RunResult
 from dmn.interpreter.loader import Plugin
 from dmn.opcodes.device_environment import CDI_ROOT, OVSDB_REMOTE, DeviceEnvironment
@@ -134,6 +135,8 @@ class NodeOperations:
             result = self.runner.run(
                 op, scope, program, digests=digests, env=env, sync_end=sync_end
             )
+        except MutationLockTimeout as exc:  # nothing of it ran: as if refused
+            raise Refusal(exc.code, f"{failed[1]}: {exc}", retryable=True) from exc
         finally:
             env.close()
         done.append(op)
@@ -150,7 +153,12 @@ class NodeOperations:
         ``sync_end=False``: the caller's next synced commit makes the last Undone durable."""
         ok = True
         for op in operations:
-            res = self.runner.cleanup(op, sync_end=sync_end)
+            try:
+                res = self.runner.cleanup(op, sync_end=sync_end)
+            except MutationLockTimeout as exc:  # nothing of it ran; retried like a failure
+                ok = False
+                log.error("event=cleanup-busy operation=%s error=%s", op, exc)
+                continue
             if res.state.value != "Undone":
                 ok = False
                 log.error("event=cleanup-incomplete operation=%s state=%s", op, res.state)

@@ -11,16 +11,22 @@
 
 Collaborators are passed in (journal, pins, operations, claim verifier, device view and
 the node lock shared with the other services); this class builds none of them.
+
+Locking (:mod:`.node_lock`): a prepare owns its claim's key and the device keys of the roots
+it reserves or shares — the reservation and share-count checks read exactly those records —
+so preparations of other claims on other devices run at the same time; an unprepare owns
+its claim's key (under which no attachment of the claim can appear or go) and the keys of
+the devices the journal records the claim holding.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 
 from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import DeviceView, root_allocation
+from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.operations import NodeOperations, short_digest
 from dmn.agent.coordinator.verify import Refusal, VerifiedClaim, driver_results, fingerprint
 from dmn.agent.journal.records import (
@@ -35,6 +41,7 @@ from dmn.agent.journal.records import (
 from dmn.agent.journal.store import JournalBatch, JournalStore, ReservationConflict
 from dmn.agent.netns.pins import NamespacePins, PinError
 from dmn.engine.binder import Call
+from dmn.engine.mutation_lock import claim_key, device_key
 from dmn.engine.runner import RunRefused
 
 log = logging.getLogger("dmn.agent.coordinator.coordinator")
@@ -51,7 +58,7 @@ class PreparationService:
         operations: NodeOperations,
         claims: ClaimVerifier,
         devices: DeviceView,
-        lock: threading.RLock,
+        lock: NodeLock,
     ) -> None:
         self.config = config
         self.journal = journal
@@ -70,14 +77,15 @@ class PreparationService:
         if not results:
             return []
         fp = fingerprint(uid, results)
-        with self._lock:
+        with self._lock.hold(f"prepare {uid}", [claim_key(uid)]):
             done = self._recorded(uid, fp)
         if done is not None:
             return done
         verified = self.claims.verify(claim)
         if verified is None:
             return []
-        with self._lock:
+        devices = [device_key(root.persona.inventory_id) for root in verified.roots]
+        with self._lock.hold(f"prepare {uid}", [claim_key(uid), *devices]):
             done = self._recorded(uid, fp)  # prepared meanwhile (a kubelet retry)
             if done is not None:
                 return done
@@ -217,7 +225,11 @@ class PreparationService:
 
     def unprepare(self, uid: str) -> None:
         """Release the claim's preparation; retryable :class:`Refusal` while attached."""
-        with self._lock:
+        reason = f"unprepare {uid}"
+        with (
+            self._lock.hold(reason, [claim_key(uid)]),
+            self._lock.hold(reason, self._lock.claims([uid])),
+        ):
             for att in self.journal.attachments():
                 if att.state in LIVE_ATTACHMENT and any(c.claim_uid == uid for c in att.claims):
                     raise Refusal(

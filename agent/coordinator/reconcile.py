@@ -29,16 +29,22 @@ own record of prepared claims across a reboot and does not prepare them again.
 
 Attachments of an earlier boot are resolved at start (above); one left Removing there is
 retried by the tick like any other Removing attachment and by Synchronize.
+
+Locking (:mod:`.node_lock`): recovery, earlier-boot resolution and Synchronize are
+node-wide passes (the node lock exclusively: each decides from every record at once); the
+tick is not — it retries one attachment at a time, owning that attachment's keys
+(:meth:`.sandbox_attachment.SandboxAttachmentService.owning`), so a retry never waits for
+the other Pods' hooks nor they for it.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 
 from dmn.agent.coordinator.config import NodeConfig
+from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.operations import NodeOperations
 from dmn.agent.coordinator.retry_backoff import RetrySchedule
 from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
@@ -59,7 +65,7 @@ class ReconcileLoop:
         operations: NodeOperations,
         attachments: SandboxAttachmentService,
         boot_id: Callable[[], str],
-        lock: threading.RLock,
+        lock: NodeLock,
         retries: RetrySchedule[AttachmentIdentity] | None = None,
         clock: Callable[[], float] = time.monotonic,
         orphan_grace: float = 120.0,
@@ -78,7 +84,7 @@ class ReconcileLoop:
     def recover(self) -> None:
         """Recover every operation a crash left unfinished, then resolve the attachments of
         an earlier boot; before serving anything."""
-        with self._lock:
+        with self._lock.exclusive("recover"):
             for res in self.operations.recover():
                 log.info("event=recovered operation=%s state=%s", res.operation_id, res.state)
             for rec in self.journal.attachments():
@@ -90,7 +96,7 @@ class ReconcileLoop:
         with that boot); returns those now Removed. A failure leaves the record Removing
         (holds kept) for Synchronize to retry."""
         removed: list[AttachmentIdentity] = []
-        with self._lock:
+        with self._lock.exclusive("earlier boots"):
             boot = self.boot_id()
             for rec in self.journal.attachments():
                 ident = rec.identity
@@ -127,7 +133,7 @@ class ReconcileLoop:
         """
         live = set(sandboxes)
         removed: list[AttachmentIdentity] = []
-        with self._lock:
+        with self._lock.exclusive("synchronize"):
             boot = self.boot_id()
             for rec in self.journal.attachments():
                 ident = rec.identity
@@ -163,17 +169,16 @@ class ReconcileLoop:
         ended Removed. A failure is logged and scheduled again with backoff and jitter."""
         now = self.clock()
         removed: list[AttachmentIdentity] = []
-        with self._lock:
-            boot = self.boot_id()
-            pending = [r.identity for r in self.journal.attachments() if self._pending(r, boot)]
+        boot = self.boot_id()  # a scan of reads; each retry owns its attachment and re-reads
+        pending = [r.identity for r in self.journal.attachments() if self._pending(r, boot)]
         self.retries.keep_only(pending)
         self._orphan_seen = {i: t for i, t in self._orphan_seen.items() if i in pending}
         for ident in pending:
             if not self.retries.due(ident, now):
                 continue
             try:
-                with self._lock:  # re-read: a hook may have finished it meanwhile
-                    rec = self.journal.get_attachment(ident)
+                # re-read under its keys: a hook may have finished it meanwhile
+                with self.attachments.owning(ident, f"retry {ident.sandbox_id}") as rec:
                     if rec is None or not self._pending(rec, boot):
                         self.retries.succeeded(ident)
                         continue

@@ -24,8 +24,12 @@
 NetworkAttachmentStatus objects and claim device status report each attachment
 (:mod:`.attachment_status`, never authority), written in order by a background
 :class:`~.status_writer.StatusWriter` so that no hook waits on the API server.
-Collaborators are passed in; the node lock is shared with the other services so kubelet
-and NRI threads serialise.
+Collaborators are passed in. Locking (:mod:`.node_lock`): every call owns its sandbox's
+key; RunPodSandbox also its claims' and their devices' (the "claim attached elsewhere"
+check reads every attachment naming those claims, and a connect creates children on the
+claims' parents), a teardown the claims' and devices' of the record it tears down, so that
+NodeUnprepare's "still attached" sees no attachment appear or go. Sandboxes of other Pods
+with other claims run at the same time.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from dmn.agent.coordinator.attachment_status import (
 from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import operation_inputs
+from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.node_objects import NodeObjects
 from dmn.agent.coordinator.operations import NodeOperations, short_digest
 from dmn.agent.coordinator.pod_claims import pod_claims
@@ -77,6 +82,7 @@ from dmn.agent.nri.handler import HookDeadline
 from dmn.api.cluster import Cluster
 from dmn.engine.binder import Call
 from dmn.engine.journal import Fence
+from dmn.engine.mutation_lock import claim_key, device_key
 from dmn.engine.runner import RunRefused
 from dmn.opcodes.granted_nodes import DeviceNode, decode
 from dmn.opcodes.linux.netns import NamespaceRef, identity_of
@@ -110,7 +116,7 @@ class SandboxAttachmentService:
         operations: NodeOperations,
         claims: ClaimVerifier,
         boot_id: Callable[[], str],
-        lock: threading.RLock,
+        lock: NodeLock,
         objects: NodeObjects | None = None,
     ) -> None:
         self.config = config
@@ -216,7 +222,12 @@ class SandboxAttachmentService:
         """The journal and kernel part of :meth:`run_pod`, under the node lock."""
         pod_uid, sandbox_id = identity.pod_uid, identity.sandbox_id
         claims = [c for c, _, _ in reads]
-        with self._lock:
+        keys = [
+            self._lock.sandbox(attachment_id(identity)),
+            *(claim_key(str(c["metadata"]["uid"])) for c in claims),
+            *(device_key(root.persona.inventory_id) for _, v, _ in reads for root in v.roots),
+        ]
+        with self._lock.hold(f"run {sandbox_id}", keys):
             existing = self.journal.get_attachment(identity)
             if existing is not None and existing.state is AttachmentState.READY:
                 return True
@@ -445,7 +456,7 @@ class SandboxAttachmentService:
         informer cache when it proves the Pod has no claim of ours (no API call at all);
         only otherwise is the API server asked, and never under the node lock."""
         identity = self._identity(pod_uid, sandbox_id)
-        with self._lock:
+        with self._lock.hold(f"gate {sandbox_id}", [self._lock.sandbox(attachment_id(identity))]):
             att = self.journal.get_attachment(identity)
             if att is not None and att.state is AttachmentState.READY:
                 if self.pins.ref(attachment_id(identity)) is None:
@@ -468,9 +479,8 @@ class SandboxAttachmentService:
         A failed teardown is a retryable :class:`Refusal`; the record stays Removing and
         RemovePodSandbox (or the reconcile loop) finishes it.
         """
-        with self._lock:
-            identity = self._identity(pod_uid, sandbox_id)
-            rec = self.journal.get_attachment(identity)
+        identity = self._identity(pod_uid, sandbox_id)
+        with self.owning(identity, f"stop {sandbox_id}") as rec:
             if rec is None:
                 self._tombstone(identity, "stopped")
                 return
@@ -503,33 +513,32 @@ class SandboxAttachmentService:
         :meth:`stop_pod`'s. Without a recorded path (older records) nothing is concluded.
         """
         stopped: list[AttachmentIdentity] = []
-        with self._lock:
-            boot = self.boot_id()
-            for rec in self.journal.attachments():
-                if rec.state is not AttachmentState.READY or not rec.runtime_netns:
-                    continue
-                if rec.identity.boot_id != boot or rec.identity.node_uid != self.config.node_uid:
-                    continue
-                if not any(c.claim_uid == claim_uid for c in rec.claims):
-                    continue
-                pin = self.journal.get_pin(attachment_id(rec.identity))
-                if pin is None or _names_namespace(rec.runtime_netns, pin.dev, pin.inode):
-                    continue
-                log.info(
-                    "event=runtime-released pod=%s sandbox=%s netns=%s",
-                    rec.identity.pod_uid,
-                    rec.identity.sandbox_id,
-                    rec.runtime_netns,
-                )
-                self.stop_pod(rec.identity.pod_uid, rec.identity.sandbox_id)
-                stopped.append(rec.identity)
+        # a scan of reads only; each stop owns its sandbox and re-reads the record
+        boot = self.boot_id()
+        for rec in self.journal.attachments():
+            if rec.state is not AttachmentState.READY or not rec.runtime_netns:
+                continue
+            if rec.identity.boot_id != boot or rec.identity.node_uid != self.config.node_uid:
+                continue
+            if not any(c.claim_uid == claim_uid for c in rec.claims):
+                continue
+            pin = self.journal.get_pin(attachment_id(rec.identity))
+            if pin is None or _names_namespace(rec.runtime_netns, pin.dev, pin.inode):
+                continue
+            log.info(
+                "event=runtime-released pod=%s sandbox=%s netns=%s",
+                rec.identity.pod_uid,
+                rec.identity.sandbox_id,
+                rec.runtime_netns,
+            )
+            self.stop_pod(rec.identity.pod_uid, rec.identity.sandbox_id)
+            stopped.append(rec.identity)
         return stopped
 
     def remove_pod(self, pod_uid: str, sandbox_id: str) -> None:
         """Reverse cleanup of the attachment; the pin goes only after verified cleanup."""
-        with self._lock:
-            identity = self._identity(pod_uid, sandbox_id)
-            rec = self.journal.get_attachment(identity)
+        identity = self._identity(pod_uid, sandbox_id)
+        with self.owning(identity, f"remove {sandbox_id}") as rec:
             if rec is None:
                 self._tombstone(identity, "removed")
                 return
@@ -567,7 +576,15 @@ class SandboxAttachmentService:
         )
 
     def remove(self, rec: AttachmentRecord) -> None:
-        with self._lock:
+        """Tear ``rec`` down (fence, Removing, undo in reverse, Removed, pin released),
+        owning its sandbox's, claims' and devices' keys (already owned when called from
+        :meth:`owning`, or inside a node-wide pass)."""
+        att_key = self._lock.sandbox(attachment_id(rec.identity))
+        reason = f"remove {rec.identity.sandbox_id}"
+        with (
+            self._lock.hold(reason, [att_key]),
+            self._lock.hold(reason, self._lock.claims(c.claim_uid for c in rec.claims)),
+        ):
             identity = rec.identity
             pod_uid, sandbox_id = identity.pod_uid, identity.sandbox_id
             att = attachment_id(identity)
@@ -606,8 +623,11 @@ class SandboxAttachmentService:
         a ``VfioDevice`` or ``RdmaDevice`` grant of its Ready attachment exported, from the
         journal — which the executors wrote from kernel facts, never from the Pod's or a
         tenant's input."""
-        with self._lock:
-            rec = self.journal.get_attachment(self._identity(pod_uid, sandbox_id))
+        identity = self._identity(pod_uid, sandbox_id)
+        with self._lock.hold(
+            f"devices {sandbox_id}", [self._lock.sandbox(attachment_id(identity))]
+        ):
+            rec = self.journal.get_attachment(identity)
             if rec is None or rec.state is not AttachmentState.READY:
                 return ()
             nodes: list[DeviceNode] = []
@@ -620,8 +640,21 @@ class SandboxAttachmentService:
             return tuple(dict.fromkeys(nodes))
 
     def attachment(self, pod_uid: str, sandbox_id: str) -> AttachmentRecord | None:
-        with self._lock:
-            return self.journal.get_attachment(self._identity(pod_uid, sandbox_id))
+        identity = self._identity(pod_uid, sandbox_id)
+        with self._lock.hold(f"read {sandbox_id}", [self._lock.sandbox(attachment_id(identity))]):
+            return self.journal.get_attachment(identity)
+
+    @contextmanager
+    def owning(
+        self, identity: AttachmentIdentity, reason: str
+    ) -> Iterator[AttachmentRecord | None]:
+        """Own the sandbox's key, read its record, then own the keys of the claims it
+        names and of their devices; yields the record (None when there is none)."""
+        with self._lock.hold(reason, [self._lock.sandbox(attachment_id(identity))]):
+            rec = self.journal.get_attachment(identity)
+            claims = self._lock.claims(c.claim_uid for c in rec.claims) if rec else []
+            with self._lock.hold(reason, claims):
+                yield rec
 
 
 def _names_namespace(path: str, dev: int, inode: int) -> bool:

@@ -20,6 +20,7 @@ import errno
 import logging
 import os
 import re
+import threading
 from pathlib import Path
 
 from dmn.opcodes.linux.netns import (
@@ -103,13 +104,19 @@ class NamespacePins:
         self.host_netns = host_netns
         self.warm = WarmNamespaces() if warm else None
         self._root_ready = False
+        # pins of different sandboxes are made at once (the node lock is per sandbox): the
+        # first ones must not both bind-mount the directory onto itself
+        self._root_lock = threading.Lock()
 
     def _ensure_root(self) -> None:
         """The pin directory exists, is a mount point and is shared. Done once per instance
         (issue 15: reading mountinfo on every pin cost milliseconds on a busy host); only
         :meth:`close` unmounts it, and it resets this."""
-        if self._root_ready:
-            return
+        with self._root_lock:
+            if not self._root_ready:
+                self._make_root()
+
+    def _make_root(self) -> None:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _is_mountpoint(self.root):
             _mount(str(self.root), str(self.root), MS_BIND | MS_REC)

@@ -14,7 +14,8 @@ An executor never opens a namespace by a name or path taken from configuration. 
 A namespace is opened only after its path is proved to be the recorded (dev, inode) of this
 boot; a stale or reused pin is refused. Netlink sockets are cached per namespace identity —
 per environment, or across environments in a :class:`WarmNamespaces` (issue 15: the agent
-keeps each pinned sandbox's fd and sockets open until the pin is released). Either way every
+keeps each pinned sandbox's fd and sockets open until the pin is released; per thread, see
+:class:`WarmNamespaces`). Either way every
 environment proves each path→identity again on first use, so a released or replaced pin is
 refused exactly as before; a cached socket itself can only ever talk to the namespace it was
 created in (it holds that namespace alive, so its identity cannot be reused).
@@ -149,54 +150,145 @@ def _close_quietly(sock: Any) -> None:
         _log.debug("event=warm-socket-close-failed", exc_info=True)
 
 
+@dataclass
+class _ThreadWarm:
+    """One thread's warm entries by namespace identity, how many of its environments are
+    open (``depth``), and the namespaces :meth:`WarmNamespaces.forget` retired while it was
+    inside one (still usable by it; closed when it leaves its last)."""
+
+    sockets: dict[tuple[int, int], Any] = field(default_factory=dict)
+    readers: dict[tuple[int, int], LinkReader] = field(default_factory=dict)
+    fds: dict[tuple[int, int], int] = field(default_factory=dict)
+    depth: int = 0
+    retired: set[tuple[int, int]] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.sockets or self.readers or self.fds)
+
+    def take(self, key: tuple[int, int]) -> list[Any]:
+        """Remove and return what is open for one namespace (sockets, readers, fds)."""
+        out: list[Any] = []
+        for table in (self.sockets, self.readers, self.fds):
+            if key in table:
+                out.append(table.pop(key))
+        return out
+
+    def take_all(self) -> list[Any]:
+        out = [*self.sockets.values(), *self.readers.values(), *self.fds.values()]
+        self.sockets.clear()
+        self.readers.clear()
+        self.fds.clear()
+        return out
+
+
+def _close_entries(entries: Sequence[Any]) -> None:
+    for entry in entries:
+        if isinstance(entry, int):
+            try:
+                os.close(entry)
+            except OSError:
+                _log.debug("event=warm-fd-close-failed", exc_info=True)
+        else:
+            _close_quietly(entry)
+
+
 class WarmNamespaces:
     """Namespace fds and netlink sockets kept open across calls, by namespace identity.
 
     Owned by whoever owns the pins (the agent's :class:`NamespacePins`): :meth:`forget` closes
-    one namespace's entries when its pin is released, :meth:`close` all of them. Environments
-    sharing one instance must be used one at a time (the agent serialises every call under
-    its coordinator lock), as the sockets are not safe for concurrent requests. pyroute2's
-    socket objects are bound to the thread that made them (another thread re-wraps the fd
-    and closes it), so they are kept per thread; fds and link readers are shared.
+    one namespace's entries when its pin is released, :meth:`close` all of them.
+
+    Per thread, all of it (issue 13: the node lock is per claim and sandbox, so calls of
+    different Pods run in different threads at once): a netlink socket is not safe for
+    concurrent requests (replies of one would be read by the other), pyroute2's socket
+    objects are bound to the thread that made them, and a namespace fd shared between threads
+    could be closed by :meth:`forget` under a thread about to use it — and its number reused
+    by an unrelated file. So each thread has its own fds, readers and sockets, and uses only
+    its own; :meth:`forget` closes a thread's entries at once when that thread is inside no
+    :class:`LinkEnvironment`, else they stay usable for the rest of that call (as if the call
+    had run before the release) and that thread closes them when it leaves its last
+    environment (until then they keep only that namespace alive). A dead thread's entries
+    are closed.
     """
 
     def __init__(self) -> None:
-        self.by_thread: dict[threading.Thread, dict[tuple[int, int], Any]] = {}
-        self.readers: dict[tuple[int, int], LinkReader] = {}
-        self.fds: dict[tuple[int, int], int] = {}
+        self.by_thread: dict[threading.Thread, _ThreadWarm] = {}
         self._lock = threading.Lock()
+
+    def _own(self) -> tuple[_ThreadWarm, list[Any]]:
+        """The calling thread's entries, and what dead threads left (to close); under the
+        lock."""
+        dead = [t for t in self.by_thread if not t.is_alive()]
+        stale = [e for t in dead for e in self.by_thread.pop(t).take_all()]
+        own = self.by_thread.setdefault(threading.current_thread(), _ThreadWarm())
+        return own, stale
+
+    def enter(self) -> _ThreadWarm:
+        """An environment of the calling thread opens: its entries (used by that thread
+        only) until :meth:`leave`."""
+        with self._lock:
+            own, stale = self._own()
+            own.depth += 1
+        _close_entries(stale)
+        return own
+
+    def leave(self, own: _ThreadWarm) -> None:
+        """The environment :meth:`enter` returned ``own`` for is closed; at depth 0 what was
+        retired meanwhile is closed."""
+        closing: list[Any] = []
+        with self._lock:
+            own.depth -= 1
+            if own.depth == 0:
+                for key in own.retired:
+                    closing.extend(own.take(key))
+                own.retired.clear()
+        _close_entries(closing)
+
+    def _mine(self) -> _ThreadWarm:
+        with self._lock:
+            own, stale = self._own()
+        _close_entries(stale)
+        return own
 
     @property
     def sockets(self) -> dict[tuple[int, int], Any]:
-        """The calling thread's pyroute2 sockets by namespace identity (keyed by the thread
-        object, whose identity is never reused while held; a dead thread's are closed)."""
-        with self._lock:
-            dead = [t for t in self.by_thread if not t.is_alive()]
-            stale = [sock for t in dead for sock in self.by_thread.pop(t).values()]
-            own = self.by_thread.setdefault(threading.current_thread(), {})
-        for sock in stale:
-            _close_quietly(sock)
-        return own
+        """The calling thread's pyroute2 sockets by namespace identity."""
+        return self._mine().sockets
+
+    @property
+    def readers(self) -> dict[tuple[int, int], LinkReader]:
+        """The calling thread's link readers by namespace identity."""
+        return self._mine().readers
+
+    @property
+    def fds(self) -> dict[tuple[int, int], int]:
+        """The calling thread's namespace fds by namespace identity."""
+        return self._mine().fds
 
     def forget(self, identity: NamespaceIdentity) -> None:
-        """Close what is open for one namespace (its pin is being released)."""
+        """Close what is open for one namespace (its pin is being released): now for every
+        thread inside no environment, at the end of its last one for the others."""
         key = (identity.dev, identity.inode)
+        now: list[Any] = []
         with self._lock:
-            socks = [t.pop(key) for t in self.by_thread.values() if key in t]
-        for sock in socks:
-            _close_quietly(sock)
-        reader = self.readers.pop(key, None)
-        if reader is not None:
-            reader.close()
-        fd = self.fds.pop(key, None)
-        if fd is not None:
-            os.close(fd)
+            for warm in self.by_thread.values():
+                if warm.depth:
+                    warm.retired.add(key)  # in use: its thread closes it when it leaves
+                else:
+                    now.extend(warm.take(key))
+        _close_entries(now)
 
     def close(self) -> None:
+        """Close everything (the owner is done: no environment is open any more; a thread
+        still inside one closes its entries when it leaves)."""
+        now: list[Any] = []
         with self._lock:
-            keys = {k for t in self.by_thread.values() for k in t}
-        for key in keys | {*self.readers, *self.fds}:
-            self.forget(NamespaceIdentity(key[0], key[1], ""))
+            for warm in self.by_thread.values():
+                if warm.depth:
+                    warm.retired.update({*warm.sockets, *warm.readers, *warm.fds})
+                else:
+                    now.extend(warm.take_all())
+        _close_entries(now)
 
 
 @dataclass
@@ -213,13 +305,16 @@ class LinkEnvironment:
     _readers: dict[tuple[int, int], LinkReader] = field(default_factory=dict)
     _fds: dict[tuple[int, int], int] = field(default_factory=dict)
     _verified: set[tuple[int, int]] = field(default_factory=set)
+    _entered: _ThreadWarm | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.warm is not None:
+            # the creating thread's warm entries: an environment is used by one thread
+            self._entered = self.warm.enter()
             self._sockets, self._readers, self._fds = (
-                self.warm.sockets,
-                self.warm.readers,
-                self.warm.fds,
+                self._entered.sockets,
+                self._entered.readers,
+                self._entered.fds,
             )
 
     @classmethod
@@ -235,7 +330,10 @@ class LinkEnvironment:
     def close(self) -> None:
         self._verified.clear()
         if self.warm is not None:
-            return  # the owner of the warm namespaces closes them
+            if self._entered is not None:  # the owner of the warm namespaces closes them
+                self.warm.leave(self._entered)
+                self._entered = None
+            return
         for sock in self._sockets.values():
             sock.close()
         for reader in self._readers.values():

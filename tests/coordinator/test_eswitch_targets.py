@@ -9,7 +9,6 @@ reference node; the transitions themselves run on netdevsim in the kernel lab
 from __future__ import annotations
 
 from pathlib import Path
-from threading import RLock
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from dmn.agent.coordinator.eswitch_modes import (
     eswitch_targets,
     pf_families,
 )
+from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.operations import NodeOperations, device_environment
 from dmn.agent.inventory import Inventory, ScanConfig, scan
 from dmn.agent.journal.store import JournalStore
@@ -172,7 +172,8 @@ def test_the_agent_pass_drains_from_the_api_and_the_journal_before_the_kernel(
             default_executors(),
             env_factory=lambda op: device_environment(pins, tmp_path / "cdi"),
         )
-        modes = EswitchModes(journal, NodeOperations(runner, pins, tmp_path / "cdi"), RLock())
+        ops = NodeOperations(runner, pins, tmp_path / "cdi")
+        modes = EswitchModes(journal, ops, NodeLock(runner.lock, journal))
         (busy,) = eswitch_pass(modes, inventory, policies, {}, personas, set(), cordoned=False)
         assert (busy.state, busy.code) == ("Busy", "E_RESET_DOMAIN_BUSY"), busy
         assert "cordoned" in busy.message

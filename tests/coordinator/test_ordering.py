@@ -90,8 +90,8 @@ def test_run_after_stop_or_remove_without_record_never_attaches(node: LabNode, f
 
 def test_hook_past_its_deadline_through_nri_attaches_nothing(node: LabNode) -> None:
     """The real adapter path: the NRI hook's deadline (0.5 s here) passes while the Run
-    waits for the node lock; the runtime hears DEADLINE_EXCEEDED, and the thread that
-    goes on afterwards attaches nothing."""
+    waits for the node lock (a node-wide pass holds it); the runtime hears
+    DEADLINE_EXCEEDED, and the thread that goes on afterwards attaches nothing."""
     claim, pod = claimed_pod(node)
     meta = pod["metadata"]
     plugin = node.agent.plugin
@@ -104,7 +104,7 @@ def test_hook_past_its_deadline_through_nri_attaches_nothing(node: LabNode) -> N
     release = threading.Event()
 
     def hold_lock() -> None:
-        with node.services.lock:
+        with node.services.lock.exclusive("test: a node-wide pass"):
             held.set()
             release.wait(30)
 

@@ -129,7 +129,7 @@ def test_warm_pins_keep_sockets_across_calls_and_drop_them_with_the_pin(tmp_path
 def test_warm_sockets_are_per_thread(tmp_path: Path) -> None:
     """pyroute2 binds a socket object to the thread that made it; the agent calls from the
     kubelet gRPC threads and the NRI thread, so warm sockets are kept per thread (a dead
-    thread's are closed), while fds are shared."""
+    thread's are closed), and so are fds and readers (issue 13: calls run at once)."""
     import threading
 
     pins = NamespacePins(tmp_path / "state", host_netns="/proc/self/ns/net", warm=True)
@@ -152,6 +152,54 @@ def test_warm_sockets_are_per_thread(tmp_path: Path) -> None:
             use(ref)
             assert seen == [1] * 5
             assert len([s for s in pins.warm.by_thread.values() if s]) <= 2
+        finally:
+            for r in pins.list():
+                pins.release(Path(r.path).name, cleanup_verified=True)
+            pins.close()
+
+
+@pytest.mark.adversarial
+def test_a_pin_released_under_another_threads_call_keeps_its_fds_until_that_call_ends(
+    tmp_path: Path,
+) -> None:
+    """Issue 13: calls of different Pods run at once. Thread T is inside an environment
+    that opened the sandbox's fd and sockets when another thread releases that pin: T's
+    entries stay open (the fd number is not closed under T, where it could be reused by an
+    unrelated file) and T can finish its reads; they are closed when T leaves its last
+    environment."""
+    import threading
+
+    pins = NamespacePins(tmp_path / "state", host_netns="/proc/self/ns/net", warm=True)
+    assert pins.warm is not None
+    inside, released, done = threading.Event(), threading.Event(), threading.Event()
+    seen: list[object] = []
+
+    def call() -> None:
+        env = pins.link_environment("att-x")
+        ref = env.sandbox
+        assert ref is not None
+        fd = env.fd(ref)
+        env.rtnl(ref)
+        inside.set()
+        assert released.wait(30)
+        os.fstat(fd)  # still this thread's open fd
+        seen.append(len(env.rtnl(ref).get_links()))  # and its socket still answers
+        key = (ref.identity.dev, ref.identity.inode)
+        env.close()
+        seen.append(key in pins.warm.fds or key in pins.warm.sockets)  # closed on leaving
+        done.set()
+
+    with scratch_netns("dmfx") as name:
+        try:
+            pins.pin("att-x", netns_path(name))
+            t = threading.Thread(target=call)
+            t.start()
+            assert inside.wait(30)
+            pins.release("att-x", cleanup_verified=True)
+            released.set()
+            assert done.wait(30)
+            t.join(30)
+            assert seen == [1, False]
         finally:
             for r in pins.list():
                 pins.release(Path(r.path).name, cleanup_verified=True)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import pytest
 
 from dmn.agent.coordinator.eswitch_modes import EswitchModes, EswitchTarget, eswitch_program
+from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.operations import NodeOperations, device_environment
 from dmn.agent.journal.records import Reservation
 from dmn.agent.journal.store import JournalStore
@@ -172,7 +172,7 @@ class _Agent:
         self.ops = NodeOperations(runner, self.pins, tmp)
         for result in self.ops.recover():
             assert result.state.value in ("Undone", "Completed"), result
-        self.modes = EswitchModes(self.journal, self.ops, threading.RLock())
+        self.modes = EswitchModes(self.journal, self.ops, NodeLock(runner.lock, self.journal))
 
     def close(self) -> None:
         self.journal.close()

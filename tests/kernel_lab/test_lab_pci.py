@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ import pytest
 from dmn.agent.coordinator.adapters import NriAdapter
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import InventoryDevices, root_handle
+from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.operations import NodeOperations, device_environment
 from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
 from dmn.agent.coordinator.verify import DriverResult, VerifiedRoot
@@ -636,7 +636,7 @@ def test_agent_vfio_persona_to_container_device_nodes(lab: dict[str, Any], tmp_p
             ops,
             None,
             lambda: "boot",
-            threading.RLock(),  # type: ignore[arg-type]
+            NodeLock(runner.lock, journal),
         )
         identity = AttachmentIdentity("lab-vm", "boot", "pod-uid", "sandbox-1")
         att = attachment_id(identity)

@@ -27,7 +27,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -39,6 +38,7 @@ import pytest
 from dmn.agent.coordinator.adapters import NriAdapter
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import InventoryDevices, RdmaFacts, root_allocation
+from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.operations import NodeOperations, device_environment
 from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
 from dmn.agent.coordinator.verify import DriverResult, Refusal, VerifiedRoot
@@ -437,7 +437,7 @@ def _agent(
     ops = NodeOperations(runner, pins, cdi)
     config = NodeConfig("lab-vm", "lab-vm", state_dir, host_netns=netns_path(host), cdi_root=cdi)
     attachments = SandboxAttachmentService(
-        config, None, journal, pins, ops, None, lambda: "boot", threading.RLock(),  # type: ignore[arg-type]
+        config, None, journal, pins, ops, None, lambda: "boot", NodeLock(runner.lock, journal),
     )  # fmt: skip
     return pins, journal, ops, attachments
 
