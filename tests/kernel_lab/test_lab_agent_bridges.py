@@ -17,12 +17,14 @@ representor itself — its netdev, switch ID, port name, bridge membership, VLAN
 is the kernel's. The bridge is a VLAN-filtering kernel bridge with an administrator-set MAC;
 OVS is a test-owned ``ovsdb-server`` + ``ovs-vswitchd`` (kernel datapath) in the lab node's
 namespace (here it proves that the Linux bridge path leaves OVSDB alone; the agent's ovs-cni
-run and its refusals in the VM are not part of this module yet). Read back with
-``bridge -j vlan``, the links' netlink facts and ``ovs-vsctl``.
+run is not part of this module yet). A bridge named in config is only an alias: the real
+bridge's name and an ungranted VLAN are refused at NodePrepare before anything changes.
+Read back with ``bridge -j vlan``, the links' netlink facts and ``ovs-vsctl``.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import tempfile
@@ -34,6 +36,7 @@ from typing import Any
 import pytest
 from pyroute2 import IPRoute
 
+from dmn.agent.coordinator import Refusal
 from dmn.agent.inventory import Inventory
 from dmn.agent.inventory.facts import Representor
 from dmn.agent.inventory.live import LinkSource
@@ -336,3 +339,35 @@ def test_agent_attaches_the_representor_to_the_approved_bridge_with_its_vlans(la
 
     run_and_remove(lab, p, attached)
     release(lab, p)
+
+
+def _refused(lab: Lab, p: Pod) -> Refusal:
+    before = lab.world()
+    meta = p.claim["metadata"]
+    with pytest.raises(Refusal) as err:
+        lab.node.services.preparation.prepare("default", meta["name"], meta["uid"])
+    assert lab.world() == before  # nothing changed
+    assert lab.node.services.journal.preparations(meta["uid"]) == []
+    return err.value
+
+
+@pytest.mark.adversarial
+def test_a_bridge_named_in_config_is_only_ever_an_alias(lab: Lab) -> None:
+    """The workload names the real bridge (``tenantbr0``, which exists): it is looked up as
+    an alias of the policy's grants, never as a netdev, and refused; a VLAN outside the
+    grant is refused the same way; a name that is no DNS label never compiles."""
+    for name, config, code, field_name in (
+        ("sw-realname", {**BRIDGE_STEP["config"], "bridge": BRIDGE}, "E_BRIDGE_GRANT", "bridge"),
+        ("sw-vlan", {**BRIDGE_STEP["config"], "trunk": [200, 999]}, "E_VLAN_DENIED", "trunk"),
+    ):
+        cls = device_class(lab, name, {**BRIDGE_STEP, "config": config})
+        p = allocated(lab, name, cls)
+        refusal = _refused(lab, p)
+        assert refusal.code == code, refusal
+        assert refusal.field.endswith(f"steps[port].config.{field_name}"), refusal
+        release(lab, p)
+    bad = topology("sw-badname", {**BRIDGE_STEP, "config": {**BRIDGE_STEP["config"]}}, "x")
+    bad["spec"]["steps"][1]["config"]["bridge"] = "../tenant_br0"
+    lab.node.cluster.apply(copy.deepcopy(bad))
+    (topo,) = wait_settled(lab.node.cluster, ["sw-badname"], WAIT)
+    assert topo.ready == "False", topo
