@@ -592,6 +592,7 @@ class SandboxAttachmentService:
                 rec.state = AttachmentState.REMOVING
                 self._invalidate(rec, att, "sandbox removed")
                 self.operations.boundary("after-removing")
+            self._repin_from_runtime(rec, att)
             if not self.operations.undo(reversed(rec.operations), sync_end=False):
                 with self.journal.batch() as b:  # Removing and what ran, durable now
                     b.put_attachment(rec)
@@ -608,6 +609,40 @@ class SandboxAttachmentService:
             self.status.submit(self.reporter.phase, att, "Released")
             self._drop_device_status(rec)
             log.info("event=removed pod=%s sandbox=%s", pod_uid, sandbox_id)
+
+    def _repin_from_runtime(self, rec: AttachmentRecord, att: str) -> None:
+        """Mount the pin again from the runtime's own mount of the sandbox namespace when the
+        pin we recorded as mounted in this boot is no longer a mount.
+
+        Why: an agent whose state directory is not propagated back to the host
+        (``nodeAgent.privileged=false``) loses its pin mounts with its container; the undo
+        then found no sandbox, read that as a destroyed namespace, and a whole link was
+        recorded removed while it stayed inside the live sandbox. The runtime's path,
+        recorded at RunPodSandbox, names the namespace until the runtime removes it after
+        StopPodSandbox: only when it opens exactly the namespace we pinned (same boot, same
+        nsfs dev and inode; a mount keeps its namespace, so the inode cannot have been
+        reused) is it pinned again, and the undo reaches the sandbox. Otherwise nothing
+        changes: the executors judge a namespace nobody holds any more as before."""
+        pin = self.journal.get_pin(att)
+        if (
+            pin is None
+            or pin.state is not PinState.MOUNTED
+            or pin.boot_id != self.boot_id()
+            or not rec.runtime_netns
+            or self.pins.ref(att) is not None
+        ):
+            return
+        try:
+            live = identity_of(rec.runtime_netns)
+        except OSError:
+            return
+        if (live.dev, live.inode) != (pin.dev, pin.inode):
+            return
+        try:
+            self.pins.pin(att, rec.runtime_netns)
+        except PinError as exc:  # Removing and its holds stay; Remove or the reconcile retries
+            raise Refusal(exc.code, str(exc), retryable=True) from exc
+        log.info("event=pin-restored attachment=%s netns=%s", att, rec.runtime_netns)
 
     def _invalidate(self, rec: AttachmentRecord, att: str, reason: str) -> None:
         """Fence the attachment's scope (no run of it can finish afterwards) and record

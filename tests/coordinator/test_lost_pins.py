@@ -7,14 +7,13 @@ bare files where the pins were. Emulated here on the real kernel with the real c
 and journal: the pin mount is detached from the agent's view (the bare file stays) and the
 agent's services restart on the same state directory.
 
-What happens today: every new container of such a Pod is refused with ``E_PIN_MISSING``
-(correct: the agent cannot prove the sandbox is the one it attached), and the Pod's
-deletion goes through — but the agent then records the attachment Removed without having
-reached the sandbox: a macvlan child stays in the namespace (it dies with it), and a whole
-link is not given back to the host (a virtual one is destroyed with the namespace; hardware
-would come back to the host's initial namespace under whatever name the kernel picks). The
-strict xfail below states what it should do instead (keep the attachment and its devices
-held, or give the link back), so it fails loudly once fixed.
+What happens: every new container of such a Pod is refused with ``E_PIN_MISSING`` (the
+agent cannot prove the sandbox is the one it attached), and the Pod's deletion reaches the
+sandbox again: StopPodSandbox finds the pin recorded as mounted in this boot but no longer a
+mount, and pins the namespace again from the runtime's own path recorded at RunPodSandbox
+(it names exactly the recorded namespace), so a whole link is given back to the host and
+the attachment ends Removed. Before, the undo read the lost pin as a destroyed namespace
+and recorded the attachment Removed with the link still inside the live sandbox.
 """
 
 from __future__ import annotations
@@ -75,11 +74,6 @@ def test_new_containers_of_a_pod_whose_pin_is_lost_are_refused() -> None:
             node.runtime.remove_pod_sandbox("sb-lost")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a removal that cannot reach the sandbox (its pin is lost) is recorded Removed "
-    "and the whole link is not given back",
-)
 def test_a_whole_link_behind_a_lost_pin_is_never_recorded_removed_unreturned() -> None:
     with lab_node() as node:
         claim, pod = _whole_link_pod(node)
@@ -89,10 +83,12 @@ def test_a_whole_link_behind_a_lost_pin_is_never_recorded_removed_unreturned() -
             (moved,) = [n for n in before if n not in names(node.host_ns)]
             node.runtime.stop_pod_sandbox("sb-lost")
             (att,) = fresh.journal.attachments()
-            returned = moved in names(node.host_ns)
-            assert returned or att.state is not AttachmentState.REMOVED, (
+            assert moved in names(node.host_ns), (
                 f"{moved} is still in the sandbox ({names(sandbox)}) and the attachment "
                 f"is {att.state.value}"
             )
+            assert att.state is AttachmentState.REMOVED
+            assert names(sandbox) == ["lo"]
+            assert fresh.pins.list() == []
             node.runtime.remove_pod_sandbox("sb-lost")
         fresh.preparation.unprepare(claim["metadata"]["uid"])
