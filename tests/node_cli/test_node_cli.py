@@ -329,7 +329,12 @@ def test_failed_journal_commit_stops_the_agent_and_exits_1_then_restart_recovers
                 argv += ["--health-address", "127.0.0.1", "--health-port", str(port)]
                 procs.append(_node(argv))
                 assert runtime.wait_ready(1, WAIT)
-                wait_for(lambda: _http(port, "/livez")[0] == 200, timeout=WAIT, what="/livez")
+                wait_for(
+                    lambda: _http(port, "/livez")[0] == 200,
+                    timeout=WAIT,
+                    what="/livez",
+                    tolerate=(urllib.error.URLError,),
+                )
                 # a Pod without claims of ours: RunPodSandbox writes nothing
                 runtime.run_pod_sandbox(LabPod("sb-1", "uid-1", "plain", "default"))
                 disk.fill()
@@ -356,6 +361,7 @@ def test_failed_journal_commit_stops_the_agent_and_exits_1_then_restart_recovers
                     lambda: _http(port, "/livez") == (200, "[+]journal-writable ok\nok\n"),
                     timeout=WAIT,
                     what="the restarted agent's journal writable",
+                    tolerate=(urllib.error.URLError,),
                 )
                 procs[1].send_signal(signal.SIGTERM)
                 _, err = procs[1].communicate(timeout=WAIT)
