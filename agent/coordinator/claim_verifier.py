@@ -3,7 +3,10 @@
 Shared by preparation (a new allocation needs a Ready revision) and sandbox attachment
 (an already prepared claim may use a revision a newer one superseded). The pure check is
 :func:`.verify.verify_allocation`; this class adds the two reads it needs (the claim, its
-NetworkTopologyRevision) and turns API failures into :class:`Refusal` values.
+NetworkTopologyRevision) and turns API failures into :class:`Refusal` values. Attachment
+may take the revision from the informer cache (``cached=True``) when the cache holds
+exactly the name, UID and digest the allocation pins (:meth:`.node_objects.NodeObjects.
+revision`); the same check then runs on it, its phase included.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import DeviceView
+from dmn.agent.coordinator.node_objects import NodeObjects
 from dmn.agent.coordinator.verify import (
     Refusal,
     VerifiedClaim,
@@ -31,11 +35,13 @@ class ClaimVerifier:
         cluster: Cluster,
         devices: DeviceView,
         plugins: Mapping[str, Plugin],
+        objects: NodeObjects | None = None,
     ) -> None:
         self.config = config
         self.cluster = cluster
         self.devices = devices
         self.plugins = plugins
+        self.objects = objects
 
     def read(self, namespace: str, name: str, uid: str) -> dict[str, Any]:
         try:
@@ -58,18 +64,25 @@ class ClaimVerifier:
         return self.verify_with_revision(claim, accept_superseded)[0]
 
     def verify_with_revision(
-        self, claim: Mapping[str, Any], accept_superseded: bool = False
+        self, claim: Mapping[str, Any], accept_superseded: bool = False, cached: bool = False
     ) -> tuple[VerifiedClaim | None, dict[str, Any]]:
         """:meth:`verify`, also returning the revision object it verified against (empty
         when the claim has no results of ours): the caller runs exactly the revision that was
-        checked, without reading it a second time."""
+        checked, without reading it a second time. ``cached``: the informer's copy when it
+        is exactly the pinned revision (module doc), else the API server's."""
         uid = str(claim["metadata"]["uid"])
         results = driver_results(claim, self.config.driver)
         if not results:
             return None, {}
-        name = results[0].root.revision_ref.name
+        ref = results[0].root.revision_ref
+        name = ref.name
+        hit = None
+        if cached and self.objects is not None:
+            hit = self.objects.revision(ref.name, ref.uid, ref.digest)
         try:
-            revision = self.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, name)
+            revision = (
+                hit if hit is not None else self.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, name)
+            )
         except NotFound as exc:
             raise Refusal(
                 "E_REVISION_NOT_FOUND", f"revision {name} not found", "revisionRef"

@@ -17,8 +17,20 @@ references are immutable once it is created, the kubelet runs a sandbox only aft
 claims are allocated and reserved for it, and a reserved claim's allocation does not
 change; so a cache that lags behind can only fail to prove (an unallocated claim is
 unknown, not "not ours": its allocation may be on its way), and the caller then asks the
-API server as before. Attaching claims of ours still reads and verifies them
-from the API server; this cache only lets Pods without our claims pass.
+API server as before.
+
+For a Pod *with* claims of ours (issue 15: these reads were a third of RunPodSandbox) the
+cache never answers what authorizes — the Pod and its claims are still read fresh
+(:mod:`.pod_claims`) — only what is immutable or content-addressed:
+:meth:`NodeObjects.pod` returns the cached Pod only when its UID is the runtime's, to name
+the claims to read (``spec.resourceClaims`` is immutable for a UID, a generated claim's
+name is written once), and :meth:`NodeObjects.revision` a cached NetworkTopologyRevision
+only when its name, UID and spec digest are the ones the allocation pins. Its spec is then
+the pinned content; its phase the verifier still checks on the cached copy. A revision a
+claim allocation references is retained (:mod:`dmn.controller.revision_gc`), and the
+controller never moves a Ready revision back to Pending or Failed, so a cached copy only
+lags on changes that do not alter the decision. Anything the cache does not hold, or holds
+under another UID or digest, is read from the API server as before.
 """
 
 from __future__ import annotations
@@ -96,12 +108,15 @@ class NodeObjects:
         self._pods: dict[Key, dict[str, Any]] = {}
         self._claims: dict[Key, ClaimSummary] = {}
         self._ours_reserved: dict[str, set[Key]] = {}  # pod uid -> claims of ours
+        self._revisions: dict[str, dict[str, Any]] = {}
         self._synced = {"pods": threading.Event(), "claims": threading.Event()}
+        self._revisions_synced = threading.Event()  # not part of :attr:`synced`
         self._watches = {
             "pods": ListWatch(
                 cluster, r.PODS, field_selector=f"spec.nodeName={node_name}", timeout_seconds=60
             ),
             "claims": ListWatch(cluster, r.RESOURCE_CLAIMS, timeout_seconds=60),
+            "revisions": ListWatch(cluster, r.NETWORK_TOPOLOGY_REVISIONS, timeout_seconds=60),
         }
         self._threads: list[threading.Thread] = []
 
@@ -128,17 +143,28 @@ class NodeObjects:
         self._threads = []
 
     def _consume(self, kind: str) -> None:
+        synced = self._synced.get(kind, self._revisions_synced)
         try:
             for event in self._watches[kind].events():
                 if event.type == SYNCED:
-                    self._synced[kind].set()
+                    synced.set()
                 elif kind == "pods":
                     self._pod_event(event.type, event.object)
-                else:
+                elif kind == "claims":
                     self._claim_event(event.type, event.object)
+                else:
+                    self._revision_event(event.type, event.object)
         except Exception:  # a bug must not leave a half-working cache: prove nothing
             log.exception("event=informer-failed kind=%s", kind)
-            self._synced[kind].clear()
+            synced.clear()
+
+    def _revision_event(self, kind: str, revision: dict[str, Any]) -> None:
+        name = _key(revision)[1]
+        with self._lock:
+            if kind == "DELETED":
+                self._revisions.pop(name, None)
+            else:
+                self._revisions[name] = revision
 
     def _pod_event(self, kind: str, pod: dict[str, Any]) -> None:
         with self._lock:
@@ -182,3 +208,38 @@ class NodeObjects:
                 if summary is None or not summary.allocated or summary.ours:
                     return False
             return True
+
+    def pod(self, namespace: str, pod_name: str, pod_uid: str) -> dict[str, Any] | None:
+        """The cached Pod when it has the runtime's UID, else None.
+
+        Read-only: the object is shared with the cache (events replace it, never edit it).
+        Only names claims to read (module doc): it never stands in for the Pod GET."""
+        if not self._synced["pods"].is_set():
+            return None
+        with self._lock:
+            pod = self._pods.get((namespace, pod_name))
+        if pod is None or (pod.get("metadata") or {}).get("uid") != pod_uid:
+            return None
+        return pod
+
+    def reserved_ours(self, namespace: str, pod_uid: str) -> set[str]:
+        """Names of the cached claims of ours in ``namespace`` reserved for ``pod_uid``
+        (a hint of which claims to read; the reads decide)."""
+        with self._lock:
+            return {n for ns, n in self._ours_reserved.get(pod_uid, set()) if ns == namespace}
+
+    def revision(self, name: str, uid: str, digest: str) -> dict[str, Any] | None:
+        """The cached revision when its name, UID and spec digest are exactly these (its
+        spec is then the content the allocation pins), else None (ask the API server).
+        Read-only, like :meth:`pod`."""
+        if not self._revisions_synced.is_set():
+            return None
+        with self._lock:
+            rev = self._revisions.get(name)
+        if rev is None:
+            return None
+        if (rev.get("metadata") or {}).get("uid") != uid:
+            return None
+        if (rev.get("spec") or {}).get("digest") != digest:
+            return None
+        return rev

@@ -87,7 +87,7 @@ class NodeServices:
         operations = NodeOperations(
             runner, pins, config.cdi_root, boundary, config.ovsdb_remote, records=records
         )
-        claims = ClaimVerifier(config, cluster, devices, known)
+        claims = ClaimVerifier(config, cluster, devices, known, objects)
         lock = NodeLock(mutation, journal)
         attachments = SandboxAttachmentService(
             config, cluster, journal, pins, operations, claims, boot_id, lock, objects

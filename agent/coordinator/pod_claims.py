@@ -4,19 +4,42 @@ Kubelet preparation has no Pod; attachment does. The Pod is resolved by the runt
 namespace/name and verified (UID, node, hostNetwork); claims count when reserved for that
 Pod UID alone. A Pod with no claims of ours is distinguished from one whose claim of ours
 is not reserved for it — only the former gets a no-op.
+
+Fewer reads, the same decision (issue 15: listing the namespace's claims, reading the Pod
+and reading the revision were a third of RunPodSandbox). The Pod is always read fresh (its
+UID, node and hostNetwork decide), and so is every claim (``reservedFor`` authorizes). What
+the informer cache saves is the namespace *list*, whose cost grows with every claim in the
+namespace: when it holds the Pod under the runtime's UID with every claim reference
+resolved (:meth:`.node_objects.NodeObjects.pod`; a Pod's claim references are immutable
+for its UID), only the claims it references and those of ours the cache saw reserved for
+it are read, one GET each. If the fresh Pod turns out to be another incarnation, the
+namespace is listed and the decision is exactly the uncached one; without a usable cache
+entry the namespace is listed, as before. Both feed the same check (:func:`_decide`). The
+one thing a GET by name cannot see that a list saw is a claim of ours reserved for the Pod
+that the Pod does not reference and the cache has not seen yet — the same lag
+:meth:`~.node_objects.NodeObjects.proves_no_claims` already accepts (the scheduler only
+reserves claims a Pod references). The revision comes from the cache when it holds exactly
+the pinned one (:mod:`.claim_verifier`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from dmn.agent.coordinator.node_objects import NodeObjects, referenced_claims
 from dmn.agent.coordinator.verify import Refusal
 from dmn.api.cluster import ApiFailure, Cluster, NotFound
 from dmn.api.cluster import resources as r
 
 
 def pod_claims(
-    cluster: Cluster, driver: str, node_name: str, namespace: str, pod_name: str, pod_uid: str
+    cluster: Cluster,
+    driver: str,
+    node_name: str,
+    namespace: str,
+    pod_name: str,
+    pod_uid: str,
+    objects: NodeObjects | None = None,
 ) -> list[dict[str, Any]]:
     """Claims of this driver reserved for the Pod, after verifying the Pod itself.
 
@@ -25,10 +48,72 @@ def pod_claims(
     claim the Pod references that carries our results but is not reserved for it is
     refused (E_NOT_RESERVED): only a Pod with no claims of ours gets a no-op.
     """
+    cached = objects.pod(namespace, pod_name, pod_uid) if objects is not None else None
+    names: set[str] | None = None
+    if cached is not None and objects is not None and referenced_claims(cached) is not None:
+        names = _referenced(cached) | objects.reserved_ours(namespace, pod_uid)
+        claims = _read_claims(cluster, namespace, sorted(names))
+    else:
+        claims = _list_claims(cluster, namespace)
+    ours, reserved = _ours_reserved(claims, driver, pod_uid)
     try:
-        claims = cluster.list(r.RESOURCE_CLAIMS, namespace).items
+        pod = cluster.get(r.PODS, pod_name, namespace)
+    except NotFound as exc:
+        if reserved:
+            raise Refusal(
+                "E_POD_NOT_FOUND", f"pod {namespace}/{pod_name} not found", retryable=True
+            ) from exc
+        return []
+    except ApiFailure as exc:
+        raise Refusal("E_API", f"reading pod: {exc}", retryable=True) from exc
+    if names is not None and (pod.get("metadata") or {}).get("uid") != pod_uid:
+        # the cache named the claims of another incarnation: decide on the namespace's
+        # claims, exactly as without a cache
+        ours, reserved = _ours_reserved(_list_claims(cluster, namespace), driver, pod_uid)
+    elif names is not None and not _referenced(pod) <= names:
+        more = _read_claims(cluster, namespace, sorted(_referenced(pod) - names))
+        ours, reserved = _ours_reserved(claims + more, driver, pod_uid)
+    return _decide(ours, reserved, pod, node_name, namespace, pod_name, pod_uid)
+
+
+def _list_claims(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    try:
+        return cluster.list(r.RESOURCE_CLAIMS, namespace).items
     except ApiFailure as exc:
         raise Refusal("E_API", f"listing claims: {exc}", retryable=True) from exc
+
+
+def _read_claims(cluster: Cluster, namespace: str, names: list[str]) -> list[dict[str, Any]]:
+    """Each named claim from the API server; one that does not exist is not listed (as a
+    namespace list would not list it)."""
+    out = []
+    for name in names:
+        try:
+            out.append(cluster.get(r.RESOURCE_CLAIMS, name, namespace))
+        except NotFound:
+            continue
+        except ApiFailure as exc:
+            raise Refusal("E_API", f"reading claim {name}: {exc}", retryable=True) from exc
+    return out
+
+
+def _referenced(pod: dict[str, Any]) -> set[str]:
+    spec = pod.get("spec") or {}
+    return {
+        str(x.get("resourceClaimName"))
+        for x in [
+            *(spec.get("resourceClaims") or []),
+            *((pod.get("status") or {}).get("resourceClaimStatuses") or []),
+        ]
+        if x.get("resourceClaimName")
+    }
+
+
+def _ours_reserved(
+    claims: list[dict[str, Any]], driver: str, pod_uid: str
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """The claims carrying our results (by name), and those of them reserved for the Pod
+    (refusing a claim reserved for more than one consumer)."""
     ours: dict[str, dict[str, Any]] = {}
     reserved: list[dict[str, Any]] = []
     for c in claims:
@@ -47,26 +132,20 @@ def pod_claims(
                 "status.reservedFor",
             )
         reserved.append(c)
-    try:
-        pod = cluster.get(r.PODS, pod_name, namespace)
-    except NotFound as exc:
-        if reserved:
-            raise Refusal(
-                "E_POD_NOT_FOUND", f"pod {namespace}/{pod_name} not found", retryable=True
-            ) from exc
-        return []
-    except ApiFailure as exc:
-        raise Refusal("E_API", f"reading pod: {exc}", retryable=True) from exc
+    return ours, reserved
+
+
+def _decide(
+    ours: dict[str, dict[str, Any]],
+    reserved: list[dict[str, Any]],
+    pod: dict[str, Any],
+    node_name: str,
+    namespace: str,
+    pod_name: str,
+    pod_uid: str,
+) -> list[dict[str, Any]]:
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    referenced = {
-        str(x.get("resourceClaimName"))
-        for x in [
-            *(spec.get("resourceClaims") or []),
-            *((pod.get("status") or {}).get("resourceClaimStatuses") or []),
-        ]
-        if x.get("resourceClaimName")
-    }
-    mine = [n for n in sorted(referenced) if n in ours]
+    mine = [n for n in sorted(_referenced(pod)) if n in ours]
     if not reserved and not mine:
         return []
     if meta.get("uid") != pod_uid:

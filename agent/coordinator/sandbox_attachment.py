@@ -156,7 +156,13 @@ class SandboxAttachmentService:
 
     def _pod_claims(self, namespace: str, pod_name: str, pod_uid: str) -> list[dict[str, Any]]:
         return pod_claims(
-            self.cluster, self.config.driver, self.config.node_name, namespace, pod_name, pod_uid
+            self.cluster,
+            self.config.driver,
+            self.config.node_name,
+            namespace,
+            pod_name,
+            pod_uid,
+            self.objects,
         )
 
     def _identity(self, pod_uid: str, sandbox_id: str) -> AttachmentIdentity:
@@ -203,7 +209,9 @@ class SandboxAttachmentService:
         """Each claim verified against its revision, and the revision (API reads)."""
         out = []
         for c in claims:
-            verified, revision = self.claims.verify_with_revision(c, accept_superseded=True)
+            verified, revision = self.claims.verify_with_revision(
+                c, accept_superseded=True, cached=True
+            )
             if verified is None:
                 uid = str(c["metadata"]["uid"])
                 raise Refusal("E_NOT_PREPARED", f"claim {uid} has no results of ours")
