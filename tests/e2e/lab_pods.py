@@ -56,12 +56,45 @@ def run(admin: Cluster, created: list[str], name: str, template: str) -> None:
 
 
 def wait_running(admin: Cluster, *names: str) -> None:
-    wait_for(
-        lambda: all(pod_phase(admin, n) == "Running" for n in names),
-        timeout=WAIT,
-        interval=0.5,
-        what=f"{names} Running: {[(n, pod_phase(admin, n), events(admin, n)) for n in names]}",
-    )
+    """On timeout the message says where each Pod is *then* (:func:`describe`)."""
+    try:
+        wait_for(
+            lambda: all(pod_phase(admin, n) == "Running" for n in names),
+            timeout=WAIT,
+            interval=0.5,
+            what=f"{names} Running",
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{describe(admin, *names)}") from None
+
+
+def describe(admin: Cluster, *names: str) -> str:
+    """Why Pods are not Running: each one's phase, scheduler verdict, container states and
+    Events, and every claim of the lab namespace with its allocated devices and consumer
+    (a device held by a claim of an earlier test shows there)."""
+    lines = []
+    for name in names:
+        try:
+            status = admin.get(r.PODS, name, NAMESPACE).get("status") or {}
+        except NotFound:
+            lines.append(f"pod {name}: gone")
+            continue
+        containers = [
+            (c.get("name"), c.get("restartCount"), c.get("state"))
+            for c in status.get("containerStatuses") or []
+        ]
+        said = [(e.get("reason"), e.get("message")) for e in events(admin, name)]
+        lines.append(
+            f"pod {name}: phase={status.get('phase')} unschedulable={unschedulable(admin, name)!r}"
+            f" containers={containers} events={said}"
+        )
+    for claim in admin.list(r.RESOURCE_CLAIMS, NAMESPACE).items:
+        reserved = [c.get("name") for c in (claim.get("status") or {}).get("reservedFor") or []]
+        lines.append(
+            f"claim {claim['metadata']['name']}: devices={allocated_devices(claim)}"
+            f" reservedFor={reserved}"
+        )
+    return "\n".join(lines)
 
 
 def wait_gone(admin: Cluster, *names: str) -> None:

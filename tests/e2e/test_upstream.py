@@ -35,7 +35,7 @@ from dmn.lab.upstream.demo import (
     wait_for,
 )
 from dmn.lab.upstream.driver import LAB_LINKS
-from tests.e2e import installed_driver
+from tests.e2e import installed_driver, lab_pods
 from tests.fixtures.forged_revision import forged_class, forged_revision, ready_status
 from tests.lab.test_admin_plugin import ADMIN as ADMIN_PLUGINS
 from tests.lab.test_admin_plugin import POLICY as ADMIN_POLICY
@@ -96,7 +96,8 @@ def test_pods_get_networks_and_traffic_flows(
     assert _running(admin, pods), [(n, pod_phase(admin, n)) for n in pods]
     kubectl = Kubectl(upstream_lab.admin_kubeconfig)
     for name, address in (("e2e-a", "10.93.0.1/24"), ("e2e-b", "10.93.0.2/24")):
-        assert kubectl.exec(name, "ip", "link", "show", "net1").returncode == 0
+        shown = kubectl.exec(name, "ip", "link", "show", "net1")
+        assert shown.returncode == 0, (shown.stderr, lab_pods.describe(admin, name))
         assert kubectl.exec(name, "ip", "addr", "add", address, "dev", "net1").returncode == 0
     ping = kubectl.exec("e2e-a", "ping", "-c", "2", "-W", "3", "10.93.0.2")
     assert ping.returncode == 0, ping.stdout + ping.stderr
@@ -400,5 +401,9 @@ def test_admin_plugins_on_real_kubernetes_and_a_forged_one_refused_on_the_node(
         for ns_name in ("forged-tuned", "tuned-macvlan"):
             with contextlib.suppress(NotFound):
                 admin.delete(r.RESOURCE_CLAIM_TEMPLATES, ns_name, NAMESPACE)
+        # the lab is shared: later modules see only the builtin plugins again
+        for plugin in plugins.values():
+            with contextlib.suppress(NotFound):
+                admin.delete(r.NETWORK_PLUGINS, plugin_object(plugin)["metadata"]["name"])
         if saved is not None:
             _restore(upstream_lab, admin, saved)
