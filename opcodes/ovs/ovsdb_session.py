@@ -8,11 +8,13 @@ which is what lets the journal record the rows an effect will create *before* it
 Contract: :class:`OvsdbSession` connects to the node's OVSDB remote (a node fact from the
 environment, never workload config), fetches the ``Open_vSwitch`` schema from the server itself
 (no schema file path), registers only the columns ``ovs/*`` reads or writes and waits for the
-first complete snapshot. :meth:`view` returns that snapshot as plain dataclasses;
-:meth:`transact` commits one transaction (retrying when the server says "try again") and
-optionally waits until ``ovs-vswitchd`` has applied it (``cur_cfg`` reaches the incremented
-``next_cfg``, as ``ovs-vsctl`` does). Every wait has a deadline; a failure raises
-:class:`~dmn.opcodes.executor.ExecutorError` ``E_OVSDB``, never hangs.
+first complete snapshot (messages are parsed by :mod:`~dmn.opcodes.ovs.json_stream`: the
+``ovs`` library's own Python lexer made each session cost seconds). :meth:`view` returns
+that snapshot as plain dataclasses; :meth:`transact` commits one transaction (retrying when
+the server says "try again") and optionally waits until ``ovs-vswitchd`` has applied it
+(``cur_cfg`` reaches the incremented ``next_cfg``, as ``ovs-vsctl`` does). Every wait has a
+deadline; a failure raises :class:`~dmn.opcodes.executor.ExecutorError` ``E_OVSDB``, never
+hangs.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ import ovs.poller
 import ovs.stream
 
 from dmn.opcodes.executor import ExecutorError
+from dmn.opcodes.ovs.json_stream import use_for_ovsdb
+
+use_for_ovsdb()
 
 DATABASE = "Open_vSwitch"
 COLUMNS: Mapping[str, tuple[str, ...]] = {

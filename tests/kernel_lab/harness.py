@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from tests.kernel_lab.guest import GUEST_ENV
-from tests.kernel_lab.image import CACHE_ROOT, REPO_ROOT, BootImage, ImageError, prepare
+from tests.kernel_lab.image import REPO_ROOT, RUNS_ROOT, BootImage, ImageError, prepare
 from tests.kernel_lab.vm import QEMU, VmRun, qemu_command
 
 MARKER = "kernel_lab"
@@ -112,7 +112,7 @@ class LabSession:
         except ImageError as exc:
             self.error = f"kernel lab image could not be prepared: {exc}"
             return
-        runs = CACHE_ROOT.resolve() / "runs"  # resolved: see image.prepare
+        runs = RUNS_ROOT.resolve()  # resolved: see image.prepare
         runs.mkdir(parents=True, exist_ok=True)
         for old in sorted(runs.iterdir())[:-KEEP_RUNS]:
             shutil.rmtree(old, ignore_errors=True)

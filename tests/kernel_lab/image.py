@@ -2,7 +2,7 @@
 
 The host kernel lacks bonding, 802.1Q, ipvlan, dummy and bridge VLAN filtering, so tests that
 need them run inside a Debian kernel booted under qemu (DESIGN §7). This module prepares what
-that boot needs, once per cache directory (``<repo>/.kernel-lab/``, git-ignored):
+that boot needs, once per cache directory (:data:`CACHE_ROOT`):
 
 * the kernel package named by the ``linux-image-amd64`` metapackage, downloaded with
   ``apt-get download`` and unpacked with ``dpkg -x`` (never installed), ``depmod`` run on it;
@@ -14,12 +14,20 @@ that boot needs, once per cache directory (``<repo>/.kernel-lab/``, git-ignored)
   dependency order and ``guest_init.sh`` as ``/init``.
 
 Run ``python -m tests.kernel_lab.image`` to prepare the cache ahead of a test run.
+
+The cache lives outside the clone when it can (``/var/cache/dmn-kernel-lab`` for root,
+``DMN_KERNEL_LAB_CACHE`` to choose another), keyed by the kernel package's versioned name, so
+a fresh clone reuses the kernel, netdevsim and depmod work of an earlier one (a warm CI run
+paid about a minute for them in every clone). The initramfs depends on this checkout's
+``guest_init.sh`` and is keyed by its content. VM run folders stay in the clone
+(``<repo>/.kernel-lab/runs``, git-ignored).
 """
 
 from __future__ import annotations
 
 import fcntl
 import gzip
+import hashlib
 import io
 import logging
 import lzma
@@ -37,7 +45,19 @@ from tests.kernel_lab.extra_modules import ModuleBuildError, build_netdevsim
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CACHE_ROOT = REPO_ROOT / ".kernel-lab"
+RUNS_ROOT = REPO_ROOT / ".kernel-lab" / "runs"
+
+
+def _cache_root() -> Path:
+    chosen = os.environ.get("DMN_KERNEL_LAB_CACHE")
+    if chosen:
+        return Path(chosen)
+    if os.geteuid() == 0:
+        return Path("/var/cache/dmn-kernel-lab")
+    return REPO_ROOT / ".kernel-lab"
+
+
+CACHE_ROOT = _cache_root()
 METAPACKAGE = "linux-image-amd64"
 BOOT_MODULES = ("virtio_pci", "9pnet_virtio", "9p", "overlay")
 BUSYBOX = Path("/bin/busybox")
@@ -237,11 +257,9 @@ def prepare(cache_root: Path = CACHE_ROOT) -> BootImage:
         vmlinux = base / f"vmlinux-{release}"
         if not vmlinux.is_file():
             extract_vmlinux(tree / "boot" / f"vmlinuz-{release}", vmlinux)
-        initramfs = base / "initramfs.cpio.gz"
-        init_newer = (
-            initramfs.is_file() and initramfs.stat().st_mtime >= INIT_SCRIPT.stat().st_mtime
-        )
-        if not init_newer:
+        digest = hashlib.sha256(INIT_SCRIPT.read_bytes()).hexdigest()[:16]
+        initramfs = base / f"initramfs-{digest}.cpio.gz"
+        if not initramfs.is_file():
             build_initramfs(modules_dir, initramfs)
     return BootImage(package, release, vmlinux, initramfs, modules_dir)
 
