@@ -9,8 +9,10 @@ journal boundary.
 
 Protocol: one JSON request per line on stdin; ``child`` names what the child does —
 ``journal`` (:mod:`tests.journal.crash_child`: test, builtin or kernel executors; writes
-its report to ``out`` when it finishes) or ``kernel`` (:mod:`tests.kernel.crash_child`:
-real executors over namespace pins; appends each boundary name to ``out`` as it passes).
+its report to ``out`` when it finishes), ``kernel`` (:mod:`tests.kernel.crash_child`:
+real executors over namespace pins; appends each boundary name to ``out`` as it passes) or
+``coordinator`` (:mod:`tests.coordinator.crash_child`: the node services against the lab API
+server, killed at a runner or coordinator boundary).
 The rest of the request is that child's. Reply per request: ``{"signal": n}`` when the
 child was killed, else ``{"exit": code}``. :class:`CrashForkServer` is the test-side client.
 """
@@ -33,11 +35,12 @@ Child = Callable[[dict[str, Any]], int]
 
 def _children() -> dict[str, Child]:
     """Import every child (and through them the executors) once, before the first fork."""
+    from tests.coordinator import crash_child as coordinator
     from tests.journal import crash_child as journal
     from tests.kernel import crash_child as kernel
 
     journal.preload()
-    return {"journal": journal.child, "kernel": kernel.child}
+    return {"journal": journal.child, "kernel": kernel.child, "coordinator": coordinator.child}
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """A coordinator in a child process that SIGKILLs itself at one runner boundary.
 
+Forked by :mod:`tests.crash_fork_server` (``child: coordinator``), or run alone as
 ``python -m tests.coordinator.crash_child <request.json>``: the request names the lab API
 server, the agent's state dir and host namespace, the node's personas and link facts (as
 the parent's agent saw them), the call (prepare, unprepare, run_pod, stop_pod or
@@ -36,7 +37,10 @@ class Devices:
 
 
 def main() -> int:
-    req = json.loads(Path(sys.argv[1]).read_text())
+    return child(json.loads(Path(sys.argv[1]).read_text()))
+
+
+def child(req: dict[str, Any]) -> int:
     out = Path(req["out"])
 
     def boundary(name: str) -> None:

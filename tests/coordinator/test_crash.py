@@ -27,11 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,11 +40,11 @@ from dmn.lab.runtime.nri_runtime import LabPod
 from dmn.opcodes.linux.links import all_links
 from tests.coordinator.lab_node import LabNode, lab_node
 from tests.coordinator.test_end_to_end import snapshot
+from tests.crash_fork_server import CrashForkServer
 from tests.kernel.scratch import netns_path, scratch_netns
 
 pytestmark = [pytest.mark.netns, pytest.mark.crash]
 
-REPO = Path(__file__).resolve().parents[2]
 _n = itertools.count()
 
 
@@ -58,7 +54,18 @@ def node() -> Iterator[LabNode]:
         yield n
 
 
-def killed(node: LabNode, call: dict[str, Any], crash_at: str) -> list[str]:
+@pytest.fixture(scope="module")
+def fork_server() -> Iterator[CrashForkServer]:
+    server = CrashForkServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def killed(
+    node: LabNode, call: dict[str, Any], crash_at: str, server: CrashForkServer
+) -> list[str]:
     """Run ``call`` in a child coordinator that dies at ``crash_at``; returns the
     boundaries it passed. The parent's coordinator is closed meanwhile and restarted
     (recovering) afterwards."""
@@ -70,36 +77,25 @@ def killed(node: LabNode, call: dict[str, Any], crash_at: str) -> list[str]:
         if facts is not None:
             links[p.inventory_id] = dataclasses.asdict(facts)
     out = node.root / f"boundaries-{next(_n)}.txt"
-    req = node.root / "crash-request.json"
-    req.write_text(
-        json.dumps(
-            {
-                "url": node.lab.url,
-                "state_dir": str(node.agent.config.state_dir),
-                "host_netns": node.agent.config.host_netns,
-                "node_name": node.agent.config.node_name,
-                "node_uid": node.agent.config.node_uid,
-                "personas": [p.to_json() for p in personas.personas],
-                "links": links,
-                "call": call,
-                "crash_at": crash_at,
-                "out": str(out),
-            }
-        )
-    )
+    request = {
+        "child": "coordinator",
+        "url": node.lab.url,
+        "state_dir": str(node.agent.config.state_dir),
+        "host_netns": node.agent.config.host_netns,
+        "node_name": node.agent.config.node_name,
+        "node_uid": node.agent.config.node_uid,
+        "personas": [p.to_json() for p in personas.personas],
+        "links": links,
+        "call": call,
+        "crash_at": crash_at,
+        "out": str(out),
+    }
     node.services.close()
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "tests.coordinator.crash_child", str(req)],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        reply = server.request(request)
     finally:
         node.restart_agent()
-    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert reply == {"signal": 9}, reply  # the child's traceback, if any, is on stderr
     return out.read_text().split()
 
 
@@ -126,12 +122,12 @@ def names(ns: str) -> list[str]:
         "coordinator:after-prepared",
     ],
 )
-def test_killed_during_prepare(node: LabNode, crash_at: str) -> None:
+def test_killed_during_prepare(node: LabNode, crash_at: str, fork_server: CrashForkServer) -> None:
     baseline = snapshot(node.host_ns)
     claim, _ = claimed_pod(node)
     meta = claim["metadata"]
     call = {"action": "prepare", "namespace": "default", "name": meta["name"], "uid": meta["uid"]}
-    assert killed(node, call, crash_at)[-1] == crash_at
+    assert killed(node, call, crash_at, fork_server)[-1] == crash_at
     devices = node.services.preparation.prepare(
         "default", meta["name"], meta["uid"]
     )  # kubelet retry
@@ -159,7 +155,9 @@ def test_killed_during_prepare(node: LabNode, crash_at: str) -> None:
         "coordinator:after-ready",
     ],
 )
-def test_killed_during_run_pod_sandbox(node: LabNode, crash_at: str) -> None:
+def test_killed_during_run_pod_sandbox(
+    node: LabNode, crash_at: str, fork_server: CrashForkServer
+) -> None:
     baseline = snapshot(node.host_ns)
     claim, pod = claimed_pod(node)
     meta, pmeta = claim["metadata"], pod["metadata"]
@@ -174,7 +172,7 @@ def test_killed_during_run_pod_sandbox(node: LabNode, crash_at: str) -> None:
             "sandbox": sb_id,
             "netns": netns_path(sandbox),
         }
-        assert killed(node, call, crash_at)[-1] == crash_at
+        assert killed(node, call, crash_at, fork_server)[-1] == crash_at
         assert snapshot(node.host_ns) == baseline  # recovery left no child in the host
         # the runtime retries the same sandbox
         sb = LabPod(sb_id, pmeta["uid"], pmeta["name"], "default", netns_path(sandbox))
@@ -193,7 +191,9 @@ def test_killed_during_run_pod_sandbox(node: LabNode, crash_at: str) -> None:
 @pytest.mark.parametrize(
     "crash_at", ["after-undoing:create", "after-undo:create", "after-compensated"]
 )
-def test_killed_during_stop_pod_sandbox(node: LabNode, crash_at: str) -> None:
+def test_killed_during_stop_pod_sandbox(
+    node: LabNode, crash_at: str, fork_server: CrashForkServer
+) -> None:
     baseline = snapshot(node.host_ns)
     claim, pod = claimed_pod(node)
     meta, pmeta = claim["metadata"], pod["metadata"]
@@ -204,7 +204,7 @@ def test_killed_during_stop_pod_sandbox(node: LabNode, crash_at: str) -> None:
         node.runtime.run_pod_sandbox(sb)
         assert names(sandbox) == ["lo", "net1"]
         call = {"action": "stop_pod", "pod_uid": pmeta["uid"], "sandbox": sb_id}
-        assert killed(node, call, crash_at)[-1] == crash_at
+        assert killed(node, call, crash_at, fork_server)[-1] == crash_at
         # recovery finished the undo; the sandbox is fenced: no container starts in it
         assert names(sandbox) == ["lo"]
         att = node.services.attachments.attachment(pmeta["uid"], sb_id)
@@ -234,7 +234,7 @@ def _attached(node: LabNode, sandbox: str) -> tuple[dict[str, Any], dict[str, An
 
 @pytest.mark.parametrize("crash_at", ["coordinator:after-removing", "coordinator:after-removed"])
 def test_killed_at_the_coordinator_commits_of_stop_pod_sandbox(
-    node: LabNode, crash_at: str
+    node: LabNode, crash_at: str, fork_server: CrashForkServer
 ) -> None:
     """StopPodSandbox killed right after its Removing commit (nothing undone yet) or after
     its Removed commit (before the pin is released); the runtime's retry (Stop, then
@@ -244,7 +244,7 @@ def test_killed_at_the_coordinator_commits_of_stop_pod_sandbox(
         claim, pod, sb_id = _attached(node, sandbox)
         pod_uid = pod["metadata"]["uid"]
         call = {"action": "stop_pod", "pod_uid": pod_uid, "sandbox": sb_id}
-        assert killed(node, call, crash_at)[-1] == crash_at
+        assert killed(node, call, crash_at, fork_server)[-1] == crash_at
         node.runtime.stop_pod_sandbox(sb_id)
         node.runtime.remove_pod_sandbox(sb_id)
         att = node.services.attachments.attachment(pod_uid, sb_id)
@@ -264,7 +264,9 @@ def test_killed_at_the_coordinator_commits_of_stop_pod_sandbox(
         "coordinator:after-released",
     ],
 )
-def test_killed_during_unprepare(node: LabNode, crash_at: str) -> None:
+def test_killed_during_unprepare(
+    node: LabNode, crash_at: str, fork_server: CrashForkServer
+) -> None:
     """NodeUnprepare killed at each commit; kubelet's retry releases the claim and its
     share exactly once."""
     baseline = snapshot(node.host_ns)
@@ -272,7 +274,7 @@ def test_killed_during_unprepare(node: LabNode, crash_at: str) -> None:
     meta = claim["metadata"]
     assert node.services.preparation.prepare("default", meta["name"], meta["uid"])
     call = {"action": "unprepare", "uid": meta["uid"]}
-    assert killed(node, call, crash_at)[-1] == crash_at
+    assert killed(node, call, crash_at, fork_server)[-1] == crash_at
     node.services.preparation.unprepare(meta["uid"])  # kubelet retry
     (prep,) = node.services.journal.preparations(meta["uid"])
     assert prep.state is PreparationState.RELEASED
@@ -283,7 +285,9 @@ def test_killed_during_unprepare(node: LabNode, crash_at: str) -> None:
 @pytest.mark.parametrize(
     "crash_at", ["coordinator:after-removing", "after-undoing:create", "coordinator:after-removed"]
 )
-def test_killed_during_synchronize(node: LabNode, crash_at: str) -> None:
+def test_killed_during_synchronize(
+    node: LabNode, crash_at: str, fork_server: CrashForkServer
+) -> None:
     """Synchronize (the runtime no longer lists the sandbox) killed while it removes the
     attachment; the next Synchronize finishes it."""
     baseline = snapshot(node.host_ns)
@@ -291,7 +295,7 @@ def test_killed_during_synchronize(node: LabNode, crash_at: str) -> None:
         claim, pod, sb_id = _attached(node, sandbox)
         pod_uid = pod["metadata"]["uid"]
         call = {"action": "synchronize", "live": []}
-        assert killed(node, call, crash_at)[-1] == crash_at
+        assert killed(node, call, crash_at, fork_server)[-1] == crash_at
         node.services.reconcile.synchronize([])
         att = node.services.attachments.attachment(pod_uid, sb_id)
         assert att is not None and att.state is AttachmentState.REMOVED

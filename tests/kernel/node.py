@@ -129,6 +129,28 @@ class Node:
         assert result.ok, (result.state, result.failure)
         return result
 
+    def survey(
+        self,
+        op: str,
+        program: BoundProgram,
+        sandbox: NamespaceRef | None = None,
+        scope: str | None = None,
+    ) -> dict[str, list[str]]:
+        """Run then clean up ``op`` uninterrupted in this process; return the runner's
+        boundary names of each phase (``run``, ``cleanup``), in order: what a crash matrix
+        picks its kill points from (:mod:`tests.crash_points`)."""
+        names: dict[str, list[str]] = {"run": [], "cleanup": []}
+        with self.runner(boundary=names["run"].append) as r:
+            env = self.env(sandbox, r.journal)  # type: ignore[arg-type]  # a JournalStore
+            try:
+                result = r.run(op, scope or f"scope/{op}", program, env=env)
+            finally:
+                env.close()
+        assert result.ok, (result.state, result.failure)
+        with self.runner(boundary=names["cleanup"].append) as r:
+            assert r.cleanup(op).state.value == "Undone"
+        return names
+
     def cleanup(self, op: str) -> RunResult:
         with self.runner() as r:
             result = r.cleanup(op)

@@ -18,6 +18,7 @@ import pytest
 from dmn.opcodes.linux.links import all_links
 from dmn.vocabulary.terms import Access
 from tests.crash_fork_server import CrashForkServer
+from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call
 from tests.kernel.world import World, host_handle, world
 
@@ -58,13 +59,28 @@ def _crash_matrix(
     sandbox: str,
     prepare: Callable[[str], Any],
     connect: Callable[[str], Any],
+    owner: str | None = None,
 ) -> tuple[int, int]:
-    """Kill the connect run, then the connect cleanup, at every boundary; check each time."""
+    """Kill the connect run, then the connect cleanup, at every boundary; check each time.
+
+    With ``owner`` (a kernel-lab module's ``__name__``) the kill points are
+    :func:`~tests.crash_points.crash_points` of a surveyed uninterrupted run, and the counts
+    returned are the survey's boundary counts."""
     baseline = w.snapshot(w.host)
     sandbox_before = _sandbox_names(w, sandbox)
     run_points = cleanup_points = 0
+    plan: dict[str, list[int]] = {}
+    if owner is not None:
+        prepared = node.run("survey-prep", prepare("survey"))
+        ref = node.pin("survey", sandbox)
+        program = connect("survey")(prepared, ref)
+        names = node.survey("survey-conn", program, ref)
+        node.cleanup("survey-prep")
+        node.pins.release("survey", cleanup_verified=True)
+        plan = {ph: crash_points(names[ph], effect_kinds(program), owner) for ph in names}
+        run_points, cleanup_points = len(names["run"]), len(names["cleanup"])
     for phase in ("run", "cleanup"):
-        for index in range(MAX_BOUNDARIES):
+        for index in plan[phase] if plan else range(MAX_BOUNDARIES):
             op = f"{phase}{index}"
             prepared = node.run(f"{op}-prep", prepare(op))
             ref = node.pin(op, sandbox)
@@ -82,6 +98,9 @@ def _crash_matrix(
             assert _sandbox_names(w, sandbox) == sandbox_before, (phase, index, passed)
             assert w.snapshot(w.host) == baseline, (phase, index, passed)
             node.pins.release(op, cleanup_verified=True)
+            if plan:
+                assert passed, (phase, index)
+                continue
             if not passed:
                 break
             if phase == "run":

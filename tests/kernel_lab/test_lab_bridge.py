@@ -24,6 +24,7 @@ from dmn.opcodes.executor import EffectContext, ExecutorError
 from dmn.opcodes.linux.links import by_name
 from dmn.opcodes.linux.netns import NamespaceRef
 from tests.crash_fork_server import CrashForkServer
+from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, World, world
@@ -35,7 +36,6 @@ pytestmark = pytest.mark.kernel_lab
 ATTACH, VLAN = "bridge/port-attach/v1", "bridge/port-vlan/v1"
 BRIDGE_MAC = "02:00:00:00:be:01"
 CONFIG = {"bridge": "tenant-br", "vlan": 100, "trunk": [200, 300], "mtu": 1450}
-MAX_BOUNDARIES = 40
 
 
 @dataclass
@@ -181,26 +181,28 @@ def test_accelerated_bridge_cni_crash_at_every_boundary(lab: Lab, tmp_path: Path
     try:
         baseline = lab.port()
         sandbox = lab.w.sandbox()
-        points = {"run": 0, "cleanup": 0}
+        ref = node.pin("abr-survey", sandbox)
+        program = _connect(node, lab, "abr-survey", ref)
+        names = node.survey("abr-survey", program, ref)
+        node.pins.release("abr-survey", cleanup_verified=True)
+        assert lab.port() == baseline
+        # intent + 3 effects x (before-image, apply, outcome) + completion; undo 3 x 2
+        assert len(names["run"]) >= 11 and len(names["cleanup"]) >= 6, names
         for phase in ("run", "cleanup"):
-            for index in range(MAX_BOUNDARIES):
+            for index in crash_points(names[phase], effect_kinds(program), __name__):
                 op = f"abr-{phase}{index}"
                 ref = node.pin(op, sandbox)
                 program = _connect(node, lab, op, ref)
                 if phase == "cleanup":
                     node.run(op, program, sandbox=ref)
                 passed = node.killed_at(server, index, phase, op, program, ref)
+                assert passed and passed[-1] == names[phase][index], (phase, index, passed)
                 with node.runner() as r:
                     for result in r.recover():
                         assert result.state.value in ("Undone", "Completed"), result
                     assert r.cleanup(op).state.value == "Undone"
                 assert lab.port() == baseline, (phase, index, passed)
                 node.pins.release(op, cleanup_verified=True)
-                if not passed:
-                    break
-                points[phase] += 1
-        # intent + 3 effects x (before-image, apply, outcome) + completion; undo 3 x 2
-        assert points["run"] >= 11 and points["cleanup"] >= 6, points
     finally:
         server.close()
         node.release_pins()

@@ -35,6 +35,7 @@ from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
 from tests.crash_fork_server import CrashForkServer
+from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, World, world
@@ -43,7 +44,6 @@ from tests.kernel_lab import netdevsim
 pytestmark = pytest.mark.kernel_lab
 
 ESWITCH = "devlink/eswitch-configure/v1"
-MAX_BOUNDARIES = 30
 
 
 def mode(dev: netdevsim.NetdevsimPf) -> str:
@@ -232,10 +232,14 @@ def test_agent_eswitch_service_crash_at_every_boundary(
     target = _target(dev)
     node = Node(tmp_path / "agent", w.host)
     server = CrashForkServer()
-    points = {"run": 0, "cleanup": 0}
     try:
+        program = eswitch_program(target)
+        names = node.survey(target.operation_id, program, scope=target.scope)
+        assert mode(dev) == "legacy"
+        # intent, before-image, apply, outcome, completion; undo: undoing, undone
+        assert len(names["run"]) >= 4 and len(names["cleanup"]) >= 2, names
         for phase in ("run", "cleanup"):
-            for index in range(MAX_BOUNDARIES):
+            for index in crash_points(names[phase], effect_kinds(program), __name__):
                 if phase == "cleanup":
                     agent = _Agent(tmp_path, w.host)
                     try:
@@ -246,6 +250,7 @@ def test_agent_eswitch_service_crash_at_every_boundary(
                     server, index, phase, target.operation_id, eswitch_program(target),
                     scope=target.scope,
                 )  # fmt: skip
+                assert passed and passed[-1] == names[phase][index], (phase, index, passed)
                 agent = _Agent(tmp_path, w.host)
                 try:
                     if phase == "run":
@@ -257,11 +262,6 @@ def test_agent_eswitch_service_crash_at_every_boundary(
                     assert mode(dev) == "legacy", (phase, index, passed)
                 finally:
                     agent.close()
-                if not passed:
-                    break
-                points[phase] += 1
-        # intent, before-image, apply, outcome, completion; undo: undoing, undone
-        assert points["run"] >= 4 and points["cleanup"] >= 2, points
         assert netdevsim.representors(dev, timeout=1) == {}
     finally:
         server.close()

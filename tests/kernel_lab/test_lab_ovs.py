@@ -30,6 +30,7 @@ from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservati
 from dmn.opcodes.linux.links import by_name
 from dmn.opcodes.linux.netns import NamespaceRef
 from tests.crash_fork_server import CrashForkServer
+from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path, scratch_netns
 from tests.kernel.world import EXECUTORS, World, world
@@ -42,7 +43,6 @@ pytestmark = pytest.mark.kernel_lab
 ATTACH = "ovs/port-attach/v1"
 GRANT = OvsBridgeGrant("tenant-ovs", BRIDGE, frozenset({100, 200, 300}))
 CONFIG = {"bridge": "tenant-ovs", "vlan": 100, "mtu": 1450}
-MAX_BOUNDARIES = 30
 
 
 @dataclass
@@ -295,27 +295,29 @@ def test_ovs_cni_crash_at_every_boundary(lab: Lab, tmp_path: Path) -> None:
     try:
         baseline = lab.world_state()
         sandbox = lab.w.sandbox()
-        points = {"run": 0, "cleanup": 0}
+        ref = node.pin("ovs-survey", sandbox)
+        program = _connect(lab, "ovs-survey", ref)
+        names = node.survey("ovs-survey", program, ref)
+        node.pins.release("ovs-survey", cleanup_verified=True)
+        assert lab.world_state() == baseline
+        # run: intent and completion (before, after) + 2 effects x (before-image, apply,
+        # outcome); cleanup: 2 effects x (undoing, undone) + the operation's record
+        assert [len(names["run"]), len(names["cleanup"])] == [10, 5], names
         for phase in ("run", "cleanup"):
-            for index in range(MAX_BOUNDARIES):
+            for index in crash_points(names[phase], effect_kinds(program), __name__):
                 op = f"ovs-{phase}{index}"
                 ref = node.pin(op, sandbox)
                 program = _connect(lab, op, ref)
                 if phase == "cleanup":
                     node.run(op, program, sandbox=ref)
                 passed = node.killed_at(server, index, phase, op, program, ref)
+                assert passed and passed[-1] == names[phase][index], (phase, index, passed)
                 with node.runner() as r:
                     for result in r.recover():
                         assert result.state.value in ("Undone", "Completed"), result
                     assert r.cleanup(op).state.value == "Undone"
                 assert lab.world_state() == baseline, (phase, index, passed)
                 node.pins.release(op, cleanup_verified=True)
-                if not passed:
-                    break
-                points[phase] += 1
-        # run: intent and completion (before, after) + 2 effects x (before-image, apply,
-        # outcome); cleanup: 2 effects x (undoing, undone) + the operation's record
-        assert points == {"run": 10, "cleanup": 5}, points
     finally:
         server.close()
         node.release_pins()

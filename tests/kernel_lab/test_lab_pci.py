@@ -47,6 +47,7 @@ from dmn.opcodes.linux.netns import NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
 from tests.crash_fork_server import CrashForkServer
+from tests.crash_points import crash_points, effect_kinds
 from tests.fixtures.policies import policy
 from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path
@@ -61,7 +62,6 @@ SYS = Path("/sys/bus/pci")
 BIND, RESET, ACCESS = "pci/driver-bind/v1", "pci/function-reset/v1", "vfio/device-access/v1"
 LAB = (LAB_PCI_ALONE, LAB_PCI_SHARED_A, LAB_PCI_SHARED_B)
 MODULES = ("e1000e", "e1000", "vfio-pci", "vfio_iommu_type1")
-MAX_BOUNDARIES = 30
 VFIO_PCI = {"driver": "vfio-pci"}
 
 
@@ -507,39 +507,40 @@ def test_sriov_cni_vfio_crash_at_every_boundary(lab: dict[str, Any], tmp_path: P
         try:
             sandbox = w.sandbox()
             ref = node.pin("vfio", sandbox)
-            points = {"run": 0, "cleanup": 0, "conn-run": 0, "conn-cleanup": 0}
+            program = _prepare("vc-survey", reset=False)
+            names = node.survey("vc-survey", program)
+            assert state(LAB_PCI_ALONE) == lab[LAB_PCI_ALONE]
+            # intent, 1 effect x (before-image, apply, outcome), completion; undo 1 x 2
+            assert len(names["run"]) >= 4 and len(names["cleanup"]) >= 2, names
             for phase in ("run", "cleanup"):
-                for index in range(MAX_BOUNDARIES):
+                for index in crash_points(names[phase], effect_kinds(program), __name__):
                     op = f"vc-{phase}{index}"
                     program = _prepare(op, reset=False)
                     if phase == "cleanup":
                         node.run(op, program)
                     passed = node.killed_at(server, index, phase, op, program)
+                    assert passed and passed[-1] == names[phase][index], (phase, index, passed)
                     settle(op)
                     assert state(LAB_PCI_ALONE) == lab[LAB_PCI_ALONE], (phase, index, passed)
-                    if not passed:
-                        break
-                    points[phase] += 1
             prep = node.run("vc-prep", _prepare("vc-prep", reset=False))
+            program = _connect("vc-conn-survey", dict(prep.exports), ref)
+            conn = node.survey("vc-conn-survey", program, ref)
+            assert list((tmp_path / "cdi").glob("*.json")) == []
+            assert len(conn["run"]) >= 4 and len(conn["cleanup"]) >= 2, conn
             for phase in ("conn-run", "conn-cleanup"):
-                for index in range(MAX_BOUNDARIES):
+                action = phase.removeprefix("conn-")
+                for index in crash_points(conn[action], effect_kinds(program), __name__):
                     op = f"vc-{phase}{index}"
                     program = _connect(op, dict(prep.exports), ref)
-                    action = phase.removeprefix("conn-")
                     if action == "cleanup":
                         node.run(op, program, sandbox=ref)
                     passed = node.killed_at(server, index, action, op, program, sandbox=ref)
+                    assert passed and passed[-1] == conn[action][index], (phase, index, passed)
                     settle(op)
                     assert list((tmp_path / "cdi").glob("*.json")) == [], (phase, index)
                     assert driver(LAB_PCI_ALONE) == "vfio-pci"  # prepare still holds
-                    if not passed:
-                        break
-                    points[phase] += 1
             node.cleanup("vc-prep")
             assert state(LAB_PCI_ALONE) == lab[LAB_PCI_ALONE]
-            # intent, 1 effect x (before-image, apply, outcome), completion; undo 1 x 2
-            assert points["run"] >= 4 and points["cleanup"] >= 2, points
-            assert points["conn-run"] >= 4 and points["conn-cleanup"] >= 2, points
         finally:
             server.close()
             node.release_pins()
@@ -555,13 +556,17 @@ def test_reset_crash_is_quarantined_never_repeated(lab: dict[str, Any], tmp_path
         server = CrashForkServer()
         quarantined: list[str] = []
         try:
+            program = _prepare("vr-survey", reset=True)
+            names = node.survey("vr-survey", program)
+            assert state(LAB_PCI_ALONE) == lab[LAB_PCI_ALONE]
             for phase in ("run", "cleanup"):
-                for index in range(MAX_BOUNDARIES):
+                for index in crash_points(names[phase], effect_kinds(program), __name__):
                     op = f"vr-{phase}{index}"
                     program = _prepare(op, reset=True)
                     if phase == "cleanup":
                         node.run(op, program)
                     passed = node.killed_at(server, index, phase, op, program)
+                    assert passed and passed[-1] == names[phase][index], (phase, index, passed)
                     with node.runner() as r:
                         results = r.recover()
                         states = {res.state.value for res in results}
@@ -572,8 +577,6 @@ def test_reset_crash_is_quarantined_never_repeated(lab: dict[str, Any], tmp_path
                     else:
                         assert final == "Undone", (phase, index, final)
                     assert state(LAB_PCI_ALONE) == lab[LAB_PCI_ALONE], (phase, index, passed)
-                    if not passed:
-                        break
             # the kill after the reset's before-image (its outcome not yet durable) is the
             # uncertain one; the bind before it was undone all the same
             assert quarantined and all("reset" in name for name in quarantined), quarantined

@@ -60,7 +60,9 @@ def test_ipvlan_cni_crash_at_every_boundary(
 
         return make
 
-    run_points, cleanup_points = _crash_matrix(server, node, w, sandbox, prepare, connect)
+    run_points, cleanup_points = _crash_matrix(
+        server, node, w, sandbox, prepare, connect, owner=__name__
+    )
     # one effect created in the sandbox: intent (before, after), before-image, apply,
     # outcome, completion; undo: Undoing, undone
     assert run_points >= 6 and cleanup_points >= 2

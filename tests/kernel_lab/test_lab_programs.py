@@ -18,6 +18,7 @@ import pytest
 from dmn.opcodes.linux.links import all_links, by_name
 from dmn.vocabulary.terms import Access
 from tests.crash_fork_server import CrashForkServer
+from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call
 from tests.kernel.world import World, add_address, host_handle, link, ping, world
 
@@ -33,7 +34,6 @@ BOND_CONFIG = {
     "failOverMac": "active",
 }
 VLAN_CONFIG = {"ifName": "tenant100", "mtu": 1500, "up": True, "vlanId": 100}
-MAX_BOUNDARIES = 40
 
 
 @pytest.fixture
@@ -188,12 +188,16 @@ def _bond_vlan_crashes(server: CrashForkServer, node: Node, w: World) -> None:
         before = _sandbox_state(w, topo.sandbox)
         program = topo.bond_program() if step == "uplink" else topo.vlan_program()
         op = topo.op(step)
+        names = node.survey(op, program, topo.ref)
+        assert _sandbox_state(w, topo.sandbox) == before
+        points[step] = len(names["run"]) + len(names["cleanup"])
         for phase in ("run", "cleanup"):
             if phase == "cleanup":
                 node.run(op, program, sandbox=topo.ref)
-            for index in range(MAX_BOUNDARIES):
+            for index in crash_points(names[phase], effect_kinds(program), __name__):
                 action = "run" if phase == "run" else "cleanup"
                 passed = node.killed_at(server, index, action, op, program, topo.ref)
+                assert passed and passed[-1] == names[phase][index], (step, phase, index)
                 # one journal open per crash point: recover, clean up, check, re-arm
                 with node.runner() as r:
                     for result in r.recover():
@@ -201,15 +205,14 @@ def _bond_vlan_crashes(server: CrashForkServer, node: Node, w: World) -> None:
                     assert r.cleanup(op).state.value == "Undone"
                     state = _sandbox_state(w, topo.sandbox)
                     assert state == before, (step, phase, index, passed)
-                    if not passed:
-                        break
                     if phase == "cleanup":
                         env = node.env(topo.ref)
                         try:
                             assert r.run(op, f"scope/{op}", program, env=env).ok
                         finally:
                             env.close()
-                points[step] += 1
+            if phase == "cleanup":
+                node.cleanup(op)
         if step == "tenant":
             node.cleanup(topo.op("uplink"))
     topo.teardown(("right-conn", "left-conn", "right-prep", "left-prep"))

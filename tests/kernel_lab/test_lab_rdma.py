@@ -68,6 +68,7 @@ from dmn.opcodes.rdma.rdma_netlink import RdmaError, open_in
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
 from tests.crash_fork_server import CrashForkServer
+from tests.crash_points import crash_points, effect_kinds
 from tests.fixtures.policies import policy
 from tests.kernel.node import Node
 from tests.kernel.scratch import netns_path, unique
@@ -81,7 +82,6 @@ ACCESS, ASSIGN = "rdma/device-access/v1", "rdma/netns-assign/v1"
 IB = Path("/sys/class/infiniband")
 VERBS_PLUGIN = Path(__file__).parent / "plugins" / "rdma-verbs" / "v1"
 VERBS_CONFIG = {"rdmaNetns": "shared"}
-MAX_BOUNDARIES = 30
 
 
 def _read(path: Path) -> str:
@@ -575,42 +575,46 @@ def test_agent_rdma_path_crash_at_every_boundary(rxe_node: dict[str, Any], tmp_p
         return shared and _read(IB / rxe_node["name"] / "node_guid") == rxe_node["guid"]
 
     server = CrashForkServer()
-    points = {"run": 0, "conn-run": 0, "conn-cleanup": 0}
     try:
         ref = node.pin("rdma", sandbox)
         # prepare changes nothing in the kernel: its boundaries are those of the journaled
         # RDMA handle (its cleanup, an undo of no effect, is left out to save VM time)
-        for index in range(MAX_BOUNDARIES):
+        program = prepare("rp-survey")
+        names = node.survey("rp-survey", program)
+        for index in crash_points(names["run"], effect_kinds(program), __name__):
             op = f"rp-run{index}"
             passed = node.killed_at(server, index, "run", op, prepare(op))
+            assert passed and passed[-1] == names["run"][index], ("run", index, passed)
             settle(op)
             assert unchanged(), ("run", index, passed)
-            if not passed:
-                break
-            points["run"] += 1
         prep = node.run("rp-prep", prepare("rp-prep"))
+
+        def connect(op: str) -> BoundProgram:
+            return _verbs(plugin, "connect", Call(
+                config=VERBS_CONFIG, operation_id=op, prepared=dict(prep.exports),
+                sandbox=Scope(ScopeKind.SANDBOX, ref.identity),
+            ))  # fmt: skip
+
+        program = connect("rp-conn-survey")
+        conn = node.survey("rp-conn-survey", program, ref)
+        assert list((tmp_path / "cdi").glob("*.json")) == [] and unchanged()
         for phase in ("conn-run", "conn-cleanup"):
-            for index in range(MAX_BOUNDARIES):
+            action = phase.removeprefix("conn-")
+            for index in crash_points(conn[action], effect_kinds(program), __name__):
                 op = f"rp-{phase}{index}"
-                program = _verbs(plugin, "connect", Call(
-                    config=VERBS_CONFIG, operation_id=op, prepared=dict(prep.exports),
-                    sandbox=Scope(ScopeKind.SANDBOX, ref.identity),
-                ))  # fmt: skip
-                action = phase.removeprefix("conn-")
+                program = connect(op)
                 if action == "cleanup":
                     node.run(op, program, sandbox=ref)
                 passed = node.killed_at(server, index, action, op, program, sandbox=ref)
+                assert passed and passed[-1] == conn[action][index], (phase, index, passed)
                 settle(op)
                 assert list((tmp_path / "cdi").glob("*.json")) == [], (phase, index, passed)
                 assert unchanged(), (phase, index, passed)
-                if not passed:
-                    break
-                points[phase] += 1
         node.cleanup("rp-prep")
         # prepare: intent and completion (no effect); connect: intent, 2 effects x
         # (before-image, apply, outcome), completion; its undo 2 x 2
-        assert points["run"] >= 2 and points["conn-run"] >= 7, points
-        assert points["conn-cleanup"] >= 4, points
+        assert len(names["run"]) >= 2 and len(conn["run"]) >= 7, (names, conn)
+        assert len(conn["cleanup"]) >= 4, conn
     finally:
         server.close()
         node.release_pins()

@@ -29,6 +29,7 @@ from dmn.opcodes.effect_records import HOLDING_STATES, RecordedEffect
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed
 from dmn.opcodes.linux.netns import NamespaceRef
 from tests.crash_fork_server import CrashForkServer
+from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, World, world
@@ -41,7 +42,6 @@ KIND = "bridge/shared-uplink-vlan/v1"
 BRIDGE_MAC = "02:00:00:00:be:11"
 PLUGIN = "accelerated-bridge-cni-uplink"
 CONFIG = {"bridge": "tenant-br", "uplink": "rack-uplink", "vlan": 100, "trunk": [200], "mtu": 1450}
-MAX_BOUNDARIES = 40
 
 Table = list[tuple[int, bool, bool]]
 
@@ -353,8 +353,9 @@ def test_uplink_profile_program_two_attachments_and_removal(lab: Lab, tmp_path: 
         node.release_pins()
 
 
-def _boundaries(node: Node, lab: Lab, phase: str) -> list[str]:
-    """The journal boundary names of one uninterrupted run (or cleanup) of the program."""
+def _boundaries(node: Node, lab: Lab, phase: str) -> tuple[list[str], dict[str, str]]:
+    """The journal boundary names of one uninterrupted run (or cleanup) of the program, and
+    its effects' opcodes by id."""
     names: list[str] = []
     op = f"ref-{phase}"
     ref = node.pin(op, lab.w.sandbox())
@@ -369,7 +370,7 @@ def _boundaries(node: Node, lab: Lab, phase: str) -> list[str]:
     with node.runner(boundary=hook if phase == "cleanup" else None) as r:
         assert r.cleanup(op).state.value == "Undone"
     node.pins.release(op, cleanup_verified=True)
-    return names
+    return names, effect_kinds(program)
 
 
 @pytest.mark.crash
@@ -391,12 +392,15 @@ def test_uplink_profile_crash_at_every_boundary(lab: Lab, tmp_path: Path, shared
         baseline = lab.bridge_state()
         sandbox = lab.w.sandbox()
         points: dict[str, list[str]] = {"run": [], "cleanup": []}
+        surveyed = {"run": 0, "cleanup": 0}
         for phase in ("run", "cleanup"):
-            names = _boundaries(node, lab, phase)
+            names, kinds = _boundaries(node, lab, phase)
             assert lab.bridge_state() == baseline
-            wanted = [
-                i for i, name in enumerate(names) if not shared or name.endswith(":uplink-vlan")
-            ]
+            if shared:
+                wanted = [i for i, name in enumerate(names) if name.endswith(":uplink-vlan")]
+            else:
+                wanted = crash_points(names, kinds, __name__)
+                surveyed[phase] = len(names)
             for index in wanted:
                 op = f"up-{phase}{index}"
                 ref = node.pin(op, sandbox)
@@ -426,7 +430,7 @@ def test_uplink_profile_crash_at_every_boundary(lab: Lab, tmp_path: Path, shared
             assert lab.table() == [(1, True, True)]
         else:
             # intent + 4 effects x (before-image, apply, outcome) + completion; undo 4 x 2
-            assert len(points["run"]) >= 14 and len(points["cleanup"]) >= 8, points
+            assert surveyed["run"] >= 14 and surveyed["cleanup"] >= 8, (surveyed, points)
     finally:
         server.close()
         node.release_pins()

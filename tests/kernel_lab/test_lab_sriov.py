@@ -21,6 +21,7 @@ from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
 from tests.crash_fork_server import CrashForkServer
+from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, World, add_address, host_handle, link, ping, world
@@ -39,7 +40,6 @@ SETTINGS = {
     "maxTxRate": 100,
     "linkState": "disable",
 }
-MAX_BOUNDARIES = 30
 
 
 def vf_table(dev: netdevsim.NetdevsimPf) -> list[dict[str, Any]]:
@@ -248,25 +248,26 @@ def test_sriov_cni_vf_settings_crash_at_every_boundary(
         host = w.ipr(w.host)
         stand_in, _ = w.veth(w.host)
         baseline = vf_table(dev)
-        points = {"run": 0, "cleanup": 0}
+        _, prep = _prepare_call("vf-survey", dev, host, stand_in)
+        program = bind("sriov-cni", "prepare", prep)
+        names = node.survey("vf-survey", program)
+        assert vf_table(dev) == baseline
+        # intent, 1 effect x (before-image, apply, outcome), completion; undo 1 x 2
+        assert len(names["run"]) >= 4 and len(names["cleanup"]) >= 2, names
         for phase in ("run", "cleanup"):
-            for index in range(MAX_BOUNDARIES):
+            for index in crash_points(names[phase], effect_kinds(program), __name__):
                 op = f"vf-{phase}{index}"
                 _, prep = _prepare_call(op, dev, host, stand_in)
                 program = bind("sriov-cni", "prepare", prep)
                 if phase == "cleanup":
                     node.run(op, program)
                 passed = node.killed_at(server, index, phase, op, program)
+                assert passed and passed[-1] == names[phase][index], (phase, index, passed)
                 with node.runner() as r:
                     for result in r.recover():
                         assert result.state.value in ("Undone", "Completed"), result
                     assert r.cleanup(op).state.value == "Undone"
                 assert vf_table(dev) == baseline, (phase, index, passed)
-                if not passed:
-                    break
-                points[phase] += 1
-        # intent, 1 effect x (before-image, apply, outcome), completion; undo 1 x 2
-        assert points["run"] >= 4 and points["cleanup"] >= 2, points
     finally:
         server.close()
         node.release_pins()

@@ -24,6 +24,7 @@ from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
 from tests.crash_fork_server import CrashForkServer
+from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, World, host_handle, world
@@ -32,7 +33,6 @@ from tests.kernel_lab import netdevsim
 pytestmark = pytest.mark.kernel_lab
 
 CONFIGURE = "representor/configure/v1"
-MAX_BOUNDARIES = 30
 
 
 @pytest.fixture
@@ -203,24 +203,23 @@ def test_sriov_cni_representor_crash_at_every_boundary(switch: Any, tmp_path: Pa
     try:
         stand_in, _ = w.veth(w.host)
         ifname = reps["pf0vf1"][0]
-        points = {"run": 0, "cleanup": 0}
+        program = _prepare("rep-survey", w, reps, stand_in)
+        names = node.survey("rep-survey", program)
+        assert len(names["run"]) >= 4 and len(names["cleanup"]) >= 2, names
         for phase in ("run", "cleanup"):
-            for index in range(MAX_BOUNDARIES):
+            for index in crash_points(names[phase], effect_kinds(program), __name__):
                 op = f"rep-{phase}{index}"
                 program = _prepare(op, w, reps, stand_in)
                 if phase == "cleanup":
                     node.run(op, program)
                 passed = node.killed_at(server, index, phase, op, program)
+                assert passed and passed[-1] == names[phase][index], (phase, index, passed)
                 with node.runner() as r:
                     for result in r.recover():
                         assert result.state.value in ("Undone", "Completed"), result
                     assert r.cleanup(op).state.value == "Undone"
                 assert rep_state(w, ifname) == (1400, True), (phase, index, passed)
                 assert rep_state(w, reps["pf0vf0"][0]) == (1400, True)
-                if not passed:
-                    break
-                points[phase] += 1
-        assert points["run"] >= 4 and points["cleanup"] >= 2, points
     finally:
         server.close()
         node.release_pins()
