@@ -21,6 +21,7 @@ import socket
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import urllib3
@@ -80,11 +81,27 @@ class Cluster:
         self.field_manager = field_manager
         self.field_validation = field_validation
         self.request_timeout = request_timeout
-        self.core = client.CoreV1Api(api_client)
-        self.resource_v1 = client.ResourceV1Api(api_client)
-        self.coordination = client.CoordinationV1Api(api_client)
-        self.custom_objects = client.CustomObjectsApi(api_client)
         self._discovered: dict[str, dict[str, Resource]] = {}
+
+    # The generated API classes, for callers that want them. Built on first use: importing
+    # ``CoreV1Api``'s module alone cost seconds of every agent, controller and CLI start
+    # (and tens of seconds under the kernel lab's emulation), and requests here go through
+    # :meth:`_send` with the same ``ApiClient``.
+    @cached_property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api_client)
+
+    @cached_property
+    def resource_v1(self) -> client.ResourceV1Api:
+        return client.ResourceV1Api(self.api_client)
+
+    @cached_property
+    def coordination(self) -> client.CoordinationV1Api:
+        return client.CoordinationV1Api(self.api_client)
+
+    @cached_property
+    def custom_objects(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api_client)
 
     def close(self) -> None:
         self.api_client.close()  # type: ignore[no-untyped-call]
