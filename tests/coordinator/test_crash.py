@@ -56,7 +56,7 @@ def node() -> Iterator[LabNode]:
 
 @pytest.fixture(scope="module")
 def fork_server() -> Iterator[CrashForkServer]:
-    server = CrashForkServer()
+    server = CrashForkServer(children=("coordinator",))
     try:
         yield server
     finally:
