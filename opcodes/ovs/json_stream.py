@@ -62,9 +62,6 @@ class JsonStreamParser:
 
     MAX_HEIGHT = 1000
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        return super().__new__(cls)
-
     def __init__(self, check_trailer: bool = False) -> None:
         self._text = ""
         self._start = -1  # index of the value's first character, once seen

@@ -356,19 +356,10 @@ def test_uplink_profile_program_two_attachments_and_removal(lab: Lab, tmp_path: 
 def _boundaries(node: Node, lab: Lab, phase: str) -> tuple[list[str], dict[str, str]]:
     """The journal boundary names of one uninterrupted run (or cleanup) of the program, and
     its effects' opcodes by id."""
-    names: list[str] = []
     op = f"ref-{phase}"
     ref = node.pin(op, lab.w.sandbox())
     program = _connect(lab, op, ref)
-    hook = names.append
-    with node.runner(boundary=hook if phase == "run" else None) as r:
-        env = node.env(ref, r.journal)  # type: ignore[arg-type]  # a JournalStore
-        try:
-            assert r.run(op, f"scope/{op}", program, env=env).ok
-        finally:
-            env.close()
-    with node.runner(boundary=hook if phase == "cleanup" else None) as r:
-        assert r.cleanup(op).state.value == "Undone"
+    names = node.survey(op, program, ref)[phase]
     node.pins.release(op, cleanup_verified=True)
     return names, effect_kinds(program)
 
