@@ -10,7 +10,8 @@ the world stays a JSON file. Each effect, in one atomic world write:
   sets ``attrs["<inventory id>.<opcode>"]`` to the effect's parameters, restoring the
   before-image on undo;
 * for Irreversible opcodes, also bumps ``resets[<inventory id>]``, which undo cannot take
-  back.
+  back, and ``recover`` answers Uncertain (as the real ``pci/function-reset`` does): the
+  runner-contract matrix then exercises quarantine, not a replay, after such a crash.
 
 Outputs follow the spec: an ``inherits`` port continues the input handle (with the port's
 grants added); any other port yields a new handle (same inventory identity as an input of
@@ -130,6 +131,10 @@ class GenericExecutor:
         self.world.save()
 
     def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
+        if self.spec.reversibility is Reversibility.IRREVERSIBLE:
+            # like the real pci/function-reset: an irreversible action leaves nothing to
+            # read back, so after a crash whether it happened is unknowable
+            return RecoveryObservation.UNCERTAIN
         self.world.reload()
         if ctx.alias in self.world.data["objects"]:
             return RecoveryObservation.APPLIED

@@ -26,10 +26,13 @@ from typing import Any
 import pytest
 
 from dmn.engine.bound import BoundProgram
+from dmn.opcodes.executor import EffectContext, RecoveryObservation
 from tests.crash_fork_server import CrashForkServer
 from tests.journal.builtin_calls import FOREIGN_WORLD, SCENARIOS, bind_scenario, covered_effects
 from tests.journal.crashkit import Case, op_of
+from tests.journal.generic import builtin_executors
 from tests.journal.programs import child_program, foreign_world, reset_program
+from tests.journal.world import World
 
 pytestmark = pytest.mark.crash
 
@@ -290,3 +293,13 @@ def test_irreversible_uncertain_after_sigkill_is_quarantined(
     _, report = case.step("run")
     assert report is not None and report.get("refused") == "E_QUARANTINED"
     assert case.resets() == {"obj:pf0": 1}
+
+
+def test_the_generic_executor_answers_uncertain_for_irreversible_specs() -> None:
+    """The runner-contract executor must not claim to read back what no real executor can:
+    an Irreversible spec recovers as Uncertain, a reversible one from its marker."""
+    world = World()
+    executors = builtin_executors(world)
+    ctx = EffectContext("op", "e", {}, {}, None)
+    assert executors["pci/function-reset/v1"].recover(ctx, {}) is RecoveryObservation.UNCERTAIN
+    assert executors["linux/link-configure/v1"].recover(ctx, {}) is RecoveryObservation.NOT_APPLIED

@@ -34,7 +34,7 @@ pyroute2 = pytest.importorskip("pyroute2")
 
 from dmn.engine.binder import Call, bind_program  # noqa: E402
 from dmn.engine.runner import Runner  # noqa: E402
-from dmn.interpreter.loader import load_builtin_plugins  # noqa: E402
+from dmn.interpreter.loader import load_builtin_plugins, load_plugin_dir  # noqa: E402
 from dmn.opcodes.linux.netns import NamespaceRef  # noqa: E402
 from tests.crash_fork_server import CrashForkServer  # noqa: E402
 from tests.journal.crashkit import Case, op_of  # noqa: E402
@@ -42,6 +42,7 @@ from tests.kernel.scratch import netns_path  # noqa: E402
 from tests.kernel.world import EXECUTORS, World, host_handle, world  # noqa: E402
 
 CREATED_KINDS = {"macvlan", "ipvlan", "vlan", "bond"}
+HOST_CHILD_PLUGIN = Path(__file__).parent / "plugins/macvlan-host-child/v1"
 
 
 def _norm(snap: dict[str, tuple[Any, ...]]) -> dict[str, tuple[Any, ...]]:
@@ -160,12 +161,9 @@ def test_host_cni_connect_kernel_crash_matrix(
     m.cleanup_crashes()
 
 
-def test_macvlan_connect_crash_matrix(
-    server: CrashForkServer, crash_dir: Path, kernel_world: tuple[World, str]
-) -> None:
-    w, sandbox = kernel_world
+def _macvlan_connect(w: World, sandbox: str, plugin: Any) -> BoundProgram:
+    """``plugin``'s connect program over a share of a veth parent its prepare held."""
     parent, _peer = w.veth(w.host)
-    plugin = load_builtin_plugins()["macvlan-cni"]
     config = {"ifName": "net1", "mtu": 1500, "up": True}
     handle = host_handle(w.ipr(w.host), parent, Access.CREATE_CHILD)
     prepare = bind_program(
@@ -186,6 +184,37 @@ def test_macvlan_connect_crash_matrix(
     )
     program = bind_program(plugin, "connect", call)
     assert isinstance(program, BoundProgram), program
+    return program
+
+
+def test_macvlan_connect_crash_matrix(
+    server: CrashForkServer, crash_dir: Path, kernel_world: tuple[World, str]
+) -> None:
+    w, sandbox = kernel_world
+    program = _macvlan_connect(w, sandbox, load_builtin_plugins()["macvlan-cni"])
+    m = KernelMatrix(server, crash_dir, w, sandbox, program)
+    assert m.done["sandbox"]["net1"][4] == "macvlan"
+    states = m.run_crashes()
+    assert states[0] == "Absent" and states[-1] == "Completed" and "Undone" in states
+    m.cleanup_crashes()
+
+
+def test_v1_host_child_macvlan_crash_matrix(
+    server: CrashForkServer, crash_dir: Path, kernel_world: tuple[World, str]
+) -> None:
+    """The v1 host-child opcodes no builtin program uses (create-macvlan/v1 on the host,
+    link-move/v1 into the sandbox, link-configure/v1), through a test plugin, with SIGKILL at
+    every boundary of the run and of its cleanup: the crash window between the create and
+    the move (a child in the host) and inside the move are recovered with nothing left."""
+    w, sandbox = kernel_world
+    plugin, diagnostics = load_plugin_dir(HOST_CHILD_PLUGIN)
+    assert plugin is not None, diagnostics
+    program = _macvlan_connect(w, sandbox, plugin)
+    assert [e.kind for e in program.effects] == [
+        "linux/create-macvlan/v1",
+        "linux/link-move/v1",
+        "linux/link-configure/v1",
+    ]
     m = KernelMatrix(server, crash_dir, w, sandbox, program)
     assert m.done["sandbox"]["net1"][4] == "macvlan"
     states = m.run_crashes()
