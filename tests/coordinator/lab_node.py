@@ -31,7 +31,7 @@ from dmn.api.cluster import Cluster, connect
 from dmn.api.cluster import resources as r
 from dmn.lab import manifests
 from dmn.lab.cluster import LabCluster
-from dmn.lab.demo import wait_settled
+from dmn.lab.demo import TopologyResult, wait_settled
 from dmn.lab.node import NODE_NAME, NODE_UID
 from dmn.lab.node import inventory as inventory_of_lab
 from dmn.lab.runtime.nri_runtime import LabNriRuntime
@@ -117,27 +117,7 @@ class LabNode:
     def claim(
         self, name: str, namespace: str = "default", device_class: str = ""
     ) -> dict[str, Any]:
-        body = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "net1",
-                            "exactly": {
-                                "deviceClassName": device_class or self.device_class,
-                                "allocationMode": "ExactCount",
-                                "count": 1,
-                            },
-                        }
-                    ]
-                }
-            },
-        }
-        created: dict[str, Any] = self.cluster.create(r.RESOURCE_CLAIMS, body, namespace)
-        return created
+        return create_claim(self.cluster, name, device_class or self.device_class, namespace)
 
     def pod(
         self,
@@ -147,19 +127,58 @@ class LabNode:
         node_name: str = NODE_NAME,
         host_network: bool = False,
     ) -> dict[str, Any]:
-        body = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "nodeName": node_name,
-                "hostNetwork": host_network,
-                "containers": [{"name": "app", "image": "busybox"}],
-                "resourceClaims": [{"name": "net", "resourceClaimName": claim}],
-            },
-        }
-        created: dict[str, Any] = self.cluster.create(r.PODS, body, namespace)
-        return created
+        return create_pod(self.cluster, name, claim, namespace, node_name, host_network)
+
+
+def create_claim(
+    cluster: Cluster, name: str, device_class: str, namespace: str = "default"
+) -> dict[str, Any]:
+    """A ResourceClaim for one device of ``device_class`` (request ``net1``)."""
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "net1",
+                        "exactly": {
+                            "deviceClassName": device_class,
+                            "allocationMode": "ExactCount",
+                            "count": 1,
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    created: dict[str, Any] = cluster.create(r.RESOURCE_CLAIMS, body, namespace)
+    return created
+
+
+def create_pod(
+    cluster: Cluster,
+    name: str,
+    claim: str,
+    namespace: str = "default",
+    node_name: str = NODE_NAME,
+    host_network: bool = False,
+) -> dict[str, Any]:
+    """A Pod on ``node_name`` with one container and the claim ``claim`` as ``net``."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeName": node_name,
+            "hostNetwork": host_network,
+            "containers": [{"name": "app", "image": "busybox"}],
+            "resourceClaims": [{"name": "net", "resourceClaimName": claim}],
+        },
+    }
+    created: dict[str, Any] = cluster.create(r.PODS, body, namespace)
+    return created
 
 
 def _teardown(agent: NodeAgent) -> None:
@@ -172,6 +191,33 @@ def _teardown(agent: NodeAgent) -> None:
     for ref in pins.list():
         pins.release(Path(ref.path).name, cleanup_verified=True)
     pins.close()
+
+
+@contextmanager
+def lab_control_plane(
+    root: Path,
+    follow_links: bool = False,
+    inventory: Callable[[Path, LinkSource | None], Inventory] = inventory_of_lab,
+) -> Iterator[tuple[LabCluster, Cluster, TopologyResult]]:
+    """The lab's control plane under ``root``/lab: API server, controller and slice
+    publication of the lab node (links in a namespace the lab owns), with the
+    ``shared-macvlan`` topology applied and settled Ready; stopped on exit."""
+    with ExitStack() as stack:
+        lab = LabCluster(
+            StateDir(root / "lab"),
+            resync=5.0,
+            links="netns",
+            follow_links=follow_links,
+            inventory=inventory,
+        )
+        lab.start()
+        stack.callback(lab.stop)
+        cluster = lab.client()
+        for doc in manifests.load(TOPOLOGY):
+            cluster.apply(doc.doc)
+        (topo,) = wait_settled(cluster, ["shared-macvlan"], WAIT)
+        assert topo.ready == "True", topo
+        yield lab, cluster, topo
 
 
 @contextmanager
@@ -193,20 +239,9 @@ def lab_node(
     root = Path(tempfile.mkdtemp(prefix="dmn-c1-", dir="/tmp"))
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, root, True)
-        lab = LabCluster(
-            StateDir(root / "lab"),
-            resync=5.0,
-            links="netns",
-            follow_links=follow_links,
-            inventory=inventory,
+        lab, cluster, topo = stack.enter_context(
+            lab_control_plane(root, follow_links=follow_links, inventory=inventory)
         )
-        lab.start()
-        stack.callback(lab.stop)
-        cluster = lab.client()
-        for doc in manifests.load(TOPOLOGY):
-            cluster.apply(doc.doc)
-        (topo,) = wait_settled(cluster, ["shared-macvlan"], WAIT)
-        assert topo.ready == "True", topo
         config = NodeConfig(
             node_name=NODE_NAME,
             node_uid=NODE_UID,
