@@ -758,7 +758,7 @@ REGISTRY: tuple[ReasonCode, ...] = (
     _r(
         "E_PF_CHANGED",
         EXEC,
-        "The recorded PF is gone or replaced; its VF settings are left alone.",
+        "The recorded PF is gone (its VFs with it); nothing is written.",
         "Check the PF by hand; nothing was written.",
     ),
     _r(

@@ -45,14 +45,16 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         ("sriov/vf-configure",),
         ("opcodes/sriov/",),
         "lab kernel, netdevsim PF; read back with `ip -j link`, exact restore; sriov-cni "
-        "`vfSettings`",
+        "`vfSettings`; the PF is followed by ifindex + bus device (a renamed PF is restored, "
+        "another link at its ifindex is refused E_IDENTITY_MISMATCH)",
         "MAC, VLAN/QoS, spoofchk, trust, min/max TX rate, link state",
     ),
     SubstrateRow(
         ("representor/configure",),
         ("opcodes/representor/",),
-        "lab kernel, netdevsim switchdev representors (identity: phys switch ID + port name); "
-        "sriov-cni `representor: true`",
+        "lab kernel, netdevsim switchdev representors (identity: ifindex + phys switch ID + "
+        "port name, never the name: a renamed representor is restored, another link at its "
+        "ifindex is refused E_IDENTITY_MISMATCH); sriov-cni `representor: true`",
     ),
     SubstrateRow(
         ("bridge/port-attach", "bridge/port-vlan"),

@@ -75,7 +75,10 @@ class PortAttach:
         return Observed(ok, out, "" if ok else f"not a down port of {bridge.name}")
 
     def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
-        _, link, bridge_ok = self._state(ctx, before)
+        try:
+            _, link, bridge_ok = self._state(ctx, before)
+        except ExecutorError:
+            return RecoveryObservation.UNCERTAIN
         if link is None or not bridge_ok:
             return RecoveryObservation.UNCERTAIN
         bridge = BridgeIdentity.from_json(before["bridge"])

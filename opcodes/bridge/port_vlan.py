@@ -85,7 +85,10 @@ class PortVlan:
         return Observed(ok, out, "" if ok else f"port VLANs read back {got}")
 
     def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
-        ipr, link = self._port(ctx, before)
+        try:
+            ipr, link = self._port(ctx, before)
+        except ExecutorError:
+            return RecoveryObservation.UNCERTAIN
         if link is None:
             return RecoveryObservation.UNCERTAIN
         got = vlan_table(ipr, link.index)

@@ -2,7 +2,8 @@
 
 The representor is found and proven by :mod:`identity` (switch ID + port name from the
 kernel); the before-image records that identity and the MTU and admin state, and undo puts
-both back on the very link recorded — a link that lost its identity is left alone.
+both back on the very link recorded, renamed or not. A representor that is gone has nothing
+to restore; another link at its ifindex is ``E_IDENTITY_MISMATCH`` (quarantined, untouched).
 """
 
 from __future__ import annotations
@@ -76,7 +77,10 @@ class RepresentorConfigure:
         return Observed(ok, out, "" if ok else "representor MTU/admin state differ")
 
     def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
-        _, link = self._link(ctx, before)
+        try:
+            _, link = self._link(ctx, before)
+        except ExecutorError:
+            return RecoveryObservation.UNCERTAIN
         if link is None:
             return RecoveryObservation.UNCERTAIN
         if self._matches(ctx, link):

@@ -6,7 +6,9 @@ eswitch's ID shared by the PF and all its representors) and its port name on tha
 the link, so together with the ifindex they are the representor's recorded identity
 (``representor-mapping-verified``): the handle's ``ifName``/``ifIndex`` hints find the link,
 its ``physSwitchID``/``physPortName`` observations (from the inventory's devlink scan) must
-match what the kernel reports, and undo acts only on a link that still matches the record.
+match what the kernel reports. Afterwards the representor is followed by its recorded ifindex
+and those two facts only — never re-resolved by name — and a link at that ifindex that
+reports another switch or port is never written.
 """
 
 from __future__ import annotations
@@ -79,10 +81,20 @@ def locate(ipr: Any, handle: Handle) -> tuple[RepresentorIdentity, LinkState]:
 
 
 def relocate(ipr: Any, recorded: RepresentorIdentity) -> LinkState | None:
-    """The recorded representor if the link at its ifindex still has its name and port."""
+    """The recorded representor, followed by its ifindex and proven by the switch ID and port
+    name its driver reports; its name is a label (udev or an operator may rename it) and is
+    not compared. None when the ifindex is free (the representor is gone: its VF was removed
+    or the eswitch left switchdev mode); ``E_IDENTITY_MISMATCH`` when another link holds it
+    (the runner quarantines the effect, nothing is written)."""
     link = by_index(ipr, recorded.index)
-    if link is None or link.name != recorded.name:
+    found = switch_port(ipr, recorded.index) if link is not None else None
+    if link is None or found is None:
         return None
-    if switch_port(ipr, recorded.index) != (recorded.switch_id, recorded.port_name):
-        return None
+    if found != (recorded.switch_id, recorded.port_name):
+        raise ExecutorError(
+            "E_IDENTITY_MISMATCH",
+            f"ifindex {recorded.index} holds {link.name!r}, port {found[1] or '-'} of switch "
+            f"{found[0] or '-'}, not the recorded representor {recorded.port_name} of "
+            f"{recorded.switch_id}; not touched",
+        )
     return link

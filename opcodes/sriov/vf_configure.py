@@ -4,9 +4,11 @@ Identity (seed 000 §11.3): the input handle names the VF by inventory identity;
 observations ``pfIfName``/``vfIndex`` (and ``pciAddress`` for a PCI VF) are hints that capture
 re-verifies — the PF exists in the host namespace, reports at least ``vfIndex + 1`` VFs, and
 for a PCI PF sysfs ``virtfn<vfIndex>`` of that PF resolves to exactly ``pciAddress``. The
-before-image records the PF's kernel identity (ifindex, name, bus device) and every VF setting;
-apply, observe, recover and undo act only on that recorded PF, so a renamed or replaced PF is
-never written (``E_PF_CHANGED``; undo then logs and leaves it).
+before-image records the PF's kernel identity (ifindex and bus device; the name for the
+operator) and every VF setting; apply, observe, recover and undo follow that ifindex only,
+never the name: a renamed PF is still restored, a PF that is gone took its VFs with it (undo
+logs and has nothing to restore), and another device at the recorded ifindex is
+``E_IDENTITY_MISMATCH`` (the runner quarantines the effect; nothing is written).
 
 Exact restoration: undo writes back the recorded value of every setting this effect's
 parameters touched (a tenant with a trusted VF may have changed its own MAC meanwhile; the VF
@@ -103,12 +105,20 @@ class VfConfigure:
         return {"pf": pf.to_json(), "vf": vf, "settings": read_vf(ipr, pf.index, vf).to_json()}
 
     def _pf(self, ctx: EffectContext, before: Any) -> tuple[Any, PfIdentity | None]:
+        """The recorded PF at its ifindex (renamed or not); None when that ifindex is free
+        (the PF and its VFs are gone); ``E_IDENTITY_MISMATCH`` when another device holds it."""
         env = environment(ctx)
         ipr = env.rtnl(env.host)
         recorded = PfIdentity.from_json(before["pf"])
         live = pf_identity(ipr, recorded.index)
-        if live is None or not live.same_device(recorded):
+        if live is None:
             return ipr, None
+        if not live.same_device(recorded):
+            raise ExecutorError(
+                "E_IDENTITY_MISMATCH",
+                f"ifindex {recorded.index} holds {live.name!r} on {live.parent or 'no device'}, "
+                f"not the recorded PF on {recorded.parent}; not touched",
+            )
         return ipr, live
 
     def _target(self, ctx: EffectContext, before: Any) -> VfSettings:
@@ -117,7 +127,7 @@ class VfConfigure:
     def apply(self, ctx: EffectContext, before: Any) -> None:
         ipr, pf = self._pf(ctx, before)
         if pf is None:
-            raise ExecutorError("E_PF_CHANGED", "the recorded PF is gone or replaced")
+            raise ExecutorError("E_PF_CHANGED", "the recorded PF is gone")
         vf = int(before["vf"])
         now = read_vf(ipr, pf.index, vf)
         write_vf(ipr, pf.index, vf, desired(ctx.parameters, now), now)
@@ -131,7 +141,7 @@ class VfConfigure:
     def observe(self, ctx: EffectContext, before: Any) -> Observed:
         now = self._state(ctx, before)
         if now is None:
-            return Observed(False, detail="the recorded PF is gone or replaced")
+            return Observed(False, detail="the recorded PF is gone")
         fields = _touched(ctx.parameters)
         want = _project(self._target(ctx, before), fields)
         got = _project(now, fields)
@@ -140,7 +150,10 @@ class VfConfigure:
         return Observed(ok, out, "" if ok else f"VF settings read back {got}, wanted {want}")
 
     def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
-        now = self._state(ctx, before)
+        try:
+            now = self._state(ctx, before)
+        except ExecutorError:
+            return RecoveryObservation.UNCERTAIN
         if now is None:
             return RecoveryObservation.UNCERTAIN
         fields = _touched(ctx.parameters)

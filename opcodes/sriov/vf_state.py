@@ -50,10 +50,10 @@ class PfIdentity:
         )
 
     def same_device(self, other: PfIdentity) -> bool:
-        """Same ifindex, name and bus device: the recorded PF, not a look-alike."""
-        return (self.index, self.name, self.parent, self.parent_bus) == (
+        """Same ifindex and bus device: the recorded PF, not a look-alike. The name is a
+        label an operator or udev may change; it is not compared."""
+        return (self.index, self.parent, self.parent_bus) == (
             other.index,
-            other.name,
             other.parent,
             other.parent_bus,
         )

@@ -181,6 +181,52 @@ def test_a_look_alike_pf_is_never_written() -> None:
             assert vf_table(look_alike) == table
 
 
+@pytest.mark.adversarial
+def test_a_renamed_pf_is_still_restored(pf: tuple[World, netdevsim.NetdevsimPf]) -> None:
+    """The PF is renamed after apply (udev or an operator). The PF's identity used to include
+    its name, so undo skipped it and the VF went back to the pool with the tenant's MAC,
+    VLAN and trust; now it is followed by ifindex and bus device and restored exactly."""
+    w, dev = pf
+    baseline = vf_table(dev)
+    ex = EXECUTORS[VF_CONFIGURE]
+    ctx = EffectContext("op-rn", "vf", {"function": (vf_handle(dev, 2),)}, SETTINGS, _env(w))
+    before = ex.capture(ctx)
+    ex.apply(ctx, before)
+    ipr = w.ipr(w.host)
+    index = ipr.link_lookup(ifname=dev.pf)[0]
+    ipr.link("set", index=index, state="down")
+    ipr.link("set", index=index, ifname="renamedpf0")
+    renamed = netdevsim.NetdevsimPf(dev.dev_id, "renamedpf0", dev.netns)
+    assert ex.recover(ctx, before) is RecoveryObservation.APPLIED
+    ex.undo(ctx, before, {})
+    assert vf_table(renamed) == baseline
+
+
+@pytest.mark.adversarial
+def test_another_link_at_the_pfs_ifindex_is_never_written() -> None:
+    """The recorded PF goes away and another link is made at its ifindex: recovery is
+    Uncertain and undo refuses with E_IDENTITY_MISMATCH (quarantined) without writing."""
+    with world() as w:
+        ex = EXECUTORS[VF_CONFIGURE]
+        first = netdevsim.create(w.host, vfs=2)
+        try:
+            ctx = EffectContext(
+                "op-imp", "vf", {"function": (vf_handle(first, 0),)}, SETTINGS, _env(w)
+            )
+            before = ex.capture(ctx)
+            ex.apply(ctx, before)
+        finally:
+            netdevsim.destroy(first)
+        ipr = w.ipr(w.host)
+        index = int(before["pf"]["index"])
+        ipr.link("add", ifname="stranger0", index=index, kind="veth", peer="stranger1")
+        assert ex.recover(ctx, before) is RecoveryObservation.UNCERTAIN
+        with pytest.raises(ExecutorError) as err:
+            ex.undo(ctx, before, {})
+        assert err.value.code == "E_IDENTITY_MISMATCH"
+        assert link(ipr, "stranger0").index == index
+
+
 def _prepare_call(op: str, dev: netdevsim.NetdevsimPf, host: Any, stand_in: str) -> Any:
     config = {
         "mode": "kernel",

@@ -124,8 +124,11 @@ def test_unproven_representor_mappings_are_refused(switch: Any) -> None:
 
 
 @pytest.mark.adversarial
-def test_a_renamed_representor_is_not_restored(switch: Any) -> None:
-    """After capture the representor's name changes (someone else's rename): undo leaves it."""
+def test_a_renamed_representor_is_restored_by_its_identity(switch: Any) -> None:
+    """After apply the representor is renamed (udev or an operator; the name is a label).
+    The relocation used to require the recorded name, so undo skipped it and the effect
+    ended Undone with MTU 1300 still set; now it is followed by ifindex, switch ID and port
+    name and restored exactly."""
     w, _, reps = switch
     ex = EXECUTORS[CONFIGURE]
     ifname = reps["pf0vf0"][0]
@@ -137,10 +140,37 @@ def test_a_renamed_representor_is_not_restored(switch: Any) -> None:
     ipr = w.ipr(w.host)
     index = ipr.link_lookup(ifname=ifname)[0]
     ipr.link("set", index=index, state="down")
-    ipr.link("set", index=index, ifname="foreignrep0")
-    assert ex.recover(ctx, before) is RecoveryObservation.UNCERTAIN
+    ipr.link("set", index=index, ifname="renamedrep0")
+    assert ex.recover(ctx, before) is RecoveryObservation.APPLIED
     ex.undo(ctx, before, {})
-    assert rep_state(w, "foreignrep0") == (1300, False)
+    assert rep_state(w, "renamedrep0") == (1400, True)
+
+
+@pytest.mark.adversarial
+def test_another_link_at_the_representors_ifindex_is_never_written(switch: Any) -> None:
+    """The representors go away (the eswitch leaves switchdev mode) and another link is made
+    at the recorded ifindex: recovery is Uncertain, undo refuses with E_IDENTITY_MISMATCH
+    (the runner quarantines it) and the stranger keeps its MTU and admin state."""
+    w, dev, reps = switch
+    ex = EXECUTORS[CONFIGURE]
+    ctx = EffectContext(
+        "op-imp", "rep", {"representor": (rep_handle(w, reps, "pf0vf0"),)}, {"mtu": 1300}, _env(w)
+    )
+    before = ex.capture(ctx)
+    ex.apply(ctx, before)
+    index = int(before["representor"]["index"])
+    subprocess.run(
+        ["ip", "netns", "exec", dev.netns, "devlink", "dev", "eswitch", "set", dev.devlink,
+         "mode", "legacy"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    ipr = w.ipr(w.host)
+    ipr.link("add", ifname="stranger0", index=index, kind="veth", peer="stranger1", mtu=1500)
+    assert ex.recover(ctx, before) is RecoveryObservation.UNCERTAIN
+    with pytest.raises(ExecutorError) as err:
+        ex.undo(ctx, before, {})
+    assert err.value.code == "E_IDENTITY_MISMATCH"
+    assert rep_state(w, "stranger0") == (1500, False)
 
 
 def _prepare(op: str, w: World, reps: dict[str, tuple[str, str]], stand_in: str) -> Any:
