@@ -157,9 +157,12 @@ def test_macvlan_cni_crash_at_every_boundary(
     assert run_points >= 6 and cleanup_points >= 2
 
 
+@pytest.mark.parametrize("plugin", ["host-cni", "sriov-cni"])
 def test_host_cni_crash_at_every_boundary(
-    server: CrashForkServer, node_world: tuple[Node, World]
+    server: CrashForkServer, node_world: tuple[Node, World], plugin: str
 ) -> None:
+    """host-cni's and sriov-cni's kernel-mode line (their prepare has no effect there;
+    connect: link-move + link-configure of the allocated root, a veth stand-in)."""
     node, w = node_world
     sandbox, peer_ns = w.sandbox(), w.sandbox()
     host = w.ipr(w.host)
@@ -172,12 +175,12 @@ def test_host_cni_crash_at_every_boundary(
 
     def prepare(op: str) -> Any:
         c = call(HOST_CONFIG, f"{op}-prep", allocation={"interface": (handle,)})
-        return bind("host-cni", "prepare", c)
+        return bind(plugin, "prepare", c)
 
     def connect(op: str) -> Any:
         def make(prepared: Any, ref: Any) -> Any:
             c = call(HOST_CONFIG, f"{op}-conn", prepared=dict(prepared.exports), sandbox=ref)
-            return bind("host-cni", "connect", c)
+            return bind(plugin, "connect", c)
 
         return make
 
