@@ -624,9 +624,9 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "E_IDENTITY_MISMATCH",
         EXEC,
         "The recorded ifindex of a link the journal owns holds a link with other kernel-set "
-        "facts (kind, lower device, permanent MAC, parent device): a tenant may have "
-        "replaced it. The effect is quarantined; nothing was moved, renamed, reconfigured "
-        "or deleted.",
+        "facts (kind, lower device, permanent MAC, parent device; a representor's switch ID "
+        "and port name): a tenant may have replaced it. The effect is quarantined; nothing "
+        "was moved, renamed, reconfigured or deleted.",
         "Inspect the namespace (`dmn journal show` names the ifindex); put the link back or "
         "remove the impostor by hand, then `dmn journal resolve` the effect.",
     ),

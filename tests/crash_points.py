@@ -37,7 +37,7 @@ OWNERS: Mapping[str, str] = {
     "linux/link-configure/v1": "tests.kernel.test_program_crashes",
     "linux/create-macvlan/v1": "tests.journal.test_kernel_crash",  # a test plugin's line
     "linux/create-macvlan/v2": "tests.kernel.test_program_crashes",
-    "linux/create-ipvlan/v1": "tests.kernel_lab.test_lab_program_crashes",  # no program uses it
+    "linux/create-ipvlan/v1": "tests.kernel_lab.test_lab_program_crashes",  # a test plugin's
     "linux/create-ipvlan/v2": "tests.kernel_lab.test_lab_program_crashes",
     "linux/create-bond/v1": "tests.kernel_lab.test_lab_programs",
     "linux/attach-master/v1": "tests.kernel_lab.test_lab_programs",
