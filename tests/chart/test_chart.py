@@ -105,7 +105,10 @@ def test_default_install_objects() -> None:
         "/sys",
         "/dev/vfio",
         "/dev/infiniband",
+        "/var/run/cdi",
     }
+    assert "ovs" not in mounts  # off by default: no OVSDB socket directory from the host
+    assert not [a for a in agent["command"] if a.startswith("--ovsdb-remote")]
     probe = agent["readinessProbe"]["exec"]["command"]
     assert probe[:2] == ["/opt/dmn/bin/dmn", "node-ready"]
     assert agent["ports"] == [{"name": "metrics", "containerPort": 9811}]
@@ -185,6 +188,12 @@ def test_all_options_reach_the_objects() -> None:
     assert webhook_service["spec"]["ports"][0]["targetPort"] == 10443
     assert "--health-port=19811" in agent["command"]
     assert agent["command"][-2:] == ["--sysfs=/sys", "--lab-link=dmnlab0"]
+    assert "--ovsdb-remote=unix:/var/run/openvswitch/db.sock" in agent["command"]
+    agent_pod = find(docs, "DaemonSet")["spec"]["template"]["spec"]
+    host_dirs = {v["name"]: v["hostPath"]["path"] for v in agent_pod["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in agent["volumeMounts"]}
+    assert (host_dirs["ovs"], mounts["ovs"]) == ("/var/run/openvswitch",) * 2
+    assert (host_dirs["cdi"], mounts["cdi"]) == ("/etc/cdi", "/var/run/cdi")
     api_env = [
         {"name": "KUBERNETES_SERVICE_HOST", "value": "10.0.0.10"},
         {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"},
@@ -301,6 +310,8 @@ def test_both_components_may_write_events_and_nothing_more_of_them() -> None:
         ("nodeAgent.capabilities={ALL}", "capabilities"),
         ("nodeAgent.stateDir=relative/dir", "stateDir"),
         ("nodeAgent.deviceDirs={/etc}", "deviceDirs"),
+        ("nodeAgent.ovs.socketDir=run/openvswitch", "socketDir"),
+        ("nodeAgent.cdiDir=/var/run/cdi/", "cdiDir"),
         ("controller.replicas=0", "replicas"),
         ("controller.shutdownDelaySeconds=60", "shutdownDelaySeconds"),
         ("controller.unknownOption=1", "unknownOption"),
