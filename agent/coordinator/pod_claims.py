@@ -20,10 +20,17 @@ that the Pod does not reference and the cache has not seen yet — the same lag
 :meth:`~.node_objects.NodeObjects.proves_no_claims` already accepts (the scheduler only
 reserves claims a Pod references). The revision comes from the cache when it holds exactly
 the pinned one (:mod:`.claim_verifier`).
+
+The Pod and the claims are independent fresh reads: with ``reads`` (an executor) the Pod's
+GET is sent while the claims are read, so RunPodSandbox waits one round trip for both
+instead of two in turn (they were a third of the agent's RunPodSandbox in
+``benchmarks/pod_storm.py``'s profile). The reads and the decision are the same ones; a
+failure of either read is reported exactly as before.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Executor, Future
 from typing import Any
 
 from dmn.agent.coordinator.node_objects import NodeObjects, referenced_claims
@@ -40,6 +47,7 @@ def pod_claims(
     pod_name: str,
     pod_uid: str,
     objects: NodeObjects | None = None,
+    reads: Executor | None = None,
 ) -> list[dict[str, Any]]:
     """Claims of this driver reserved for the Pod, after verifying the Pod itself.
 
@@ -47,17 +55,28 @@ def pod_claims(
     UID, run on this node and not use the host network when it has claims of ours. A
     claim the Pod references that carries our results but is not reserved for it is
     refused (E_NOT_RESERVED): only a Pod with no claims of ours gets a no-op.
+    ``reads``: the Pod is read on it while this thread reads the claims.
     """
+    pod_read: Future[dict[str, Any]] | None = None
+    if reads is not None:
+        pod_read = reads.submit(cluster.get, r.PODS, pod_name, namespace)
     cached = objects.pod(namespace, pod_name, pod_uid) if objects is not None else None
     names: set[str] | None = None
-    if cached is not None and objects is not None and referenced_claims(cached) is not None:
-        names = _referenced(cached) | objects.reserved_ours(namespace, pod_uid)
-        claims = _read_claims(cluster, namespace, sorted(names))
-    else:
-        claims = _list_claims(cluster, namespace)
-    ours, reserved = _ours_reserved(claims, driver, pod_uid)
     try:
-        pod = cluster.get(r.PODS, pod_name, namespace)
+        if cached is not None and objects is not None and referenced_claims(cached) is not None:
+            names = _referenced(cached) | objects.reserved_ours(namespace, pod_uid)
+            claims = _read_claims(cluster, namespace, sorted(names))
+        else:
+            claims = _list_claims(cluster, namespace)
+        ours, reserved = _ours_reserved(claims, driver, pod_uid)
+    except BaseException:
+        if pod_read is not None:
+            pod_read.cancel()  # or it finishes unused
+        raise
+    try:
+        pod = (
+            pod_read.result() if pod_read is not None else cluster.get(r.PODS, pod_name, namespace)
+        )
     except NotFound as exc:
         if reserved:
             raise Refusal(

@@ -38,6 +38,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -132,6 +133,9 @@ class SandboxAttachmentService:
         self.claim_status = ClaimDeviceStatus(cluster)
         # status is reporting, never authority: written off the hook path, in order
         self.status = StatusWriter()
+        # a hook's fresh API reads that do not depend on each other go out together (never
+        # shut down: a hook may outlive close; idle threads end with the executor)
+        self._reads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hook-reads")
         self._lock = lock
         self._running: dict[AttachmentIdentity, int] = {}
         self._running_lock = threading.Lock()
@@ -163,6 +167,7 @@ class SandboxAttachmentService:
             pod_name,
             pod_uid,
             self.objects,
+            self._reads,
         )
 
     def _identity(self, pod_uid: str, sandbox_id: str) -> AttachmentIdentity:

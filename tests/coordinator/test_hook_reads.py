@@ -2,7 +2,8 @@
 
 Against the lab API server through the real list/watch. With the Pod cached under the
 runtime's UID, :func:`pod_claims` reads the Pod and each claim by name and never lists the
-namespace; every decision is the one it makes without a cache. Adversarial:
+namespace; every decision is the one it makes without a cache, and the same whether the Pod
+is read while the claims are read (the agent's way, issue 15) or after them. Adversarial:
 a cache frozen before the claim's reservation moved to another Pod, before the Pod was
 deleted or recreated under another UID, or that never saw the Pod, still refuses exactly as
 the uncached path does, because the Pod and the claims are always read fresh. The revision
@@ -12,6 +13,7 @@ cache answers only for the exact name, UID and digest the allocation pins.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 import pytest
@@ -57,9 +59,26 @@ def outcome(
     uid: str,
     objects: NodeObjects | None,
 ) -> str | list[str]:
-    """The claim names attached, or the refusal code."""
+    """The claim names attached, or the refusal code: the same (asserted) with the Pod read
+    while the claims are read, as the agent does, and with the reads in turn; the reads of
+    the concurrent one go through ``cluster``."""
+    plain = cluster.cluster if isinstance(cluster, CountingCluster) else cluster
+    in_turn = _outcome(plain, name, uid, objects, None)
+    with ThreadPoolExecutor(max_workers=2) as reads:
+        concurrent = _outcome(cluster, name, uid, objects, reads)
+    assert concurrent == in_turn
+    return concurrent
+
+
+def _outcome(
+    cluster: Cluster | CountingCluster,
+    name: str,
+    uid: str,
+    objects: NodeObjects | None,
+    reads: ThreadPoolExecutor | None,
+) -> str | list[str]:
     try:
-        got = pod_claims(cast(Cluster, cluster), DRIVER, NODE, "default", name, uid, objects)
+        got = pod_claims(cast(Cluster, cluster), DRIVER, NODE, "default", name, uid, objects, reads)
     except Refusal as exc:
         return exc.code
     return [c["metadata"]["name"] for c in got]
