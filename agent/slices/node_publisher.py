@@ -9,8 +9,12 @@ Inputs and triggers. A pass scans nothing by itself: it plans the pool with
 :class:`~dmn.agent.slices.NodePublication` from the last inventory, the
 DeviceExposurePolicies, the Node's labels and the devices allocated in ResourceClaim
 status (allocated devices stay published, pinned with their previous declaration), writes
-the slices, deletes slices the pool no longer has and verifies the read-back (a server that
-drops fields switches publication to degraded). Triggers: a DeviceExposurePolicy or
+the slices whose stored spec or labels differ from the plan (a slice already stored as
+planned is not rewritten: in a Pod storm every claim change and every child created on a
+NIC triggered a pass, and each rewrote every slice with three API calls, in the process
+that serves the runtime's hooks, and woke every slice watcher), deletes slices the pool no
+longer has and verifies the read-back (a server that drops fields switches publication to
+degraded). Triggers: a DeviceExposurePolicy or
 ResourceClaim watch event; an inventory change seen by the
 :class:`~dmn.agent.inventory.watch.ChangeMonitor` (rtnetlink, udev), which rescans the
 inventory first; and a periodic resync. Events are coalesced into one pass.
@@ -155,7 +159,10 @@ class NodeSlicePublisher:
                 self.labels,
                 self.allocated,
             )
-            stored = [self._write(doc) for doc in plan.slices]
+            by_name = {str(x["metadata"]["name"]): x for x in existing}
+            stored = [
+                self._write(doc, by_name.get(str(doc["metadata"]["name"]))) for doc in plan.slices
+            ]
             for name in plan.obsolete(s["metadata"]["name"] for s in existing):
                 with contextlib.suppress(NotFound):
                     self.cluster.delete(r.RESOURCE_SLICES, name)
@@ -173,7 +180,11 @@ class NodeSlicePublisher:
             )
             return stored
 
-    def _write(self, doc: Obj) -> Obj:
+    def _write(self, doc: Obj, current: Obj | None) -> Obj:
+        """The slice as stored after writing ``doc``; ``current`` is this pass's listed copy
+        (None: not listed), returned as it is when it already holds what ``doc`` says."""
+        if current is not None and _stored_as_planned(current, doc):
+            return current
         try:
             return self.cluster.create(r.RESOURCE_SLICES, doc)
         except AlreadyExists:
@@ -284,3 +295,13 @@ class NodeSlicePublisher:
             t.join(timeout=5)
         self._threads.clear()
         self._watches.clear()
+
+
+def _stored_as_planned(current: Obj, doc: Obj) -> bool:
+    """The stored slice has the planned spec and every planned label (a server that drops
+    or defaults fields never compares equal, so its slice is written as before)."""
+    if current.get("spec") != doc.get("spec"):
+        return False
+    have = (current.get("metadata") or {}).get("labels") or {}
+    want = (doc.get("metadata") or {}).get("labels") or {}
+    return all(have.get(k) == v for k, v in want.items())

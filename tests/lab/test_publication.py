@@ -103,3 +103,54 @@ def test_link_changes_in_the_lab_namespace_republish(tmp_path: Path) -> None:
             lambda: sorted(_devices(cluster)) == initial, what="the links' devices republished"
         )
         assert lab.publication.publication.publisher.generation > withdrawn
+
+
+class _Writes:
+    """The real client, recording the slice writes made through it."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.writes: list[tuple[str, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.cluster, name)
+        if name not in ("create", "replace", "delete"):
+            return attr
+
+        def recorded(res: Any, body: Any, *args: Any, **kwargs: Any) -> Any:
+            if res is r.RESOURCE_SLICES:
+                key = body if isinstance(body, str) else body["metadata"]["name"]
+                self.writes.append((name, key))
+            return attr(res, body, *args, **kwargs)
+
+        return recorded
+
+
+def test_a_pass_with_nothing_changed_writes_no_slice(tmp_path: Path) -> None:
+    """Issue 15: every claim change and every child created on a NIC triggers a pass; one
+    whose plan is what is stored writes no slice (each was create, get and replace before),
+    while a slice someone changed or deleted is written again."""
+    with LabCluster(StateDir(tmp_path), resync=3600.0) as lab:
+        cluster, publication = lab.client(), lab.publication
+        assert publication is not None
+        writes = _Writes(publication.cluster)
+        publication.cluster = writes  # type: ignore[assignment]
+        names = sorted(s["metadata"]["name"] for s in cluster.list(r.RESOURCE_SLICES).items)
+        assert len(names) >= 2, names
+        publication.publish()
+        assert writes.writes == []
+        changed = cluster.get(r.RESOURCE_SLICES, names[0])
+        changed["metadata"]["labels"] = {}
+        cluster.replace(r.RESOURCE_SLICES, changed)
+        cluster.delete(r.RESOURCE_SLICES, names[-1])
+        publication.publish()
+        assert sorted(writes.writes) == [
+            ("create", names[0]),
+            ("create", names[-1]),
+            ("replace", names[0]),
+        ]
+        labels = cluster.get(r.RESOURCE_SLICES, names[0])["metadata"]["labels"]
+        assert labels == {f"{DRIVER}/node": "lab-node"}
+        writes.writes.clear()
+        publication.publish()
+        assert writes.writes == []
