@@ -30,7 +30,9 @@ the node's shares (4 per parent):
 
 Reported (``--json``): ``hook_ms_per_pod`` and ``cni_add_ms`` (medians), ``ratio`` =
 hook / ADD; ``teardown_ms_per_pod`` and ``cni_del_ms``, ``teardown_ratio``; plus p90s,
-prepare/unprepare medians, the wall time of the storm, the pod count and the agent mode.
+prepare/unprepare medians, the wall time of the storm, the pod count, the agent mode and
+``agent_cpu_ms_per_pod``, the CPU time of the agent's process over the storm per Pod (in
+``--agent in-process`` that process is the benchmark's own, so it counts everything).
 Hook and teardown times are what the runtime sees: from sending the request to receiving
 the response, nothing left out. Needs root.
 
@@ -421,7 +423,7 @@ def sampled(pid: int, out: Path | None) -> Iterator[None]:
         yield
         return
     spy_bin = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    argv = [spy_bin, "record", "--pid", str(pid), "--idle", "--threads", "--rate", "200"]
+    argv = [spy_bin, "record", "--pid", str(pid), "--idle", "--threads", "--rate", "50"]
     spy = subprocess.Popen([*argv, "--format", "raw", "--output", str(out), "--nonblocking"])
     time.sleep(1.0)  # attached before the storm starts
     try:
@@ -429,6 +431,13 @@ def sampled(pid: int, out: Path | None) -> Iterator[None]:
     finally:
         spy.send_signal(signal.SIGINT)
         spy.wait(timeout=60)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` (every thread) from /proc: what the agent's process
+    spent, which a busy machine's run queue does not inflate as it does wall time."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def storm(
@@ -472,6 +481,7 @@ def storm(
             return took
 
         stack.enter_context(sampled(node.agent_pid, profile))
+        cpu_before = _cpu_seconds(node.agent_pid)
         started = time.perf_counter()
         done = 0
         while done < pods:
@@ -512,6 +522,7 @@ def storm(
                 node.cluster.delete(r.RESOURCE_CLAIMS, got["metadata"]["name"], "default")
             done += len(wave)
         wall = time.perf_counter() - started
+        agent_cpu = _cpu_seconds(node.agent_pid) - cpu_before
         # a hook past the runtime's timeout drops the plugin and later hooks reach nobody:
         # such a run measures nothing
         if len(node.runtime.plugins()) != 1:
@@ -533,6 +544,7 @@ def storm(
         "prepare_ms": _ms(times["prepare"]),
         "unprepare_ms": _ms(times["unprepare"]),
         "wall_s": round(wall, 2),
+        "agent_cpu_ms_per_pod": round(agent_cpu * 1000 / pods, 3),
     }
 
 
