@@ -444,15 +444,15 @@ def _node(w: World, tmp: Path) -> Node:
     return Node(tmp / "state", w.host, allowed_drivers=("vfio-pci",), cdi_root=tmp / "cdi")
 
 
-def _prepare(op: str, reset: bool) -> Any:
+def _prepare(op: str, reset: bool, plugin: str = "sriov-cni") -> Any:
     config = {**VFIO_CONFIG, "resetOnPrepare": reset}
     return bind(
-        "sriov-cni", "prepare", call(config, op, allocation={"function": (handle(LAB_PCI_ALONE),)})
+        plugin, "prepare", call(config, op, allocation={"function": (handle(LAB_PCI_ALONE),)})
     )
 
 
-def _connect(op: str, prepared: Any, ref: NamespaceRef) -> Any:
-    return bind("sriov-cni", "connect", call(VFIO_CONFIG, op, prepared=prepared, sandbox=ref))
+def _connect(op: str, prepared: Any, ref: NamespaceRef, plugin: str = "sriov-cni") -> Any:
+    return bind(plugin, "connect", call(VFIO_CONFIG, op, prepared=prepared, sandbox=ref))
 
 
 def test_sriov_cni_vfio_mode_binds_grants_opens_and_unprepares_exactly(
@@ -489,11 +489,14 @@ def test_sriov_cni_vfio_mode_binds_grants_opens_and_unprepares_exactly(
 
 
 @pytest.mark.crash
-def test_sriov_cni_vfio_crash_at_every_boundary(lab: dict[str, Any], tmp_path: Path) -> None:
-    """SIGKILL prepare (bind), connect (device access) and their cleanups at every journal
-    boundary; after recovery and cleanup from the journal alone, the function is on its
-    original driver and no CDI spec is left. The connect phases share one prepare (each
-    rebind to e1000e costs seconds under TCG)."""
+@pytest.mark.parametrize("plugin", ["sriov-cni", "host-cni"])
+def test_vfio_line_crash_at_every_boundary(
+    lab: dict[str, Any], tmp_path: Path, plugin: str
+) -> None:
+    """sriov-cni's and host-cni's vfio line: SIGKILL prepare (bind), connect (device access)
+    and their cleanups at every journal boundary; after recovery and cleanup from the journal
+    alone, the function is on its original driver and no CDI spec is left. The connect
+    phases share one prepare (each rebind to e1000e costs seconds under TCG)."""
 
     def settle(op: str) -> None:
         with node.runner() as r:
@@ -507,7 +510,7 @@ def test_sriov_cni_vfio_crash_at_every_boundary(lab: dict[str, Any], tmp_path: P
         try:
             sandbox = w.sandbox()
             ref = node.pin("vfio", sandbox)
-            program = _prepare("vc-survey", reset=False)
+            program = _prepare("vc-survey", reset=False, plugin=plugin)
             names = node.survey("vc-survey", program)
             assert state(LAB_PCI_ALONE) == lab[LAB_PCI_ALONE]
             # intent, 1 effect x (before-image, apply, outcome), completion; undo 1 x 2
@@ -515,15 +518,15 @@ def test_sriov_cni_vfio_crash_at_every_boundary(lab: dict[str, Any], tmp_path: P
             for phase in ("run", "cleanup"):
                 for index in crash_points(names[phase], effect_kinds(program), __name__):
                     op = f"vc-{phase}{index}"
-                    program = _prepare(op, reset=False)
+                    program = _prepare(op, reset=False, plugin=plugin)
                     if phase == "cleanup":
                         node.run(op, program)
                     passed = node.killed_at(server, index, phase, op, program)
                     assert passed and passed[-1] == names[phase][index], (phase, index, passed)
                     settle(op)
                     assert state(LAB_PCI_ALONE) == lab[LAB_PCI_ALONE], (phase, index, passed)
-            prep = node.run("vc-prep", _prepare("vc-prep", reset=False))
-            program = _connect("vc-conn-survey", dict(prep.exports), ref)
+            prep = node.run("vc-prep", _prepare("vc-prep", reset=False, plugin=plugin))
+            program = _connect("vc-conn-survey", dict(prep.exports), ref, plugin)
             conn = node.survey("vc-conn-survey", program, ref)
             assert list((tmp_path / "cdi").glob("*.json")) == []
             assert len(conn["run"]) >= 4 and len(conn["cleanup"]) >= 2, conn
@@ -531,7 +534,7 @@ def test_sriov_cni_vfio_crash_at_every_boundary(lab: dict[str, Any], tmp_path: P
                 action = phase.removeprefix("conn-")
                 for index in crash_points(conn[action], effect_kinds(program), __name__):
                     op = f"vc-{phase}{index}"
-                    program = _connect(op, dict(prep.exports), ref)
+                    program = _connect(op, dict(prep.exports), ref, plugin)
                     if action == "cleanup":
                         node.run(op, program, sandbox=ref)
                     passed = node.killed_at(server, index, action, op, program, sandbox=ref)
