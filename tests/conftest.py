@@ -1,3 +1,7 @@
 """Root pytest configuration shared by every test folder."""
 
+from tests import netns_sockets
+
 pytest_plugins = ["tests.kernel_lab.harness"]
+
+netns_sockets.install()

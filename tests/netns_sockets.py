@@ -1,0 +1,64 @@
+"""Netlink sockets for pyroute2's ``netns=`` without forking a helper process.
+
+pyroute2 creates every ``IPRoute(netns=...)`` socket in a forked child that enters the
+namespace and passes the socket back. A fork copies the whole test process: with a lab node
+(API server, controller, agent, gRPC threads) in it, under the kernel lab's TCG emulation,
+one fork took seconds and a single before/after survey of a lab node tens of seconds. The
+agent never forks for this (:func:`dmn.opcodes.linux.netns.netlink_sockets_in` enters the
+namespace in the calling thread for the ``socket()`` call only); :func:`install` makes the
+tests' pyroute2 sockets come from that same function. Anything it does not cover — a
+namespace pyroute2 must create first, a non-netlink socket, a ready-made fd — still goes
+through pyroute2's own code.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from pyroute2 import netns as pyroute2_netns
+
+from dmn.opcodes.linux.netns import netlink_sockets_in
+
+_original = pyroute2_netns.create_socket
+
+
+def _namespace_path(name: str | bytes) -> str:
+    path = os.fsdecode(name)
+    return path if os.path.dirname(path) else os.path.join(pyroute2_netns.NETNS_RUN_DIR, path)
+
+
+def create_socket(
+    netns: Any = None,
+    family: int = socket.AF_INET,
+    socket_type: int = socket.SOCK_STREAM,
+    proto: int = 0,
+    fileno: int | None = None,
+    flags: int = os.O_CREAT,
+    libc: Any = None,
+    **kwargs: Any,
+) -> socket.socket:
+    """pyroute2's ``create_socket`` contract: a socket of ``family``/``socket_type``/
+    ``proto`` inside ``netns`` (a name under the netns run directory, a path or an fd)."""
+    fallback = fileno is not None or netns is None or family != socket.AF_NETLINK
+    if not fallback and isinstance(netns, (str, bytes)):
+        path = _namespace_path(netns)
+        if not os.path.exists(path):
+            fallback = True  # pyroute2 creates it (O_CREAT) or reports it missing
+        else:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                (sock,) = netlink_sockets_in(fd, 1, proto)
+            finally:
+                os.close(fd)
+            return socket.socket(family, socket_type, proto, fileno=sock)
+    if not fallback and isinstance(netns, int):
+        (sock,) = netlink_sockets_in(netns, 1, proto)
+        return socket.socket(family, socket_type, proto, fileno=sock)
+    return _original(netns, family, socket_type, proto, fileno, flags, libc, **kwargs)
+
+
+def install() -> None:
+    """Route pyroute2's namespace sockets through :func:`create_socket` (idempotent)."""
+    pyroute2_netns.create_socket = create_socket
