@@ -19,6 +19,7 @@ Entry points never raise for bad input; they return diagnostics.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -105,14 +106,17 @@ class Plugin:
     def contract_digest(self) -> str:
         """SHA-256 over the canonical descriptor and programs (DESIGN §3.5), computed once
         per plugin object (it is immutable): the compiler, binder and agent ask for it on
-        every compile and bind (issue 15)."""
-        hit = _DIGESTS.get(id(self))
+        every compile and bind (issue 15). Safe from any thread: the controller's workers,
+        the webhook's and the agent's services share the cache."""
+        with _DIGESTS_LOCK:
+            hit = _DIGESTS.get(id(self))
         if hit is not None and hit[0] is self:
             return hit[1]
         digest = sha256_digest(self.to_json())
-        if len(_DIGESTS) >= _DIGESTS_KEPT:
-            del _DIGESTS[next(iter(_DIGESTS))]  # the oldest: a bound, not a policy
-        _DIGESTS[id(self)] = (self, digest)
+        with _DIGESTS_LOCK:
+            while len(_DIGESTS) >= _DIGESTS_KEPT:
+                del _DIGESTS[next(iter(_DIGESTS))]  # the oldest: a bound, not a policy
+            _DIGESTS[id(self)] = (self, digest)
         return digest
 
 
@@ -120,6 +124,7 @@ _DIGESTS: dict[int, tuple[Plugin, str]] = {}
 """Contract digests by plugin identity; each entry holds its plugin, so an id is never
 reused for another object while its entry exists."""
 _DIGESTS_KEPT = 512
+_DIGESTS_LOCK = threading.Lock()
 
 
 def contract_digest(plugin: Plugin) -> str:

@@ -97,3 +97,39 @@ def test_load_plugins_finds_directories_and_inline_crs(tmp_path: Path) -> None:
     assert [d.code for d in diags] == [Code.E_SCHEMA]  # 'op' defined twice
     _, diags = load_plugins(tmp_path / "nope")
     assert [d.code for d in diags] == [Code.E_IO]
+
+
+def test_contract_digests_from_many_threads_at_the_cache_bound() -> None:
+    """The controller's workers, the webhook and the agent ask for digests concurrently; at
+    the cache's bound one thread evicted while another inserted, and the evicting thread
+    raised 'dictionary changed size during iteration' (seen in the controller's log)."""
+    import dataclasses
+    import sys
+    import threading
+
+    from dmn.interpreter import loader
+
+    shipped = next(iter(load_builtin_plugins().values()))
+    expected = shipped.contract_digest
+    errors: list[BaseException] = []
+
+    def digest_fresh_copies() -> None:
+        try:
+            for _ in range(1500):
+                copy = dataclasses.replace(shipped)
+                assert copy.contract_digest == expected
+        except BaseException as exc:
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=digest_fresh_copies) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert len(loader._DIGESTS) <= loader._DIGESTS_KEPT
