@@ -41,7 +41,7 @@ from dmn.api.device_selectors import SelectorCache
 from dmn.api.identity import LABEL_MANAGED_BY, MANAGED_BY, REVISION_FINALIZER
 from dmn.api.served_yaml import served_document
 from dmn.controller.compile.compiler import CompiledTopology, compile_topology
-from dmn.controller.compile.plugin_sources import plugins_from_objects
+from dmn.controller.compile.plugin_sources import PluginObjectCache, plugins_from_objects
 from dmn.controller.conditions import condition, diagnostic_entries, set_condition, summary
 from dmn.controller.device_matches import CONDITION as DEVICES_MATCHED
 from dmn.controller.device_matches import ClassMatch, count_matches, matches_condition
@@ -133,6 +133,7 @@ class TopologyReconciler:
     #: has not listed yet (no count is reported from a partial view)
     published_slices: Callable[[], list[dict[str, Any]] | None] = lambda: None
     selectors: SelectorCache = field(default_factory=SelectorCache)
+    plugin_objects: PluginObjectCache = field(default_factory=PluginObjectCache)
 
     def reconcile(self, name: str) -> None:
         try:
@@ -143,7 +144,7 @@ class TopologyReconciler:
         if meta.get("deletionTimestamp"):
             return  # deletion stops publication; saved revisions stay until released
         plugin_objs = self.cluster.list(r.NETWORK_PLUGINS).items
-        plugins, invalid = plugins_from_objects(plugin_objs)
+        plugins, invalid = plugins_from_objects(plugin_objs, self.plugin_objects)
         result = compile_topology(topo, plugins, self.registry, uid=meta["uid"])
         if result.compiled is None:
             # again with positions in the served object's YAML rendering (only on failure:

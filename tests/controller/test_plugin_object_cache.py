@@ -1,0 +1,41 @@
+"""The controller's NetworkPlugin conversions are reused for one stored state only."""
+
+from __future__ import annotations
+
+import copy
+
+from dmn.api.cluster import Cluster
+from dmn.api.cluster import resources as r
+from dmn.controller.compile.plugin_sources import PluginObjectCache, plugins_from_objects
+
+
+def test_one_stored_state_is_converted_once_and_a_changed_one_again(cluster: Cluster) -> None:
+    cache = PluginObjectCache()
+    objects = cluster.list(r.NETWORK_PLUGINS).items
+    first, bad = plugins_from_objects(objects, cache)
+    again, _ = plugins_from_objects(cluster.list(r.NETWORK_PLUGINS).items, cache)
+    assert first and not bad
+    assert all(again[name] is plugin for name, plugin in first.items())
+
+    name = "macvlan-cni"
+    obj = cluster.get(r.NETWORK_PLUGINS, name)
+    obj["spec"]["implementation"]["handler"] = "not-a-handler"  # breaks the builtin contract
+    cluster.replace(r.NETWORK_PLUGINS, obj)
+    changed, bad = plugins_from_objects(cluster.list(r.NETWORK_PLUGINS).items, cache)
+    assert name not in changed and bad[name][0].code == "E_CONFLICT"
+    assert all(changed[n] is first[n] for n in changed)
+
+
+def test_objects_without_a_stored_state_are_never_cached() -> None:
+    cache = PluginObjectCache()
+    obj = {"apiVersion": "x/v1", "kind": "NetworkPlugin", "metadata": {"name": "p"}}
+    for _ in range(2):
+        plugin, problems = cache.convert(copy.deepcopy(obj), "networkplugin/p")
+        assert plugin is None and problems
+    assert cache._entries == {}
+
+
+def test_the_cache_is_bounded(cluster: Cluster) -> None:
+    cache = PluginObjectCache(kept=2)
+    plugins_from_objects(cluster.list(r.NETWORK_PLUGINS).items, cache)
+    assert len(cache._entries) == 2
