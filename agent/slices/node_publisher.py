@@ -17,7 +17,11 @@ longer has and verifies the read-back (a server that drops fields switches publi
 degraded). Triggers: a DeviceExposurePolicy or
 ResourceClaim watch event; an inventory change seen by the
 :class:`~dmn.agent.inventory.watch.ChangeMonitor` (rtnetlink, udev), which rescans the
-inventory first; and a periodic resync. Events are coalesced into one pass.
+inventory first; and a periodic resync. Events are coalesced into one pass, and a pass
+follows the previous one after ``coalesce`` seconds at the earliest (default 1 s): in a Pod
+storm claim events arrive several times a second, and back-to-back passes (each lists the
+slices, every ResourceClaim, the policies and the Node) competed with the runtime's hooks
+in the agent's process; a trigger during the pause is served by the pass after it.
 
 Contract: :meth:`NodeSlicePublisher.publish` is synchronous and returns the stored slices
 (callers use it once at start so a node never serves before its slices exist);
@@ -80,12 +84,14 @@ class NodeSlicePublisher:
         driver: str = DRIVER,
         resync: float = 30.0,
         inventory_watch: InventoryWatch | None = None,
+        coalesce: float = 1.0,
     ) -> None:
         self.cluster = cluster
         self.node_name = node_name
         self.scan = scan
         self.driver = driver
         self.resync = resync
+        self.coalesce = coalesce
         self.inventory_watch = inventory_watch
         self.inventory = scan()
         self.publication = NodePublication(node_name)
@@ -259,6 +265,7 @@ class NodeSlicePublisher:
             except Exception:
                 log.exception("event=publication-failed node=%s", self.node_name)
             self._notify()
+            self._stop.wait(self.coalesce)  # triggers meanwhile are kept in _wake
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)

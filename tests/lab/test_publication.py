@@ -154,3 +154,31 @@ def test_a_pass_with_nothing_changed_writes_no_slice(tmp_path: Path) -> None:
         writes.writes.clear()
         publication.publish()
         assert writes.writes == []
+
+
+def test_a_burst_of_claim_changes_is_coalesced_and_none_is_lost(tmp_path: Path) -> None:
+    """Issue 15: claim events arrive several times a second in a Pod storm and each woke a
+    pass at once; passes now follow each other ``coalesce`` seconds apart at the earliest,
+    and a trigger during the pause is served by the next pass."""
+    import time
+
+    with LabCluster(StateDir(tmp_path), resync=3600.0) as lab:
+        cluster, publication = lab.client(), lab.publication
+        assert publication is not None and publication.coalesce == 1.0
+        passes: list[float] = []
+        time.sleep(1.5)  # the passes of the lab's own start are over
+        publication.add_listener(lambda: passes.append(time.monotonic()))
+        passes.clear()  # add_listener calls it once right away
+        start = time.monotonic()
+        for i in range(20):
+            request = {"deviceClassName": "x", "allocationMode": "ExactCount", "count": 1}
+            body = {
+                "metadata": {"name": f"burst-{i}", "namespace": "default"},
+                "spec": {"devices": {"requests": [{"name": "net1", "exactly": request}]}},
+            }
+            cluster.create(r.RESOURCE_CLAIMS, body, "default")
+            time.sleep(0.05)
+        last = time.monotonic()
+        wait_for(lambda: any(t > last for t in passes), what="a pass after the last change")
+        elapsed = passes[-1] - start
+        assert 1 <= len(passes) <= elapsed / publication.coalesce + 2, (len(passes), elapsed)
