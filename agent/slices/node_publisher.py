@@ -21,7 +21,8 @@ inventory first; and a periodic resync. Events are coalesced into one pass, and 
 follows the previous one after ``coalesce`` seconds at the earliest (default 1 s): in a Pod
 storm claim events arrive several times a second, and back-to-back passes (each lists the
 slices, every ResourceClaim, the policies and the Node) competed with the runtime's hooks
-in the agent's process; a trigger during the pause is served by the pass after it.
+in the agent's process; a trigger during the pause is served by the pass after it. A
+DeviceExposurePolicy change (rare, and what an administrator waits for) ends the pause.
 
 Contract: :meth:`NodeSlicePublisher.publish` is synchronous and returns the stored slices
 (callers use it once at start so a node never serves before its slices exist);
@@ -101,6 +102,7 @@ class NodeSlicePublisher:
         self.events = EventRecorder(cluster, "dra-multi-network-node", node_name)
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._prompt = threading.Event()  # ends the pause between passes (policies, stop)
         self._rescan = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -233,7 +235,7 @@ class NodeSlicePublisher:
         self._rescan.set()
         self._wake.set()
 
-    def _watch(self, res: r.Resource) -> None:
+    def _watch(self, res: r.Resource, prompt: bool = False) -> None:
         lw = ListWatch(self.cluster, res, timeout_seconds=60)
         self._watches.append(lw)
 
@@ -242,6 +244,8 @@ class NodeSlicePublisher:
                 try:
                     for _event in lw.events():
                         self._wake.set()
+                        if prompt:
+                            self._prompt.set()
                     return
                 except Exception:
                     log.exception("event=publication-watch-failed resource=%s", res.plural)
@@ -265,7 +269,8 @@ class NodeSlicePublisher:
             except Exception:
                 log.exception("event=publication-failed node=%s", self.node_name)
             self._notify()
-            self._stop.wait(self.coalesce)  # triggers meanwhile are kept in _wake
+            self._prompt.wait(self.coalesce)  # triggers meanwhile are kept in _wake
+            self._prompt.clear()
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
@@ -274,7 +279,7 @@ class NodeSlicePublisher:
 
     def start(self) -> NodeSlicePublisher:
         self._stop.clear()
-        self._watch(r.DEVICE_EXPOSURE_POLICIES)
+        self._watch(r.DEVICE_EXPOSURE_POLICIES, prompt=True)
         self._watch(r.RESOURCE_CLAIMS)
         self._spawn(self._loop, "publish")
         if self.inventory_watch is not None:
@@ -293,6 +298,7 @@ class NodeSlicePublisher:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self._prompt.set()
         if self._monitor is not None:
             self._monitor.stop()
             self._monitor = None

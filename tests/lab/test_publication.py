@@ -158,8 +158,9 @@ def test_a_pass_with_nothing_changed_writes_no_slice(tmp_path: Path) -> None:
 
 def test_a_burst_of_claim_changes_is_coalesced_and_none_is_lost(tmp_path: Path) -> None:
     """Issue 15: claim events arrive several times a second in a Pod storm and each woke a
-    pass at once; passes now follow each other ``coalesce`` seconds apart at the earliest,
-    and a trigger during the pause is served by the next pass."""
+    pass at once; passes now follow each other ``coalesce`` seconds apart at the earliest
+    (policy changes aside: the lab's own status writes end the pause), and the last change
+    is followed by a pass."""
     import time
 
     with LabCluster(StateDir(tmp_path), resync=3600.0) as lab:
@@ -176,9 +177,9 @@ def test_a_burst_of_claim_changes_is_coalesced_and_none_is_lost(tmp_path: Path) 
                 "metadata": {"name": f"burst-{i}", "namespace": "default"},
                 "spec": {"devices": {"requests": [{"name": "net1", "exactly": request}]}},
             }
+            last = time.monotonic()  # before the change: its pass ends after this
             cluster.create(r.RESOURCE_CLAIMS, body, "default")
             time.sleep(0.05)
-        last = time.monotonic()
         wait_for(lambda: any(t > last for t in passes), what="a pass after the last change")
         elapsed = passes[-1] - start
-        assert 1 <= len(passes) <= elapsed / publication.coalesce + 2, (len(passes), elapsed)
+        assert 1 <= len(passes) <= elapsed / publication.coalesce + 3, (len(passes), elapsed)
