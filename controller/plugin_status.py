@@ -10,11 +10,15 @@ rest), so it merges that one condition under optimistic concurrency.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dmn.api.cluster import Cluster, NotFound
 from dmn.api.cluster import resources as r
-from dmn.controller.compile.plugin_sources import checked_plugin_object
+from dmn.controller.compile.plugin_sources import (
+    Converted,
+    StoredStateCache,
+    cached_checked_plugin_object,
+)
 from dmn.controller.conditions import diagnostic_entries, set_condition, summary
 from dmn.controller.policy_validation import policy_diagnostics
 from dmn.interpreter.diagnostics import has_errors
@@ -27,13 +31,15 @@ log = logging.getLogger(__name__)
 class PluginStatusReconciler:
     cluster: Cluster
     registry: OpcodeRegistry
+    #: the language check of each stored plugin state (a resync re-checks every plugin)
+    checked: StoredStateCache[Converted] = field(default_factory=StoredStateCache)
 
     def reconcile(self, name: str) -> None:
         try:
             obj = self.cluster.get(r.NETWORK_PLUGINS, name)
         except NotFound:
             return
-        plugin, diagnostics = checked_plugin_object(obj, self.registry)
+        plugin, diagnostics = cached_checked_plugin_object(self.checked, obj, self.registry)
         ok = plugin is not None and not has_errors(diagnostics)
         generation = obj["metadata"].get("generation")
         status = obj.get("status") or {}

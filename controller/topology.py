@@ -41,7 +41,11 @@ from dmn.api.device_selectors import SelectorCache
 from dmn.api.identity import LABEL_MANAGED_BY, MANAGED_BY, REVISION_FINALIZER
 from dmn.api.served_yaml import served_document
 from dmn.controller.compile.compiler import CompiledTopology, compile_topology
-from dmn.controller.compile.plugin_sources import PluginObjectCache, plugins_from_objects
+from dmn.controller.compile.plugin_sources import (
+    Converted,
+    StoredStateCache,
+    plugins_from_objects,
+)
 from dmn.controller.conditions import condition, diagnostic_entries, set_condition, summary
 from dmn.controller.device_matches import CONDITION as DEVICES_MATCHED
 from dmn.controller.device_matches import ClassMatch, count_matches, matches_condition
@@ -133,7 +137,7 @@ class TopologyReconciler:
     #: has not listed yet (no count is reported from a partial view)
     published_slices: Callable[[], list[dict[str, Any]] | None] = lambda: None
     selectors: SelectorCache = field(default_factory=SelectorCache)
-    plugin_objects: PluginObjectCache = field(default_factory=PluginObjectCache)
+    plugin_objects: StoredStateCache[Converted] = field(default_factory=StoredStateCache)
 
     def reconcile(self, name: str) -> None:
         try:

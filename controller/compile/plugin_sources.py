@@ -12,9 +12,9 @@ compilation repeats the admission check for objects stored before or around it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from dmn.api.served_yaml import served_document, source_label
 from dmn.interpreter.checker import check_plugin
@@ -91,52 +91,81 @@ def _builtin_mismatch(plugin: Plugin) -> list[Diagnostic]:
     return [Diagnostic(Code.E_CONFLICT, message, path="spec.implementation.handler")]
 
 
-@dataclass
-class PluginObjectCache:
-    """:func:`plugin_from_object` results by the stored state they were made from.
+T = TypeVar("T")
 
-    The controller converts every NetworkPlugin on every topology reconcile, and a slice or
-    plugin event reconciles every topology: re-parsing and re-digesting unchanged plugins
-    was 28 % of the controller worker's samples (py-spy, 30 topologies applied). The
-    API server gives each stored state of an object its own ``resourceVersion``, so
-    (name, uid, resourceVersion) names exactly one content; an object without both (not
-    from an API server) is converted every time. Bounded; safe from any thread."""
+
+@dataclass
+class StoredStateCache(Generic[T]):
+    """Values computed from one stored state of an API object, reused for that state only.
+
+    The controller converts every NetworkPlugin on every topology reconcile (a slice or
+    plugin event reconciles every topology) and re-checks every plugin's status on every
+    resync: re-parsing and re-digesting unchanged plugins was 28 % of the controller
+    worker's py-spy samples with 30 topologies applied on the host, and in the kernel lab's
+    emulated CPU one apply took 5-11 s to be Ready. The API server gives each stored state
+    of an object its own ``resourceVersion``, so (name, uid, resourceVersion) names exactly
+    one content; an object without both (not from an API server) is computed every time.
+    Bounded (oldest out first); safe from any thread."""
 
     kept: int = 256
-    _entries: dict[tuple[str, str, str], tuple[Plugin | None, tuple[Diagnostic, ...]]] = field(
-        default_factory=dict
-    )
+    _entries: dict[tuple[str, str, str], T] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def convert(self, obj: Mapping[str, Any], file: str) -> tuple[Plugin | None, list[Diagnostic]]:
+    def value(self, obj: Mapping[str, Any], make: Callable[[], T]) -> T:
         meta = obj.get("metadata") or {}
         uid, version = meta.get("uid"), meta.get("resourceVersion")
         if not uid or not version:
-            return plugin_from_object(obj, file)
+            return make()
         key = (str(meta.get("name", "")), str(uid), str(version))
         with self._lock:
-            hit = self._entries.get(key)
-        if hit is None:
-            plugin, problems = plugin_from_object(obj, file)
-            hit = (plugin, tuple(problems))
-            with self._lock:
-                while len(self._entries) >= self.kept:
-                    del self._entries[next(iter(self._entries))]
-                self._entries[key] = hit
-        return hit[0], list(hit[1])
+            if key in self._entries:
+                return self._entries[key]
+        made = make()
+        with self._lock:
+            while len(self._entries) >= self.kept:
+                del self._entries[next(iter(self._entries))]
+            self._entries[key] = made
+        return made
+
+
+Converted = tuple[Plugin | None, tuple[Diagnostic, ...]]
+"""A plugin and its diagnostics, frozen for a :class:`StoredStateCache`."""
+
+
+def _frozen(result: tuple[Plugin | None, list[Diagnostic]]) -> Converted:
+    return result[0], tuple(result[1])
+
+
+def cached_plugin_object(
+    cache: StoredStateCache[Converted], obj: Mapping[str, Any], file: str
+) -> tuple[Plugin | None, list[Diagnostic]]:
+    """:func:`plugin_from_object` through ``cache``."""
+    plugin, problems = cache.value(obj, lambda: _frozen(plugin_from_object(obj, file)))
+    return plugin, list(problems)
+
+
+def cached_checked_plugin_object(
+    cache: StoredStateCache[Converted], obj: Mapping[str, Any], registry: OpcodeRegistry
+) -> tuple[Plugin | None, list[Diagnostic]]:
+    """:func:`checked_plugin_object` through ``cache`` (one cache per registry)."""
+    plugin, problems = cache.value(obj, lambda: _frozen(checked_plugin_object(obj, registry)))
+    return plugin, list(problems)
 
 
 def plugins_from_objects(
-    objects: Iterable[Mapping[str, Any]], cache: PluginObjectCache | None = None
+    objects: Iterable[Mapping[str, Any]], cache: StoredStateCache[Converted] | None = None
 ) -> tuple[dict[str, Plugin], dict[str, list[Diagnostic]]]:
     """Valid plugins by name, and the diagnostics of the invalid ones by name (through
     ``cache`` when given)."""
     good: dict[str, Plugin] = {}
     bad: dict[str, list[Diagnostic]] = {}
-    convert = cache.convert if cache is not None else plugin_from_object
     for obj in objects:
         name = str((obj.get("metadata") or {}).get("name", ""))
-        plugin, problems = convert(obj, f"networkplugin/{name}")
+        file = f"networkplugin/{name}"
+        if cache is None:
+            plugin, problems = plugin_from_object(obj, file)
+        else:
+            plugin, problems = cached_plugin_object(cache, obj, file)
         if plugin is None or problems:
             bad[name] = problems
         else:

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
+
+import pytest
 
 from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
-from dmn.controller.compile.plugin_sources import PluginObjectCache, plugins_from_objects
+from dmn.controller.compile.plugin_sources import (
+    StoredStateCache,
+    cached_plugin_object,
+    plugins_from_objects,
+)
 
 
 def test_one_stored_state_is_converted_once_and_a_changed_one_again(cluster: Cluster) -> None:
-    cache = PluginObjectCache()
+    cache: StoredStateCache[Any] = StoredStateCache()
     objects = cluster.list(r.NETWORK_PLUGINS).items
     first, bad = plugins_from_objects(objects, cache)
     again, _ = plugins_from_objects(cluster.list(r.NETWORK_PLUGINS).items, cache)
@@ -27,15 +34,39 @@ def test_one_stored_state_is_converted_once_and_a_changed_one_again(cluster: Clu
 
 
 def test_objects_without_a_stored_state_are_never_cached() -> None:
-    cache = PluginObjectCache()
+    cache: StoredStateCache[Any] = StoredStateCache()
     obj = {"apiVersion": "x/v1", "kind": "NetworkPlugin", "metadata": {"name": "p"}}
     for _ in range(2):
-        plugin, problems = cache.convert(copy.deepcopy(obj), "networkplugin/p")
+        plugin, problems = cached_plugin_object(cache, copy.deepcopy(obj), "networkplugin/p")
         assert plugin is None and problems
     assert cache._entries == {}
 
 
 def test_the_cache_is_bounded(cluster: Cluster) -> None:
-    cache = PluginObjectCache(kept=2)
+    cache: StoredStateCache[Any] = StoredStateCache(kept=2)
     plugins_from_objects(cluster.list(r.NETWORK_PLUGINS).items, cache)
     assert len(cache._entries) == 2
+
+
+def test_a_resync_does_not_re_check_an_unchanged_plugin(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dmn.controller.compile import plugin_sources
+    from dmn.controller.plugin_status import PluginStatusReconciler
+    from dmn.opcodes.registry import default_registry
+
+    checks: list[str] = []
+    real = plugin_sources.checked_plugin_object
+
+    def counted(obj: Any, registry: Any) -> Any:
+        checks.append(obj["metadata"]["name"])
+        return real(obj, registry)
+
+    monkeypatch.setattr(plugin_sources, "checked_plugin_object", counted)
+    reconciler = PluginStatusReconciler(cluster, default_registry())
+    name = "ovs-cni"
+    for _ in range(3):  # the first writes status (a new stored state), then nothing changes
+        reconciler.reconcile(name)
+    status = cluster.get(r.NETWORK_PLUGINS, name)["status"]
+    assert status["contractDigest"] and status["conditions"][0]["status"] == "True"
+    assert checks == [name, name]
