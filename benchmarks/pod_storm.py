@@ -423,6 +423,8 @@ def sampled(pid: int, out: Path | None) -> Iterator[None]:
         yield
         return
     spy_bin = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy_bin).is_file():
+        raise SystemExit("--profile needs py-spy (not in the test extras): pip install py-spy")
     argv = [spy_bin, "record", "--pid", str(pid), "--idle", "--threads", "--rate", "50"]
     spy = subprocess.Popen([*argv, "--format", "raw", "--output", str(out), "--nonblocking"])
     time.sleep(1.0)  # attached before the storm starts
