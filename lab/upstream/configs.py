@@ -92,6 +92,11 @@ class Layout:
         return self.root / "agent"
 
     @property
+    def cdi_specs(self) -> Path:
+        """The node agent's CDI directory in helm mode (the chart's default is the host's)."""
+        return self.root / "cdi"
+
+    @property
     def pod_logs(self) -> Path:
         return self.root / "pod-logs"
 

@@ -99,6 +99,7 @@ def lab_values(
             "nriSocketDir": str(nri_socket_dir(layout)),
             "netnsDir": str(netns_dir(layout)),
             "deviceDirs": [],
+            "cdiDir": str(layout.cdi_specs),
             "healthPort": agent_health,
             "readiness": {"intervalSeconds": 1, "periodSeconds": 2},
             "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}},
