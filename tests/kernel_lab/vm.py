@@ -1,6 +1,9 @@
 """Kernel lab, host side: boot one qemu VM that runs the guest pytest session.
 
-The VM is ``qemu-system-x86_64 -accel tcg`` (``/dev/kvm`` on this machine fails or hangs) with
+The VM is ``qemu-system-x86_64 -accel tcg``. ``/dev/kvm`` exists on this machine but cannot
+run a guest: its CPU flags show neither vmx nor svm, ``-accel kvm`` with ``-cpu host`` or
+``max`` aborts setting MSR 0x10a (IA32_ARCH_CAPABILITIES), and with ``qemu64``, ``kvm64`` or
+``host,-arch-capabilities`` the kernel hangs right after decompression (tried 2026-12-02). It has
 the host root shared read-only over 9p (the guest puts a tmpfs overlay on it, so it runs the
 host's venv and checkout unchanged), one run folder shared read-write for results, and an
 ``isa-debug-exit`` device through which the guest reports its status: qemu always exits 0 on a
