@@ -101,8 +101,8 @@ class StoredStateCache(Generic[T]):
     The controller converts every NetworkPlugin on every topology reconcile (a slice or
     plugin event reconciles every topology) and re-checks every plugin's status on every
     resync: re-parsing and re-digesting unchanged plugins was 28 % of the controller
-    worker's py-spy samples with 30 topologies applied on the host, and in the kernel lab's
-    emulated CPU one apply took 5-11 s to be Ready. The API server gives each stored state
+    worker's py-spy samples with 30 topologies applied on the host, and re-checking the 9
+    builtins cost 38 CPU-ms per resync pass. The API server gives each stored state
     of an object its own ``resourceVersion``, so (name, uid, resourceVersion) names exactly
     one content; an object without both (not from an API server) is computed every time.
     Bounded (oldest out first); safe from any thread."""
