@@ -126,11 +126,14 @@ def wait_settled(cluster: Cluster, names: list[str], timeout: float) -> list[Top
         time.sleep(0.1)
 
 
-def _claim_body(device_class: str) -> dict[str, Any]:
+def claim_body(
+    device_class: str, name: str = CLAIM_NAME, namespace: str = CLAIM_NAMESPACE
+) -> dict[str, Any]:
+    """A ResourceClaim for one device of ``device_class`` (request ``net1``)."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": CLAIM_NAME, "namespace": CLAIM_NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "devices": {
                 "requests": [
@@ -158,7 +161,7 @@ def _allocate(lab: LabCluster, report: DemoReport) -> None:
     report.allocation = result
     cluster = lab.client()
     try:
-        claim = cluster.create(r.RESOURCE_CLAIMS, _claim_body(device_class), CLAIM_NAMESPACE)
+        claim = cluster.create(r.RESOURCE_CLAIMS, claim_body(device_class), CLAIM_NAMESPACE)
         updated = lab.allocate([claim])[0]
     except (AllocationError, ApiFailure) as exc:
         result.error = str(exc)

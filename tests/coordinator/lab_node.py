@@ -31,7 +31,7 @@ from dmn.api.cluster import Cluster, connect
 from dmn.api.cluster import resources as r
 from dmn.lab import manifests
 from dmn.lab.cluster import LabCluster
-from dmn.lab.demo import TopologyResult, wait_settled
+from dmn.lab.demo import TopologyResult, claim_body, wait_settled
 from dmn.lab.node import NODE_NAME, NODE_UID
 from dmn.lab.node import inventory as inventory_of_lab
 from dmn.lab.runtime.nri_runtime import LabNriRuntime
@@ -134,25 +134,7 @@ def create_claim(
     cluster: Cluster, name: str, device_class: str, namespace: str = "default"
 ) -> dict[str, Any]:
     """A ResourceClaim for one device of ``device_class`` (request ``net1``)."""
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "net1",
-                        "exactly": {
-                            "deviceClassName": device_class,
-                            "allocationMode": "ExactCount",
-                            "count": 1,
-                        },
-                    }
-                ]
-            }
-        },
-    }
+    body = claim_body(device_class, name, namespace)
     created: dict[str, Any] = cluster.create(r.RESOURCE_CLAIMS, body, namespace)
     return created
 
