@@ -41,22 +41,23 @@ def create_socket(
 ) -> socket.socket:
     """pyroute2's ``create_socket`` contract: a socket of ``family``/``socket_type``/
     ``proto`` inside ``netns`` (a name under the netns run directory, a path or an fd)."""
-    fallback = fileno is not None or netns is None or family != socket.AF_NETLINK
-    if not fallback and isinstance(netns, (str, bytes)):
-        path = _namespace_path(netns)
-        if not os.path.exists(path):
-            fallback = True  # pyroute2 creates it (O_CREAT) or reports it missing
-        else:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                (sock,) = netlink_sockets_in(fd, 1, proto)
-            finally:
-                os.close(fd)
-            return socket.socket(family, socket_type, proto, fileno=sock)
-    if not fallback and isinstance(netns, int):
-        (sock,) = netlink_sockets_in(netns, 1, proto)
-        return socket.socket(family, socket_type, proto, fileno=sock)
+    if fileno is None and family == socket.AF_NETLINK:
+        if isinstance(netns, int):
+            return _netlink_socket_in(netns, socket_type, proto)
+        if isinstance(netns, (str, bytes)):
+            path = _namespace_path(netns)
+            if os.path.exists(path):  # else pyroute2 creates it (O_CREAT) or reports it
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    return _netlink_socket_in(fd, socket_type, proto)
+                finally:
+                    os.close(fd)
     return _original(netns, family, socket_type, proto, fileno, flags, libc, **kwargs)
+
+
+def _netlink_socket_in(ns_fd: int, socket_type: int, proto: int) -> socket.socket:
+    (fd,) = netlink_sockets_in(ns_fd, 1, proto)
+    return socket.socket(socket.AF_NETLINK, socket_type, proto, fileno=fd)
 
 
 def install() -> None:
