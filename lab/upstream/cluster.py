@@ -43,6 +43,8 @@ from dmn.lab.upstream.configs import (
     NODE_IP,
     NODE_NAME,
     NODE_PEER_IP,
+    POD_GATEWAY,
+    POD_PREFIX,
     Layout,
     Ports,
 )
@@ -163,7 +165,7 @@ class UpstreamLab:
         self._links(record)
         host_changes.create_cgroups(record, self.host_file)
         ports = Ports(*(_free_port() for _ in range(6)))
-        server = f"https://127.0.0.1:{ports.apiserver}"
+        server = f"https://{NODE_IP}:{ports.apiserver}"
         ca = self._pki(server)
         self.lab_file.write_text(json.dumps({"server": server, "ports": asdict(ports)}))
         k8s = bins["kubernetes"]
@@ -212,22 +214,24 @@ class UpstreamLab:
 
         with IPRoute() as ip:
             existing = {link.get_attr("IFLA_IFNAME") for link in ip.get_links()}
-            for pair in (LAB_LINKS, NODE_LINKS):
+            for pair in (LAB_LINKS, NODE_LINKS, (configs.CNI_BRIDGE,)):
                 clash = [n for n in pair if n in existing]
                 if clash:
                     raise LabError("E_LAB_LINK_EXISTS", f"link {clash[0]} exists and is not ours")
                 record.links.append(pair[0])  # deleting one end of a veth deletes both
                 record.save(self.host_file)
-                ip.link("add", ifname=pair[0], kind="veth", peer=pair[1])
+                if len(pair) == 2:
+                    ip.link("add", ifname=pair[0], kind="veth", peer=pair[1])
+                else:  # the Pod network's bridge (the bridge plugin adopts an existing one)
+                    ip.link("add", ifname=pair[0], kind="bridge")
                 for name in pair:
                     ip.link("set", index=ip.link_lookup(ifname=name)[0], state="up")
             n0 = ip.link_lookup(ifname=NODE_LINKS[0])[0]
             ip.addr("add", index=n0, address=NODE_IP, prefixlen=32)
             n1 = ip.link_lookup(ifname=NODE_LINKS[1])[0]
             ip.addr("add", index=n1, address=NODE_PEER_IP, prefixlen=32)
-            if configs.CNI_BRIDGE not in existing:
-                record.links.append(configs.CNI_BRIDGE)  # the bridge plugin creates it
-                record.save(self.host_file)
+            bridge = ip.link_lookup(ifname=configs.CNI_BRIDGE)[0]
+            ip.addr("add", index=bridge, address=POD_GATEWAY, prefixlen=POD_PREFIX)
 
     def _pki(self, server: str) -> LabCA:
         pki = self.layout.pki

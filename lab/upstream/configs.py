@@ -1,8 +1,9 @@
 """Configuration files and command lines of the upstream lab's components (pure rendering).
 
-Every listener is on loopback except kubelet's, which binds the lab node's own address
-(:data:`NODE_IP` on a veth pair the lab creates; kubelet refuses a loopback node IP), and
-every path is below the lab directory ``Layout.root``. Facts these follow:
+Every listener is on loopback except kubelet's and kube-apiserver's, which bind the lab
+node's own address (:data:`NODE_IP` on a veth pair the lab creates; kubelet refuses a
+loopback node IP, and Pods reach the API server there, as they reach a node's address in a
+cluster), and every path is below the lab directory ``Layout.root``. Facts these follow:
 kube-apiserver/kubelet/containerd flags and config fields of v1.37.2 / v2.3 (see
 ``docs/upstream-lab.md``).
 """
@@ -22,6 +23,11 @@ NODE_IP = "10.254.254.1"  # host-side address of the lab's node-address veth pai
 NODE_PEER_IP = "10.254.254.2"
 SERVICE_CIDR = "10.96.0.0/24"
 POD_CIDR = "10.244.0.0/24"
+#: the host's address on the Pod network's bridge (the lab creates the bridge with it): the
+#: API server reaches Pods on the Pod network (an admission webhook's endpoints), and Pods
+#: reach the node address through it — one /32 route, no default route, no forwarding
+POD_GATEWAY = "10.244.0.1"
+POD_PREFIX = 24
 CNI_BRIDGE = "dmnlab-cni0"
 FEATURE_GATES = "DRADeviceCompatibilityGroups=true"
 DRIVER_NAMESPACE = "dra-multi-network"
@@ -146,7 +152,7 @@ def apiserver_argv(binary: Path, layout: Layout, ports: Ports) -> list[str]:
     return [
         str(binary),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
-        "--bind-address=127.0.0.1",
+        f"--bind-address={NODE_IP}",
         f"--secure-port={ports.apiserver}",
         f"--advertise-address={NODE_IP}",
         "--endpoint-reconciler-type=none",
@@ -270,8 +276,11 @@ state = "{c / "state"}"
 
 
 def cni_conflist(layout: Layout) -> str:
-    """The primary Pod network: the reference bridge + host-local plugins, no masquerade,
-    no gateway (the bridge gets no address: nothing is routed to or from the host)."""
+    """The primary Pod network: the reference bridge + host-local plugins on the bridge the
+    lab created with the host's address :data:`POD_GATEWAY` (the plugin's ``isGateway``
+    is off: it would also switch on the host's IP forwarding). A Pod gets its subnet route
+    and one route to the node address via the host, no default route and no masquerade:
+    it reaches the host (the API server) and the other Pods, nothing beyond."""
     doc = {
         "cniVersion": "1.0.0",
         "name": "dmn-lab",
@@ -285,7 +294,10 @@ def cni_conflist(layout: Layout) -> str:
                 "ipam": {
                     "type": "host-local",
                     "dataDir": str(layout.cni_data),
-                    "ranges": [[{"subnet": POD_CIDR}]],
+                    "ranges": [
+                        [{"subnet": POD_CIDR, "gateway": POD_GATEWAY, "rangeStart": "10.244.0.10"}]
+                    ],
+                    "routes": [{"dst": f"{NODE_IP}/32", "gw": POD_GATEWAY}],
                 },
             }
         ],

@@ -13,11 +13,14 @@ What the lab needs from the chart's values (:func:`lab_values`), each an ordinar
 
 * the lab's own paths — kubelet's root, containerd's NRI socket and sandbox netns
   directory and the agent's state directory all live below the lab directory;
-* ``apiServer.host/port`` — the lab runs no Service proxy and its API server listens on
-  loopback only; both components use the host network and reach it at 127.0.0.1;
-* ``controller.hostNetwork`` — the API server calls the webhook at its endpoint address
-  (``--enable-aggregator-routing``), which must be reachable from the host: the lab's Pod
-  network is a bridge without a host address;
+* ``apiServer.host/port`` — the lab runs no Service proxy (the ``kubernetes`` Service's
+  cluster IP leads nowhere): both components reach the API server at the node address it
+  listens on (the agent from the host network, the controller from the Pod network, whose
+  one route to the node address goes through the host's address on the bridge);
+* the controller as users run it: on the Pod network, the chart's two replicas behind the
+  PodDisruptionBudget — the API server calls the webhook at a ready endpoint's Pod address
+  (``--enable-aggregator-routing``), which the host reaches on the bridge, so a rollout
+  surges a new replica before it retires an old one and the webhook serves throughout;
 * ``image.pullPolicy=Never`` — the imported image is the only source;
 * ``nodeAgent.extraArgs`` — the lab's two "NICs" (``--lab-link``);
 * no device directories (the lab hands out no device nodes; kubelet would create them).
@@ -45,7 +48,7 @@ from dmn.api.identity import DRIVER
 from dmn.lab import node
 from dmn.lab.cluster import CHART
 from dmn.lab.upstream import build, images
-from dmn.lab.upstream.configs import DRIVER_NAMESPACE, Layout
+from dmn.lab.upstream.configs import DRIVER_NAMESPACE, NODE_IP, Layout
 from dmn.lab.upstream.driver import LAB_LINKS, DriverContext, DriverError, _wait
 from dmn.lab.upstream.workloads import DAEMON_SETS, DEPLOYMENTS
 
@@ -74,25 +77,16 @@ def nri_socket_dir(layout: Layout) -> Path:
     return layout.nri_socket.parent
 
 
-def lab_values(
-    layout: Layout, apiserver_port: int, webhook_port: int, health: tuple[int, int]
-) -> dict[str, Any]:
+def lab_values(layout: Layout, apiserver_port: int, agent_health: int) -> dict[str, Any]:
     """The chart values of a lab install (see the module docstring for why each)."""
-    controller_health, agent_health = health
     return {
         "image": {
             "repository": IMAGE_REPOSITORY,
             "tag": project_version(),
             "pullPolicy": "Never",
         },
-        "apiServer": {"host": "127.0.0.1", "port": apiserver_port},
-        "controller": {
-            "replicas": 1,
-            "hostNetwork": True,
-            "healthPort": controller_health,
-            "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}},
-        },
-        "webhook": {"port": webhook_port},
+        "apiServer": {"host": NODE_IP, "port": apiserver_port},
+        "controller": {"resources": {"requests": {"cpu": "10m", "memory": "64Mi"}}},
         "nodeAgent": {
             "stateDir": str(layout.agent_state),
             "kubeletDir": str(layout.kubelet_root),
@@ -185,9 +179,8 @@ class HelmDriver:
         except images.ImageError as exc:
             raise DriverError(exc.code, exc.message) from exc
         port = int(ctx.server.rsplit(":", 1)[1])
-        health = (_free_port(), _free_port())
         self.layout = ctx.layout
-        self.values = lab_values(ctx.layout, port, ctx.webhook_port, health)
+        self.values = lab_values(ctx.layout, port, _free_port())
         values = self._write_values(ctx.layout)
         helm = Helm(ctx.layout)
         helm.check(
@@ -278,9 +271,8 @@ def rolled_out(admin: Cluster) -> bool:
     current template and Ready, and no older one is left.
 
     Why not ``helm --wait`` alone: Helm counts a workload ready once ``replicas -
-    maxUnavailable`` Pods are — zero for one node (the DaemonSet's ``maxUnavailable: 1``)
-    and for the host-network controller (``maxUnavailable: 1``) — so it returns before a
-    single Pod is."""
+    maxUnavailable`` Pods are — zero for the DaemonSet on one node (its ``maxUnavailable:
+    1``) — so it returns before the agent's Pod is."""
     ds = admin.get(DAEMON_SETS, "dra-multi-network-node", DRIVER_NAMESPACE)
     dep = admin.get(DEPLOYMENTS, "dra-multi-network-controller", DRIVER_NAMESPACE)
     d, s = ds.get("status") or {}, dep.get("status") or {}

@@ -491,3 +491,30 @@ def test_upstream_lab_takes_rbac_and_webhook_from_the_rendered_chart() -> None:
         if d["kind"] == "ValidatingWebhookConfiguration"
     ]
     assert len(vwc["webhooks"]) == 3
+
+
+def test_the_upstream_labs_values_run_the_controller_as_the_defaults_do(tmp_path: Path) -> None:
+    """``dmn lab up --backend upstream --install helm`` (lab/upstream/helm_driver.py) keeps
+    the chart's controller defaults — two replicas on the Pod network behind the
+    PodDisruptionBudget, surge rollouts, the preStop drain — and points both components at
+    the API server's node address (the lab has no Service proxy)."""
+    from dmn.lab.upstream.configs import NODE_IP, Layout
+    from dmn.lab.upstream.helm_driver import lab_values
+
+    values = tmp_path / "lab-values.yaml"
+    values.write_text(yaml.safe_dump(lab_values(Layout(tmp_path / "up"), 6443, 19811)))
+    docs = render([str(values)], namespace="dra-multi-network")
+    deployment = find(docs, "Deployment")["spec"]
+    pod = deployment["template"]["spec"]
+    assert deployment["replicas"] == 2 and "strategy" not in deployment
+    assert "hostNetwork" not in pod
+    assert pod["containers"][0]["lifecycle"]["preStop"] == {"sleep": {"seconds": 5}}
+    assert find(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    agent = find(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert agent["hostNetwork"] is True
+    api_env = [
+        {"name": "KUBERNETES_SERVICE_HOST", "value": NODE_IP},
+        {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"},
+    ]
+    assert pod["containers"][0]["env"][2:] == api_env
+    assert agent["containers"][0]["env"][1:] == api_env

@@ -1,24 +1,29 @@
 """End to end with our driver installed by the real ``helm install`` of the chart.
 
 The lab (``helm_session``: the session's node lab when ``DMN_E2E_INSTALL=helm``, else one
-of this module's own) imports the image ``image/build.py`` builds for this
-checkout into the lab's containerd and installs ``charts/dra-multi-network`` with the
-pinned Helm (:class:`~dmn.lab.upstream.helm_driver.HelmDriver`): the node agent runs as the
-DaemonSet's Pod and the controller as the Deployment's, under the chart's RBAC and its
-ResourceSlice admission policy. Then the same path as ``test_upstream.py`` — slices, two
-macvlan Pods that get ``net1`` and ping, a clean Pod deletion — and the release's life:
-``helm upgrade`` to a changed value, ``helm uninstall`` (no webhook left to block the API
-server; on the session's lab that runs in ``test_upstream_zz_down.py``, after every other
-module), and the lab's ``down`` leaving the host as before. Tests run in file order.
+of this module's own) imports the image ``image/build.py`` builds for this checkout into
+the lab's containerd and installs ``charts/dra-multi-network`` with the pinned Helm
+(:class:`~dmn.lab.upstream.helm_driver.HelmDriver`): the node agent runs as the
+DaemonSet's Pod and the controller as the Deployment's two replicas on the Pod network,
+under the chart's RBAC and its ResourceSlice admission policy. Then the same path as
+``test_upstream.py`` — slices, two macvlan Pods that get ``net1`` and ping, a clean Pod
+deletion — and the release's life: ``helm upgrade`` to a changed value with the webhook
+judging writes throughout the controller's rollout, ``helm uninstall`` (no webhook left to
+block the API server; on the session's lab that runs in ``test_upstream_zz_down.py``,
+after every other module), and the lab's ``down`` leaving the host as before. Tests run in
+file order.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import re
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,7 +39,7 @@ from dmn.lab.demo import TOPOLOGIES, wait_settled
 from dmn.lab.pod_demo import NAMESPACE, claim_template
 from dmn.lab.upstream import build
 from dmn.lab.upstream.cluster import UpstreamLab
-from dmn.lab.upstream.configs import DRIVER_NAMESPACE, NODE_NAME
+from dmn.lab.upstream.configs import DRIVER_NAMESPACE, NODE_NAME, POD_CIDR
 from dmn.lab.upstream.demo import Kubectl, pod, pod_phase, wait_for
 from dmn.lab.upstream.driver import LAB_LINKS
 from dmn.lab.upstream.helm_driver import RELEASE, Helm, HelmDriver, image_ref
@@ -80,13 +85,11 @@ def macvlan_template(helm_session: Session) -> None:
 
 @pytest.fixture
 def pods(admin: Cluster) -> Iterator[list[str]]:
-    """Pods the test creates; deleted (and on the session's lab waited for: the next module
-    counts devices and links)."""
+    """Pods the test creates; deleted and waited for (the next test counts links)."""
     created: list[str] = []
     yield created
     lab_pods.delete(admin, *created)
-    if installed_driver.HELM:
-        lab_pods.wait_gone(admin, *created)
+    lab_pods.wait_gone(admin, *created)
 
 
 def _driver_pods(admin: Cluster, selector: str, terminating: bool = False) -> list[dict[str, Any]]:
@@ -107,13 +110,28 @@ def _host_processes(lab: UpstreamLab) -> list[str]:
 
 
 def test_driver_runs_as_pods_from_the_imported_image(lab: UpstreamLab, admin: Cluster) -> None:
+    """The agent Pod on the host network, the controller's two replicas on the Pod network
+    (as the chart's defaults run them), all from the imported image; the webhook Service's
+    endpoints are exactly the two replicas' Pod addresses (the API server calls one)."""
     assert _host_processes(lab) == []  # no host process of ours: the Pods do the work
-    for selector in (AGENT, CONTROLLER):
-        (p,) = _driver_pods(admin, selector)
+    (agent,) = _driver_pods(admin, AGENT)
+    controllers = _driver_pods(admin, CONTROLLER)
+    assert len(controllers) == 2
+    for p in (agent, *controllers):
         assert _ready(p), p.get("status")
         assert p["spec"]["nodeName"] == NODE_NAME
         (status,) = p["status"]["containerStatuses"]
         assert status["image"] == image_ref(), status
+    assert agent["spec"]["hostNetwork"] is True
+    addresses = set()
+    for p in controllers:
+        assert not p["spec"].get("hostNetwork")
+        assert ipaddress.ip_address(p["status"]["podIP"]) in ipaddress.ip_network(POD_CIDR)
+        addresses.add(p["status"]["podIP"])
+    endpoints = _webhook_endpoints(lab)
+    assert {a for e in endpoints if e["conditions"].get("ready") for a in e["addresses"]} == (
+        addresses
+    )
     ctr = build.bin_dir("containerd") / "ctr"
     base = [str(ctr), "--address", str(lab.layout.containerd_socket), "-n", "k8s.io"]
     listing = subprocess.run(
@@ -189,26 +207,38 @@ def test_the_charts_rbac_refused_neither_component(lab: UpstreamLab) -> None:
         assert refused == [], refused[:5]
 
 
-def test_helm_upgrade_restarts_the_controller_and_patches_only_what_changed(
+def test_helm_upgrade_rolls_the_controller_with_the_webhook_judging_throughout(
     lab: UpstreamLab, admin: Cluster
 ) -> None:
-    """``helm upgrade`` with the controller's and the agent's log level changed: the lab's
-    single host-network controller is replaced (no webhook for a moment) and the DaemonSet
-    rolls; both new Pods carry the new argument and become Ready, the agent registers with
-    kubelet again. The builtin NetworkPlugins are not patched at all — their manifests did
-    not change, and the chart renders Helm's ownership metadata, so Helm's merge patch of
-    each is empty (before, Helm patched all of them on every upgrade, through a webhook
-    that had no endpoint: "cannot patch "host-cni" with kind NetworkPlugin"). Release
+    """``helm upgrade`` with the controller's and the agent's log level changed: both
+    controller replicas and the agent Pod are replaced, the new Pods carry the new argument
+    and become Ready, the agent registers with kubelet again. All the while a probe writes
+    through the webhook (a server-side dry run the webhook must refuse with its reason
+    code) every 0.2 s: not one probe failed — the Deployment surges a new replica before it
+    retires an old one, the PodDisruptionBudget keeps one, and a retiring replica serves on
+    for the chart's ``shutdownDelaySeconds`` while the API server's endpoint view drops it.
+    The builtin NetworkPlugins are not patched at all — their manifests did not change,
+    and the chart renders Helm's ownership metadata, so Helm's merge patch of each is empty
+    (before, Helm patched all of them on every upgrade, through the webhook). Release
     revision 2, deployed."""
     assert isinstance(lab.driver, HelmDriver)
     old_agents = {p["metadata"]["uid"] for p in _driver_pods(admin, AGENT)}
     old_controllers = {p["metadata"]["uid"] for p in _driver_pods(admin, CONTROLLER)}
-    helm_log = lab.driver.upgrade(
-        {"controller": {"logLevel": "DEBUG"}, "nodeAgent": {"logLevel": "DEBUG"}}
-    )
-    for selector, old in ((AGENT, old_agents), (CONTROLLER, old_controllers)):
-        (new,) = _driver_pods(admin, selector)
-        assert new["metadata"]["uid"] not in old and _ready(new), new.get("status")
+    revision = _release(lab)["version"]
+    with _webhook_probe(lab) as verdicts:
+        helm_log = lab.driver.upgrade(
+            {"controller": {"logLevel": "DEBUG"}, "nodeAgent": {"logLevel": "DEBUG"}}
+        )
+    failed = [(at, verdict) for at, verdict in verdicts if verdict]
+    assert failed == [], failed[:3]
+    assert len(verdicts) >= 20, verdicts  # the probe ran through the whole rollout
+    controllers = _driver_pods(admin, CONTROLLER)
+    assert len(controllers) == 2
+    assert not {p["metadata"]["uid"] for p in controllers} & old_controllers
+    (agent,) = _driver_pods(admin, AGENT)
+    assert agent["metadata"]["uid"] not in old_agents
+    for new in (agent, *controllers):
+        assert _ready(new), new.get("status")
         assert "--log-level=DEBUG" in new["spec"]["containers"][0]["command"]
     patched = sorted(re.findall(r'Patch (\w+) "([^"]+)"', helm_log))
     # the PodDisruptionBudget's patch is apimachinery's: a strategic merge patch always
@@ -229,10 +259,8 @@ def test_helm_upgrade_restarts_the_controller_and_patches_only_what_changed(
     assert released == builtins, released ^ builtins
     unchanged = set(re.findall(r'no changes for NetworkPlugin "([^"]+)"', helm_log))
     assert unchanged == builtins, unchanged ^ builtins
-    release = json.loads(
-        Helm(lab.layout).check("status", RELEASE, "-n", DRIVER_NAMESPACE, "-o", "json")
-    )
-    assert release["version"] == 2 and release["info"]["status"] == "deployed"
+    release = _release(lab)
+    assert release["version"] == revision + 1 and release["info"]["status"] == "deployed"
     sock = lab.layout.kubelet_root / "plugins_registry" / f"{DRIVER}-reg.sock"
     assert wait_for(sock.exists, WAIT)
 
@@ -292,6 +320,59 @@ if not installed_driver.HELM:  # this module's own lab: the release and the lab 
 # --- helpers -------------------------------------------------------------------------------
 
 VAP_PATH = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+
+
+def _release(lab: UpstreamLab) -> dict[str, Any]:
+    out = Helm(lab.layout).check("status", RELEASE, "-n", DRIVER_NAMESPACE, "-o", "json")
+    release: dict[str, Any] = json.loads(out)
+    return release
+
+
+def _webhook_endpoints(lab: UpstreamLab) -> list[dict[str, Any]]:
+    """The webhook Service's EndpointSlice endpoints (what the API server resolves it to)."""
+    got = Kubectl(lab.admin_kubeconfig).run(
+        "get",
+        "endpointslices",
+        "-n",
+        DRIVER_NAMESPACE,
+        "-l",
+        "kubernetes.io/service-name=dra-multi-network-webhook",
+        "-o",
+        "json",
+    )
+    assert got.returncode == 0, got.stderr
+    return [e for s in json.loads(got.stdout)["items"] for e in s.get("endpoints") or []]
+
+
+@contextlib.contextmanager
+def _webhook_probe(lab: UpstreamLab, interval: float = 0.2) -> Iterator[list[tuple[float, str]]]:
+    """While the block runs, :func:`installed_driver.webhook_verdict` every ``interval``
+    seconds from a thread of its own (its own API connection); yields the growing list of
+    (seconds since start, verdict) — a verdict is '' when the webhook judged."""
+    verdicts: list[tuple[float, str]] = []
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def probe() -> None:
+        admin = lab.admin()
+        try:
+            while not stop.is_set():
+                try:
+                    verdict = installed_driver.webhook_verdict(admin)
+                except Exception as exc:  # the API server itself failed us: a failed probe
+                    verdict = f"{type(exc).__name__}: {exc}"
+                verdicts.append((round(time.monotonic() - started, 2), verdict))
+                stop.wait(interval)
+        finally:
+            admin.close()
+
+    thread = threading.Thread(target=probe, name="webhook-probe", daemon=True)
+    thread.start()
+    try:
+        yield verdicts
+    finally:
+        stop.set()
+        thread.join(timeout=30)
 
 
 def _exists(admin: Cluster, resource: Any, name: str, namespace: str) -> bool:
