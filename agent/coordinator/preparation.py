@@ -230,8 +230,8 @@ class PreparationService:
             self._lock.hold(reason, [claim_key(uid)]),
             self._lock.hold(reason, self._lock.claims([uid])),
         ):
-            for att in self.journal.attachments():
-                if att.state in LIVE_ATTACHMENT and any(c.claim_uid == uid for c in att.claims):
+            for att in self.journal.attachments_naming([uid]):
+                if att.state in LIVE_ATTACHMENT:
                     raise Refusal(
                         "E_ATTACHED",
                         f"claim {uid} is still attached to sandbox {att.identity.sandbox_id}",

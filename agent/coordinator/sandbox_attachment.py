@@ -263,10 +263,8 @@ class SandboxAttachmentService:
                     )
                 plan.append((prep, verified, revision))  # the revision verify checked
             wanted_claims = {p.claim_uid for p, _, _ in plan}
-            for other in self.journal.attachments():
-                if other.identity == identity or other.state is AttachmentState.REMOVED:
-                    continue
-                if wanted_claims & {c.claim_uid for c in other.claims}:
+            for other in self.journal.attachments_naming(wanted_claims):
+                if other.identity != identity and other.state is not AttachmentState.REMOVED:
                     # a new incarnation never steals roots or shares from a live one
                     raise Refusal(
                         "E_CLAIM_IN_USE",
@@ -528,12 +526,10 @@ class SandboxAttachmentService:
         stopped: list[AttachmentIdentity] = []
         # a scan of reads only; each stop owns its sandbox and re-reads the record
         boot = self.boot_id()
-        for rec in self.journal.attachments():
+        for rec in self.journal.attachments_naming([claim_uid]):
             if rec.state is not AttachmentState.READY or not rec.runtime_netns:
                 continue
             if rec.identity.boot_id != boot or rec.identity.node_uid != self.config.node_uid:
-                continue
-            if not any(c.claim_uid == claim_uid for c in rec.claims):
                 continue
             pin = self.journal.get_pin(attachment_id(rec.identity))
             if pin is None or _names_namespace(rec.runtime_netns, pin.dev, pin.inode):

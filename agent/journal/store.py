@@ -16,6 +16,10 @@ Contract:
   probe: nothing is rewritten or deleted. An older store is migrated by the writer when it
   opens, in one synced commit together with the new version marker; a read-only view of an
   older store shows its records migrated in memory and writes nothing.
+* **Attachments by claim.** :meth:`JournalStore.attachments_naming` answers "which
+  attachment records name these claims" from an in-memory index (:mod:`.claim_index`),
+  never stored: built from one scan on first use, changed under one lock with each commit
+  that touches ``att/``, dropped when a commit fails; the answer is exactly a scan's.
 * **Read-only inspection.** :meth:`JournalStore.open_read_only` opens the database
   read-only (falling back to a RocksDB secondary instance) without the writer lock, so
   ``dmn journal show`` works while an agent holds the journal.
@@ -38,7 +42,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +50,7 @@ from typing import Any, TypeVar
 from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
 
 from dmn.agent.journal import keys
+from dmn.agent.journal.claim_index import ClaimIndex
 from dmn.agent.journal.records import (
     AttachmentIdentity,
     AttachmentRecord,
@@ -75,6 +80,7 @@ _R = TypeVar("_R")
 
 DB_DIR = "journal.db"
 LOCK_FILE = "journal.lock"
+_ATT = b"att/"
 
 
 class JournalError(Exception):
@@ -284,6 +290,10 @@ class JournalStore:
         self.observer = JournalObserver()
         # read-only view of an older store: migrated values by key (never written)
         self._migrated: dict[bytes, bytes] = {}
+        # attachment keys by claim (:mod:`.claim_index`): built on first use, changed with
+        # every commit touching att/ under this lock, dropped when a commit failed
+        self._index_lock = threading.Lock()
+        self._claim_index: ClaimIndex | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -476,22 +486,63 @@ class JournalStore:
             batch.delete(k)
         for k, v in puts.items():
             batch.put(k, v)
-        try:
-            self._db.write(batch, self._sync if sync else self._nosync)
-        except Exception as exc:  # rocksdict raises a bare Exception for IO errors
-            self.write_error = f"{type(exc).__name__}: {exc}"
+        touches = any(k.startswith(_ATT) for k in deletes) or any(k.startswith(_ATT) for k in puts)
+        failed: Exception | None = None
+        with self._index_lock if touches else contextlib.nullcontext():
+            try:
+                self._db.write(batch, self._sync if sync else self._nosync)
+            except Exception as exc:  # rocksdict raises a bare Exception for IO errors
+                failed = exc
+                if touches:
+                    self._claim_index = None  # which of its att/ keys were written is unknown
+            else:
+                if touches and self._claim_index is not None:
+                    self._index_commit(self._claim_index, puts, deletes)
+        if failed is not None:
+            self.write_error = f"{type(failed).__name__}: {failed}"
             JOURNAL_COMMIT_FAILURES.inc()
             _log.error("journal=%s event=commit_failed error=%r", self.state_dir, self.write_error)
-            failure = JournalWriteError(f"journal {self.state_dir} commit failed: {exc}")
+            failure = JournalWriteError(f"journal {self.state_dir} commit failed: {failed}")
             for listener in list(self.failure_listeners):
                 try:
                     listener(failure)
                 except Exception:  # a listener never hides the failure from the writer
                     _log.exception("journal=%s event=failure_listener_failed", self.state_dir)
-            raise failure from exc
+            raise failure from failed
         if sync:
             with self._commits_lock:
                 self.commits += 1
+
+    def _index_commit(
+        self, index: ClaimIndex, puts: dict[bytes, bytes], deletes: set[bytes]
+    ) -> None:
+        """Apply a written commit's ``att/`` keys to the index (deletes first, as the batch)."""
+        for k in deletes:
+            if k.startswith(_ATT):
+                index.delete(k)
+        for k, v in puts.items():
+            if not k.startswith(_ATT):
+                continue
+            try:
+                rec = _decode(AttachmentRecord.from_json, k, _loads(v, k))
+            except JournalCorruptError:
+                index.delete(k)  # a scan skips it too
+            else:
+                index.put(k, (c.claim_uid for c in rec.claims))
+
+    def _indexed(self) -> ClaimIndex:
+        """The claim index, built from one scan of ``att/`` if needed (hold the lock)."""
+        if self._claim_index is None:
+            index = ClaimIndex()
+            for k, v in self._scan(_ATT):
+                try:
+                    rec = _decode(AttachmentRecord.from_json, k, v)
+                except JournalCorruptError as exc:
+                    self._isolate(k, exc)
+                else:
+                    index.put(k, (c.claim_uid for c in rec.claims))
+            self._claim_index = index
+        return self._claim_index
 
     def writable(self) -> tuple[bool, str]:
         """Health condition: open as the writer and the last write succeeded."""
@@ -825,8 +876,27 @@ class JournalStore:
         return self._get_record(keys.attachment_key(identity), AttachmentRecord.from_json)
 
     def attachments(self, pod_uid: str | None = None) -> list[AttachmentRecord]:
-        recs = self._records(b"att/", AttachmentRecord.from_json)
+        recs = self._records(_ATT, AttachmentRecord.from_json)
         return [r for r in recs if pod_uid is None or r.identity.pod_uid == pod_uid]
+
+    def attachments_naming(self, claim_uids: Iterable[str]) -> list[AttachmentRecord]:
+        """The attachment records (any state) naming any of ``claim_uids``, in key order:
+        exactly ``[r for r in attachments() if r names one]``, but only those records are
+        read and decoded (:mod:`.claim_index`); an undecodable one is isolated, as a scan
+        isolates it."""
+        wanted = set(claim_uids)
+        with self._index_lock:
+            found = self._indexed().keys_naming(wanted)
+        out = []
+        for k in found:
+            try:
+                rec = self._get_record(k, AttachmentRecord.from_json)
+            except JournalCorruptError as exc:
+                self._isolate(k, exc)
+                continue
+            if rec is not None and any(c.claim_uid in wanted for c in rec.claims):
+                out.append(rec)
+        return out
 
     def shares(self, parent_inventory_id: str | None = None) -> list[ShareRef]:
         pfx = (

@@ -19,7 +19,13 @@ from pathlib import Path
 import pytest
 from rocksdict import Options, Rdict
 
-from dmn.agent.journal.records import PreparationRecord
+from dmn.agent.journal.records import (
+    AttachedClaim,
+    AttachmentIdentity,
+    AttachmentRecord,
+    PreparationRecord,
+    RevisionRef,
+)
 from dmn.agent.journal.store import (
     DB_DIR,
     JournalFailedError,
@@ -160,3 +166,39 @@ def test_failed_fsync_is_reason_coded_sticky_and_a_reopen_recovers(tmp_path: Pat
             with reopened.batch() as b:
                 b.put_preparation(PreparationRecord("claim-later", "fp"))
             assert reopened.writable() == (True, "")
+
+
+def test_a_failed_attachment_commit_leaves_lookups_exact(small_tmpfs: Path) -> None:
+    """The claim index (``dmn.agent.journal.claim_index``) follows commits in memory; a
+    commit that failed may or may not have reached the database, so the index is dropped
+    and the next lookup rebuilds it from what reads show: lookups by claim still agree
+    with a scan of every attachment record."""
+
+    def attachment(sandbox: str, error: str = "") -> AttachmentRecord:
+        claim = AttachedClaim("c1", "fp", "ns", "n", RevisionRef("rev"))
+        return AttachmentRecord(
+            AttachmentIdentity("node", "boot", "pod", sandbox), claims=[claim], error=error
+        )
+
+    def by_scan(store: JournalStore) -> list[AttachmentRecord]:
+        return [r for r in store.attachments() if any(c.claim_uid == "c1" for c in r.claims)]
+
+    store = JournalStore.open(small_tmpfs / "state")
+    try:
+        with store.batch() as b:
+            b.put_attachment(attachment("ok"))
+        assert [r.identity.sandbox_id for r in store.attachments_naming(["c1"])] == ["ok"]
+        filler = _fill(small_tmpfs)
+        big = "x" * 200_000
+        with pytest.raises(JournalWriteError):
+            for i in range(64):
+                with store.batch() as b:
+                    b.put_attachment(attachment(f"s{i}", error=big))
+        assert store._claim_index is None
+        assert store.attachments_naming(["c1"]) == by_scan(store)
+        filler.unlink()
+    finally:
+        store.close()
+    with JournalStore.open(small_tmpfs / "state") as reopened:
+        assert reopened.attachments_naming(["c1"]) == by_scan(reopened)
+        assert "ok" in {r.identity.sandbox_id for r in reopened.attachments_naming(["c1"])}
