@@ -31,7 +31,7 @@ from dmn.lab import manifests
 from dmn.lab.demo import NEGATIVE
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.configs import DRIVER_NAMESPACE
-from dmn.lab.upstream.helm_driver import rolled_out
+from dmn.lab.upstream.helm_driver import HelmDriver, rolled_out
 from dmn.lab.upstream.workloads import DEPLOYMENTS
 from tests.waiting import wait_for
 
@@ -48,6 +48,12 @@ CONTROLLER_SELECTOR = "app.kubernetes.io/name=dra-multi-network-controller"
 CONTROLLER_DEPLOYMENT = "dra-multi-network-controller"
 SYNCHRONIZE = "event=synchronize "  # the NRI adapter's log line per Synchronize
 REGISTERED = "kubelet registered driver="  # NotifyRegistrationStatus(registered)
+
+
+def runs_as_pods(lab: UpstreamLab) -> bool:
+    """Whether ``lab``'s driver is the chart's Pods (the session's lab when :data:`HELM`, and
+    the labs a module brings up with ``--install helm`` of its own)."""
+    return isinstance(lab.driver, HelmDriver)
 
 
 def driver_pods(admin: Cluster, selector: str) -> list[dict[str, Any]]:
@@ -74,7 +80,7 @@ def agent_log(lab: UpstreamLab, uid: str | None = None) -> str:
     """Everything the node agent logged that is still on disk: every incarnation of the
     process, or every container of the agent Pods kubelet still keeps files of (``uid``:
     that Pod's only)."""
-    if not HELM:
+    if not runs_as_pods(lab):
         try:
             return (lab.procs.logs / "dmn-node.log").read_text(errors="replace")
         except OSError:
@@ -92,7 +98,7 @@ def agent_log_count(lab: UpstreamLab, marker: str) -> int:
     """How often the running agent's log contains ``marker``: the process's whole log, or
     the current agent Pod's (a deleted Pod's files vanish when kubelet cleans it up, which
     would make a count over every Pod go down)."""
-    if not HELM:
+    if not runs_as_pods(lab):
         return agent_log(lab).count(marker)
     admin = lab.admin()
     try:
@@ -114,7 +120,7 @@ def _wait_marker(lab: UpstreamLab, marker: str, seen: int, what: str, uid: str |
 def restart_agent(lab: UpstreamLab, admin: Cluster) -> None:
     """Restart the node agent and return once the new one recovered, reconnected to NRI
     (a new Synchronize) and registered with kubelet again."""
-    if not HELM:
+    if not runs_as_pods(lab):
         synced = agent_log_count(lab, SYNCHRONIZE)
         registered = agent_log_count(lab, REGISTERED)
         lab.procs.restart("dmn-node")
@@ -147,7 +153,7 @@ class StoppedController:
 
 def stop_controller(lab: UpstreamLab, admin: Cluster) -> StoppedController:
     """No controller runs afterwards (no reconciler, no webhook server)."""
-    if not HELM:
+    if not runs_as_pods(lab):
         process = lab.procs.get("dmn-controller")
         assert process is not None
         lab.procs.stop("dmn-controller")
@@ -167,7 +173,7 @@ def stop_controller(lab: UpstreamLab, admin: Cluster) -> StoppedController:
 def start_controller(lab: UpstreamLab, admin: Cluster, stopped: StoppedController) -> None:
     """Undo :func:`stop_controller`; returns once the webhook serves again (the lab is
     shared: the next module's first write goes through it)."""
-    if not HELM:
+    if not runs_as_pods(lab):
         process = stopped.process
         lab.procs.start("dmn-controller", process.argv, process.env)
         port = int(lab.info()["ports"]["webhook"])  # type: ignore[index]

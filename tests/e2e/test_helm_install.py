@@ -8,7 +8,9 @@ DaemonSet's Pod and the controller as the Deployment's two replicas on the Pod n
 under the chart's RBAC and its ResourceSlice admission policy. Then the same path as
 ``test_upstream.py`` — slices, two macvlan Pods that get ``net1`` and ping, a clean Pod
 deletion — and the release's life: ``helm upgrade`` to a changed value with the webhook
-judging writes throughout the controller's rollout, ``helm uninstall`` (no webhook left to
+judging writes throughout the controller's rollout, the agent unprivileged
+(``nodeAgent.privileged=false``: only the chart's capabilities, a real attach, pins that do
+not outlive its container) and back, ``helm uninstall`` (no webhook left to
 block the API server; on the session's lab that runs in ``test_upstream_zz_down.py``,
 after every other module), and the lab's ``down`` leaving the host as before. Tests run in
 file order.
@@ -19,12 +21,16 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import logging
+import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,6 +54,7 @@ from tests.e2e import installed_driver, lab_pods
 from tests.e2e.conftest import Session, host_snapshot
 
 pytestmark = [pytest.mark.e2e]
+log = logging.getLogger(__name__)
 WAIT = 120.0
 AGENT = "app.kubernetes.io/name=dra-multi-network-node"
 CONTROLLER = "app.kubernetes.io/name=dra-multi-network-controller"
@@ -265,6 +272,78 @@ def test_helm_upgrade_rolls_the_controller_with_the_webhook_judging_throughout(
     assert wait_for(sock.exists, WAIT)
 
 
+def test_the_unprivileged_agent_attaches_with_only_the_charts_capabilities(
+    lab: UpstreamLab, admin: Cluster, macvlan_template: None, pods: list[str]
+) -> None:
+    """``helm upgrade`` to ``nodeAgent.privileged=false``: the new agent Pod's process holds
+    exactly the chart's ``nodeAgent.capabilities`` (effective, permitted and bounding sets,
+    read from the kernel's ``/proc/<pid>/status`` on the host) with ``no_new_privs`` set,
+    and its state directory is mounted ``HostToContainer``. That agent attaches two macvlan
+    Pods that ping each other: its setns into the sandbox namespaces, its rtnetlink and its
+    namespace pins (bind mounts) all work with those two capabilities. The pins live in the
+    agent container's mount namespace only — none reaches the host's (the price the chart's
+    values document: they do not survive a restart of the agent's container) — and the Pods'
+    deletion removes every attachment (journal: Removed) and every pin. Then ``helm
+    upgrade`` back to the privileged default."""
+    assert isinstance(lab.driver, HelmDriver)
+    granted = {"NET_ADMIN", "SYS_ADMIN"}
+    try:
+        lab.driver.upgrade({"nodeAgent": {"privileged": False}})
+        (agent,) = _driver_pods(admin, AGENT)
+        (container,) = agent["spec"]["containers"]
+        assert container["securityContext"]["privileged"] is False
+        assert set(container["securityContext"]["capabilities"]["add"]) == granted
+        state = next(m for m in container["volumeMounts"] if m["name"] == "state")
+        assert state["mountPropagation"] == "HostToContainer"
+        pid = _container_pid(agent)
+        status = _proc_status(pid)
+        for field in ("CapEff", "CapPrm", "CapBnd"):
+            assert _capabilities(status[field]) == granted, (field, status[field])
+        assert int(status["CapInh"], 16) == 0 and int(status["CapAmb"], 16) == 0, status
+        assert status["NoNewPrivs"] == "1", status
+
+        for name in ("unpriv-a", "unpriv-b"):
+            admin.create(r.PODS, pod(name, "shared-macvlan"), NAMESPACE)
+            pods.append(name)
+        running = wait_for(lambda: all(pod_phase(admin, n) == "Running" for n in pods), WAIT)
+        assert running, [(n, pod_phase(admin, n)) for n in pods]
+        kubectl = Kubectl(lab.admin_kubeconfig)
+        for name, address in (("unpriv-a", "10.95.0.1/24"), ("unpriv-b", "10.95.0.2/24")):
+            shown = kubectl.exec(name, "ip", "link", "show", "net1")
+            assert shown.returncode == 0, shown.stdout + shown.stderr
+            added = kubectl.exec(name, "ip", "addr", "add", address, "dev", "net1")
+            assert added.returncode == 0, added.stdout + added.stderr
+        ping = kubectl.exec("unpriv-a", "ping", "-c", "2", "-W", "3", "10.95.0.2")
+        assert ping.returncode == 0, ping.stdout + ping.stderr
+
+        pins = str(lab.layout.agent_state / "netns") + "/"
+        uids = {admin.get(r.PODS, n, NAMESPACE)["metadata"]["uid"] for n in pods}
+        live = [a for a in _journal(lab)["attachments"] if a["identity"]["podUID"] in uids]
+        assert len(live) == 2 and {a["state"] for a in live} == {"Ready"}, live
+        in_agent = [m for m in _mounts(pid) if m.startswith(pins)]
+        assert len(in_agent) == 2, in_agent
+        assert not [m for m in _mounts() if m.startswith(pins)]  # HostToContainer: not ours
+
+        installed_driver.restart_agent(lab, admin)  # a new agent container: the pins died
+        (agent,) = _driver_pods(admin, AGENT)
+        pid = _container_pid(agent)
+        assert not [m for m in _mounts(pid) if m.startswith(pins)]
+        os.kill(_container_pid(admin.get(r.PODS, "unpriv-b", NAMESPACE)), signal.SIGKILL)
+        refused = wait_for(lambda: bool(_waiting_message(admin, "unpriv-b", "E_PIN_MISSING")), WAIT)
+        assert refused, admin.get(r.PODS, "unpriv-b", NAMESPACE).get("status")
+        log.info("event=refused message=%s", _waiting_message(admin, "unpriv-b", "E_PIN"))
+
+        lab_pods.delete(admin, *pods)
+        lab_pods.wait_gone(admin, *pods)
+        done = [a for a in _journal(lab)["attachments"] if a["identity"]["podUID"] in uids]
+        assert len(done) == 2 and {a["state"] for a in done} == {"Removed"}, done
+        assert not [m for m in _mounts(pid) if m.startswith(pins)]
+    finally:
+        lab.driver.upgrade({"nodeAgent": {"privileged": True}})
+    (agent,) = _driver_pods(admin, AGENT)
+    assert agent["spec"]["containers"][0]["securityContext"]["privileged"] is True
+
+
 def uninstall_leaves_nothing_that_blocks_the_api_server(lab: UpstreamLab, admin: Cluster) -> None:
     """After ``helm uninstall``: no webhook configuration or admission policy of ours, no
     Pods, the kubelet registration socket gone, and writes the webhook guarded (topologies,
@@ -383,9 +462,57 @@ def _exists(admin: Cluster, resource: Any, name: str, namespace: str) -> bool:
     return True
 
 
-def _mounts() -> list[str]:
-    with open("/proc/self/mountinfo") as fh:
+def _mounts(pid: int | str = "self") -> list[str]:
+    """Mount points in the mount namespace of ``pid`` (this process's by default)."""
+    with open(f"/proc/{pid}/mountinfo") as fh:
         return [line.split()[4] for line in fh]
+
+
+#: capability numbers (linux/capability.h) of the names the chart grants
+CAPABILITY_BITS = {"NET_ADMIN": 12, "SYS_ADMIN": 21}
+
+
+def _capabilities(mask: str) -> set[str]:
+    """The names in a ``/proc/<pid>/status`` capability mask; an unnamed bit by number."""
+    bits = int(mask, 16)
+    names = {name for name, bit in CAPABILITY_BITS.items() if bits >> bit & 1}
+    known = sum(1 << b for b in CAPABILITY_BITS.values())
+    return names | {f"bit{b}" for b in range(64) if (bits & ~known) >> b & 1}
+
+
+def _container_pid(p: dict[str, Any]) -> int:
+    """The host pid of the Pod's (only) container's first process: the process whose cgroup
+    path names the container's id (kubelet's cgroupfs layout ends in it)."""
+    (status,) = p["status"]["containerStatuses"]
+    cid = status["containerID"].split("://", 1)[1]
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cgroups = (proc / "cgroup").read_text()
+        except OSError:
+            continue
+        if any(line.rstrip().endswith("/" + cid) for line in cgroups.splitlines()):
+            found.append(int(proc.name))
+    assert found, f"no process in container {cid}"
+    return min(found)
+
+
+def _waiting_message(admin: Cluster, name: str, code: str) -> str:
+    """The message of the Pod's container waiting to be created again, if it names ``code``
+    (kubelet passes on the runtime's error, which carries our NRI hook's refusal)."""
+    statuses = (admin.get(r.PODS, name, NAMESPACE).get("status") or {}).get("containerStatuses")
+    for status in statuses or []:
+        message = str(((status.get("state") or {}).get("waiting") or {}).get("message", ""))
+        if code in message:
+            return message
+    return ""
+
+
+def _proc_status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
 
 
 def _journal(lab: UpstreamLab) -> dict[str, Any]:
