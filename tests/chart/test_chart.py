@@ -125,6 +125,8 @@ def test_default_install_objects() -> None:
     assert {"name": "metrics", "containerPort": 8081} in ctl_container["ports"]
     assert "--health-port=8081" in ctl_container["command"]
     assert ctl_container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
+    # a busy node's TLS handshake may outlast kubelet's 1 s default (a serving replica NotReady)
+    assert ctl_container["readinessProbe"]["timeoutSeconds"] == 5
     # a deleted replica serves 5 s more before SIGTERM: the API server's endpoint view drops it
     assert ctl_container["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
     # metrics Services and the ServiceMonitor are opt-in
