@@ -179,6 +179,7 @@ def test_all_options_reach_the_objects() -> None:
     ctx = agent["securityContext"]
     assert ctx["privileged"] is False and ctx["allowPrivilegeEscalation"] is False
     assert ctx["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN", "SYS_ADMIN"]}
+    assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
     state = next(m for m in agent["volumeMounts"] if m["name"] == "state")
     assert state["mountPropagation"] == "HostToContainer"
     assert agent["image"] == "registry.example/dra-multi-network:0.1.0-test"

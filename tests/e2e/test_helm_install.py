@@ -277,8 +277,9 @@ def test_the_unprivileged_agent_attaches_with_only_the_charts_capabilities(
 ) -> None:
     """``helm upgrade`` to ``nodeAgent.privileged=false``: the new agent Pod's process holds
     exactly the chart's ``nodeAgent.capabilities`` (effective, permitted and bounding sets,
-    read from the kernel's ``/proc/<pid>/status`` on the host) with ``no_new_privs`` set,
-    and its state directory is mounted ``HostToContainer``. That agent attaches two macvlan
+    read from the kernel's ``/proc/<pid>/status`` on the host) with ``no_new_privs`` set
+    and the runtime's default seccomp filter, and its state directory is mounted
+    ``HostToContainer``. That agent attaches two macvlan
     Pods that ping each other: its setns into the sandbox namespaces, its rtnetlink and its
     namespace pins (bind mounts) all work with those two capabilities. The pins live in the
     agent container's mount namespace only — none reaches the host's (the price the chart's
@@ -301,6 +302,7 @@ def test_the_unprivileged_agent_attaches_with_only_the_charts_capabilities(
             assert _capabilities(status[field]) == granted, (field, status[field])
         assert int(status["CapInh"], 16) == 0 and int(status["CapAmb"], 16) == 0, status
         assert status["NoNewPrivs"] == "1", status
+        assert status["Seccomp"] == "2", status  # filter mode: the runtime's default profile
 
         for name in ("unpriv-a", "unpriv-b"):
             admin.create(r.PODS, pod(name, "shared-macvlan"), NAMESPACE)
