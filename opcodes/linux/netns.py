@@ -143,6 +143,49 @@ class NamespaceRtnl(IPRoute):  # type: ignore[misc]
         super().close(*args, **kwargs)
 
 
+class LazyRtnl:
+    """A namespace's rtnetlink handle: its :class:`LinkReader` open now, the pyroute2 socket
+    (:class:`NamespaceRtnl`) only when something the lean reader and writer do not cover
+    is asked of it (any other attribute).
+
+    Why: the executors' reads and hot writes go out on the reader (``links.py``), but every
+    new namespace still paid for a pyroute2 ``IPRoute`` — an asyncio event loop and a
+    second socket opened by setns — that RunPodSandbox's macvlan attach never used (4.6 %
+    of the agent's RunPodSandbox samples in ``benchmarks/pod_storm.py``)."""
+
+    def __init__(self, link_reader: LinkReader, ns_fd: int) -> None:
+        """``ns_fd`` is duplicated: the socket opened later is in exactly this namespace,
+        whatever becomes of the caller's fd (a socket holds its namespace as long)."""
+        self.link_reader: LinkReader | None = link_reader
+        self._ns_fd: int | None = os.dup(ns_fd)
+        self._ipr: NamespaceRtnl | None = None
+
+    @property
+    def opened(self) -> bool:
+        """Whether the pyroute2 socket was needed (tests)."""
+        return self._ipr is not None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_ns_fd", "_ipr", "link_reader"):
+            raise AttributeError(name)
+        if self._ipr is None:
+            if self._ns_fd is None:
+                raise RuntimeError("rtnetlink handle used after close")  # a bug, not input
+            self._ipr = NamespaceRtnl(fileno=netlink_sockets_in(self._ns_fd, 1)[0])
+        return getattr(self._ipr, name)
+
+    def close(self) -> None:
+        if self.link_reader is not None:
+            self.link_reader.close()
+            self.link_reader = None
+        if self._ipr is not None:
+            self._ipr.close()
+            self._ipr = None
+        if self._ns_fd is not None:
+            os.close(self._ns_fd)
+            self._ns_fd = None
+
+
 def _close_quietly(sock: Any) -> None:
     try:
         sock.close()
@@ -419,9 +462,9 @@ class LinkEnvironment:
                 sock = NamespaceRtnl()
                 sock.link_reader = LinkReader()
             else:
-                write_fd, read_fd = netlink_sockets_in(self.fd(ref), 2)
-                sock = NamespaceRtnl(fileno=write_fd)
-                sock.link_reader = LinkReader(read_fd)
+                fd = self.fd(ref)
+                (read_fd,) = netlink_sockets_in(fd, 1)
+                sock = LazyRtnl(LinkReader(read_fd), fd)
             self._sockets[key] = sock
         return sock
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from dmn.opcodes.linux.links import addresses_of, all_links, by_index, by_name
-from dmn.opcodes.linux.netns import NamespaceRtnl
+from dmn.opcodes.linux.netns import LazyRtnl, NamespaceRtnl
 from tests.kernel.scratch import netns_path, unique
 from tests.kernel.world import world
 
@@ -49,7 +49,7 @@ def test_reader_matches_pyroute2_for_every_field() -> None:
         env = w.env(sb)
         for ns, plain in ((w.host, plain_host), (sb, plain_sb)):
             fast = env.rtnl(env.host if ns == w.host else env.sandbox)
-            assert isinstance(fast, NamespaceRtnl) and fast.link_reader is not None
+            assert isinstance(fast, NamespaceRtnl | LazyRtnl) and fast.link_reader is not None
             slow = sorted(all_links(plain), key=lambda x: x.index)
             quick = sorted(all_links(fast), key=lambda x: x.index)
             assert [_without_info(x) for x in quick] == [_without_info(x) for x in slow]
@@ -94,7 +94,7 @@ def test_reader_addresses_match_pyroute2() -> None:
             plain.link("set", index=index, state="up")  # the kernel adds fe80:: on up
         env = w.env()
         fast = env.rtnl(env.host)
-        assert isinstance(fast, NamespaceRtnl) and fast.link_reader is not None
+        assert isinstance(fast, NamespaceRtnl | LazyRtnl) and fast.link_reader is not None
         for index in (ia, ib):
             assert addresses_of(fast, index) == addresses_of(plain, index)
         assert [x.address for x in addresses_of(fast, ia)] == [

@@ -16,7 +16,7 @@ import pytest
 from dmn.opcodes.executor import ExecutorError
 from dmn.opcodes.linux.link_writer import encode
 from dmn.opcodes.linux.links import LinkState, by_index, by_name, link_request
-from dmn.opcodes.linux.netns import NamespaceRtnl
+from dmn.opcodes.linux.netns import LazyRtnl, NamespaceRtnl
 from tests.kernel.scratch import netns_path, unique
 from tests.kernel.world import world
 
@@ -50,7 +50,7 @@ def test_lean_and_pyroute2_writes_leave_the_same_links() -> None:
         sb = w.sandbox()
         env = w.env(sb)
         fast_host, fast_sb = env.rtnl(env.host), env.rtnl(env.sandbox)
-        assert isinstance(fast_sb, NamespaceRtnl) and fast_sb.link_reader is not None
+        assert isinstance(fast_sb, NamespaceRtnl | LazyRtnl) and fast_sb.link_reader is not None
         plain_host, plain_sb = w.ipr(w.host), w.ipr(sb)
         parent, _ = w.veth(w.host)
         lower = plain_host.link_lookup(ifname=parent)[0]
@@ -113,3 +113,26 @@ def test_lean_and_pyroute2_writes_leave_the_same_links() -> None:
                 assert back is not None and back.up and by_name(fast_sb, "m1") is None
         finally:
             os.close(sb_fd)
+
+
+@pytest.mark.adversarial
+def test_a_lazily_opened_socket_is_in_the_namespace_verified_first() -> None:
+    """The handle keeps its own duplicate of the namespace fd: when the environment's fd
+    is closed and its number reused for another namespace, the pyroute2 socket opened
+    later is still in the first namespace, never in the one the number now names."""
+    with world() as w:
+        first, other = w.sandbox(), w.sandbox()
+        only_in_first, _ = w.veth(first)
+        env = w.env(first)
+        handle = env.rtnl(env.sandbox)
+        assert isinstance(handle, LazyRtnl) and not handle.opened
+        number = env.fd(env.sandbox)
+        os.close(number)
+        reused = os.open(netns_path(other), os.O_RDONLY)
+        try:
+            assert reused == number  # the lowest free number: the same one
+            names = {x.get_attr("IFLA_IFNAME") for x in handle.get_links()}
+        finally:
+            os.close(reused)
+            env._fds.clear()  # closed above; the environment must not close it again
+        assert handle.opened and only_in_first in names

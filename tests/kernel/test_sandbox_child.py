@@ -225,3 +225,19 @@ def test_undo_after_the_sandbox_is_gone_is_a_noop() -> None:
         EXECUTORS[MACVLAN].undo(ctx, child.before, child.observed.outputs)
         assert EXECUTORS[MACVLAN].recover(ctx, child.before) is RecoveryObservation.NOT_APPLIED
         assert w.snapshot(w.host) == baseline
+
+
+def test_the_attach_and_removal_need_no_pyroute2_socket_in_the_sandbox() -> None:
+    """The sandbox's handle opens pyroute2 only on demand (``netns.LazyRtnl``): capture,
+    apply, observe and undo of a child all go out on the lean reader and writer."""
+    with world() as w:
+        sb = w.sandbox()
+        parent, _ = w.veth(w.host)
+        env = w.env(sb)
+        held = _held(w, env, parent)
+        child = drive(env, MACVLAN, {"parent": (held.output("parent"),)}, PARAMS, effect="create")
+        assert link(w.ipr(sb), "net1").alias == "dmn:op1:create"
+        child.undo()
+        held.undo()
+        assert by_name(w.ipr(sb), "net1") is None
+        assert env.rtnl(env.sandbox).opened is False
