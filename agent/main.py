@@ -253,6 +253,7 @@ def ovsdb_remote(value: str) -> str:
 
 
 def _fail(error: NodeStartError) -> int:
+    json_logs.flush()  # the reason stays the last line
     sys.stderr.write(f"{PROG}: error[{error.code}]: {error.message}\n")
     return error.status
 

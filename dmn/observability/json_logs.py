@@ -9,9 +9,12 @@ Field names never overwrite the fixed keys (``ts``, ``level``, ``logger``, ``msg
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import queue
 import re
+import threading
 import time
 from typing import Any
 
@@ -53,13 +56,93 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class _LineWriter:
+    """One thread writing queued records through ``handler``, in order."""
+
+    def __init__(self, handler: logging.Handler) -> None:
+        self.handler = handler
+        self.records: queue.SimpleQueue[logging.LogRecord | threading.Event | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread = threading.Thread(target=self._write, name="log-writer", daemon=True)
+        self._thread.start()
+
+    def _write(self) -> None:
+        while True:
+            item = self.records.get()
+            if item is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+            else:
+                self.handler.handle(item)
+
+    def flush(self, timeout: float) -> None:
+        done = threading.Event()
+        self.records.put(done)
+        done.wait(timeout)
+
+    def stop(self, timeout: float) -> None:
+        self.records.put(None)
+        self._thread.join(timeout)
+
+
+class _QueueingHandler(logging.Handler):
+    """Queues the record itself for the writer, its message resolved now (arguments that
+    change later cannot change the line); ``extra=`` fields and exception info are left
+    for the writer's formatter, so the lines are exactly those a handler in the caller's
+    thread wrote."""
+
+    def __init__(self, writer: _LineWriter) -> None:
+        super().__init__()
+        self.writer = writer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        record.msg, record.args = record.getMessage(), None
+        self.writer.records.put(record)
+
+
+_writer: _LineWriter | None = None
+
+
 def configure(level: str, fmt: str) -> None:
-    """Root logging for a process: ``fmt`` is ``text`` (key=value lines) or ``json``."""
+    """Root logging for a process: ``fmt`` is ``text`` (key=value lines) or ``json``.
+
+    Lines are written by one writer thread, in order; a logging thread only queues its
+    record. Why: an NRI hook logs a few lines, and each write to stderr (a file, or on a
+    node the runtime's log pipe, which blocks while its reader lags) cost the hook the
+    write and taking the interpreter lock back after it — 7.5 % of the agent's
+    RunPodSandbox samples in ``benchmarks/pod_storm.py``. :func:`flush` waits until what
+    was logged is written (before a last line written directly to stderr); interpreter
+    exit drains the queue (``atexit``); a SIGKILL loses at most the lines still queued.
+    Calling this again replaces the earlier writer, after draining it.
+    """
+    global _writer
     handler = logging.StreamHandler()
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    writer = _LineWriter(handler)
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [_QueueingHandler(writer)]
     root.setLevel(level.upper())
+    if _writer is not None:
+        _writer.stop(_DRAIN_TIMEOUT)
+    else:
+        atexit.register(_drain)
+    _writer = writer
+
+
+_DRAIN_TIMEOUT = 5.0
+
+
+def flush() -> None:
+    """Wait (5 s at most) until every line logged so far is written."""
+    if _writer is not None:
+        _writer.flush(_DRAIN_TIMEOUT)
+
+
+def _drain() -> None:
+    if _writer is not None:
+        _writer.stop(_DRAIN_TIMEOUT)
