@@ -14,11 +14,14 @@ real executors over namespace pins; appends each boundary name to ``out`` as it 
 ``coordinator`` (:mod:`tests.coordinator.crash_child`: the node services against the lab API
 server, killed at a runner or coordinator boundary).
 The rest of the request is that child's. Reply per request: ``{"signal": n}`` when the
-child was killed, else ``{"exit": code}``. :class:`CrashForkServer` is the test-side client.
+child was killed, else ``{"exit": code}``. :class:`CrashForkServer` is the test-side client;
+:func:`crash_fork_server` gives a session's tests one shared server.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import subprocess
@@ -78,9 +81,18 @@ def main() -> None:
 
 
 class CrashForkServer:
-    """The server as a long-lived child process of the test session."""
+    """The server as a long-lived child process of the test session.
+
+    Tests take one with :func:`crash_fork_server`, which hands every test of the session the
+    same process (its start — a fresh interpreter importing the executors — cost about a
+    quarter of the kernel lab's CPU when each matrix started its own). It keeps no state
+    between requests: every child is forked from the same idle, freshly imported server.
+    """
 
     def __init__(self, children: tuple[str, ...] = ("journal", "kernel")) -> None:
+        self.children = children
+        self.shared = False
+        self.busy = False
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.crash_fork_server", *children],
             cwd=ROOT,
@@ -89,23 +101,62 @@ class CrashForkServer:
             text=True,
         )
 
+    def alive(self) -> bool:
+        return self.proc.poll() is None and not self.busy
+
     def request(self, req: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.busy = True  # stays set if the caller is interrupted before the reply
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         assert line, "crash fork server died"
         reply: dict[str, Any] = json.loads(line)
+        self.busy = False
         return reply
 
     def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
+        """End this test's use. A shared server lives on for the next test unless a request
+        was cut off (a timeout, an interrupt): its reply could reach the next test, so it is
+        stopped and the next test gets a new one."""
+        if self.shared and self.alive():
+            return
+        _SHARED.pop(self.children, None)
+        self.stop()
+
+    def stop(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+        if self.busy:
+            self.proc.kill()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+_SHARED: dict[tuple[str, ...], CrashForkServer] = {}
+
+
+def crash_fork_server(children: tuple[str, ...] = ("journal", "kernel")) -> CrashForkServer:
+    """The session's server for ``children``, started on first use and stopped at exit."""
+    server = _SHARED.get(children)
+    if server is None or not server.alive():
+        if server is not None:
+            server.stop()
+        server = CrashForkServer(children)
+        server.shared = True
+        _SHARED[children] = server
+    return server
+
+
+@atexit.register
+def _stop_shared() -> None:
+    for server in list(_SHARED.values()):
+        server.stop()
+    _SHARED.clear()
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from dmn.lab.runtime.nri_runtime import LabPod
 from dmn.opcodes.linux.links import all_links
 from tests.coordinator.lab_node import LabNode, lab_node
 from tests.coordinator.test_end_to_end import snapshot
-from tests.crash_fork_server import CrashForkServer
+from tests.crash_fork_server import CrashForkServer, crash_fork_server
 from tests.kernel.scratch import netns_path, scratch_netns
 
 pytestmark = [pytest.mark.netns, pytest.mark.crash]
@@ -56,7 +56,7 @@ def node() -> Iterator[LabNode]:
 
 @pytest.fixture(scope="module")
 def fork_server() -> Iterator[CrashForkServer]:
-    server = CrashForkServer(children=("coordinator",))
+    server = crash_fork_server(("coordinator",))
     try:
         yield server
     finally:

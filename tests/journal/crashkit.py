@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from dmn.engine.bound import BoundProgram
-from tests.crash_fork_server import CrashForkServer
+from tests.crash_fork_server import CrashForkServer, crash_fork_server
 
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[CrashForkServer]:
-    s = CrashForkServer()
+    s = crash_fork_server()
     yield s
     s.close()
 

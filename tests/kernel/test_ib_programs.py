@@ -30,7 +30,7 @@ from dmn.engine.journal import EffectState
 from dmn.opcodes.linux.links import all_links, by_name
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
-from tests.crash_fork_server import CrashForkServer
+from tests.crash_fork_server import CrashForkServer, crash_fork_server
 from tests.fixtures.sysfs_layouts import CX3_HCA, SysfsBuilder, add_connectx3_ipoib
 from tests.kernel.node import Node, bind, call
 from tests.kernel.world import World, world
@@ -195,7 +195,7 @@ def test_impostor_at_the_recorded_ifindex_quarantines_ipoib_only(
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[CrashForkServer]:
-    s = CrashForkServer()
+    s = crash_fork_server()
     try:
         yield s
     finally:

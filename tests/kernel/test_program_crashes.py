@@ -17,7 +17,7 @@ import pytest
 
 from dmn.opcodes.linux.links import all_links
 from dmn.vocabulary.terms import Access
-from tests.crash_fork_server import CrashForkServer
+from tests.crash_fork_server import CrashForkServer, crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call
 from tests.kernel.world import World, host_handle, world
@@ -31,7 +31,7 @@ MAX_BOUNDARIES = 40
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[CrashForkServer]:
-    s = CrashForkServer()
+    s = crash_fork_server()
     try:
         yield s
     finally:

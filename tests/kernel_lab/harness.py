@@ -19,7 +19,10 @@ Inside the guest (``DMN_KERNEL_LAB_GUEST`` set by ``guest.py``) the plugin only 
 Environment knobs: ``DMN_KERNEL_LAB_TIMEOUT`` (hard VM timeout, s, default 2400:
 the guest session ran 740 s at CI load 5–12 before the PCI/VFIO, RDMA and devlink tests
 joined it, and a full run at load 14 overran 1500 s),
-``DMN_KERNEL_LAB_MEMORY`` (MiB, default 1024), ``DMN_KERNEL_LAB_CPUS`` (default 2).
+``DMN_KERNEL_LAB_MEMORY`` (MiB, default 1024), ``DMN_KERNEL_LAB_CPUS`` (default 2),
+``DMN_KERNEL_LAB_PROFILE`` (samples per second: the guest session runs under ``py-spy record
+--subprocesses`` and leaves collapsed stacks in ``profile.txt`` of its run folder; needs
+py-spy in the venv; TCG makes a few samples per second plenty for a twenty-minute session).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from tests.kernel_lab.image import REPO_ROOT, RUNS_ROOT, BootImage, ImageError, 
 from tests.kernel_lab.vm import QEMU, VmRun, qemu_command
 
 MARKER = "kernel_lab"
+PROFILE_ENV = "DMN_KERNEL_LAB_PROFILE"
 REPORTS = "reports.jsonl"
 KEEP_RUNS = 3
 APT_PACKAGES = ("qemu-system-x86", "busybox-static")
@@ -118,7 +122,9 @@ class LabSession:
             shutil.rmtree(old, ignore_errors=True)
         self.run_dir = runs / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         self.run_dir.mkdir()
-        request = {"nodeids": self.nodeids, "per_test_timeout": 900}
+        request: dict[str, Any] = {"nodeids": self.nodeids, "per_test_timeout": 900}
+        if _env_number(PROFILE_ENV, 0) > 0:
+            request["profile_hz"] = _env_number(PROFILE_ENV, 0)
         (self.run_dir / "request.json").write_text(json.dumps(request))
         # bytecode for the guest: it reads the host tree read-only, writes would land in tmpfs
         for folder in (

@@ -25,7 +25,6 @@ Read back with ``bridge -j vlan``, the links' netlink facts and ``ovs-vsctl``.
 from __future__ import annotations
 
 import copy
-import json
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -52,6 +51,7 @@ from tests.coordinator.lab_node import WAIT, LabNode, lab_node
 from tests.coordinator.test_end_to_end import snapshot
 from tests.kernel.scratch import netns_path, scratch_netns
 from tests.kernel_lab import netdevsim
+from tests.kernel_lab.bridge_vlans import vlans
 from tests.kernel_lab.ovs_switch import BRIDGE as OVS_BRIDGE
 from tests.kernel_lab.ovs_switch import OvsSwitch, ovs_switch
 
@@ -145,19 +145,6 @@ class Lab:
     def bridge_index(self) -> int:
         with IPRoute(netns=self.ns) as ipr:
             return int(ipr.link_lookup(ifname=BRIDGE)[0])
-
-
-def vlans(ns: str, ifname: str) -> list[tuple[int, bool, bool]]:
-    out = subprocess.run(
-        ["ip", "netns", "exec", ns, "bridge", "-j", "vlan", "show", "dev", ifname],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
-    entries = []
-    for row in json.loads(out or "[]"):
-        for v in row.get("vlans", []):
-            flags = v.get("flags", [])
-            entries.append((int(v["vlan"]), "PVID" in flags, "Egress Untagged" in flags))
-    return sorted(entries)
 
 
 def joined(join: Join) -> Any:

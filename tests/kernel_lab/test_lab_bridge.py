@@ -10,7 +10,6 @@ prove membership, VLAN tables, states and exact restoration — not forwarding.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,12 +22,13 @@ from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment
 from dmn.opcodes.executor import EffectContext, ExecutorError
 from dmn.opcodes.linux.links import by_name
 from dmn.opcodes.linux.netns import NamespaceRef
-from tests.crash_fork_server import CrashForkServer
+from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, World, world
 from tests.kernel_lab import netdevsim
+from tests.kernel_lab.bridge_vlans import vlans
 from tests.kernel_lab.test_lab_switchdev import rep_handle
 
 pytestmark = pytest.mark.kernel_lab
@@ -59,21 +59,8 @@ class Lab:
         ifname = self.reps[port][0]
         link = by_name(self.w.ipr(self.w.host), ifname)
         assert link is not None
-        return {"master": link.master, "mtu": link.mtu, "up": link.up, "vlans": vlans(self, ifname)}
-
-
-def vlans(lab: Lab, ifname: str) -> list[tuple[int, bool, bool]]:
-    out = subprocess.run(
-        ["ip", "netns", "exec", lab.w.host, "bridge", "-j", "vlan", "show", "dev", ifname],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
-    rows = json.loads(out or "[]")
-    entries = []
-    for row in rows:
-        for v in row.get("vlans", []):
-            flags = v.get("flags", [])
-            entries.append((int(v["vlan"]), "PVID" in flags, "Egress Untagged" in flags))
-    return sorted(entries)
+        tables = vlans(self.w.host, ifname)
+        return {"master": link.master, "mtu": link.mtu, "up": link.up, "vlans": tables}
 
 
 @pytest.fixture
@@ -177,7 +164,7 @@ def test_accelerated_bridge_cni_program_and_removal(lab: Lab, tmp_path: Path) ->
 @pytest.mark.crash
 def test_accelerated_bridge_cni_crash_at_every_boundary(lab: Lab, tmp_path: Path) -> None:
     node = Node(tmp_path / "state", lab.w.host, bridge_grants=(lab.grant,))
-    server = CrashForkServer()
+    server = crash_fork_server()
     try:
         baseline = lab.port()
         sandbox = lab.w.sandbox()

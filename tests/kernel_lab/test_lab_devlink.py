@@ -34,7 +34,7 @@ from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservati
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
-from tests.crash_fork_server import CrashForkServer
+from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node
 from tests.kernel.scratch import netns_path
@@ -231,7 +231,7 @@ def test_agent_eswitch_service_crash_at_every_boundary(
     w, dev = pf
     target = _target(dev)
     node = Node(tmp_path / "agent", w.host)
-    server = CrashForkServer()
+    server = crash_fork_server()
     try:
         program = eswitch_program(target)
         names = node.survey(target.operation_id, program, scope=target.scope)

@@ -29,7 +29,7 @@ from dmn.opcodes.device_environment import DeviceEnvironment, OvsBridgeGrant
 from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservation
 from dmn.opcodes.linux.links import by_name
 from dmn.opcodes.linux.netns import NamespaceRef
-from tests.crash_fork_server import CrashForkServer
+from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path, scratch_netns
@@ -291,7 +291,7 @@ def test_ovs_cni_program_forwards_its_vlan_then_removal_restores(lab: Lab, tmp_p
 @pytest.mark.crash
 def test_ovs_cni_crash_at_every_boundary(lab: Lab, tmp_path: Path) -> None:
     node = _node(lab, tmp_path)
-    server = CrashForkServer()
+    server = crash_fork_server()
     try:
         baseline = lab.world_state()
         sandbox = lab.w.sandbox()

@@ -46,7 +46,7 @@ from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservati
 from dmn.opcodes.linux.netns import NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
-from tests.crash_fork_server import CrashForkServer
+from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
 from tests.fixtures.policies import policy
 from tests.kernel.node import Node, bind, call
@@ -506,7 +506,7 @@ def test_vfio_line_crash_at_every_boundary(
 
     with world() as w:
         node = _node(w, tmp_path)
-        server = CrashForkServer()
+        server = crash_fork_server()
         try:
             sandbox = w.sandbox()
             ref = node.pin("vfio", sandbox)
@@ -556,7 +556,7 @@ def test_reset_crash_is_quarantined_never_repeated(lab: dict[str, Any], tmp_path
     repeats it) and still undoes the bind; every other boundary rolls back or completes."""
     with world() as w:
         node = _node(w, tmp_path)
-        server = CrashForkServer()
+        server = crash_fork_server()
         quarantined: list[str] = []
         try:
             program = _prepare("vr-survey", reset=True)

@@ -18,7 +18,7 @@ from dmn.engine.binder import bind_program
 from dmn.engine.bound import BoundProgram
 from dmn.interpreter.loader import load_plugin_dir
 from dmn.vocabulary.terms import Access
-from tests.crash_fork_server import CrashForkServer
+from tests.crash_fork_server import CrashForkServer, crash_fork_server
 from tests.kernel.node import Node, bind, call
 from tests.kernel.test_program_crashes import _crash_matrix
 from tests.kernel.world import World, host_handle, world
@@ -31,7 +31,7 @@ HOST_CHILD_PLUGIN = Path(__file__).parent / "plugins/ipvlan-host-child/v1"
 
 @pytest.fixture
 def node_world(tmp_path: Path) -> Iterator[tuple[Node, World, CrashForkServer]]:
-    server = CrashForkServer()
+    server = crash_fork_server()
     with world() as w:
         node = Node(tmp_path / "state", w.host)
         try:

@@ -17,7 +17,7 @@ import pytest
 
 from dmn.opcodes.linux.links import all_links, by_name
 from dmn.vocabulary.terms import Access
-from tests.crash_fork_server import CrashForkServer
+from tests.crash_fork_server import CrashForkServer, crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call
 from tests.kernel.world import World, add_address, host_handle, link, ping, world
@@ -156,7 +156,7 @@ def test_dual_vf_bond_vlan_topology(node_world: tuple[Node, World]) -> None:
 
 @pytest.mark.crash
 def test_bond_and_vlan_crash_at_every_boundary(tmp_path: Path) -> None:
-    server = CrashForkServer()
+    server = crash_fork_server()
     try:
         with world() as w:
             node = Node(tmp_path / "state", w.host)

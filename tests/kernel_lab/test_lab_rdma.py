@@ -67,7 +67,7 @@ from dmn.opcodes.linux.netns import NamespaceRef
 from dmn.opcodes.rdma.rdma_netlink import RdmaError, open_in
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
-from tests.crash_fork_server import CrashForkServer
+from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
 from tests.fixtures.policies import policy
 from tests.kernel.node import Node
@@ -574,7 +574,7 @@ def test_agent_rdma_path_crash_at_every_boundary(rxe_node: dict[str, Any], tmp_p
             os.close(init)
         return shared and _read(IB / rxe_node["name"] / "node_guid") == rxe_node["guid"]
 
-    server = CrashForkServer()
+    server = crash_fork_server()
     try:
         ref = node.pin("rdma", sandbox)
         # prepare changes nothing in the kernel: its boundaries are those of the journaled

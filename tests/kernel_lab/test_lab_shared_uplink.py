@@ -28,12 +28,13 @@ from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment, Uplin
 from dmn.opcodes.effect_records import HOLDING_STATES, RecordedEffect
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed
 from dmn.opcodes.linux.netns import NamespaceRef
-from tests.crash_fork_server import CrashForkServer
+from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, World, world
 from tests.kernel_lab import netdevsim
+from tests.kernel_lab.bridge_vlans import Table, bridge_vlan, vlan_tables, vlans
 from tests.kernel_lab.test_lab_switchdev import rep_handle
 
 pytestmark = pytest.mark.kernel_lab
@@ -42,34 +43,6 @@ KIND = "bridge/shared-uplink-vlan/v1"
 BRIDGE_MAC = "02:00:00:00:be:11"
 PLUGIN = "accelerated-bridge-cni-uplink"
 CONFIG = {"bridge": "tenant-br", "uplink": "rack-uplink", "vlan": 100, "trunk": [200], "mtu": 1450}
-
-Table = list[tuple[int, bool, bool]]
-
-
-def vlan_tables(ns: str, *dev: str) -> dict[str, Table]:
-    """Bridge VLAN tables (vid, pvid, untagged) by link name as iproute2 reads them: every
-    bridge port and bridge of ``ns`` (one ``bridge -j vlan show`` call), or one link's."""
-    only = ("dev", *dev) if dev else ()
-    out = subprocess.run(
-        ["ip", "netns", "exec", ns, "bridge", "-j", "vlan", "show", *only],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
-    tables: dict[str, Table] = {}
-    for row in json.loads(out or "[]"):
-        entries = tables.setdefault(row["ifname"], [])
-        for v in row.get("vlans", []):
-            flags = v.get("flags", [])
-            entries.append((int(v["vlan"]), "PVID" in flags, "Egress Untagged" in flags))
-    return {name: sorted(entries) for name, entries in tables.items()}
-
-
-def vlans(ns: str, ifname: str) -> Table:
-    return vlan_tables(ns, ifname).get(ifname, [])
-
-
-def bridge_vlan(ns: str, *args: str) -> None:
-    """An administrator's ``bridge vlan`` change (the adversary of these tests)."""
-    subprocess.run(["ip", "netns", "exec", ns, "bridge", "vlan", *args], check=True)
 
 
 @dataclass
@@ -375,7 +348,7 @@ def test_uplink_profile_crash_at_every_boundary(lab: Lab, tmp_path: Path, shared
     the reference is taken and released; the other effects' boundaries are the ``alone``
     matrix's, and each kill point costs seconds under TCG)."""
     node = Node(tmp_path / "state", lab.w.host, bridge_grants=(lab.grant,))
-    server = CrashForkServer()
+    server = crash_fork_server()
     try:
         if shared:
             holder = node.pin("holder", lab.w.sandbox())

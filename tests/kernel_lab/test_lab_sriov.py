@@ -20,7 +20,7 @@ from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservati
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
-from tests.crash_fork_server import CrashForkServer
+from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path
@@ -289,7 +289,7 @@ def test_sriov_cni_vf_settings_crash_at_every_boundary(
     and cleanup from the journal alone the PF's VF table is exactly as before."""
     w, dev = pf
     node = Node(tmp_path / "state", w.host)
-    server = CrashForkServer()
+    server = crash_fork_server()
     try:
         host = w.ipr(w.host)
         stand_in, _ = w.veth(w.host)

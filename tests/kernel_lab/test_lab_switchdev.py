@@ -23,7 +23,7 @@ from dmn.opcodes.linux.links import by_name
 from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
-from tests.crash_fork_server import CrashForkServer
+from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path
@@ -229,7 +229,7 @@ def test_sriov_cni_keeps_the_representor_down_and_unprepare_restores_it(
 def test_sriov_cni_representor_crash_at_every_boundary(switch: Any, tmp_path: Path) -> None:
     w, _, reps = switch
     node = Node(tmp_path / "state", w.host)
-    server = CrashForkServer()
+    server = crash_fork_server()
     try:
         stand_in, _ = w.veth(w.host)
         ifname = reps["pf0vf1"][0]
