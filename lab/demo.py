@@ -117,13 +117,19 @@ def observe(cluster: Cluster, name: str) -> TopologyResult:
 
 
 def wait_settled(cluster: Cluster, names: list[str], timeout: float) -> list[TopologyResult]:
-    """Poll until every topology has a Ready condition for its generation, or timeout."""
+    """Poll until every topology has a Ready condition for its generation, or timeout.
+
+    The pause between polls grows from 0.1 s to 1 s: every poll is an API read per topology,
+    and on a slow machine a fixed 10 per second took the CPU from the controller it waited for.
+    """
     deadline = time.monotonic() + timeout
+    pause = 0.1
     while True:
         results = [observe(cluster, name) for name in names]
         if all(x.ready != "Unknown" for x in results) or time.monotonic() >= deadline:
             return results
-        time.sleep(0.1)
+        time.sleep(pause)
+        pause = min(pause * 1.5, 1.0)
 
 
 def claim_body(
