@@ -140,14 +140,15 @@ class Node:
         boundary names of each phase (``run``, ``cleanup``), in order: what a crash matrix
         picks its kill points from (:mod:`tests.crash_points`)."""
         names: dict[str, list[str]] = {"run": [], "cleanup": []}
-        with self.runner(boundary=names["run"].append) as r:
+        phase = ["run"]
+        with self.runner(boundary=lambda name: names[phase[0]].append(name)) as r:
             env = self.env(sandbox, r.journal)  # type: ignore[arg-type]  # a JournalStore
             try:
                 result = r.run(op, scope or f"scope/{op}", program, env=env)
             finally:
                 env.close()
-        assert result.ok, (result.state, result.failure)
-        with self.runner(boundary=names["cleanup"].append) as r:
+            assert result.ok, (result.state, result.failure)
+            phase[0] = "cleanup"
             assert r.cleanup(op).state.value == "Undone"
         return names
 
