@@ -16,8 +16,8 @@ the devlink port of the VF's PCI function) is made by the test (:func:`joined`);
 representor itself — its netdev, switch ID, port name, bridge membership, VLANs and OVS port —
 is the kernel's. The bridge is a VLAN-filtering kernel bridge with an administrator-set MAC;
 OVS is a test-owned ``ovsdb-server`` + ``ovs-vswitchd`` (kernel datapath) in the lab node's
-namespace (here it proves that the Linux bridge path leaves OVSDB alone; the agent's ovs-cni
-run is not part of this module yet). A bridge named in config is only an alias: the real
+namespace: the agent's ovs-cni run makes the representor its port, and the Linux bridge path
+must leave OVSDB alone. A bridge named in config is only an alias: the real
 bridge's name and an ungranted VLAN are refused at NodePrepare before anything changes.
 Read back with ``bridge -j vlan``, the links' netlink facts and ``ovs-vsctl``.
 """
@@ -323,6 +323,27 @@ def test_agent_attaches_the_representor_to_the_approved_bridge_with_its_vlans(la
         with IPRoute(netns=lab.ns) as ipr:
             br = by_name(ipr, BRIDGE)
             assert br is not None and br.mac == BRIDGE_MAC and br.mtu == 1450  # untouched
+
+    run_and_remove(lab, p, attached)
+    release(lab, p)
+
+
+def test_agent_attaches_the_representor_to_the_approved_ovs_bridge_with_its_tag(lab: Lab) -> None:
+    """ovs-cni through the whole agent: the representor becomes a Port of the approved OVS
+    bridge with the claim's access tag, owned in OVSDB by the attachment's effect, in the
+    kernel datapath; removal leaves every OVSDB row, the datapath and the port as before."""
+    cls = device_class(lab, "sw-ovs", OVS_STEP)
+    p = allocated(lab, "sw-ovs", cls)
+
+    def attached() -> None:
+        state = lab.switch.state()
+        assert state["bridges"][OVS_BRIDGE][1] == [lab.rep]
+        _, tag, trunks, external_ids = state["ports"][lab.rep]
+        assert tag == 100 and trunks == [], (tag, trunks)
+        assert str(external_ids.get("dmn-owner", "")).startswith("dmn:"), external_ids
+        assert lab.rep in state["dp"]
+        port = lab.port()
+        assert port["up"] is True and port["mtu"] == 1450 and port["vlans"] == []
 
     run_and_remove(lab, p, attached)
     release(lab, p)
