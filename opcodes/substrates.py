@@ -60,8 +60,10 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         ("bridge/port-attach", "bridge/port-vlan"),
         ("opcodes/bridge/",),
         "lab kernel, VLAN-filtering bridge with netdevsim representors as ports (membership "
-        "and VLAN tables with `bridge -j vlan`; no forwarding: netdevsim has no VF netdev); "
-        "accelerated-bridge-cni",
+        "and VLAN tables with `bridge -j vlan`); accelerated-bridge-cni: broadcasts from "
+        "access ports of VLAN 100 (the port's PVID) and 200 (a trunk VLAN) reach the "
+        "representor's transmit counter, VLAN 400 ones do not (netdevsim has no VF netdev, "
+        "so nothing flows from its far side)",
     ),
     SubstrateRow(
         ("bridge/shared-uplink-vlan",),

@@ -4,8 +4,9 @@ the lab kernel, with netdevsim switchdev representors as the ports.
 The approved bridge is made by the test (VLAN filtering, a fixed MAC, up) and granted by alias
 through a :class:`DeviceEnvironment`, as the agent does from ``allowedHostBridges``. The
 port's VLAN table is checked with iproute2's ``bridge -j vlan show`` (an independent reader).
-netdevsim representors carry no traffic to a VF netdev (netdevsim makes none), so these tests
-prove membership, VLAN tables, states and exact restoration — not forwarding.
+netdevsim representors carry no traffic to a VF netdev (netdevsim makes none), so the tests
+prove membership, VLAN tables, states and exact restoration, and forwarding only as far as the
+representor: what the bridge floods to it by VLAN shows in its transmit counter.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from dmn.opcodes.linux.netns import NamespaceRef
 from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call
-from tests.kernel.scratch import netns_path
+from tests.kernel.scratch import netns_path, scratch_netns
 from tests.kernel.world import EXECUTORS, World, world
 from tests.kernel_lab import netdevsim
-from tests.kernel_lab.bridge_vlans import vlans
+from tests.kernel_lab.bridge_vlans import bridge_vlan, vlans
 from tests.kernel_lab.test_lab_switchdev import rep_handle
 
 pytestmark = pytest.mark.kernel_lab
@@ -146,19 +147,78 @@ def _connect(node: Node, lab: Lab, op: str, ref: Any) -> Any:
     return bind("accelerated-bridge-cni", "connect", c)
 
 
-def test_accelerated_bridge_cni_program_and_removal(lab: Lab, tmp_path: Path) -> None:
+def _access_port(lab: Lab, client: str, name: str, vid: int) -> None:
+    """A veth into ``client`` whose host end is an administrator's access port of ``vid`` on
+    the bridge (PVID, egress untagged; the default VLAN 1 removed)."""
+    ipr = lab.w.ipr(lab.w.host)
+    ipr.link("add", ifname=f"{name}h", kind="veth", peer=f"{name}c")
+    peer = ipr.link_lookup(ifname=f"{name}c")[0]
+    ipr.link("set", index=peer, net_ns_fd=netns_path(client))
+    host = ipr.link_lookup(ifname=f"{name}h")[0]
+    ipr.link("set", index=host, master=ipr.link_lookup(ifname=lab.bridge)[0], state="up")
+    bridge_vlan(lab.w.host, "add", "dev", f"{name}h", "vid", str(vid), "pvid", "untagged")
+    bridge_vlan(lab.w.host, "del", "dev", f"{name}h", "vid", "1")
+
+
+def _broadcasts(ns: str, dev: str, address: str, count: int) -> None:
+    subprocess.run(["ip", "-n", ns, "addr", "add", address, "dev", dev], check=True)
+    subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+    subprocess.run(
+        ["ip", "netns", "exec", ns, "ping", "-b", "-c", str(count), "-i", "0.2", "-W", "1",
+         "192.0.2.255"],
+        capture_output=True, check=False,
+    )  # fmt: skip
+
+
+def _tx_packets(lab: Lab) -> int:
+    msg = lab.w.ipr(lab.w.host).link("get", ifname=lab.reps["pf0vf1"][0])[0]
+    return int(msg.get_attr("IFLA_STATS64")["tx_packets"])
+
+
+def test_accelerated_bridge_cni_program_forwards_its_vlans_and_removal(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """The bridge forwards to the attached representor exactly its VLANs: broadcasts from an
+    access port of VLAN 100 (its PVID) and of VLAN 200 (a trunk VLAN) reach its transmit
+    counter, those of VLAN 400 (not its) do not. netdevsim makes no VF netdev, so nothing
+    flows from the representor's far side; this is the bridge's half of the path."""
     node = Node(tmp_path / "state", lab.w.host, bridge_grants=(lab.grant,))
-    try:
-        baseline = lab.port()
-        ref = node.pin("abr", lab.w.sandbox())
-        node.run("abr-conn", _connect(node, lab, "abr-conn", ref), sandbox=ref)
-        port = lab.port()
-        assert port["vlans"] == [(100, True, True), (200, False, False), (300, False, False)]
-        assert port["up"] is True and port["mtu"] == 1450
-        node.cleanup("abr-conn")
-        assert lab.port() == baseline
-    finally:
-        node.release_pins()
+    with (
+        scratch_netns("abra") as c100,
+        scratch_netns("abrb") as c200,
+        scratch_netns("abrc") as c400,
+    ):
+        for ns in (c100, c200, c400):
+            subprocess.run(
+                ["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
+                 "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"],
+                check=True,
+            )  # fmt: skip
+        for client, name, vid in ((c100, "xa", 100), (c200, "xb", 200), (c400, "xc", 400)):
+            _access_port(lab, client, name, vid)
+        try:
+            baseline = lab.port()
+            ref = node.pin("abr", lab.w.sandbox())
+            node.run("abr-conn", _connect(node, lab, "abr-conn", ref), sandbox=ref)
+            port = lab.port()
+            assert port["vlans"] == [(100, True, True), (200, False, False), (300, False, False)]
+            assert port["up"] is True and port["mtu"] == 1450
+            start = _tx_packets(lab)
+            _broadcasts(c400, "xcc", "192.0.2.3/24", 5)  # VLAN 400: not the port's
+            assert _tx_packets(lab) == start
+            _broadcasts(c100, "xac", "192.0.2.1/24", 5)  # VLAN 100: the port's PVID
+            after_pvid = _tx_packets(lab)
+            assert after_pvid - start >= 5
+            _broadcasts(c200, "xbc", "192.0.2.2/24", 5)  # VLAN 200: tagged on the port
+            assert _tx_packets(lab) - after_pvid >= 5
+            node.cleanup("abr-conn")
+            assert lab.port() == baseline
+        finally:
+            node.release_pins()
+            ipr = lab.w.ipr(lab.w.host)
+            for name in ("xah", "xbh", "xch"):
+                for index in ipr.link_lookup(ifname=name):
+                    ipr.link("del", index=index)
 
 
 @pytest.mark.crash
