@@ -121,7 +121,8 @@ class CrashForkServer:
         stopped and the next test gets a new one."""
         if self.shared and self.alive():
             return
-        _SHARED.pop(self.children, None)
+        if _SHARED.get(self.children) is self:
+            del _SHARED[self.children]
         self.stop()
 
     def stop(self) -> None:

@@ -30,6 +30,7 @@ from tests.kernel.scratch import netns_path, scratch_netns
 from tests.kernel.world import EXECUTORS, World, world
 from tests.kernel_lab import netdevsim
 from tests.kernel_lab.bridge_vlans import bridge_vlan, vlans
+from tests.kernel_lab.flood_probe import broadcasts, quiet, tx_packets
 from tests.kernel_lab.test_lab_switchdev import rep_handle
 
 pytestmark = pytest.mark.kernel_lab
@@ -160,21 +161,6 @@ def _access_port(lab: Lab, client: str, name: str, vid: int) -> None:
     bridge_vlan(lab.w.host, "del", "dev", f"{name}h", "vid", "1")
 
 
-def _broadcasts(ns: str, dev: str, address: str, count: int) -> None:
-    subprocess.run(["ip", "-n", ns, "addr", "add", address, "dev", dev], check=True)
-    subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
-    subprocess.run(
-        ["ip", "netns", "exec", ns, "ping", "-b", "-c", str(count), "-i", "0.2", "-W", "1",
-         "192.0.2.255"],
-        capture_output=True, check=False,
-    )  # fmt: skip
-
-
-def _tx_packets(lab: Lab) -> int:
-    msg = lab.w.ipr(lab.w.host).link("get", ifname=lab.reps["pf0vf1"][0])[0]
-    return int(msg.get_attr("IFLA_STATS64")["tx_packets"])
-
-
 def test_accelerated_bridge_cni_program_forwards_its_vlans_and_removal(
     lab: Lab, tmp_path: Path
 ) -> None:
@@ -189,11 +175,7 @@ def test_accelerated_bridge_cni_program_forwards_its_vlans_and_removal(
         scratch_netns("abrc") as c400,
     ):
         for ns in (c100, c200, c400):
-            subprocess.run(
-                ["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
-                 "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"],
-                check=True,
-            )  # fmt: skip
+            quiet(ns)
         for client, name, vid in ((c100, "xa", 100), (c200, "xb", 200), (c400, "xc", 400)):
             _access_port(lab, client, name, vid)
         try:
@@ -203,14 +185,15 @@ def test_accelerated_bridge_cni_program_forwards_its_vlans_and_removal(
             port = lab.port()
             assert port["vlans"] == [(100, True, True), (200, False, False), (300, False, False)]
             assert port["up"] is True and port["mtu"] == 1450
-            start = _tx_packets(lab)
-            _broadcasts(c400, "xcc", "192.0.2.3/24", 5)  # VLAN 400: not the port's
-            assert _tx_packets(lab) == start
-            _broadcasts(c100, "xac", "192.0.2.1/24", 5)  # VLAN 100: the port's PVID
-            after_pvid = _tx_packets(lab)
+            ipr, port = lab.w.ipr(lab.w.host), lab.reps["pf0vf1"][0]
+            start = tx_packets(ipr, port)
+            broadcasts(c400, "xcc", "192.0.2.3/24", 5)  # VLAN 400: not the port's
+            assert tx_packets(ipr, port) == start
+            broadcasts(c100, "xac", "192.0.2.1/24", 5)  # VLAN 100: the port's PVID
+            after_pvid = tx_packets(ipr, port)
             assert after_pvid - start >= 5
-            _broadcasts(c200, "xbc", "192.0.2.2/24", 5)  # VLAN 200: tagged on the port
-            assert _tx_packets(lab) - after_pvid >= 5
+            broadcasts(c200, "xbc", "192.0.2.2/24", 5)  # VLAN 200: tagged on the port
+            assert tx_packets(ipr, port) - after_pvid >= 5
             node.cleanup("abr-conn")
             assert lab.port() == baseline
         finally:

@@ -17,7 +17,6 @@ tag the executor wrote, in one direction.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path, scratch_netns
 from tests.kernel.world import EXECUTORS, World, world
 from tests.kernel_lab import netdevsim
+from tests.kernel_lab.flood_probe import broadcasts, quiet, tx_packets
 from tests.kernel_lab.ovs_switch import BRIDGE, OvsSwitch, ovs_switch
 from tests.kernel_lab.test_lab_switchdev import rep_handle
 
@@ -73,17 +73,13 @@ class Lab:
         return {"ovs": self.switch.state(), "reps": {p: self.rep(p) for p in self.reps}}
 
 
-def _sysctl(ns: str, *settings: str) -> None:
-    subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", *settings], check=True)
-
-
 @pytest.fixture(scope="module")
 def module_lab() -> Iterator[Lab]:
     """One netdevsim device and one switch for the module (their setup dominates each test's
     time under TCG); every test leaves them as it found them, which :func:`lab` enforces."""
     with world() as w, netdevsim.netdevsim_pf(w.host, vfs=2) as dev:
         # no IPv6 chatter: the representor's transmit counter must count forwarded frames only
-        _sysctl(w.host, "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+        quiet(w.host)
         netdevsim.switchdev(dev)
         reps = netdevsim.representors(dev)
         ipr = w.ipr(w.host)
@@ -225,21 +221,6 @@ def test_replaced_bridge_and_a_foreign_port_in_our_place_are_left_alone(lab: Lab
     assert rep in lab.switch.vsctl("list-ports", BRIDGE).split()
 
 
-def _broadcasts(ns: str, dev: str, address: str, count: int) -> None:
-    subprocess.run(["ip", "-n", ns, "addr", "add", address, "dev", dev], check=True)
-    subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
-    subprocess.run(
-        ["ip", "netns", "exec", ns, "ping", "-b", "-c", str(count), "-i", "0.2", "-W", "1",
-         "192.0.2.255"],
-        capture_output=True, check=False,
-    )  # fmt: skip
-
-
-def _tx_packets(lab: Lab) -> int:
-    msg = lab.w.ipr(lab.w.host).link("get", ifname=lab.reps["pf0vf1"][0])[0]
-    return int(msg.get_attr("IFLA_STATS64")["tx_packets"])
-
-
 def _access_port(lab: Lab, client: str, name: str, tag: int) -> None:
     """A veth into ``client`` whose host end is an administrator's access port of ``tag``."""
     ipr = lab.w.ipr(lab.w.host)
@@ -265,7 +246,7 @@ def test_ovs_cni_program_forwards_its_vlan_then_removal_restores(lab: Lab, tmp_p
     node = _node(lab, tmp_path)
     with scratch_netns("ovsc") as c100, scratch_netns("ovsd") as c200:
         for ns in (c100, c200):
-            _sysctl(ns, "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+            quiet(ns)
         _access_port(lab, c100, "va", 100)
         _access_port(lab, c200, "vb", 200)
         try:
@@ -277,11 +258,12 @@ def test_ovs_cni_program_forwards_its_vlan_then_removal_restores(lab: Lab, tmp_p
             system = by_name(lab.w.ipr(lab.w.host), "ovs-system")
             assert system is not None and lab.rep() == (1450, True, system.index)
             assert _port_row(lab, rep)["tag"] == 100 and rep in lab.switch.dp_ports()
-            start = _tx_packets(lab)
-            _broadcasts(c200, "vbc", "192.0.2.2/24", 5)  # VLAN 200: must not reach it
-            assert _tx_packets(lab) == start
-            _broadcasts(c100, "vac", "192.0.2.1/24", 5)  # VLAN 100: flooded to our port
-            assert _tx_packets(lab) - start >= 5
+            ipr = lab.w.ipr(lab.w.host)
+            start = tx_packets(ipr, rep)
+            broadcasts(c200, "vbc", "192.0.2.2/24", 5)  # VLAN 200: must not reach it
+            assert tx_packets(ipr, rep) == start
+            broadcasts(c100, "vac", "192.0.2.1/24", 5)  # VLAN 100: flooded to our port
+            assert tx_packets(ipr, rep) - start >= 5
             node.cleanup("ovs-conn")
             assert lab.world_state() == baseline
         finally:
