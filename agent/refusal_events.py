@@ -13,14 +13,13 @@ refusal itself.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from dmn.api.cluster import Cluster
 from dmn.api.cluster.events import EventRecorder
 from dmn.observability.metrics import EVENTS_RECORDED, REFUSALS
+from dmn.serial_worker import SerialWorker
 
 log = logging.getLogger(__name__)
 
@@ -52,27 +51,24 @@ def reason_of(error: str) -> str:
     )
 
 
+_Refusal = tuple[Mapping[str, Any], str, str]  # the object, the reason code, the message
+
+
 class RefusalReporter:
     def __init__(self, cluster: Cluster | None, node_name: str) -> None:
         self.recorder = EventRecorder(cluster, COMPONENT, node_name) if cluster else None
-        # an Event to write, a flush marker to set, or None to stop
-        self._queue: queue.Queue[tuple[Mapping[str, Any], str, str] | threading.Event | None] = (
-            queue.Queue(QUEUE_SIZE)
+        self._events: SerialWorker[_Refusal] = SerialWorker(
+            "refusal-events", self._write, QUEUE_SIZE
         )
         self.dropped = 0
-        self._thread: threading.Thread | None = None
 
     def start(self) -> RefusalReporter:
-        if self.recorder is not None and self._thread is None:
-            self._thread = threading.Thread(target=self._drain, name="refusal-events", daemon=True)
-            self._thread.start()
+        if self.recorder is not None:
+            self._events.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout)
-            self._thread = None
+        self._events.close(timeout)
 
     def refused(self, request: str, code: str, message: str, obj: Mapping[str, Any]) -> None:
         """Count the refusal and queue its Event (never blocks, never raises)."""
@@ -89,31 +85,15 @@ class RefusalReporter:
         )
         if self.recorder is None:
             return
-        try:
-            self._queue.put_nowait((obj, code, f"{request}: {message}"))
-        except queue.Full:
+        if not self._events.offer((obj, code, f"{request}: {message}")):
             self.dropped += 1
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every queued Event was written (tests); False on timeout."""
-        if self._thread is None:
-            return True
-        done = threading.Event()
-        try:
-            self._queue.put(done, timeout=timeout)
-        except queue.Full:
-            return False
-        return done.wait(timeout)
+        return self._events.flush(timeout)
 
-    def _drain(self) -> None:
+    def _write(self, refusal: _Refusal) -> None:
         assert self.recorder is not None
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
-            obj, code, message = item
-            if self.recorder.record(obj, "Warning", code, message) is not None:
-                EVENTS_RECORDED.labels(kind=str(obj.get("kind")), reason=code).inc()
+        obj, code, message = refusal
+        if self.recorder.record(obj, "Warning", code, message) is not None:
+            EVENTS_RECORDED.labels(kind=str(obj.get("kind")), reason=code).inc()

@@ -23,68 +23,32 @@ Contract:
 
 from __future__ import annotations
 
-import logging
-import queue
-import threading
 from collections.abc import Callable
 from typing import Any
 
-log = logging.getLogger(__name__)
+from dmn.serial_worker import SerialWorker
 
 CAPACITY = 1024
 
-_Task = Callable[[], Any] | threading.Event | None
+
+def _run(write: Callable[[], Any]) -> None:
+    write()
 
 
 class StatusWriter:
     def __init__(self, capacity: int = CAPACITY) -> None:
-        self._queue: queue.Queue[_Task] = queue.Queue(capacity)
-        self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
+        self._worker: SerialWorker[Callable[[], Any]] = SerialWorker(
+            "attachment-status", _run, capacity
+        )
 
     def submit(self, write: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         """Queue ``write(*args, **kwargs)`` behind every earlier write."""
-        self._ensure_started()
-        self._queue.put(lambda: write(*args, **kwargs))
+        self._worker.put(lambda: write(*args, **kwargs))
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until every write submitted so far has run; False on timeout."""
-        if self._thread is None:
-            return True
-        done = threading.Event()
-        self._queue.put(done)
-        return done.wait(timeout)
+        return self._worker.flush(timeout)
 
     def close(self, timeout: float = 30.0) -> None:
         """Write what is pending, then stop the thread (a later submit starts a new one)."""
-        with self._start_lock:  # a submit meanwhile waits for the next thread
-            thread, self._thread = self._thread, None
-            if thread is None:
-                return
-            self._queue.put(None)
-            thread.join(timeout)
-            if thread.is_alive():
-                log.warning("event=status-writer-slow pending=%d", self._queue.qsize())
-
-    def _ensure_started(self) -> None:
-        if self._thread is not None:
-            return
-        with self._start_lock:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._drain, name="attachment-status", daemon=True
-                )
-                self._thread.start()
-
-    def _drain(self) -> None:
-        while True:
-            task = self._queue.get()
-            if task is None:
-                return
-            if isinstance(task, threading.Event):
-                task.set()
-                continue
-            try:
-                task()
-            except Exception:
-                log.exception("event=status-write-failed")
+        self._worker.close(timeout)

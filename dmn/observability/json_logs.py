@@ -12,11 +12,11 @@ from __future__ import annotations
 import atexit
 import json
 import logging
-import queue
 import re
-import threading
 import time
 from typing import Any
+
+from dmn.serial_worker import SerialWorker
 
 _PAIR = re.compile(r"(?<![\w.-])([a-z][A-Za-z0-9_]*)=(\"[^\"]*\"|\S+)")
 _FIXED = ("ts", "level", "logger", "msg")
@@ -56,53 +56,22 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
-class _LineWriter:
-    """One thread writing queued records through ``handler``, in order."""
-
-    def __init__(self, handler: logging.Handler) -> None:
-        self.handler = handler
-        self.records: queue.SimpleQueue[logging.LogRecord | threading.Event | None] = (
-            queue.SimpleQueue()
-        )
-        self._thread = threading.Thread(target=self._write, name="log-writer", daemon=True)
-        self._thread.start()
-
-    def _write(self) -> None:
-        while True:
-            item = self.records.get()
-            if item is None:
-                return
-            if isinstance(item, threading.Event):
-                item.set()
-            else:
-                self.handler.handle(item)
-
-    def flush(self, timeout: float) -> None:
-        done = threading.Event()
-        self.records.put(done)
-        done.wait(timeout)
-
-    def stop(self, timeout: float) -> None:
-        self.records.put(None)
-        self._thread.join(timeout)
-
-
 class _QueueingHandler(logging.Handler):
     """Queues the record itself for the writer, its message resolved now (arguments that
     change later cannot change the line); ``extra=`` fields and exception info are left
     for the writer's formatter, so the lines are exactly those a handler in the caller's
     thread wrote."""
 
-    def __init__(self, writer: _LineWriter) -> None:
+    def __init__(self, writer: SerialWorker[logging.LogRecord]) -> None:
         super().__init__()
         self.writer = writer
 
     def emit(self, record: logging.LogRecord) -> None:
         record.msg, record.args = record.getMessage(), None
-        self.writer.records.put(record)
+        self.writer.put(record)
 
 
-_writer: _LineWriter | None = None
+_writer: SerialWorker[logging.LogRecord] | None = None
 
 
 def configure(level: str, fmt: str) -> None:
@@ -123,12 +92,12 @@ def configure(level: str, fmt: str) -> None:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    writer = _LineWriter(handler)
+    writer: SerialWorker[logging.LogRecord] = SerialWorker("log-writer", handler.handle).start()
     root = logging.getLogger()
     root.handlers[:] = [_QueueingHandler(writer)]
     root.setLevel(level.upper())
     if _writer is not None:
-        _writer.stop(_DRAIN_TIMEOUT)
+        _writer.close(_DRAIN_TIMEOUT)
     else:
         atexit.register(_drain)
     _writer = writer
@@ -145,4 +114,4 @@ def flush() -> None:
 
 def _drain() -> None:
     if _writer is not None:
-        _writer.stop(_DRAIN_TIMEOUT)
+        _writer.close(_DRAIN_TIMEOUT)
