@@ -58,7 +58,7 @@ class RefusalReporter:
     def __init__(self, cluster: Cluster | None, node_name: str) -> None:
         self.recorder = EventRecorder(cluster, COMPONENT, node_name) if cluster else None
         self._events: SerialWorker[_Refusal] = SerialWorker(
-            "refusal-events", self._write, QUEUE_SIZE
+            "refusal-events", self._write, QUEUE_SIZE, start_on_put=False
         )
         self.dropped = 0
 

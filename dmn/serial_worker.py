@@ -15,9 +15,14 @@ Contract:
   counts). ``capacity=0`` means unbounded, through a :class:`queue.SimpleQueue`, whose
   ``put`` is reentrant: a log record may be queued from a signal handler or a finalizer that
   interrupted another ``put`` on the same thread.
-* The thread starts on the first item (or :meth:`start`). :meth:`flush` waits until every
-  item queued before it has been handled; :meth:`close` flushes, stops the thread and
-  returns whether it stopped within the timeout. A later item starts a new thread.
+* :meth:`flush` waits until every item queued before it has been handled; :meth:`close`
+  flushes, stops the thread and returns whether it stopped within the timeout.
+* ``start_on_put=True`` (the status writer): the first item starts the thread, and an item
+  queued after :meth:`close` starts a new one; one queued while ``close`` runs waits for it.
+  ``start_on_put=False`` (log lines, refusal Events): only :meth:`start` starts the thread,
+  and ``put``/``offer`` never take a lock or start a thread, so they never wait on a
+  ``close`` — not even from a signal handler that interrupted that ``close`` on the same
+  thread; items queued before ``start`` or after ``close`` stay queued, unhandled.
 """
 
 from __future__ import annotations
@@ -38,9 +43,16 @@ class _Stop:
 
 
 class SerialWorker(Generic[T]):
-    def __init__(self, name: str, handle: Callable[[T], object], capacity: int = 0) -> None:
+    def __init__(
+        self,
+        name: str,
+        handle: Callable[[T], object],
+        capacity: int = 0,
+        start_on_put: bool = True,
+    ) -> None:
         self.name = name
         self._handle = handle
+        self._start_on_put = start_on_put
         self._queue: (
             queue.Queue[T | threading.Event | _Stop]
             | queue.SimpleQueue[T | threading.Event | _Stop]
@@ -62,12 +74,14 @@ class SerialWorker(Generic[T]):
 
     def put(self, item: T) -> None:
         """Queue ``item`` behind every earlier one, waiting while the queue is full."""
-        self.start()
+        if self._start_on_put:
+            self.start()
         self._queue.put(item)
 
     def offer(self, item: T) -> bool:
-        """Queue ``item`` unless the queue is full; never waits."""
-        self.start()
+        """Queue ``item`` unless the queue is full; never waits for room."""
+        if self._start_on_put:
+            self.start()
         try:
             self._queue.put_nowait(item)
         except queue.Full:

@@ -92,7 +92,9 @@ def configure(level: str, fmt: str) -> None:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    writer: SerialWorker[logging.LogRecord] = SerialWorker("log-writer", handler.handle).start()
+    writer: SerialWorker[logging.LogRecord] = SerialWorker(
+        "log-writer", handler.handle, start_on_put=False
+    ).start()
     root = logging.getLogger()
     root.handlers[:] = [_QueueingHandler(writer)]
     root.setLevel(level.upper())

@@ -87,3 +87,30 @@ def test_an_unbounded_worker_accepts_an_item_from_a_signal_handler() -> None:
         signal.signal(signal.SIGUSR1, previous)
         worker.close(5)
     assert "from-handler" in seen and len(seen) == 201
+
+
+@pytest.mark.adversarial
+def test_without_start_on_put_a_put_during_close_neither_waits_nor_starts_a_thread() -> None:
+    """The log writer's mode: a record logged while ``close`` drains (another thread, or a
+    signal handler on the closing one) is queued at once and never handled by a new thread."""
+    gate = threading.Event()
+    seen: list[str] = []
+
+    def handle(item: str) -> None:
+        gate.wait(5)
+        seen.append(item)
+
+    worker: SerialWorker[str] = SerialWorker("t-nowait", handle, start_on_put=False)
+    worker.put("before-start")
+    assert worker.pending == 1  # queued, not handled: only start() starts the thread
+    worker.start()
+    closer = threading.Thread(target=worker.close, args=(5,))
+    closer.start()
+    while not worker._start_lock.locked():
+        threading.Event().wait(0.01)
+    worker.put("during-close")  # returns although close holds the lock
+    gate.set()
+    closer.join(5)
+    assert seen == ["before-start"]
+    assert worker.pending == 1  # queued behind the stop marker, left unhandled
+    assert all(t.name != "t-nowait" for t in threading.enumerate())
