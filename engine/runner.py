@@ -26,7 +26,10 @@ mutates anything (intent, before-image, Undoing) is written to the WAL without i
 fdatasync. A SIGKILL loses no written record (the WAL is in the page cache; the crash matrix
 kills at every boundary), and the only crash that can lose it, the machine's, also resets
 every link it describes (recovery knows records of an earlier boot by their boot id).
-An operation of N such effects costs one synced commit, its end record (or the caller's).
+An operation of N such effects costs one synced commit, its end record (or the caller's);
+its removal costs none: the Undone end record of an operation whose every effect is
+boot-volatile says only that links are gone, which a machine crash makes true by itself
+(:attr:`RunResult.boot_volatile` tells the caller so, for its own removal record).
 
 With ``sync_end=False`` (:meth:`Runner.run`, :meth:`Runner.cleanup`) the operation's end
 record (Completed with the last outcome, or the final Undone) is written unsynced too and
@@ -124,6 +127,11 @@ class RunResult:
     ``state`` is Completed (``exports`` hold the verified outputs), Undone (``failure`` says
     why when it was a failed run) or Quarantined (``quarantined`` lists the effect ids).
     ``replayed`` is true when a completed operation's saved result was returned.
+    ``boot_volatile`` is true when every effect of the operation is of a boot-volatile opcode:
+    what it changed is state only the running kernel holds, so its Undone end record was
+    written without a sync of its own and a caller's record that only says "undone" need not
+    be synced either (a machine crash, the only thing that can lose such a record, makes it
+    true by itself).
     """
 
     operation_id: str
@@ -132,13 +140,16 @@ class RunResult:
     failure: Failure | None = None
     replayed: bool = False
     quarantined: tuple[str, ...] = ()
+    boot_volatile: bool = False
 
     @property
     def ok(self) -> bool:
         return self.state is OperationState.COMPLETED
 
     @classmethod
-    def of(cls, op: OperationRecord, replayed: bool = False) -> RunResult:
+    def of(
+        cls, op: OperationRecord, replayed: bool = False, *, boot_volatile: bool = False
+    ) -> RunResult:
         return cls(
             operation_id=op.operation_id,
             state=op.state,
@@ -146,6 +157,7 @@ class RunResult:
             failure=op.failure,
             replayed=replayed,
             quarantined=tuple(e.id for e in op.quarantined),
+            boot_volatile=boot_volatile,
         )
 
 
@@ -330,7 +342,7 @@ class Runner:
             if op is None:
                 if fences:
                     self.journal.commit(None, fences=fences)
-                return RunResult(operation_id, OperationState.UNDONE)
+                return RunResult(operation_id, OperationState.UNDONE, boot_volatile=True)
             if op.state in UNFINISHED_STATES:
                 self._recover(op)
             if op.state is OperationState.COMPLETED:
@@ -338,7 +350,7 @@ class Runner:
                 self._compensate(op, None, fences=fences)
             elif fences:
                 self.journal.commit(None, fences=fences)
-            return RunResult.of(op)
+            return RunResult.of(op, boot_volatile=self._boot_volatile(op))
 
     def fence(self, scope: str, reason: str, operation_id: str = "") -> None:
         """Record a terminal fence on ``scope`` without undoing anything (one commit).
@@ -396,6 +408,12 @@ class Runner:
         what the record describes. Unknown kinds are synced."""
         executor = self.executors.get(kind)
         return executor is None or not executor.spec.boot_volatile
+
+    def _boot_volatile(self, op: OperationRecord) -> bool:
+        """Is every effect of ``op`` of a boot-volatile opcode (:meth:`_synced_before`)? Then
+        everything it changed is state a machine crash resets, and an Undone end record of it
+        is not synced on its own (:meth:`_compensate`)."""
+        return all(not self._synced_before(rec.kind) for rec in op.effects)
 
     def _forward(self, op: OperationRecord, start: int, *, intent: bool = False) -> None:
         """Apply effects ``start..`` then Complete; compensate on the first failure.
@@ -719,8 +737,13 @@ class Runner:
             self._boundary(f"after-undo:{rec.id}")
             pending.append(rec)
         op.state = OperationState.QUARANTINED if op.quarantined else OperationState.UNDONE
-        # a fence is never left to ride: it guards against older runs, not just this one
-        self.journal.commit(op, pending, fence_list, sync=self._sync_end or bool(fence_list))
+        # an Undone operation of boot-volatile effects says only that links are gone, which a
+        # machine crash (the only thing that loses an unsynced record) also makes true; a
+        # Quarantined one is synced (an operator must find it); a fence is never left to
+        # ride: it guards against older runs, not just this one
+        volatile = op.state is OperationState.UNDONE and self._boot_volatile(op)
+        sync = (self._sync_end and not volatile) or bool(fence_list)
+        self.journal.commit(op, pending, fence_list, sync=sync)
         self._boundary("after-compensated")
         _log.info("operation=%s event=%s", op.operation_id, op.state.value.lower())
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from dmn.agent.coordinator.step_grants import StepGrants
@@ -27,6 +28,17 @@ from dmn.opcodes.device_environment import CDI_ROOT, OVSDB_REMOTE, DeviceEnviron
 from dmn.opcodes.effect_records import EffectRecords
 
 log = logging.getLogger("dmn.agent.coordinator.coordinator")
+
+
+@dataclass(frozen=True, slots=True)
+class UndoOutcome:
+    """What :meth:`NodeOperations.undo_all` did: ``complete`` when every operation is Undone;
+    ``boot_volatile`` when, moreover, every one of them changed only state a machine crash
+    resets (links in the running kernel) — a record that only says "removed" may then ride
+    with the next synced commit instead of being synced on its own."""
+
+    complete: bool
+    boot_volatile: bool
 
 
 def short_digest(value: str) -> str:
@@ -151,7 +163,11 @@ class NodeOperations:
     def undo(self, operations: Iterable[str], *, sync_end: bool = True) -> bool:
         """Cleanup operations in the given order; True when every one is Undone.
         ``sync_end=False``: the caller's next synced commit makes the last Undone durable."""
-        ok = True
+        return self.undo_all(operations, sync_end=sync_end).complete
+
+    def undo_all(self, operations: Iterable[str], *, sync_end: bool = True) -> UndoOutcome:
+        """:meth:`undo`, also telling whether every operation undone was boot-volatile."""
+        ok, volatile = True, True
         for op in operations:
             try:
                 res = self.runner.cleanup(op, sync_end=sync_end)
@@ -159,10 +175,11 @@ class NodeOperations:
                 ok = False
                 log.error("event=cleanup-busy operation=%s error=%s", op, exc)
                 continue
+            volatile = volatile and res.boot_volatile
             if res.state.value != "Undone":
                 ok = False
                 log.error("event=cleanup-incomplete operation=%s state=%s", op, res.state)
-        return ok
+        return UndoOutcome(ok, ok and volatile)
 
     def holding(self, operations: Iterable[str]) -> list[str]:
         """The recorded operations among ``operations`` that still hold what they touched:

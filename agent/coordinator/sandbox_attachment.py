@@ -602,13 +602,17 @@ class SandboxAttachmentService:
                 self._invalidate(rec, att, "sandbox removed")
                 self.operations.boundary("after-removing")
             self._repin_from_runtime(rec, att)
-            if not self.operations.undo(reversed(rec.operations), sync_end=False):
+            undone = self.operations.undo_all(reversed(rec.operations), sync_end=False)
+            if not undone.complete:
                 with self.journal.batch() as b:  # Removing and what ran, durable now
                     b.put_attachment(rec)
                 raise Refusal("E_CLEANUP_INCOMPLETE", f"sandbox {sandbox_id}", retryable=True)
-            # synced: also makes the fence, Removing and the last Undone durable
+            # synced: also makes the fence, Removing and the last Undone durable — unless
+            # every operation undone was boot-volatile (links only): then what Removed says
+            # is also what a machine crash makes true (the attachment of that earlier boot is
+            # resolved at start), and a killed process keeps the record (issue 15)
             rec.state = AttachmentState.REMOVED
-            with self.journal.batch() as b:
+            with self.journal.batch(sync=not undone.boot_volatile) as b:
                 b.put_attachment(rec)
                 b.delete_pin(att)
             self.operations.boundary("after-removed")

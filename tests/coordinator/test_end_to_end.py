@@ -99,7 +99,10 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
             assert prep.state is PreparationState.PREPARED and prep.revision.name == node.revision
 
             sb = LabPod("sb-1", pod_uid, "c1-pod", "default", netns_path(sandbox))
+            commits = node.services.journal.commits
             node.runtime.run_pod_sandbox(sb)
+            # one synced commit (Ready): every record before it describes links only
+            assert node.services.journal.commits - commits == 1
             with IPRoute(netns=sandbox) as ipr:
                 net1 = by_name(ipr, "net1")
                 assert net1 is not None and net1.kind == "macvlan" and net1.mtu == 1500
@@ -146,7 +149,11 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
 
             # kubelet's order: StopPodSandbox tears the network down, NodeUnprepare follows,
             # RemovePodSandbox (garbage collection) may come much later
+            commits = node.services.journal.commits
             node.runtime.stop_pod_sandbox("sb-1")
+            # no synced commit: fence, Removing, Undone and Removed describe links only, which
+            # a machine crash resets too (the start-up resolves that boot's attachment)
+            assert node.services.journal.commits - commits == 0
             with IPRoute(netns=sandbox) as ipr:
                 assert [x.name for x in all_links(ipr)] == ["lo"]
             assert (

@@ -90,7 +90,8 @@ def test_end_record_rides_with_the_callers_commit_when_asked() -> None:
     assert op is not None and op.state is OperationState.COMPLETED
     assert [e.state for e in op.effects] == [EffectState.APPLIED] * 3
     base = journal.commits
-    assert runner.cleanup("op1", sync_end=False).state is OperationState.UNDONE
+    undone = runner.cleanup("op1", sync_end=False)
+    assert undone.state is OperationState.UNDONE and not undone.boot_volatile
     assert journal.commits - base == 3  # one per undo; the final Undone rides
     assert state(world) == INITIAL
     # the next call syncs its end record on its own again
@@ -658,8 +659,9 @@ def volatile_executors(world: World) -> dict:
 
 def test_boot_volatile_effects_cost_one_synced_commit_on_rocksdb(tmp_path: Path) -> None:
     """Intent and before-images of boot-volatile effects ride with the end record: a run of
-    three such effects is one fdatasync, its cleanup (with a fence) two, without a fence one;
-    what was written unsynced is in the store after it is closed and reopened."""
+    three such effects is one fdatasync; its cleanup none (its Undone says only that links
+    are gone, which a machine crash makes true too), with a fence one (the fence's); what
+    was written unsynced is in the store after it is closed and reopened."""
     from dmn.agent.journal.store import JournalStore
 
     world = World(data=copy.deepcopy(foreign_world()))
@@ -669,17 +671,21 @@ def test_boot_volatile_effects_cost_one_synced_commit_on_rocksdb(tmp_path: Path)
         assert runner.run("op1", "att/a", child_program()).ok
         assert store.commits - base == 1
         base = store.commits
-        assert runner.cleanup("op1").state is OperationState.UNDONE
-        assert store.commits - base == 1
+        undone = runner.cleanup("op1")
+        assert undone.state is OperationState.UNDONE and undone.boot_volatile
+        assert store.commits - base == 0
         assert runner.run("op2", "att/b", child_program()).ok
         base = store.commits
         assert runner.cleanup("op2", fence_scope="att/b").state is OperationState.UNDONE
-        assert store.commits - base == 2  # a fence is synced with the first Undoing
+        assert store.commits - base == 1  # a fence is synced with the first Undoing
         assert runner.run("op3", "att/c", child_program(), sync_end=False).ok
     with JournalStore.open(tmp_path) as store:
         op = store.load_operation("op3")
         assert op is not None and op.state is OperationState.COMPLETED
         assert [e.state for e in op.effects] == [EffectState.APPLIED] * 3
+        op = store.load_operation("op1")
+        assert op is not None and op.state is OperationState.UNDONE
+        assert [e.state for e in op.effects] == [EffectState.UNDONE] * 3
 
 
 @pytest.mark.parametrize(
