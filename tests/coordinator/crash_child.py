@@ -2,10 +2,10 @@
 
 Forked by :mod:`tests.crash_fork_server` (``child: coordinator``), or run alone as
 ``python -m tests.coordinator.crash_child <request.json>``: the request names the lab API
-server, the agent's state dir and host namespace, the node's personas and link facts (as
-the parent's agent saw them), the call (prepare, unprepare, run_pod, stop_pod or
-synchronize) and the boundary to die at (a runner boundary or a coordinator commit's,
-``coordinator:...``).
+server, the agent's state dir, host namespace and ``--ovsdb-remote``, the node's personas
+and their link and representor facts (as the parent's agent saw them), the call (prepare,
+unprepare, run_pod, stop_pod or synchronize) and the boundary to die at (a runner boundary
+or a coordinator commit's, ``coordinator:...``).
 Every boundary passed is appended to ``out`` first, so the parent knows where it died.
 """
 
@@ -19,21 +19,36 @@ from pathlib import Path
 from typing import Any
 
 from dmn.agent.coordinator import NodeConfig, NodeServices
-from dmn.agent.coordinator.handles import LinkFacts
+from dmn.agent.coordinator.handles import FunctionFacts, LinkFacts, RdmaFacts, RepresentorFacts
 from dmn.agent.personas.model import Persona, PersonaSet
 from dmn.api.cluster import Cluster, connect
 
 
 class Devices:
+    """The parent agent's device view as the request carried it (personas, and the link and
+    representor facts of its inventory): the child scans nothing."""
+
     def __init__(self, req: dict[str, Any]) -> None:
         self._personas = PersonaSet(tuple(Persona.from_json(p) for p in req["personas"]), {}, ())
         self._links = {k: LinkFacts(**v) for k, v in req["links"].items()}
+        self._representors = {
+            k: RepresentorFacts(**v) for k, v in req.get("representors", {}).items()
+        }
 
     def personas(self) -> PersonaSet:
         return self._personas
 
     def link(self, inventory_id: str) -> LinkFacts | None:
         return self._links.get(inventory_id)
+
+    def function(self, inventory_id: str) -> FunctionFacts | None:
+        return None
+
+    def rdma(self, inventory_id: str) -> tuple[RdmaFacts, ...]:
+        return ()
+
+    def representor(self, inventory_id: str) -> RepresentorFacts | None:
+        return self._representors.get(inventory_id)
 
 
 def main() -> int:
@@ -54,6 +69,7 @@ def child(req: dict[str, Any]) -> int:
         node_uid=req["node_uid"],
         state_dir=Path(req["state_dir"]),
         host_netns=req["host_netns"],
+        **({"ovsdb_remote": req["ovsdb_remote"]} if req.get("ovsdb_remote") else {}),
     )
     services = NodeServices.open(
         config, Cluster(connect(url=req["url"])), Devices(req), boundary=boundary

@@ -71,11 +71,14 @@ def killed(
     (recovering) afterwards."""
     devices = node.services.devices
     personas = devices.personas()
-    links = {}
+    links, representors = {}, {}
     for p in personas.personas:
         facts = devices.link(p.inventory_id)
         if facts is not None:
             links[p.inventory_id] = dataclasses.asdict(facts)
+        rep = devices.representor(p.inventory_id)
+        if rep is not None:
+            representors[p.inventory_id] = dataclasses.asdict(rep)
     out = node.root / f"boundaries-{next(_n)}.txt"
     request = {
         "child": "coordinator",
@@ -86,6 +89,8 @@ def killed(
         "node_uid": node.agent.config.node_uid,
         "personas": [p.to_json() for p in personas.personas],
         "links": links,
+        "representors": representors,
+        "ovsdb_remote": node.agent.config.ovsdb_remote,
         "call": call,
         "crash_at": crash_at,
         "out": str(out),

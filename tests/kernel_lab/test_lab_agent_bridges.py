@@ -19,7 +19,9 @@ OVS is a test-owned ``ovsdb-server`` + ``ovs-vswitchd`` (kernel datapath) in the
 namespace: the agent's ovs-cni run makes the representor its port, and the Linux bridge path
 must leave OVSDB alone. A bridge named in config is only an alias: the real
 bridge's name and an ungranted VLAN are refused at NodePrepare before anything changes.
-Read back with ``bridge -j vlan``, the links' netlink facts and ``ovs-vsctl``.
+Read back with ``bridge -j vlan``, the links' netlink facts and ``ovs-vsctl``. The whole agent
+is also SIGKILLed on the Linux-bridge path (a coordinator child process, as
+``tests/coordinator/test_crash.py`` does on the host) and recovers exactly.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from dmn.agent.coordinator import Refusal
 from dmn.agent.inventory import Inventory
 from dmn.agent.inventory.facts import Representor
 from dmn.agent.inventory.live import LinkSource
+from dmn.agent.journal.records import AttachmentState
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
 from dmn.lab.allocator.service import ClaimService
@@ -48,7 +51,10 @@ from dmn.lab.node import inventory as lab_inventory
 from dmn.lab.runtime.nri_runtime import LabPod
 from dmn.opcodes.linux.links import by_name
 from tests.coordinator.lab_node import WAIT, LabNode, lab_node
+from tests.coordinator.test_crash import killed
 from tests.coordinator.test_end_to_end import snapshot
+from tests.crash_fork_server import crash_fork_server
+from tests.crash_points import full_matrix
 from tests.kernel.scratch import netns_path, scratch_netns
 from tests.kernel_lab import netdevsim
 from tests.kernel_lab.bridge_vlans import vlans
@@ -379,3 +385,71 @@ def test_a_bridge_named_in_config_is_only_ever_an_alias(lab: Lab) -> None:
     lab.node.cluster.apply(copy.deepcopy(bad))
     (topo,) = wait_settled(lab.node.cluster, ["sw-badname"], WAIT)
     assert topo.ready == "False", topo
+
+
+# The whole agent (a coordinator child of the crash fork server) killed on the Linux-bridge
+# path: in the bridge program's run (the representor attached, its VLANs not yet), after
+# Ready, after the bridge program's undo on removal (detached, the VF still in the sandbox)
+# and at the VF's move back. Every boundary of these opcodes is killed in their own program
+# matrices (tests/crash_points.py); these show that the agent's recovery — grants and bridge
+# re-resolved from the journal alone, the representor found by its recorded identity — and
+# the runtime's retries finish each. Under TCG the coordinator fork server's start alone is
+# about a minute and each kill half of one, so CI kills at the removal's half-done point
+# only; DMN_CRASH_MATRIX=full kills at all four.
+AGENT_KILLS = [
+    ("stop", "after-undo:attach"),
+    *(
+        [
+            ("run", "after-apply:attach"),
+            ("run", "coordinator:after-ready"),
+            ("stop", "after-undoing:move"),
+        ]
+        if full_matrix()
+        else []
+    ),
+]
+
+
+@pytest.mark.crash
+@pytest.mark.adversarial
+@pytest.mark.parametrize(("phase", "crash_at"), AGENT_KILLS)
+def test_the_agent_killed_on_the_bridge_path_is_recovered_exactly(
+    lab: Lab, phase: str, crash_at: str
+) -> None:
+    cls = lab.classes.get("bridge") or device_class(lab, "sw-crash", BRIDGE_STEP)
+    lab.classes["bridge"] = cls
+    name = f"sw-crash-{phase}-{crash_at.replace(':', '-')}"
+    p = allocated(lab, name, cls)
+    baseline = lab.world()
+    meta = p.claim["metadata"]
+    lab.node.services.preparation.prepare("default", meta["name"], meta["uid"])
+    server = crash_fork_server(("coordinator",))
+    with scratch_netns("dmbrk") as sandbox:
+        sb = LabPod(f"sb-{name}", p.pod_uid, p.pod["metadata"]["name"], "default",
+                    netns_path(sandbox))  # fmt: skip
+        if phase == "run":
+            call = {"action": "run_pod", "namespace": "default",
+                    "pod_name": sb.name, "pod_uid": p.pod_uid, "sandbox": sb.id,
+                    "netns": netns_path(sandbox)}  # fmt: skip
+            assert killed(lab.node, call, crash_at, server)[-1] == crash_at
+            lab.node.runtime.run_pod_sandbox(sb)  # the runtime's retry
+        else:
+            lab.node.runtime.run_pod_sandbox(sb)
+        port = lab.port()
+        assert port["master"] == lab.bridge_index(), port
+        assert port["vlans"] == [(100, True, True), (200, False, False), (300, False, False)]
+        assert port["up"] is True and port["mtu"] == 1450
+        if phase == "stop":
+            call = {"action": "stop_pod", "pod_uid": p.pod_uid, "sandbox": sb.id}
+            assert killed(lab.node, call, crash_at, server)[-1] == crash_at
+            # recovery finished the undo: nothing of the Pod is left on the bridge or in the
+            # sandbox, and the representor is down again (as NodePrepare left it)
+            assert lab.port() == {**baseline["port"], "up": False}
+        lab.node.runtime.stop_pod_sandbox(sb.id)
+        lab.node.runtime.remove_pod_sandbox(sb.id)
+        att = lab.node.services.attachments.attachment(p.pod_uid, sb.id)
+        assert att is not None and att.state is AttachmentState.REMOVED
+    lab.node.services.preparation.unprepare(meta["uid"])
+    assert lab.node.services.pins.list() == []
+    assert lab.world() == baseline
+    release(lab, p)
