@@ -47,6 +47,8 @@ def main(argv: list[str]) -> int:
         if rc >= 0:
             return rc
     os.environ[GUEST_ENV] = str(run_dir)
+    if request.get("crash_matrix"):
+        os.environ["DMN_CRASH_MATRIX"] = str(request["crash_matrix"])  # tests.crash_points
     import pytest  # imported after the environment is set: the plugin reads it at load time
 
     print(f"LAB-PYTEST-START uptime={_uptime()}", flush=True)

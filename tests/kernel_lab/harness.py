@@ -40,6 +40,7 @@ from typing import Any
 
 import pytest
 
+from tests.crash_points import FULL_ENV
 from tests.kernel_lab.guest import GUEST_ENV
 from tests.kernel_lab.image import REPO_ROOT, RUNS_ROOT, BootImage, ImageError, prepare
 from tests.kernel_lab.vm import QEMU, VmRun, qemu_command
@@ -125,6 +126,8 @@ class LabSession:
         request: dict[str, Any] = {"nodeids": self.nodeids, "per_test_timeout": 900}
         if _env_number(PROFILE_ENV, 0) > 0:
             request["profile_hz"] = _env_number(PROFILE_ENV, 0)
+        # the guest collects the same parameters as the host (a full matrix has more)
+        request["crash_matrix"] = os.environ.get(FULL_ENV, "")
         (self.run_dir / "request.json").write_text(json.dumps(request))
         # bytecode for the guest: it reads the host tree read-only, writes would land in tmpfs
         for folder in (
