@@ -12,6 +12,7 @@ unreachable).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
@@ -109,6 +110,8 @@ class _Server(HTTPServer):
         self.rejected = 0
         #: accepted connections not yet picked up by a worker
         self.waiting = 0
+        #: connections a worker is serving (see :meth:`server_close`)
+        self._serving: set[socket.socket] = set()
 
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, addr = super().get_request()
@@ -137,11 +140,14 @@ class _Server(HTTPServer):
     def _serve_one(self, request: Any, client_address: Any) -> None:
         with self._count:
             self.waiting -= 1
+            self._serving.add(request)
         try:
             self.finish_request(request, client_address)
         except Exception:
             self.handle_error(request, client_address)
         finally:
+            with self._count:
+                self._serving.discard(request)
             self.shutdown_request(request)
             self._slots.release()
 
@@ -149,7 +155,18 @@ class _Server(HTTPServer):
         log.info("webhook connection error client=%s", client_address)
 
     def server_close(self) -> None:
+        """Stop accepting, then end the connections being served: their read side is shut,
+        so a worker waiting for the next request on a kept-alive connection (kube-apiserver
+        keeps its webhook connections open) sees end-of-stream now, while a response being
+        written still goes out. Why: interpreter exit joins the pool's threads, and such a
+        worker used to sit out its read timeout — the controller took 20–30 s to exit on
+        SIGTERM, and the lab's ``down`` killed it after 20."""
         super().server_close()
+        with self._count:
+            serving = list(self._serving)
+        for conn in serving:
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(conn, socket.SHUT_RD)  # the TCP socket under TLS
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 

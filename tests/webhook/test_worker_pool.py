@@ -138,3 +138,46 @@ def _post_or_none(server: WebhookServer, ca_file: Path) -> dict[str, object] | N
 def test_pool_size_is_checked() -> None:
     with pytest.raises(ValueError):
         WebhookServer(None, default_registry(), cert_file="x", key_file="y", workers=0)
+
+
+def test_stop_ends_kept_alive_connections_so_the_workers_exit(tmp_path: Path) -> None:
+    """kube-apiserver keeps its webhook connections open between reviews. Stopping the
+    server ends such an idle connection (the client reads end-of-stream) and its worker
+    exits: before, the worker waited out its 30-s read timeout, and because interpreter
+    exit joins the pool's threads the controller took that long to exit on SIGTERM."""
+    ca = ThrowawayCA()
+    (tmp_path / "ca.crt").write_bytes(ca.pem())
+    ca.issue(tmp_path / "tls.crt", tmp_path / "tls.key")
+    server = WebhookServer(
+        None,
+        default_registry(),
+        cert_file=str(tmp_path / "tls.crt"),
+        key_file=str(tmp_path / "tls.key"),
+    )
+    before = _workers()
+    url = server.start()
+    host, port = url.removeprefix("https://").split(":")
+    ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=60)
+    try:
+        conn.request("GET", "/healthz")
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("Connection") != "close"
+        resp.read()
+        assert conn.sock is not None  # kept alive, idle: its worker waits for a request
+        assert _workers() > before
+        server.stop()
+        conn.sock.settimeout(10)  # well inside the 30-s read timeout the worker waited out
+        assert _ended(conn.sock)  # the server ended it
+        wait_for(lambda: _workers() == before, timeout=10, interval=0.05)
+    finally:
+        conn.close()
+        server.stop()
+
+
+def _ended(sock: socket.socket) -> bool:
+    """The peer ended the connection: end-of-stream, or the TLS layer's alert for it."""
+    try:
+        return sock.recv(1) == b""
+    except (ssl.SSLError, ConnectionError):
+        return True
