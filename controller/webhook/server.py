@@ -17,6 +17,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
@@ -38,6 +39,9 @@ IO_TIMEOUT = 30.0
 #: Worker threads serving connections, and connections that may wait for a free worker.
 DEFAULT_WORKERS = 8
 DEFAULT_BACKLOG = 32
+#: Seconds a stopping server keeps serving its kept-alive connections (each answered with
+#: ``Connection: close``) before it ends those that stayed idle (see ``_Server.server_close``).
+DRAIN_GRACE = 2.0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -53,15 +57,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        if self.server.waiting > 0:
-            # a kept-alive idle connection must not hold a worker others wait for. Said in
-            # the response (this header also sets close_connection): a client that is not
-            # told keeps the connection for its next request and may write it just as we
-            # close — kube-apiserver then fails that admission call with "http: server
-            # closed idle connection" (a POST is not retried), seen in the e2e suite
+        if self.server.waiting > 0 or self.server.draining:
+            # a kept-alive idle connection must not hold a worker others wait for, nor keep
+            # a stopping server alive. Said in the response (this header also sets
+            # close_connection): a client that is not told keeps the connection for its next
+            # request and may write it just as we close — kube-apiserver then fails that
+            # admission call with "http: server closed idle connection" (a POST is not
+            # retried), seen in the e2e suite
             self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
+        self.server.mark(self.connection, busy=False)
+
+    def parse_request(self) -> bool:
+        self.server.mark(self.connection, busy=True)  # a request line came in
+        return super().parse_request()
 
     def do_GET(self) -> None:
         if self.path == "/healthz":
@@ -110,8 +120,10 @@ class _Server(HTTPServer):
         self.rejected = 0
         #: accepted connections not yet picked up by a worker
         self.waiting = 0
-        #: connections a worker is serving (see :meth:`server_close`)
-        self._serving: set[socket.socket] = set()
+        #: connections a worker is serving -> whether a request of it is being handled
+        self._serving: dict[socket.socket, bool] = {}
+        #: the server is stopping: responses close their connection (see server_close)
+        self.draining = False
 
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, addr = super().get_request()
@@ -140,31 +152,49 @@ class _Server(HTTPServer):
     def _serve_one(self, request: Any, client_address: Any) -> None:
         with self._count:
             self.waiting -= 1
-            self._serving.add(request)
+            self._serving[request] = False
         try:
             self.finish_request(request, client_address)
         except Exception:
             self.handle_error(request, client_address)
         finally:
             with self._count:
-                self._serving.discard(request)
+                self._serving.pop(request, None)
             self.shutdown_request(request)
             self._slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.info("webhook connection error client=%s", client_address)
 
-    def server_close(self) -> None:
-        """Stop accepting, then end the connections being served: their read side is shut,
-        so a worker waiting for the next request on a kept-alive connection (kube-apiserver
-        keeps its webhook connections open) sees end-of-stream now, while a response being
-        written still goes out. Why: interpreter exit joins the pool's threads, and such a
-        worker used to sit out its read timeout — the controller took 20–30 s to exit on
-        SIGTERM, and the lab's ``down`` killed it after 20."""
-        super().server_close()
+    def mark(self, conn: socket.socket, *, busy: bool) -> None:
         with self._count:
-            serving = list(self._serving)
-        for conn in serving:
+            if conn in self._serving:
+                self._serving[conn] = busy
+
+    def server_close(self, grace: float = DRAIN_GRACE) -> None:
+        """Stop accepting, drain, then end what stayed idle.
+
+        kube-apiserver keeps its webhook connections open and sends later reviews over them,
+        also to a replica that is shutting down (its endpoint view lags). For ``grace``
+        seconds every request on them is still answered, with ``Connection: close``, which
+        retires that connection cleanly; then the connections with no request in hand get
+        their read side shut, so their workers see end-of-stream at once, and one that is
+        answering a request finishes it. Why: interpreter exit joins the pool's threads, and
+        a worker waiting on an idle connection used to sit out its 30-s read timeout — the
+        controller took that long to exit on SIGTERM (the lab's ``down`` killed it after
+        20 s) — while closing at once lost reviews already on their way (the e2e rollout
+        probe saw them time out)."""
+        super().server_close()
+        self.draining = True
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            with self._count:
+                if not self._serving:
+                    break
+            time.sleep(0.05)
+        with self._count:
+            idle = [conn for conn, busy in self._serving.items() if not busy]
+        for conn in idle:
             with contextlib.suppress(OSError):
                 socket.socket.shutdown(conn, socket.SHUT_RD)  # the TCP socket under TLS
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -217,9 +217,13 @@ def admin(upstream_lab: UpstreamLab) -> Iterator[Cluster]:
 
 @pytest.fixture
 def pods(admin: Cluster) -> Iterator[list[str]]:
-    """Names of Pods the test creates; deleted afterwards and waited for (the next test
-    counts devices, capacity and links, so nothing of this one may linger)."""
+    """Names of Pods the test creates; deleted afterwards and waited for, and so are the
+    ResourceClaims generated for them (the next test counts devices, capacity and links, so
+    nothing of this one may linger: a generated claim outlives its Pod until the garbage
+    collector deletes it, and until then it keeps its share of a link allocated)."""
     created: list[str] = []
     yield created
+    owners = lab_pods.uids(admin, *created)
     lab_pods.delete(admin, *created)
     lab_pods.wait_gone(admin, *created)
+    lab_pods.wait_claims_gone(admin, owners)

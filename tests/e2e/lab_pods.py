@@ -112,6 +112,29 @@ def delete(admin: Cluster, *names: str) -> None:
             admin.delete(r.PODS, name, NAMESPACE)
 
 
+def uids(admin: Cluster, *names: str) -> set[str]:
+    """The UIDs of those of ``names`` that exist."""
+    found = set()
+    for name in names:
+        with contextlib.suppress(NotFound):
+            found.add(uid(admin, name))
+    return found
+
+
+def wait_claims_gone(admin: Cluster, pod_uids: set[str]) -> None:
+    """Wait until no ResourceClaim generated for (owned by) these Pods is left."""
+
+    def owned() -> list[str]:
+        return [
+            c["metadata"]["name"]
+            for c in admin.list(r.RESOURCE_CLAIMS, NAMESPACE).items
+            if any(o.get("uid") in pod_uids for o in c["metadata"].get("ownerReferences") or [])
+        ]
+
+    if pod_uids:
+        wait_for(lambda: not owned(), timeout=WAIT, interval=0.5, what="generated claims deleted")
+
+
 def uid(admin: Cluster, name: str) -> str:
     return str(admin.get(r.PODS, name, NAMESPACE)["metadata"]["uid"])
 

@@ -55,6 +55,10 @@ def main(argv: list[str]) -> int:
     args = [
         "-p",
         "no:cacheprovider",
+        # no lab test uses hypothesis; its plugin imports it whole (about half a second on
+        # the host, many times that under TCG)
+        "-p",
+        "no:hypothesispytest",
         "-o",
         f"timeout={int(request.get('per_test_timeout', 900))}",
         "-v",

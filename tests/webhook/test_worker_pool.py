@@ -181,3 +181,44 @@ def _ended(sock: socket.socket) -> bool:
         return sock.recv(1) == b""
     except (ssl.SSLError, ConnectionError):
         return True
+
+
+def test_a_review_on_a_kept_alive_connection_while_stopping_is_answered_and_closes_it(
+    tmp_path: Path,
+) -> None:
+    """The API server's view of the webhook's endpoints lags: it may still send a review
+    over a kept-alive connection to a replica that is stopping. That review is answered,
+    with ``Connection: close`` (the client retires the connection cleanly), not lost."""
+    ca = ThrowawayCA()
+    (tmp_path / "ca.crt").write_bytes(ca.pem())
+    ca.issue(tmp_path / "tls.crt", tmp_path / "tls.key")
+    server = WebhookServer(
+        None,
+        default_registry(),
+        cert_file=str(tmp_path / "tls.crt"),
+        key_file=str(tmp_path / "tls.key"),
+    )
+    url = server.start()
+    host, port = url.removeprefix("https://").split(":")
+    ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=30)
+    stopping = threading.Thread(target=server.stop)
+    try:
+        conn.request("GET", "/healthz")
+        conn.getresponse().read()
+        httpd = server._httpd
+        assert httpd is not None
+        stopping.start()
+        wait_for(lambda: httpd.draining, timeout=10, interval=0.01)
+        request = req("NetworkTopology", G, "CREATE", example("vfio"))
+        body = json.dumps(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+        )
+        conn.request("POST", "/validate", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("Connection") == "close"
+        assert json.loads(resp.read())["response"]["uid"] == request["uid"]
+    finally:
+        conn.close()
+        stopping.join(30)
+        server.stop()
