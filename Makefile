@@ -4,10 +4,22 @@ VENV_STAMP := .venv/.installed
 
 .PHONY: setup lab test lint typecheck unit
 
-$(VENV_STAMP): pyproject.toml
-	python3 -m venv .venv
-	.venv/bin/pip install -q -U pip setuptools wheel
-	.venv/bin/pip install -q -e '.[test]'
+# The venv is installed with uv (from PyPI, pinned): it resolves the same versions as pip
+# (same index, same `pip freeze`) in about 12 s where pip took 49 s on this machine, most of
+# that pip's one-file-at-a-time unpacking and byte-compiling. uv lives in a small venv of its
+# own outside the clone, made on first use; the project's venv is seeded with pip (the image
+# build runs `pip download` in it).
+UV_VERSION := 0.13.9
+UV_HOME ?= $(HOME)/.cache/dra-multi-network/uv-$(UV_VERSION)
+UV := $(UV_HOME)/bin/uv
+
+$(UV):
+	python3 -m venv $(UV_HOME)
+	$(UV_HOME)/bin/pip install -q uv==$(UV_VERSION)
+
+$(VENV_STAMP): pyproject.toml | $(UV)
+	$(UV) venv -q --seed --allow-existing .venv
+	VIRTUAL_ENV=$(CURDIR)/.venv $(UV) pip install -q --compile-bytecode -e '.[test]'
 	touch $(VENV_STAMP)
 
 setup: $(VENV_STAMP)

@@ -20,6 +20,7 @@ Environment knobs: ``DMN_KERNEL_LAB_TIMEOUT`` (hard VM timeout, s, default 2400:
 the guest session ran 740 s at CI load 5–12 before the PCI/VFIO, RDMA and devlink tests
 joined it, and a full run at load 14 overran 1500 s),
 ``DMN_KERNEL_LAB_MEMORY`` (MiB, default 1024), ``DMN_KERNEL_LAB_CPUS`` (default 2),
+``DMN_KERNEL_LAB_CPU_MODEL`` (qemu -cpu, default Nehalem: see ``vm.CPU_MODEL``),
 ``DMN_KERNEL_LAB_PROFILE`` (samples per second: the guest session runs under ``py-spy record
 --subprocesses`` and leaves collapsed stacks in ``profile.txt`` of its run folder; needs
 py-spy in the venv; TCG makes a few samples per second plenty for a twenty-minute session).
