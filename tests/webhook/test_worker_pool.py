@@ -28,6 +28,20 @@ from tests.webhook.test_admission import G, post, req
 pytestmark = pytest.mark.adversarial
 
 
+def _server(tmp_path: Path, **pool: int) -> WebhookServer:
+    """A webhook on a throwaway CA's certificate (``ca.crt`` in ``tmp_path``), not started."""
+    ca = ThrowawayCA()
+    (tmp_path / "ca.crt").write_bytes(ca.pem())
+    ca.issue(tmp_path / "tls.crt", tmp_path / "tls.key")
+    return WebhookServer(
+        None,
+        default_registry(),
+        cert_file=str(tmp_path / "tls.crt"),
+        key_file=str(tmp_path / "tls.key"),
+        **pool,
+    )
+
+
 def _stalled(url: str) -> socket.socket:
     """A TCP connection that never starts its TLS handshake (holds a worker until timeout)."""
     host, port = url.removeprefix("https://").split(":")
@@ -41,17 +55,7 @@ def _workers() -> int:
 def test_connections_beyond_workers_and_backlog_are_closed_not_threaded(
     tmp_path: Path,
 ) -> None:
-    ca = ThrowawayCA()
-    (tmp_path / "ca.crt").write_bytes(ca.pem())
-    ca.issue(tmp_path / "tls.crt", tmp_path / "tls.key")
-    server = WebhookServer(
-        None,
-        default_registry(),
-        cert_file=str(tmp_path / "tls.crt"),
-        key_file=str(tmp_path / "tls.key"),
-        workers=2,
-        backlog=1,
-    )
+    server = _server(tmp_path, workers=2, backlog=1)
     url = server.start()
     held: list[socket.socket] = []
     try:
@@ -85,17 +89,7 @@ def test_a_connection_closed_for_a_waiting_one_says_so_in_its_response(
     closed after its response, and the response says ``Connection: close``: a client that
     was not told would reuse it for its next request and race the close (kube-apiserver
     reported such a call as "server closed idle connection" and refused the write)."""
-    ca = ThrowawayCA()
-    (tmp_path / "ca.crt").write_bytes(ca.pem())
-    ca.issue(tmp_path / "tls.crt", tmp_path / "tls.key")
-    server = WebhookServer(
-        None,
-        default_registry(),
-        cert_file=str(tmp_path / "tls.crt"),
-        key_file=str(tmp_path / "tls.key"),
-        workers=1,
-        backlog=1,
-    )
+    server = _server(tmp_path, workers=1, backlog=1)
     url = server.start()
     host, port = url.removeprefix("https://").split(":")
     ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
@@ -145,15 +139,7 @@ def test_stop_ends_kept_alive_connections_so_the_workers_exit(tmp_path: Path) ->
     server ends such an idle connection (the client reads end-of-stream) and its worker
     exits: before, the worker waited out its 30-s read timeout, and because interpreter
     exit joins the pool's threads the controller took that long to exit on SIGTERM."""
-    ca = ThrowawayCA()
-    (tmp_path / "ca.crt").write_bytes(ca.pem())
-    ca.issue(tmp_path / "tls.crt", tmp_path / "tls.key")
-    server = WebhookServer(
-        None,
-        default_registry(),
-        cert_file=str(tmp_path / "tls.crt"),
-        key_file=str(tmp_path / "tls.key"),
-    )
+    server = _server(tmp_path)
     before = _workers()
     url = server.start()
     host, port = url.removeprefix("https://").split(":")
@@ -189,15 +175,7 @@ def test_a_review_on_a_kept_alive_connection_while_stopping_is_answered_and_clos
     """The API server's view of the webhook's endpoints lags: it may still send a review
     over a kept-alive connection to a replica that is stopping. That review is answered,
     with ``Connection: close`` (the client retires the connection cleanly), not lost."""
-    ca = ThrowawayCA()
-    (tmp_path / "ca.crt").write_bytes(ca.pem())
-    ca.issue(tmp_path / "tls.crt", tmp_path / "tls.key")
-    server = WebhookServer(
-        None,
-        default_registry(),
-        cert_file=str(tmp_path / "tls.crt"),
-        key_file=str(tmp_path / "tls.key"),
-    )
+    server = _server(tmp_path)
     url = server.start()
     host, port = url.removeprefix("https://").split(":")
     ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
