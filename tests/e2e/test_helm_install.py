@@ -42,6 +42,7 @@ from dmn.api.identity import DRIVER
 from dmn.lab import manifests
 from dmn.lab.cluster import PLUGIN_DIR, chart_manifests
 from dmn.lab.demo import TOPOLOGIES, wait_settled
+from dmn.lab.node import HOST_DEVICE_TOPOLOGY
 from dmn.lab.pod_demo import NAMESPACE, claim_template
 from dmn.lab.upstream import build
 from dmn.lab.upstream.cluster import UpstreamLab
@@ -92,11 +93,14 @@ def macvlan_template(helm_session: Session) -> None:
 
 @pytest.fixture
 def pods(admin: Cluster) -> Iterator[list[str]]:
-    """Pods the test creates; deleted and waited for (the next test counts links)."""
+    """Pods the test creates; deleted and waited for, with their generated claims (the next
+    test counts links and shares)."""
     created: list[str] = []
     yield created
+    owners = lab_pods.uids(admin, *created)
     lab_pods.delete(admin, *created)
     lab_pods.wait_gone(admin, *created)
+    lab_pods.wait_claims_gone(admin, owners)
 
 
 def _driver_pods(admin: Cluster, selector: str, terminating: bool = False) -> list[dict[str, Any]]:
@@ -284,8 +288,9 @@ def test_the_unprivileged_agent_attaches_with_only_the_charts_capabilities(
     namespace pins (bind mounts) all work with those two capabilities. The pins live in the
     agent container's mount namespace only — none reaches the host's (the price the chart's
     values document: they do not survive a restart of the agent's container) — and the Pods'
-    deletion removes every attachment (journal: Removed) and every pin. Then ``helm
-    upgrade`` back to the privileged default."""
+    deletion removes every attachment (journal: Removed) and every pin. The same agent then
+    hands a whole lab link to a Pod (host-cni) and gives it back. Then ``helm upgrade`` back
+    to the privileged default."""
     assert isinstance(lab.driver, HelmDriver)
     granted = {"NET_ADMIN", "SYS_ADMIN"}
     try:
@@ -340,10 +345,37 @@ def test_the_unprivileged_agent_attaches_with_only_the_charts_capabilities(
         done = [a for a in _journal(lab)["attachments"] if a["identity"]["podUID"] in uids]
         assert len(done) == 2 and {a["state"] for a in done} == {"Removed"}, done
         assert not [m for m in _mounts(pid) if m.startswith(pins)]
+        lab_pods.wait_claims_gone(admin, uids)  # their shares free the links for a handoff
+        _whole_link_handoff(lab, admin, kubectl, pods)
     finally:
         lab.driver.upgrade({"nodeAgent": {"privileged": True}})
     (agent,) = _driver_pods(admin, AGENT)
     assert agent["spec"]["containers"][0]["securityContext"]["privileged"] is True
+
+
+def _whole_link_handoff(
+    lab: UpstreamLab, admin: Cluster, kubectl: Kubectl, pods: list[str]
+) -> None:
+    """The unprivileged agent hands a whole lab link to a Pod (host-cni: the link moved into
+    the sandbox under ``net1``, its MTU and state set) and gives it back on deletion: the
+    same links on the host, the moved one with its MAC, the attachment Removed."""
+    admin.apply(HOST_DEVICE_TOPOLOGY)
+    (result,) = wait_settled(admin, ["lab-host-device"], WAIT)
+    assert result.ready == "True", result
+    admin.apply(claim_template("lab-host-device", result.device_classes[0]))
+    before = lab_pods.host_links()
+    lab_pods.run(admin, pods, "unpriv-host", "lab-host-device")
+    lab_pods.wait_running(admin, "unpriv-host")
+    pod_uid = lab_pods.uid(admin, "unpriv-host")
+    (moved,) = [n for n in LAB_LINKS if n not in lab_pods.host_links()]
+    shown = kubectl.exec("unpriv-host", "ip", "-o", "link", "show", "net1")
+    assert shown.returncode == 0 and before[moved]["address"] in shown.stdout, shown.stdout
+    lab_pods.delete(admin, "unpriv-host")
+    lab_pods.wait_gone(admin, "unpriv-host")
+    after = lab_pods.host_links()
+    assert set(after) == set(before), sorted(set(after) ^ set(before))
+    assert after[moved]["address"] == before[moved]["address"]
+    assert lab_pods.attachment_states(lab, pod_uid) == {"Removed"}
 
 
 def uninstall_leaves_nothing_that_blocks_the_api_server(lab: UpstreamLab, admin: Cluster) -> None:
