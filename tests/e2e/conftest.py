@@ -223,7 +223,4 @@ def pods(admin: Cluster) -> Iterator[list[str]]:
     collector deletes it, and until then it keeps its share of a link allocated)."""
     created: list[str] = []
     yield created
-    owners = lab_pods.uids(admin, *created)
-    lab_pods.delete(admin, *created)
-    lab_pods.wait_gone(admin, *created)
-    lab_pods.wait_claims_gone(admin, owners)
+    lab_pods.remove(admin, *created)

@@ -135,6 +135,15 @@ def wait_claims_gone(admin: Cluster, pod_uids: set[str]) -> None:
         wait_for(lambda: not owned(), timeout=WAIT, interval=0.5, what="generated claims deleted")
 
 
+def remove(admin: Cluster, *names: str) -> None:
+    """Delete the Pods and wait until they and the claims generated for them are gone (a
+    generated claim outlives its Pod until garbage collection, holding its share)."""
+    owners = uids(admin, *names)
+    delete(admin, *names)
+    wait_gone(admin, *names)
+    wait_claims_gone(admin, owners)
+
+
 def uid(admin: Cluster, name: str) -> str:
     return str(admin.get(r.PODS, name, NAMESPACE)["metadata"]["uid"])
 

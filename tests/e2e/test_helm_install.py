@@ -97,10 +97,7 @@ def pods(admin: Cluster) -> Iterator[list[str]]:
     test counts links and shares)."""
     created: list[str] = []
     yield created
-    owners = lab_pods.uids(admin, *created)
-    lab_pods.delete(admin, *created)
-    lab_pods.wait_gone(admin, *created)
-    lab_pods.wait_claims_gone(admin, owners)
+    lab_pods.remove(admin, *created)
 
 
 def _driver_pods(admin: Cluster, selector: str, terminating: bool = False) -> list[dict[str, Any]]:

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.crash_points import FULL_ENV
+
 GUEST_ENV = "DMN_KERNEL_LAB_GUEST"
 PROFILED_ENV = "DMN_KERNEL_LAB_PROFILED"
 
@@ -48,7 +50,7 @@ def main(argv: list[str]) -> int:
             return rc
     os.environ[GUEST_ENV] = str(run_dir)
     if request.get("crash_matrix"):
-        os.environ["DMN_CRASH_MATRIX"] = str(request["crash_matrix"])  # tests.crash_points
+        os.environ[FULL_ENV] = str(request["crash_matrix"])
     import pytest  # imported after the environment is set: the plugin reads it at load time
 
     print(f"LAB-PYTEST-START uptime={_uptime()}", flush=True)

@@ -44,7 +44,7 @@ import pytest
 from tests.crash_points import FULL_ENV
 from tests.kernel_lab.guest import GUEST_ENV
 from tests.kernel_lab.image import REPO_ROOT, RUNS_ROOT, BootImage, ImageError, prepare
-from tests.kernel_lab.vm import QEMU, VmRun, qemu_command
+from tests.kernel_lab.vm import CPU_MODEL, QEMU, VmRun, qemu_command
 
 MARKER = "kernel_lab"
 PROFILE_ENV = "DMN_KERNEL_LAB_PROFILE"
@@ -149,6 +149,7 @@ class LabSession:
                 self.run_dir,
                 memory_mb=_env_number("DMN_KERNEL_LAB_MEMORY", 1024),
                 cpus=_env_number("DMN_KERNEL_LAB_CPUS", 2),
+                cpu_model=os.environ.get("DMN_KERNEL_LAB_CPU_MODEL", CPU_MODEL),
             ),
             console_path=self.run_dir / "console.log",
             timeout_s=_env_number("DMN_KERNEL_LAB_TIMEOUT", 2400),

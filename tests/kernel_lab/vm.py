@@ -12,7 +12,6 @@ guest power-off, so a missing status is itself a failure. A hard timeout kills q
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -26,7 +25,7 @@ QEMU = "qemu-system-x86_64"
 # The emulated CPU: x86-64-v2 (SSE4.2, POPCNT), no AVX. With ``max`` glibc and the wheels pick
 # their AVX2/AVX-512 code paths, which TCG emulates more slowly than SSE: the same guest
 # tests ran 14 % faster as Nehalem (41.1 s against 47.5 and 48.0 s of guest pytest).
-# ``DMN_KERNEL_LAB_CPU_MODEL`` overrides it.
+# ``DMN_KERNEL_LAB_CPU_MODEL`` overrides it (tests/kernel_lab/harness.py).
 CPU_MODEL = "Nehalem"
 STAGE2 = Path(__file__).with_name("guest_stage2.sh")
 ROOT_SHARE_OPTIONS = "security_model=none,readonly=on,multidevs=remap"
@@ -63,7 +62,9 @@ LAB_PCI_DEVICES = (
 MARKERS = ("LAB-STAGE2", "LAB-PYTEST-START", "LAB-PYTEST-END", "LAB-INIT-FAIL", "Kernel panic")
 
 
-def qemu_command(image: BootImage, run_dir: Path, memory_mb: int, cpus: int) -> list[str]:
+def qemu_command(
+    image: BootImage, run_dir: Path, memory_mb: int, cpus: int, cpu_model: str = CPU_MODEL
+) -> list[str]:
     append = " ".join(
         (
             "console=ttyS0 quiet panic=-1 mitigations=off intel_iommu=on no_timer_check",
@@ -76,8 +77,7 @@ def qemu_command(image: BootImage, run_dir: Path, memory_mb: int, cpus: int) -> 
     )
     return [
         QEMU,
-        "-accel", "tcg", "-M", "q35", "-cpu", os.environ.get("DMN_KERNEL_LAB_CPU_MODEL", CPU_MODEL),
-        "-smp", str(cpus), "-m", str(memory_mb),
+        "-accel", "tcg", "-M", "q35", "-cpu", cpu_model, "-smp", str(cpus), "-m", str(memory_mb),
         "-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
         "-kernel", str(image.vmlinux),
         "-initrd", str(image.initramfs),
