@@ -89,12 +89,27 @@ class CrashForkServer:
     between requests: every child is forked from the same idle, freshly imported server.
     """
 
-    def __init__(self, children: tuple[str, ...] = ("journal", "kernel")) -> None:
+    def __init__(
+        self,
+        children: tuple[str, ...] = ("journal", "kernel"),
+        capabilities: tuple[str, ...] | None = None,
+    ) -> None:
+        """``capabilities``: run the server (so every child) holding only these (names as
+        ``CAP_NET_ADMIN`` less the prefix), as the unprivileged node agent's container does:
+        ``setpriv`` (util-linux) limits the bounding set to them before the interpreter
+        starts, so root's execve grants exactly those, none inheritable or ambient, and sets
+        ``no_new_privs``."""
         self.children = children
+        self.capabilities = capabilities
         self.shared = False
         self.busy = False
+        argv = [sys.executable, "-m", "tests.crash_fork_server", *children]
+        if capabilities is not None:
+            keep = "".join(f",+{c.lower()}" for c in capabilities)
+            argv = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all",
+                    f"--bounding-set=-all{keep}", "--no-new-privs", "--", *argv]  # fmt: skip
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.crash_fork_server", *children],
+            argv,
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -121,8 +136,9 @@ class CrashForkServer:
         stopped and the next test gets a new one."""
         if self.shared and self.alive():
             return
-        if _SHARED.get(self.children) is self:
-            del _SHARED[self.children]
+        key = (self.children, self.capabilities)
+        if _SHARED.get(key) is self:
+            del _SHARED[key]
         self.stop()
 
     def stop(self) -> None:
@@ -138,18 +154,23 @@ class CrashForkServer:
             self.proc.wait()
 
 
-_SHARED: dict[tuple[str, ...], CrashForkServer] = {}
+_SHARED: dict[tuple[tuple[str, ...], tuple[str, ...] | None], CrashForkServer] = {}
 
 
-def crash_fork_server(children: tuple[str, ...] = ("journal", "kernel")) -> CrashForkServer:
-    """The session's server for ``children``, started on first use and stopped at exit."""
-    server = _SHARED.get(children)
+def crash_fork_server(
+    children: tuple[str, ...] = ("journal", "kernel"),
+    capabilities: tuple[str, ...] | None = None,
+) -> CrashForkServer:
+    """The session's server for ``children`` (holding only ``capabilities``, if given),
+    started on first use and stopped at exit."""
+    key = (children, capabilities)
+    server = _SHARED.get(key)
     if server is None or not server.alive():
         if server is not None:
             server.stop()
-        server = CrashForkServer(children)
+        server = CrashForkServer(children, capabilities)
         server.shared = True
-        _SHARED[children] = server
+        _SHARED[key] = server
     return server
 
 

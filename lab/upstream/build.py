@@ -42,7 +42,18 @@ LOG = logging.getLogger("dmn.lab.upstream.build")
 VERSIONS = Path(__file__).with_name("versions.toml")
 DEFAULT_CACHE = Path("/var/cache/dmn-upstream")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-COMPONENTS = ("kubernetes", "etcd", "containerd", "runc", "cni", "helm", "pause")
+COMPONENTS = (
+    "kubernetes",
+    "etcd",
+    "containerd",
+    "runc",
+    "cni",
+    "helm",
+    "pause",
+    "prometheus-operator",
+    "prometheus",
+    "cert-manager",
+)
 
 
 def cache_root() -> Path:
@@ -66,6 +77,12 @@ def component_dir(name: str, pins: dict[str, dict[str, object]], gover: str) -> 
 def bin_dir(name: str) -> Path:
     """The bin directory of a component as pinned now (whether or not it is built)."""
     return component_dir(name, load_pins(), go_version()) / "bin"
+
+
+def crd_dir(name: str) -> Path:
+    """The directory of the CustomResourceDefinitions a component's module ships (the
+    operators' CRDs the chart's optional objects are checked against)."""
+    return component_dir(name, load_pins(), go_version()) / "crds"
 
 
 def _go_env(workdir: Path, cgo: bool) -> dict[str, str]:
@@ -212,6 +229,66 @@ def build_pause(pin: dict[str, object], out: Path, work: Path) -> None:
     _go(["build", "-trimpath", "-ldflags", "-s -w", "-o", f"{out}/pause", "."], work)
 
 
+def _copy_crds(pin: dict[str, object], out: Path, work: Path) -> None:
+    """The module's CRD manifests (``pin["crds"]``, a folder in the module) into ``crds``
+    beside ``out``: the real schemas of the objects the chart renders for that operator."""
+    module, version = str(pin["module"]), str(pin["version"])
+    work.mkdir(parents=True, exist_ok=True)
+    if not (work / "go.mod").exists():
+        (work / "go.mod").write_text("module dmnlab/probe\n\ngo 1.26\n")
+    info = json.loads(_go(["mod", "download", "-json", f"{module}@{version}"], work))
+    source = Path(info["Dir"]) / str(pin["crds"])
+    target = out.parent / "crds"
+    target.mkdir(parents=True, exist_ok=True)
+    found = sorted(source.glob("*.yaml"))
+    if not found:
+        raise RuntimeError(f"no CRD manifests in {source}")
+    for crd in found:
+        shutil.copyfile(crd, target / crd.name)
+
+
+def build_prometheus_operator(pin: dict[str, object], out: Path, work: Path) -> None:
+    """The operator's command is in its root module, whose go.mod replaces its two API
+    submodules by local folders (``go install`` refuses that): a wrapper requires all three
+    at the pinned version."""
+    module, version = str(pin["module"]), str(pin["version"])
+    requires = [
+        f"{m} {version}" for m in (module, f"{module}/pkg/apis/monitoring", f"{module}/pkg/client")
+    ]
+    _wrapper(work, "dmnlab/prometheus-operator", requires, [])
+    command = f"{module}/cmd/operator"
+    (work / "tools.go").write_text(f'//go:build tools\n\npackage tools\n\nimport _ "{command}"\n')
+    _go(["mod", "tidy", "-e"], work)
+    flags = f"-s -w -X github.com/prometheus/common/version.Version={version.lstrip('v')}"
+    _go(["build", "-trimpath", "-ldflags", flags, "-o", f"{out}/operator", command], work)
+    _copy_crds(pin, out, work)
+
+
+def build_prometheus(pin: dict[str, object], out: Path, work: Path) -> None:
+    """The server the operator configures. Its go.mod carries a replace (a dependency held
+    back), which ``go install`` refuses: a wrapper requires the module and repeats every
+    replace of its go.mod that names a module (none is a local folder)."""
+    module, version = str(pin["module"]), str(pin["version"])
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "go.mod").write_text("module dmnlab/probe\n\ngo 1.26\n")
+    info = json.loads(_go(["mod", "download", "-json", f"{module}@{version}"], work))
+    gomod = Path(info["GoMod"]).read_text()
+    replaces = re.findall(r"^replace\s+(\S+ \S+ => \S+ v\S+)\s*$", gomod, re.M)
+    _wrapper(work, "dmnlab/prometheus", [f"{module} {version}"], replaces)
+    command = f"{module}/cmd/prometheus"
+    (work / "tools.go").write_text(f'//go:build tools\n\npackage tools\n\nimport _ "{command}"\n')
+    _go(["mod", "tidy", "-e"], work)
+    _go(["build", "-trimpath", "-ldflags", "-s -w", "-o", f"{out}/prometheus", command], work)
+
+
+def build_cert_manager(pin: dict[str, object], out: Path, work: Path) -> None:
+    """CRDs only: cert-manager's controller, cainjector and webhook commands are modules of
+    their own (``.../cmd/controller`` and so on) that the module proxy does not serve, so
+    no cert-manager program can be built here; its root module carries the CRDs."""
+    shutil.rmtree(work, ignore_errors=True)
+    _copy_crds(pin, out, work)
+
+
 BUILDERS = {
     "kubernetes": build_kubernetes,
     "etcd": build_etcd,
@@ -220,6 +297,9 @@ BUILDERS = {
     "cni": build_cni,
     "helm": build_helm,
     "pause": build_pause,
+    "prometheus-operator": build_prometheus_operator,
+    "prometheus": build_prometheus,
+    "cert-manager": build_cert_manager,
 }
 
 

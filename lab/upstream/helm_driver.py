@@ -249,6 +249,21 @@ class HelmDriver:
             admin.close()
         return proc.stderr
 
+    def render(self, overrides: dict[str, Any]) -> list[dict[str, Any]]:
+        """``helm template`` of the chart with the installed release's values and
+        ``overrides`` merged in (the release is left alone): the manifests an upgrade to
+        those values would apply, as documents."""
+        if self.layout is None:
+            raise DriverError("E_HELM", "helm template before install")
+        values = json.loads(json.dumps(self.values))
+        _merge(values, overrides)
+        path = self.layout.root / "helm-render-values.yaml"
+        path.write_text(yaml.safe_dump(values, sort_keys=False))
+        out = Helm(self.layout).check(
+            "template", RELEASE, str(CHART), "--namespace", DRIVER_NAMESPACE, "--values", str(path)
+        )
+        return [d for d in yaml.safe_load_all(out) if d]
+
     def uninstall(self, ctx: DriverContext) -> None:
         helm = Helm(ctx.layout)
         proc = helm.run("status", RELEASE, "--namespace", DRIVER_NAMESPACE)

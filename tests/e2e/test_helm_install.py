@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dmn.api.cluster import Cluster, NotFound
+from dmn.api.cluster import ApiFailure, Cluster, NotFound
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
 from dmn.lab import manifests
@@ -51,7 +51,8 @@ from dmn.lab.upstream.demo import Kubectl, pod, pod_phase, wait_for
 from dmn.lab.upstream.driver import LAB_LINKS
 from dmn.lab.upstream.helm_driver import RELEASE, Helm, HelmDriver, image_ref
 from dmn.lab.upstream.images import PINNED_LABEL
-from tests.e2e import installed_driver, lab_pods
+from tests import capabilities
+from tests.e2e import installed_driver, lab_pods, real_operators
 from tests.e2e.conftest import Session, host_snapshot
 
 pytestmark = [pytest.mark.e2e]
@@ -299,9 +300,9 @@ def test_the_unprivileged_agent_attaches_with_only_the_charts_capabilities(
         state = next(m for m in container["volumeMounts"] if m["name"] == "state")
         assert state["mountPropagation"] == "HostToContainer"
         pid = _container_pid(agent)
-        status = _proc_status(pid)
+        status = capabilities.status(pid)
         for field in ("CapEff", "CapPrm", "CapBnd"):
-            assert _capabilities(status[field]) == granted, (field, status[field])
+            assert capabilities.names(status[field]) == granted, (field, status[field])
         assert int(status["CapInh"], 16) == 0 and int(status["CapAmb"], 16) == 0, status
         assert status["NoNewPrivs"] == "1", status
         assert status["Seccomp"] == "2", status  # filter mode: the runtime's default profile
@@ -373,6 +374,96 @@ def _whole_link_handoff(
     assert set(after) == set(before), sorted(set(after) ^ set(before))
     assert after[moved]["address"] == before[moved]["address"]
     assert lab_pods.attachment_states(lab, pod_uid) == {"Removed"}
+
+
+def test_the_service_monitor_is_scraped_through_the_real_prometheus_operator(
+    lab: UpstreamLab, admin: Cluster
+) -> None:
+    """``metrics.serviceMonitor`` against the real prometheus-operator: with its CRDs in the
+    API server, ``helm upgrade`` creates the chart's ServiceMonitor and metrics Services
+    (strict field validation: the real schema). The real operator, reconciling a Prometheus
+    that selects it by the chart's extra label, turns it into one scrape job keeping exactly
+    the chart's Services (release instance, metrics label) and their ``metrics`` port, at
+    ``/metrics`` every 5 s. A Prometheus server scraping with that job is not run here
+    (``real_operators.prometheus`` found no target in the one try made). Then the values go
+    back."""
+    assert isinstance(lab.driver, HelmDriver)
+    monitor = {"enabled": True, "interval": "5s", "labels": {"dmn-lab/prometheus": "e2e"}}
+    spec = {
+        "replicas": 0,  # no Prometheus Pod (no image here): the host's prometheus scrapes
+        "version": real_operators.PROMETHEUS_VERSION,
+        "serviceMonitorSelector": {"matchLabels": {"dmn-lab/prometheus": "e2e"}},
+    }
+    cr = {"metadata": {"name": "e2e", "namespace": DRIVER_NAMESPACE}, "spec": spec}
+    with real_operators.installed_crds(admin, "prometheus-operator"):
+        try:
+            lab.driver.upgrade({"metrics": {"serviceMonitor": monitor}})
+            (sm,) = admin.list(real_operators.SERVICE_MONITORS, DRIVER_NAMESPACE).items
+            assert sm["spec"]["endpoints"][0]["port"] == "metrics", sm
+            with real_operators.prometheus_operator(lab, DRIVER_NAMESPACE) as oplog:
+                admin.create(real_operators.PROMETHEUSES, cr, DRIVER_NAMESPACE)
+                config: dict[str, Any] = {}
+
+                def generated() -> bool:
+                    found = real_operators.generated_config(admin, "e2e", DRIVER_NAMESPACE)
+                    config.update(found or {})
+                    return any(
+                        j["job_name"].startswith(f"serviceMonitor/{DRIVER_NAMESPACE}/")
+                        for j in config.get("scrape_configs") or []
+                    )
+
+                assert wait_for(generated, WAIT), oplog.read_text()[-3000:]
+            (job,) = config["scrape_configs"]
+            assert job["job_name"] == f"serviceMonitor/{DRIVER_NAMESPACE}/dra-multi-network/0"
+            assert job["metrics_path"] == "/metrics" and job["scrape_interval"] == "5s", job
+            keeps = [k["regex"] for k in job["relabel_configs"] if k.get("action") == "keep"]
+            assert keeps[:3] == ["(dmn);true", "(true);true", "metrics"], keeps  # then sharding
+            log.info("event=scrape-job job=%s", job["job_name"])
+        finally:
+            with contextlib.suppress(NotFound):
+                admin.delete(real_operators.PROMETHEUSES, "e2e", DRIVER_NAMESPACE)
+            lab.driver.upgrade({"metrics": {"serviceMonitor": {"enabled": False}}})
+
+
+def test_the_cert_manager_objects_fit_cert_managers_real_schemas(
+    lab: UpstreamLab, admin: Cluster
+) -> None:
+    """``webhook.certificates.source=certManager`` against cert-manager's real CRDs (only
+    those: its commands cannot be built here, so nothing issues them). The chart renders,
+    with the lab's values, its own CA chain (two Issuers, two Certificates) or, with an
+    ``issuerRef``, one Certificate; each is accepted by a server-side dry run with strict
+    field validation, and a misspelled field is refused by the same schema. The
+    ValidatingWebhookConfiguration passes the same dry run, and its injection annotation
+    names the rendered serving Certificate, whose Secret is the one the controller mounts."""
+    assert isinstance(lab.driver, HelmDriver)
+    own: dict[str, Any] = {}
+    corp = {"issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}}
+    with real_operators.installed_crds(admin, "cert-manager"):
+        cases = ((own, ["Certificate"] * 2 + ["Issuer"] * 2), (corp, ["Certificate"]))
+        for certmanager, kinds in cases:
+            certificates = {"source": "certManager", "certManager": certmanager}
+            docs = lab.driver.render({"webhook": {"certificates": certificates}})
+            issued = [d for d in docs if d["apiVersion"].startswith("cert-manager.io/")]
+            assert sorted(d["kind"] for d in issued) == kinds, issued
+            for doc in issued:
+                res = admin.resource_for(doc["apiVersion"], doc["kind"])
+                admin.create(res, doc, DRIVER_NAMESPACE, dry_run=True)
+            serving = next(d for d in issued if d["metadata"]["name"].endswith("-webhook"))
+            wrong = {**serving, "spec": {**serving["spec"], "dnsName": ["x"]}}
+            certificate = admin.resource_for(serving["apiVersion"], "Certificate")
+            with pytest.raises(ApiFailure) as refused:
+                admin.create(certificate, wrong, DRIVER_NAMESPACE, dry_run=True)
+            assert "dnsName" in str(refused.value), refused.value
+            (hook,) = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
+            renamed = {**hook, "metadata": {**hook["metadata"], "name": "dmn-certmanager-check"}}
+            admin.create(r.VALIDATING_WEBHOOK_CONFIGURATIONS, renamed, dry_run=True)
+            inject = hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+            assert inject == f"{DRIVER_NAMESPACE}/{serving['metadata']['name']}"
+            assert all("caBundle" not in w["clientConfig"] for w in hook["webhooks"]), hook
+            (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+            volumes = deployment["spec"]["template"]["spec"]["volumes"]
+            secrets = [v["secret"]["secretName"] for v in volumes if "secret" in v]
+            assert serving["spec"]["secretName"] in secrets, (serving["spec"], secrets)
 
 
 def uninstall_leaves_nothing_that_blocks_the_api_server(lab: UpstreamLab, admin: Cluster) -> None:
@@ -499,18 +590,6 @@ def _mounts(pid: int | str = "self") -> list[str]:
         return [line.split()[4] for line in fh]
 
 
-#: capability numbers (linux/capability.h) of the names the chart grants
-CAPABILITY_BITS = {"NET_ADMIN": 12, "SYS_ADMIN": 21}
-
-
-def _capabilities(mask: str) -> set[str]:
-    """The names in a ``/proc/<pid>/status`` capability mask; an unnamed bit by number."""
-    bits = int(mask, 16)
-    names = {name for name, bit in CAPABILITY_BITS.items() if bits >> bit & 1}
-    known = sum(1 << b for b in CAPABILITY_BITS.values())
-    return names | {f"bit{b}" for b in range(64) if (bits & ~known) >> b & 1}
-
-
 def _container_pid(p: dict[str, Any]) -> int:
     """The host pid of the Pod's (only) container's first process: the process whose cgroup
     path names the container's id (kubelet's cgroupfs layout ends in it)."""
@@ -539,11 +618,6 @@ def _waiting_message(admin: Cluster, name: str, code: str) -> str:
         if code in message:
             return message
     return ""
-
-
-def _proc_status(pid: int) -> dict[str, str]:
-    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
 
 
 def _journal(lab: UpstreamLab) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from dmn.agent.journal.store import JournalStore
 from dmn.agent.netns.pins import NamespacePins
 from dmn.engine.binder import Call, bind_program
@@ -27,11 +29,42 @@ from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef, identity_of
 from dmn.opcodes.netns_sysfs import RecordedNetnsSysfs
 from dmn.vocabulary.handles import Handle, Scope
 from dmn.vocabulary.terms import ScopeKind
-from tests.crash_fork_server import CrashForkServer
+from tests import capabilities
+from tests.crash_fork_server import CrashForkServer, crash_fork_server
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS
+from tests.waiting import wait_for
 
 _PLUGINS: dict[str, Any] = {}
+NEVER = -1  # a crash child's boundary index that is never reached: it runs to the end
+CHART_VALUES = Path(__file__).resolve().parents[2] / "charts/dra-multi-network/values.yaml"
+
+
+def chart_capabilities() -> tuple[str, ...]:
+    """The unprivileged node agent's capabilities: the chart's ``nodeAgent.capabilities``."""
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    return tuple(values["nodeAgent"]["capabilities"])
+
+
+def unprivileged_server() -> CrashForkServer:
+    """The session's crash fork server whose children hold only the chart's capabilities
+    (:func:`chart_capabilities`), as the node agent's container does with
+    ``nodeAgent.privileged=false`` (without the runtime's seccomp filter). Checked here from
+    the kernel's view of the server process."""
+    caps = chart_capabilities()
+    server = crash_fork_server(("journal", "kernel"), capabilities=caps)
+    cmdline = Path(f"/proc/{server.proc.pid}/cmdline")
+    # until setpriv has exec'd the interpreter, the process is setpriv, still privileged
+    wait_for(
+        lambda: cmdline.read_bytes().split(b"\0")[0] != b"setpriv",
+        what="the crash fork server's interpreter started by setpriv",
+    )
+    held = capabilities.status(server.proc.pid)
+    for field in ("CapEff", "CapPrm", "CapBnd"):
+        assert capabilities.names(held[field]) == set(caps), (field, held[field], caps)
+    assert int(held["CapInh"], 16) == 0 and int(held["CapAmb"], 16) == 0, held
+    assert held["NoNewPrivs"] == "1", held
+    return server
 
 
 def bind(plugin: str, hook: str, call: Call) -> BoundProgram:
@@ -53,6 +86,9 @@ class Node:
     ovsdb_remote: str | None = None  # the test's own ovsdb-server socket (OVS tests)
     # recorded sysfs trees standing in for namespaces' sysfs views, by namespace name (IB tests)
     sysfs_views: tuple[tuple[str, Path], ...] = ()
+    # run and clean up in this server's child instead of this process: with
+    # :func:`unprivileged_server`, the executors hold only the chart's capabilities
+    server: CrashForkServer | None = None
 
     @property
     def pins(self) -> NamespacePins:
@@ -120,6 +156,12 @@ class Node:
             journal.close()
 
     def run(self, op: str, program: BoundProgram, sandbox: NamespaceRef | None = None) -> RunResult:
+        """Run ``op`` to completion. With a :attr:`server`, its child runs it; the result is
+        then this process's replay of the journal's completed record (a run the child did
+        not complete fails here instead of being retried with this process's privileges)."""
+        if self.server is not None:
+            self.killed_at(self.server, NEVER, "run", op, program, sandbox)
+            self._assert_recorded(op, "Completed")
         with self.runner() as r:
             env = self.env(sandbox, r.journal)  # type: ignore[arg-type]  # a JournalStore
             try:
@@ -127,7 +169,16 @@ class Node:
             finally:
                 env.close()
         assert result.ok, (result.state, result.failure)
+        assert self.server is None or result.replayed, result
         return result
+
+    def _assert_recorded(self, op: str, state: str) -> None:
+        journal = JournalStore.open(self.state_dir)
+        try:
+            record = journal.load_operation(op)
+        finally:
+            journal.close()
+        assert record is not None and record.state.value == state, (op, record)
 
     def survey(
         self,
@@ -153,6 +204,10 @@ class Node:
         return names
 
     def cleanup(self, op: str) -> RunResult:
+        """Clean ``op`` up; with a :attr:`server`, in its child (then only read back here)."""
+        if self.server is not None:
+            self.killed_at(self.server, NEVER, "cleanup", op)
+            self._assert_recorded(op, "Undone")
         with self.runner() as r:
             result = r.cleanup(op)
         assert result.state.value == "Undone", (result.state, result.failure)

@@ -14,7 +14,7 @@ import pytest
 
 from dmn.opcodes.linux.links import all_links, by_name
 from dmn.vocabulary.terms import Access
-from tests.kernel.node import Node, bind, call
+from tests.kernel.node import Node, bind, call, unprivileged_server
 from tests.kernel.world import World, add_address, host_handle, link, ping, world
 
 pytestmark = pytest.mark.netns
@@ -24,10 +24,13 @@ HOST_CONFIG = {"mode": "kernel", "ifName": "net1", "mtu": 1400, "up": True}
 MACVLAN_CONFIG = {"mode": "bridge", "ifName": "net1", "mtu": 1500, "up": True}
 
 
-@pytest.fixture
-def node_world(tmp_path: Path) -> Iterator[tuple[Node, World]]:
+@pytest.fixture(params=["root", "unprivileged"])
+def node_world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Node, World]]:
+    """The node as root, and as the unprivileged agent: the programs run in a child holding
+    only the chart's capabilities (``nodeAgent.privileged=false``)."""
+    server = unprivileged_server() if request.param == "unprivileged" else None
     with world() as w:
-        node = Node(tmp_path / "state", w.host)
+        node = Node(tmp_path / "state", w.host, server=server)
         try:
             yield node, w
         finally:

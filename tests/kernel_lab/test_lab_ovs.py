@@ -18,7 +18,7 @@ tag the executor wrote, in one direction.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from dmn.opcodes.linux.links import by_name
 from dmn.opcodes.linux.netns import NamespaceRef
 from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
-from tests.kernel.node import Node, bind, call
+from tests.kernel.node import Node, bind, call, unprivileged_server
 from tests.kernel.scratch import netns_path, scratch_netns
 from tests.kernel.world import EXECUTORS, World, world
 from tests.kernel_lab import netdevsim
@@ -243,7 +243,9 @@ def _node(lab: Lab, tmp_path: Path) -> Node:
 
 
 def test_ovs_cni_program_forwards_its_vlan_then_removal_restores(lab: Lab, tmp_path: Path) -> None:
-    node = _node(lab, tmp_path)
+    """Run by the unprivileged agent: its OVSDB transactions and the representor's settings
+    hold only the chart's capabilities."""
+    node = replace(_node(lab, tmp_path), server=unprivileged_server())
     with scratch_netns("ovsc") as c100, scratch_netns("ovsd") as c200:
         for ns in (c100, c200):
             quiet(ns)

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ from dmn.vocabulary.terms import Access, HandleType, ScopeKind
 from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
 from tests.fixtures.policies import policy
-from tests.kernel.node import Node, bind, call
+from tests.kernel.node import Node, bind, call, unprivileged_server
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, World, world
 from tests.kernel_lab.image import REPO_ROOT
@@ -461,9 +462,11 @@ def test_sriov_cni_vfio_mode_binds_grants_opens_and_unprepares_exactly(
     """The builtin sriov-cni in vfio mode on a real function: prepare binds it to vfio-pci and
     resets it, connect writes the CDI spec of its group node for the sandbox, and a
     container-like process in that sandbox opens the device through exactly those nodes.
-    Cleanup leaves the function on its original driver with its netdev back."""
+    Cleanup leaves the function on its original driver with its netdev back. The unprivileged
+    agent runs it: the driver rebinds, the reset and the CDI spec hold only the chart's
+    capabilities."""
     with world() as w:
-        node = _node(w, tmp_path)
+        node = replace(_node(w, tmp_path), server=unprivileged_server())
         try:
             sandbox = w.sandbox()
             prepared = node.run("vfio-prep", _prepare("vfio-prep", reset=True))

@@ -70,7 +70,7 @@ from dmn.vocabulary.terms import Access, HandleType, ScopeKind
 from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
 from tests.fixtures.policies import policy
-from tests.kernel.node import Node
+from tests.kernel.node import Node, unprivileged_server
 from tests.kernel.scratch import netns_path, unique
 from tests.kernel.world import EXECUTORS, World, world
 from tests.kernel_lab.image import REPO_ROOT
@@ -597,6 +597,12 @@ def test_agent_rdma_path_crash_at_every_boundary(rxe_node: dict[str, Any], tmp_p
 
         program = connect("rp-conn-survey")
         conn = node.survey("rp-conn-survey", program, ref)
+        assert list((tmp_path / "cdi").glob("*.json")) == [] and unchanged()
+        # the unprivileged agent (only the chart's capabilities) runs connect and its cleanup
+        unprivileged = replace(node, server=unprivileged_server())
+        unprivileged.run("rp-conn-unpriv", connect("rp-conn-unpriv"), sandbox=ref)
+        assert len(list((tmp_path / "cdi").glob("*.json"))) == 1 and unchanged()
+        unprivileged.cleanup("rp-conn-unpriv")
         assert list((tmp_path / "cdi").glob("*.json")) == [] and unchanged()
         for phase in ("conn-run", "conn-cleanup"):
             action = phase.removeprefix("conn-")

@@ -22,7 +22,7 @@ from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
 from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
-from tests.kernel.node import Node, bind, call
+from tests.kernel.node import Node, bind, call, unprivileged_server
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, World, add_address, host_handle, link, ping, world
 from tests.kernel_lab import netdevsim
@@ -253,8 +253,10 @@ def _prepare_call(op: str, dev: netdevsim.NetdevsimPf, host: Any, stand_in: str)
 def test_sriov_cni_with_vf_settings_runs_and_unprepares_exactly(
     pf: tuple[World, netdevsim.NetdevsimPf], tmp_path: Path
 ) -> None:
+    """Run by the unprivileged agent: the VF settings' netlink writes to the PF, the VF
+    stand-in's move and its undo hold only the chart's capabilities."""
     w, dev = pf
-    node = Node(tmp_path / "state", w.host)
+    node = Node(tmp_path / "state", w.host, server=unprivileged_server())
     try:
         sandbox, peer_ns = w.sandbox(), w.sandbox()
         host = w.ipr(w.host)

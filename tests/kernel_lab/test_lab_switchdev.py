@@ -25,7 +25,7 @@ from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
 from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
-from tests.kernel.node import Node, bind, call
+from tests.kernel.node import Node, bind, call, unprivileged_server
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, World, host_handle, world
 from tests.kernel_lab import netdevsim
@@ -210,8 +210,9 @@ def test_inventory_devlink_source_reads_the_vm_kernels_ports(switch: Any) -> Non
 def test_sriov_cni_keeps_the_representor_down_and_unprepare_restores_it(
     switch: Any, tmp_path: Path
 ) -> None:
+    """Run by the unprivileged agent (only the chart's capabilities)."""
     w, _, reps = switch
-    node = Node(tmp_path / "state", w.host)
+    node = Node(tmp_path / "state", w.host, server=unprivileged_server())
     try:
         stand_in, _ = w.veth(w.host)
         ifname = reps["pf0vf1"][0]

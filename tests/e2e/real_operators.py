@@ -1,0 +1,220 @@
+"""The real operators the chart's optional objects are written for, on the upstream lab.
+
+``metrics.serviceMonitor`` renders a prometheus-operator ServiceMonitor and
+``webhook.certificates.source=certManager`` renders cert-manager Issuers and Certificates.
+Neither is worth anything if the real operator reads it differently, so the helm e2e
+module checks them against the real parts the pinned build step brings
+(``lab/upstream/build.py``):
+
+* prometheus-operator: its CRDs in the lab's API server, its ``operator`` command run on
+  the host against that API server (the lab's admin credential), and the pinned
+  ``prometheus`` server scraping with the configuration the operator generated;
+* cert-manager: its CRDs only. Its commands live in modules the module proxy does not
+  serve, so the objects are checked against its real schemas (a server-side dry run with
+  strict field validation), not issued.
+
+Processes started here log to files below the lab directory and are killed on exit.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import gzip
+import json
+import logging
+import shutil
+import socket
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dmn.api.cluster import AlreadyExists, Cluster, NotFound
+from dmn.api.cluster import resources as r
+from dmn.api.cluster.resources import Resource
+from dmn.lab.upstream import build
+from dmn.lab.upstream.cluster import UpstreamLab
+from dmn.lab.upstream.demo import wait_for
+
+log = logging.getLogger(__name__)
+
+PROMETHEUSES = Resource("monitoring.coreos.com", "v1", "prometheuses", "Prometheus", True)
+SERVICE_MONITORS = Resource(
+    "monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor", True
+)
+#: the Prometheus server version the operator is told it configures (the pinned build's)
+PROMETHEUS_VERSION = str(build.load_pins()["prometheus"]["server"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _CrdLoader(yaml.SafeLoader):
+    """YAML 1.2's reading of a plain ``=``: a string. PyYAML (YAML 1.1) resolves it to the
+    ``value`` tag it cannot construct, and prometheus-operator's CRDs list ``=`` among
+    their enum values."""
+
+
+_CrdLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:value"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def crds(component: str) -> list[dict[str, Any]]:
+    """The CRDs ``component``'s pinned module ships (copied by the build step)."""
+    found = sorted(build.crd_dir(component).glob("*.yaml"))
+    assert found, f"no CRDs for {component}: run python3 lab/upstream/build.py {component}"
+    return [yaml.load(f.read_text(), Loader=_CrdLoader) for f in found]
+
+
+@contextlib.contextmanager
+def installed_crds(admin: Cluster, component: str, timeout: float = 60.0) -> Iterator[list[str]]:
+    """``component``'s CRDs created and Established; deleted on exit (those this call made)."""
+    made: list[str] = []
+    try:
+        for crd in crds(component):
+            name = crd["metadata"]["name"]
+            try:
+                admin.create(r.CUSTOM_RESOURCE_DEFINITIONS, crd)
+                made.append(name)
+            except AlreadyExists:
+                pass
+
+        def established() -> bool:
+            for name in made:
+                conditions = (
+                    admin.get(r.CUSTOM_RESOURCE_DEFINITIONS, name).get("status") or {}
+                ).get("conditions") or []
+                if not any(
+                    c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+                ):
+                    return False
+            return True
+
+        assert wait_for(established, timeout), f"{component} CRDs not Established"
+        yield made
+    finally:
+        for name in made:
+            with contextlib.suppress(NotFound):
+                admin.delete(r.CUSTOM_RESOURCE_DEFINITIONS, name)
+
+
+def _process(argv: list[str], log_file: Path) -> subprocess.Popen[bytes]:
+    log.info("event=start argv=%s", " ".join(argv))
+    with log_file.open("ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
+def prometheus_operator(lab: UpstreamLab, namespace: str) -> Iterator[Path]:
+    """The pinned ``operator`` on the host, reconciling ``namespace`` against the lab's API
+    server with the admin client certificate; yields its log file."""
+    binary = build.bin_dir("prometheus-operator") / "operator"
+    assert binary.is_file(), f"{binary} missing: run python3 lab/upstream/build.py"
+    pki = lab.layout.pki
+    log_file = lab.layout.root / "prometheus-operator.log"
+    argv = [
+        str(binary),
+        f"--apiserver={lab.info()['server']}",
+        f"--ca-file={pki / 'ca.crt'}",
+        f"--cert-file={pki / 'admin-client.crt'}",
+        f"--key-file={pki / 'admin-client.key'}",
+        f"--namespaces={namespace}",
+        f"--web.listen-address=127.0.0.1:{_free_port()}",
+        "--log-level=info",
+    ]
+    proc = _process(argv, log_file)
+    try:
+        yield log_file
+    finally:
+        _stop(proc)
+
+
+def generated_config(admin: Cluster, name: str, namespace: str) -> dict[str, Any] | None:
+    """The Prometheus configuration the operator wrote for Prometheus ``name`` (its Secret
+    ``prometheus-<name>``, key ``prometheus.yaml.gz``), or None before it has."""
+    try:
+        secret = admin.get(r.SECRETS, f"prometheus-{name}", namespace)
+    except NotFound:
+        return None
+    data = (secret.get("data") or {}).get("prometheus.yaml.gz")
+    if not data:
+        return None
+
+    config = yaml.safe_load(gzip.decompress(base64.b64decode(data)))
+    return config if isinstance(config, dict) else None
+
+
+def with_kubeconfig(config: dict[str, Any], kubeconfig: Path) -> dict[str, Any]:
+    """``config`` with every Kubernetes service discovery pointed at the lab through
+    ``kubeconfig``: the operator writes in-cluster discovery (a Prometheus Pod's service
+    account), and this prometheus runs on the host. Nothing else is changed."""
+    out = json.loads(json.dumps(config))
+    for job in out.get("scrape_configs") or []:
+        for sd in job.get("kubernetes_sd_configs") or []:
+            sd.pop("api_server", None)
+            sd["kubeconfig_file"] = str(kubeconfig)
+    return out
+
+
+@contextlib.contextmanager
+def prometheus(lab: UpstreamLab, config: dict[str, Any]) -> Iterator[str]:
+    """The pinned prometheus server on the host with ``config``; yields its base URL once ready."""
+    root = lab.layout.root / "prometheus"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    (root / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    port = _free_port()
+    argv = [
+        str(build.bin_dir("prometheus") / "prometheus"),
+        f"--config.file={root / 'prometheus.yml'}",
+        f"--storage.tsdb.path={root / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+    ]
+    proc = _process(argv, root / "prometheus.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        ready = wait_for(lambda: proc.poll() is None and _get(f"{url}/-/ready") is not None, 60)
+        assert ready, (root / "prometheus.log").read_text()[-3000:]
+        yield url
+    finally:
+        _stop(proc)
+        shutil.rmtree(root / "data", ignore_errors=True)
+
+
+def _get(url: str) -> Any:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            body = response.read()
+    except OSError:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body.decode(errors="replace")
+
+
+def active_targets(url: str) -> list[dict[str, Any]]:
+    """Prometheus' active scrape targets (``/api/v1/targets``)."""
+    body = _get(f"{url}/api/v1/targets?state=active")
+    if not isinstance(body, dict):
+        return []
+    return list((body.get("data") or {}).get("activeTargets") or [])
