@@ -51,7 +51,6 @@ COMPONENTS = (
     "helm",
     "pause",
     "prometheus-operator",
-    "prometheus",
     "cert-manager",
 )
 
@@ -264,23 +263,6 @@ def build_prometheus_operator(pin: dict[str, object], out: Path, work: Path) -> 
     _copy_crds(pin, out, work)
 
 
-def build_prometheus(pin: dict[str, object], out: Path, work: Path) -> None:
-    """The server the operator configures. Its go.mod carries a replace (a dependency held
-    back), which ``go install`` refuses: a wrapper requires the module and repeats every
-    replace of its go.mod that names a module (none is a local folder)."""
-    module, version = str(pin["module"]), str(pin["version"])
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "go.mod").write_text("module dmnlab/probe\n\ngo 1.26\n")
-    info = json.loads(_go(["mod", "download", "-json", f"{module}@{version}"], work))
-    gomod = Path(info["GoMod"]).read_text()
-    replaces = re.findall(r"^replace\s+(\S+ \S+ => \S+ v\S+)\s*$", gomod, re.M)
-    _wrapper(work, "dmnlab/prometheus", [f"{module} {version}"], replaces)
-    command = f"{module}/cmd/prometheus"
-    (work / "tools.go").write_text(f'//go:build tools\n\npackage tools\n\nimport _ "{command}"\n')
-    _go(["mod", "tidy", "-e"], work)
-    _go(["build", "-trimpath", "-ldflags", "-s -w", "-o", f"{out}/prometheus", command], work)
-
-
 def build_cert_manager(pin: dict[str, object], out: Path, work: Path) -> None:
     """CRDs only: cert-manager's controller, cainjector and webhook commands are modules of
     their own (``.../cmd/controller`` and so on) that the module proxy does not serve, so
@@ -298,7 +280,6 @@ BUILDERS = {
     "helm": build_helm,
     "pause": build_pause,
     "prometheus-operator": build_prometheus_operator,
-    "prometheus": build_prometheus,
     "cert-manager": build_cert_manager,
 }
 

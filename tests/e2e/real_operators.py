@@ -7,8 +7,8 @@ module checks them against the real parts the pinned build step brings
 (``lab/upstream/build.py``):
 
 * prometheus-operator: its CRDs in the lab's API server, its ``operator`` command run on
-  the host against that API server (the lab's admin credential), and the pinned
-  ``prometheus`` server scraping with the configuration the operator generated;
+  the host against that API server (the lab's admin credential), and the configuration it
+  generates (no Prometheus server scrapes with it here);
 * cert-manager: its CRDs only. Its commands live in modules the module proxy does not
   serve, so the objects are checked against its real schemas (a server-side dry run with
   strict field validation), not issued.
@@ -21,12 +21,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import gzip
-import json
 import logging
-import shutil
 import socket
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,8 +43,9 @@ PROMETHEUSES = Resource("monitoring.coreos.com", "v1", "prometheuses", "Promethe
 SERVICE_MONITORS = Resource(
     "monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor", True
 )
-#: the Prometheus server version the operator is told it configures (the pinned build's)
-PROMETHEUS_VERSION = str(build.load_pins()["prometheus"]["server"])
+#: the Prometheus version the operator is told it configures: the newest of its
+#: compatibility matrix (no Prometheus server runs here)
+PROMETHEUS_VERSION = "v3.5.0"
 
 
 def _free_port() -> int:
@@ -160,61 +158,3 @@ def generated_config(admin: Cluster, name: str, namespace: str) -> dict[str, Any
 
     config = yaml.safe_load(gzip.decompress(base64.b64decode(data)))
     return config if isinstance(config, dict) else None
-
-
-def with_kubeconfig(config: dict[str, Any], kubeconfig: Path) -> dict[str, Any]:
-    """``config`` with every Kubernetes service discovery pointed at the lab through
-    ``kubeconfig``: the operator writes in-cluster discovery (a Prometheus Pod's service
-    account), and this prometheus runs on the host. Nothing else is changed."""
-    out = json.loads(json.dumps(config))
-    for job in out.get("scrape_configs") or []:
-        for sd in job.get("kubernetes_sd_configs") or []:
-            sd.pop("api_server", None)
-            sd["kubeconfig_file"] = str(kubeconfig)
-    return out
-
-
-@contextlib.contextmanager
-def prometheus(lab: UpstreamLab, config: dict[str, Any]) -> Iterator[str]:
-    """The pinned prometheus server on the host with ``config``; yields its base URL once ready."""
-    root = lab.layout.root / "prometheus"
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    (root / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    port = _free_port()
-    argv = [
-        str(build.bin_dir("prometheus") / "prometheus"),
-        f"--config.file={root / 'prometheus.yml'}",
-        f"--storage.tsdb.path={root / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--log.level=warn",
-    ]
-    proc = _process(argv, root / "prometheus.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        ready = wait_for(lambda: proc.poll() is None and _get(f"{url}/-/ready") is not None, 60)
-        assert ready, (root / "prometheus.log").read_text()[-3000:]
-        yield url
-    finally:
-        _stop(proc)
-        shutil.rmtree(root / "data", ignore_errors=True)
-
-
-def _get(url: str) -> Any:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            body = response.read()
-    except OSError:
-        return None
-    try:
-        return json.loads(body)
-    except ValueError:
-        return body.decode(errors="replace")
-
-
-def active_targets(url: str) -> list[dict[str, Any]]:
-    """Prometheus' active scrape targets (``/api/v1/targets``)."""
-    body = _get(f"{url}/api/v1/targets?state=active")
-    if not isinstance(body, dict):
-        return []
-    return list((body.get("data") or {}).get("activeTargets") or [])

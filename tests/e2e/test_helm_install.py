@@ -385,7 +385,7 @@ def test_the_service_monitor_is_scraped_through_the_real_prometheus_operator(
     that selects it by the chart's extra label, turns it into one scrape job keeping exactly
     the chart's Services (release instance, metrics label) and their ``metrics`` port, at
     ``/metrics`` every 5 s. A Prometheus server scraping with that job is not run here
-    (``real_operators.prometheus`` found no target in the one try made). Then the values go
+    (a v3.5.0 server built from its module found no target in the one try made). Then the values go
     back."""
     assert isinstance(lab.driver, HelmDriver)
     monitor = {"enabled": True, "interval": "5s", "labels": {"dmn-lab/prometheus": "e2e"}}
