@@ -58,6 +58,8 @@ def _children(names: list[str]) -> dict[str, Child]:
 
 def main() -> None:
     children = _children(sys.argv[1:] or ["journal", "kernel"])
+    sys.stdout.write(json.dumps({"ready": os.getpid()}) + "\n")
+    sys.stdout.flush()
     for line in sys.stdin:
         req = json.loads(line)
         child = children[req["child"]]
@@ -115,6 +117,19 @@ class CrashForkServer:
             stdout=subprocess.PIPE,
             text=True,
         )
+        self._await_ready()
+
+    def _await_ready(self) -> None:
+        """Wait for the interpreter's first line: until then the process may still be
+        between fork and exec (the test's own cmdline and capabilities) or in ``setpriv``,
+        so nothing read from ``/proc/<pid>`` before it describes the server."""
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            raise AssertionError(f"crash fork server exited at start: {self.proc.returncode}")
+        ready = json.loads(line)
+        assert ready == {"ready": self.proc.pid}, ready
 
     def alive(self) -> bool:
         return self.proc.poll() is None and not self.busy

@@ -33,7 +33,6 @@ from tests import capabilities
 from tests.crash_fork_server import CrashForkServer, crash_fork_server
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS
-from tests.waiting import wait_for
 
 _PLUGINS: dict[str, Any] = {}
 NEVER = -1  # a crash child's boundary index that is never reached: it runs to the end
@@ -53,12 +52,6 @@ def unprivileged_server() -> CrashForkServer:
     the kernel's view of the server process."""
     caps = chart_capabilities()
     server = crash_fork_server(("journal", "kernel"), capabilities=caps)
-    cmdline = Path(f"/proc/{server.proc.pid}/cmdline")
-    # until setpriv has exec'd the interpreter, the process is setpriv, still privileged
-    wait_for(
-        lambda: cmdline.read_bytes().split(b"\0")[0] != b"setpriv",
-        what="the crash fork server's interpreter started by setpriv",
-    )
     held = capabilities.status(server.proc.pid)
     for field in ("CapEff", "CapPrm", "CapBnd"):
         assert capabilities.names(held[field]) == set(caps), (field, held[field], caps)
