@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -70,7 +71,19 @@ def go_version() -> str:
 
 
 def component_dir(name: str, pins: dict[str, dict[str, object]], gover: str) -> Path:
-    return cache_root() / f"{name}-{pins[name]['version']}-{gover}"
+    """The cache directory of a build: keyed by the pinned version, the pin's ``recipe``
+    (raised when what the lab builds from that version changes), a digest of the lab's own
+    Go sources for the component (``lab/upstream/<name>/``, if any) and the Go version."""
+    pin = pins[name]
+    recipe = f"-r{pin['recipe']}" if "recipe" in pin else ""
+    sources = Path(__file__).with_name(name)
+    if sources.is_dir():
+        digest = hashlib.sha256()
+        for path in sorted(p for p in sources.rglob("*") if p.is_file()):
+            digest.update(path.relative_to(sources).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+        recipe += f"-{digest.hexdigest()[:10]}"
+    return cache_root() / f"{name}-{pin['version']}{recipe}-{gover}"
 
 
 def bin_dir(name: str) -> Path:
@@ -264,10 +277,23 @@ def build_prometheus_operator(pin: dict[str, object], out: Path, work: Path) -> 
 
 
 def build_cert_manager(pin: dict[str, object], out: Path, work: Path) -> None:
-    """CRDs only: cert-manager's controller, cainjector and webhook commands are modules of
-    their own (``.../cmd/controller`` and so on) that the module proxy does not serve, so
-    no cert-manager program can be built here; its root module carries the CRDs."""
-    shutil.rmtree(work, ignore_errors=True)
+    """cert-manager's controller and cainjector, from its root module's packages, plus its
+    CRDs. Its commands are modules of their own (``.../cmd/controller`` and so on) that the
+    module proxy does not serve, so the lab's two small mains (``cert-manager/*/main.go``)
+    start the root module's own controllers and CA injector; a wrapper module requires the
+    root module at the pinned version."""
+    module, version = str(pin["module"]), str(pin["version"])
+    _wrapper(work, "dmnlab/cert-manager", [f"{module} {version}"], [])
+    sources = Path(__file__).with_name("cert-manager")
+    for program in ("controller", "cainjector"):
+        (work / program).mkdir()
+        shutil.copyfile(sources / program / "main.go", work / program / "main.go")
+    _go(["mod", "tidy", "-e"], work)
+    for program in ("controller", "cainjector"):
+        _go(
+            ["build", "-trimpath", "-ldflags", "-s -w", "-o", f"{out}/{program}", f"./{program}"],
+            work,
+        )
     _copy_crds(pin, out, work)
 
 

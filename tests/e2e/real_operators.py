@@ -9,9 +9,11 @@ module checks them against the real parts the pinned build step brings
 * prometheus-operator: its CRDs in the lab's API server, its ``operator`` command run on
   the host against that API server (the lab's admin credential), and the configuration it
   generates (no Prometheus server scrapes with it here);
-* cert-manager: its CRDs only. Its commands live in modules the module proxy does not
-  serve, so the objects are checked against its real schemas (a server-side dry run with
-  strict field validation), not issued.
+* cert-manager: its CRDs, and its own certificate controllers and CA injector (the
+  packages of its root module) run on the host against that API server. Its commands live
+  in modules the module proxy does not serve, so the lab's two small mains
+  (``lab/upstream/cert-manager``) start those packages; cert-manager's own webhook, which
+  only validates cert-manager's objects, is not run.
 
 Processes started here log to files below the lab directory and are killed on exit.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import gzip
 import logging
 import socket
@@ -43,6 +46,8 @@ PROMETHEUSES = Resource("monitoring.coreos.com", "v1", "prometheuses", "Promethe
 SERVICE_MONITORS = Resource(
     "monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor", True
 )
+CERTIFICATES = Resource("cert-manager.io", "v1", "certificates", "Certificate", True)
+ISSUERS = Resource("cert-manager.io", "v1", "issuers", "Issuer", True)
 #: the Prometheus version the operator is told it configures: the newest of its
 #: compatibility matrix (no Prometheus server runs here)
 PROMETHEUS_VERSION = "v3.5.0"
@@ -158,3 +163,59 @@ def generated_config(admin: Cluster, name: str, namespace: str) -> dict[str, Any
 
     config = yaml.safe_load(gzip.decompress(base64.b64decode(data)))
     return config if isinstance(config, dict) else None
+
+
+@contextlib.contextmanager
+def cert_manager(lab: UpstreamLab, cluster_resource_namespace: str) -> Iterator[CertManagerLogs]:
+    """cert-manager's controller and cainjector (built by the lab from its pinned root
+    module) on the host, against the lab's API server with the admin kubeconfig; yields
+    their log files. Both are stopped on exit."""
+    binaries = build.bin_dir("cert-manager")
+    for program in ("controller", "cainjector"):
+        assert (binaries / program).is_file(), f"{binaries / program} missing: run build.py"
+    logs = CertManagerLogs(
+        lab.layout.root / "cert-manager-controller.log",
+        lab.layout.root / "cert-manager-cainjector.log",
+    )
+    kubeconfig = f"--kubeconfig={lab.admin_kubeconfig}"
+    procs = [
+        _process(
+            [
+                str(binaries / "controller"),
+                kubeconfig,
+                f"--cluster-resource-namespace={cluster_resource_namespace}",
+            ],
+            logs.controller,
+        )
+    ]
+    try:
+        procs.append(_process([str(binaries / "cainjector"), kubeconfig], logs.cainjector))
+        yield logs
+    finally:
+        for proc in procs:
+            _stop(proc)
+
+
+@dataclasses.dataclass(frozen=True)
+class CertManagerLogs:
+    """Where cert-manager's two programs log, and their tails for assertion messages."""
+
+    controller: Path
+    cainjector: Path
+
+    def tail(self, chars: int = 3000) -> str:
+        return "\n".join(
+            f"--- {path.name}\n{path.read_text(errors='replace')[-chars:]}"
+            for path in (self.controller, self.cainjector)
+            if path.exists()
+        )
+
+
+def ready(admin: Cluster, resource: Resource, name: str, namespace: str) -> bool:
+    """Whether the cert-manager object (a Certificate or an Issuer) reports Ready=True."""
+    try:
+        obj = admin.get(resource, name, namespace)
+    except NotFound:
+        return False
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)

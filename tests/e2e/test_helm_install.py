@@ -18,6 +18,7 @@ file order.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ipaddress
 import json
@@ -35,6 +36,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 
 from dmn.api.cluster import ApiFailure, Cluster, NotFound
 from dmn.api.cluster import resources as r
@@ -464,6 +466,74 @@ def test_the_cert_manager_objects_fit_cert_managers_real_schemas(
             volumes = deployment["spec"]["template"]["spec"]["volumes"]
             secrets = [v["secret"]["secretName"] for v in volumes if "secret" in v]
             assert serving["spec"]["secretName"] in secrets, (serving["spec"], secrets)
+
+
+def test_cert_manager_issues_the_webhook_certificate_and_injects_its_ca(
+    lab: UpstreamLab, admin: Cluster
+) -> None:
+    """``helm upgrade`` to ``webhook.certificates.source=certManager`` (the chart's own CA
+    chain) with cert-manager's real controller and cainjector running: its Issuers and
+    Certificates become Ready, the serving certificate in the Secret the controller mounts
+    is signed by the chart's CA certificate for the webhook Service's names, cainjector
+    writes that CA into every webhook of our configuration, and the API server's calls to
+    the webhook verify against it: the webhook judges again, without a restart, once the
+    kubelet has refreshed the mounted Secret. Then back to ``source=chart`` (cert-manager
+    stopped and its Secrets removed first, since the chart will not adopt a Secret it did
+    not create), and the webhook judges again."""
+    assert isinstance(lab.driver, HelmDriver)
+    serving = "dra-multi-network-webhook"
+    secrets = ("dra-multi-network-webhook-tls", "dra-multi-network-ca")
+    with real_operators.installed_crds(admin, "cert-manager"):
+        try:
+            with real_operators.cert_manager(lab, DRIVER_NAMESPACE) as cmlog:
+                lab.driver.upgrade({"webhook": {"certificates": {"source": "certManager"}}})
+                for resource, name in (
+                    (real_operators.ISSUERS, "dra-multi-network-selfsigned"),
+                    (real_operators.CERTIFICATES, "dra-multi-network-ca"),
+                    (real_operators.ISSUERS, "dra-multi-network-ca"),
+                    (real_operators.CERTIFICATES, serving),
+                ):
+                    assert wait_for(
+                        lambda res=resource, n=name: real_operators.ready(
+                            admin, res, n, DRIVER_NAMESPACE
+                        ),
+                        WAIT,
+                    ), (name, cmlog.tail())
+                certificate = admin.get(real_operators.CERTIFICATES, serving, DRIVER_NAMESPACE)
+                tls = admin.get(r.SECRETS, certificate["spec"]["secretName"], DRIVER_NAMESPACE)
+                ca_secret = admin.get(r.SECRETS, "dra-multi-network-ca", DRIVER_NAMESPACE)
+                ca_pem = base64.b64decode(ca_secret["data"]["tls.crt"])
+                assert base64.b64decode(tls["data"]["ca.crt"]) == ca_pem
+                leaf = x509.load_pem_x509_certificate(base64.b64decode(tls["data"]["tls.crt"]))
+                ca = x509.load_pem_x509_certificate(ca_pem)
+                leaf.verify_directly_issued_by(ca)
+                names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+                assert sorted(names.value.get_values_for_type(x509.DNSName)) == sorted(
+                    certificate["spec"]["dnsNames"]
+                )
+
+                def injected() -> list[str]:
+                    hook = admin.get(r.VALIDATING_WEBHOOK_CONFIGURATIONS, "dra-multi-network")
+                    return [w["clientConfig"].get("caBundle", "") for w in hook["webhooks"]]
+
+                assert wait_for(lambda: set(injected()) == {tls["data"]["ca.crt"]}, WAIT), (
+                    injected(),
+                    cmlog.tail(),
+                )
+                verdicts: list[str] = []
+
+                def judged() -> bool:
+                    verdicts.append(installed_driver.webhook_verdict(admin))
+                    return verdicts[-1] == ""
+
+                assert wait_for(judged, 2 * WAIT), verdicts[-3:]
+                log.info("event=cert-manager-issued probes=%d", len(verdicts))
+        finally:
+            for name in secrets:
+                with contextlib.suppress(NotFound):
+                    admin.delete(r.SECRETS, name, DRIVER_NAMESPACE)
+            lab.driver.upgrade({"webhook": {"certificates": {"source": "chart"}}})
+    assert wait_for(lambda: installed_driver.webhook_verdict(admin) == "", 2 * WAIT)
 
 
 def uninstall_leaves_nothing_that_blocks_the_api_server(lab: UpstreamLab, admin: Cluster) -> None:
