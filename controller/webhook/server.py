@@ -1,13 +1,24 @@
 """The admission webhook: HTTPS server for AdmissionReview v1 (``POST /validate``).
 
 Certificates come from files (see :mod:`.tls` for rotation). Connections are served by a
-bounded pool of worker threads (``workers``) with at most ``backlog`` more waiting for one;
-a connection beyond that is closed at once and counted, so a flood of connections cannot
-start a thread each (the server used to) or queue without bound. The server answers
-``GET /healthz`` for readiness, and never returns a traceback: malformed
-requests get 400, and validation problems are denials with reason-coded causes.
-Plugins are read from the API server for every topology review (fail closed if it is
-unreachable).
+bounded pool of worker threads (``workers``) with at most ``backlog`` more new connections
+waiting for one; a connection beyond that is closed at once and counted, so a flood of
+connections cannot start a thread each (the server used to) or queue without bound.
+
+A worker handles one request at a time. Between requests a kept-alive connection is
+*parked*: watched by one selector thread, holding no worker, and handed back to the pool
+when its next request arrives. kube-apiserver keeps many webhook connections open and idle;
+when each idle one held a worker blocked on its next request line, ``workers`` of them left
+a new connection (a review, or kubelet's readiness probe) waiting for a 30-s read timeout,
+and the API server failed that review at its own 10-s timeout. A parked connection is
+closed after ``IDLE_TIMEOUT`` (longer than the API server's own 90-s idle limit, so the
+client normally retires it first and never races our close), and beyond ``MAX_PARKED`` the
+longest-parked one is closed. A pipelined request (one sent before the previous response)
+is not served until more bytes arrive: HTTP clients of a webhook do not pipeline.
+
+The server answers ``GET /healthz`` for readiness, and never returns a traceback: malformed
+requests get 400, and validation problems are denials with reason-coded causes. Plugins
+are read from the API server for every topology review (fail closed if it is unreachable).
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import selectors
 import socket
 import threading
 import time
@@ -33,10 +45,15 @@ from dmn.opcodes.spec import OpcodeRegistry
 log = logging.getLogger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024
-#: Seconds a connection may stay silent (TLS handshake included) before it is dropped, so
-#: idle or stalled clients cannot pin handler threads.
+#: Seconds a connection in a worker may stay silent (TLS handshake and the rest of a
+#: request included) before it is dropped, so stalled clients cannot pin workers.
 IO_TIMEOUT = 30.0
-#: Worker threads serving connections, and connections that may wait for a free worker.
+#: Seconds a parked (idle, kept-alive) connection is kept; kube-apiserver closes its idle
+#: connections after 90 s.
+IDLE_TIMEOUT = 120.0
+#: Parked connections kept at most; each costs a descriptor, not a thread.
+MAX_PARKED = 256
+#: Worker threads serving connections, and new connections that may wait for a free worker.
 DEFAULT_WORKERS = 8
 DEFAULT_BACKLOG = 32
 #: Seconds a stopping server keeps serving its kept-alive connections (each answered with
@@ -45,9 +62,30 @@ DRAIN_GRACE = 2.0
 
 
 class _Handler(BaseHTTPRequestHandler):
+    """One connection. Unlike the stdlib handler it does not loop over requests in its
+    constructor: :meth:`serve_next` handles one, and the server decides where the
+    connection waits for the next (see the module doc)."""
+
     server: _Server
     protocol_version = "HTTP/1.1"
     timeout = IO_TIMEOUT
+    # a response is two writes (head, body); with Nagle's algorithm the body waited for the
+    # client's delayed ACK of the head: 40 ms added to every review, measured on loopback
+    disable_nagle_algorithm = True
+
+    def __init__(self, request: Any, client_address: Any, server: _Server) -> None:
+        self.request, self.client_address, self.server = request, client_address, server
+        self.setup()
+
+    def serve_next(self) -> bool:
+        """Handle one request; whether the connection stays open for another."""
+        self.close_connection = True
+        self.handle_one_request()
+        return not self.close_connection
+
+    def parse_request(self) -> bool:
+        self.server.mark(self.connection, busy=True)  # a request line came in
+        return super().parse_request()
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("webhook %s", format % args)
@@ -57,21 +95,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        if self.server.waiting > 0 or self.server.draining:
-            # a kept-alive idle connection must not hold a worker others wait for, nor keep
-            # a stopping server alive. Said in the response (this header also sets
-            # close_connection): a client that is not told keeps the connection for its next
-            # request and may write it just as we close — kube-apiserver then fails that
-            # admission call with "http: server closed idle connection" (a POST is not
-            # retried), seen in the e2e suite
+        if self.server.draining:
+            # a stopping server must not keep the connection. Said in the response (this
+            # header also sets close_connection): a client that is not told keeps the
+            # connection for its next request and may write it just as we close —
+            # kube-apiserver then fails that admission call with "http: server closed idle
+            # connection" (a POST is not retried), seen in the e2e suite
             self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
-        self.server.mark(self.connection, busy=False)
-
-    def parse_request(self) -> bool:
-        self.server.mark(self.connection, busy=True)  # a request line came in
-        return super().parse_request()
 
     def do_GET(self) -> None:
         if self.path == "/healthz":
@@ -105,8 +137,113 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
 
+class _Parking:
+    """Idle kept-alive connections, watched by one thread: a connection that becomes
+    readable (its next request, or the client's close) is handed to ``resume``; one parked
+    longer than ``idle_timeout``, or the oldest beyond ``limit``, is handed to ``close``."""
+
+    def __init__(
+        self,
+        resume: Any,
+        close: Any,
+        idle_timeout: float = IDLE_TIMEOUT,
+        limit: int = MAX_PARKED,
+    ) -> None:
+        self._resume, self._close = resume, close
+        self.idle_timeout, self.limit = idle_timeout, limit
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._lock = threading.Lock()
+        #: parked handler -> when it was parked (insertion order: oldest first)
+        self._parked: dict[_Handler, float] = {}
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="webhook-parking", daemon=True)
+        self._thread.start()
+
+    def park(self, handler: _Handler) -> None:
+        overflow: list[_Handler] = []
+        with self._lock:
+            if self._stopped:
+                overflow.append(handler)
+            else:
+                try:
+                    self._selector.register(handler.connection, selectors.EVENT_READ, handler)
+                except (OSError, ValueError):  # closed meanwhile
+                    overflow.append(handler)
+                else:
+                    self._parked[handler] = time.monotonic()
+                while len(self._parked) > self.limit:
+                    overflow.append(self._take(next(iter(self._parked))))
+        self._wake()
+        for old in overflow:
+            self._close(old)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._parked)
+
+    def stop(self) -> list[_Handler]:
+        """Stop watching; the connections still parked, for the caller to close."""
+        with self._lock:
+            self._stopped = True
+            left = [self._take(h) for h in list(self._parked)]
+        self._wake()
+        self._thread.join(timeout=5)
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+        return left
+
+    def _take(self, handler: _Handler) -> _Handler:
+        del self._parked[handler]
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.unregister(handler.connection)
+        return handler
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if self._stopped:
+                    return
+                oldest = next(iter(self._parked.values()), None)
+            wait = (
+                None if oldest is None else max(0.0, oldest + self.idle_timeout - time.monotonic())
+            )
+            try:
+                events = self._selector.select(timeout=wait)
+            except (OSError, ValueError):  # a descriptor closed under us: look again
+                events = []
+            ready: list[_Handler] = []
+            expired: list[_Handler] = []
+            with self._lock:
+                if self._stopped:
+                    return
+                for key, _ in events:
+                    if key.data is None:
+                        with contextlib.suppress(OSError):
+                            self._wake_r.recv(4096)
+                    elif key.data in self._parked:
+                        ready.append(self._take(key.data))
+                now = time.monotonic()
+                for handler, since in list(self._parked.items()):
+                    if now - since < self.idle_timeout:
+                        break
+                    expired.append(self._take(handler))
+            for handler in ready:
+                self._resume(handler)
+            for handler in expired:
+                self._close(handler)
+
+
 class _Server(HTTPServer):
-    """An HTTPServer whose connections run on a bounded worker pool (see the module doc)."""
+    """An HTTPServer whose connections run on a bounded worker pool, parking idle kept-alive
+    connections between requests (see the module doc)."""
 
     allow_reuse_address = True
     context: ReviewContext
@@ -120,10 +257,14 @@ class _Server(HTTPServer):
         self.rejected = 0
         #: accepted connections not yet picked up by a worker
         self.waiting = 0
-        #: connections a worker is serving -> whether a request of it is being handled
-        self._serving: dict[socket.socket, bool] = {}
+        #: connections in a worker -> whether a request of theirs is being handled (else
+        #: the worker waits for a handshake or a request line)
+        self._serving: dict[Any, bool] = {}
         #: the server is stopping: responses close their connection (see server_close)
         self.draining = False
+        self.parking = _Parking(
+            self._resume, self._close_handler, idle_timeout=IDLE_TIMEOUT, limit=MAX_PARKED
+        )
 
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, addr = super().get_request()
@@ -142,34 +283,76 @@ class _Server(HTTPServer):
         with self._count:
             self.waiting += 1
         try:
-            self.pool.submit(self._serve_one, request, client_address)
+            self.pool.submit(self._serve_new, request, client_address)
         except RuntimeError:  # the pool is shut down: the server is closing
             with self._count:
                 self.waiting -= 1
             self._slots.release()
             self.shutdown_request(request)
 
-    def _serve_one(self, request: Any, client_address: Any) -> None:
+    def _serve_new(self, request: Any, client_address: Any) -> None:
+        """A new connection: its first request, in the slot it was admitted with."""
         with self._count:
             self.waiting -= 1
             self._serving[request] = False
         try:
-            self.finish_request(request, client_address)
+            handler = _Handler(request, client_address, self)
         except Exception:
             self.handle_error(request, client_address)
+            self._done(request, None)
+            return
+        try:
+            self._serve(handler)
         finally:
-            with self._count:
-                self._serving.pop(request, None)
-            self.shutdown_request(request)
             self._slots.release()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.info("webhook connection error client=%s", client_address)
+    def _resume(self, handler: _Handler) -> None:
+        """A parked connection has its next request (or its client closed it)."""
+        with self._count:
+            self._serving[handler.request] = False
+        try:
+            self.pool.submit(self._serve, handler)
+        except RuntimeError:  # the pool is shut down: the server is closing
+            self._done(handler.request, handler)
 
-    def mark(self, conn: socket.socket, *, busy: bool) -> None:
+    def _serve(self, handler: _Handler) -> None:
+        keep = False
+        try:
+            keep = handler.serve_next()
+        except Exception:
+            self.handle_error(handler.request, handler.client_address)
+        if not keep:
+            self._done(handler.request, handler)
+            return
+        with self._count:
+            self._serving.pop(handler.request, None)
+        try:
+            pending = handler.request.pending()
+        except (OSError, ValueError):
+            pending = 0
+        if pending:  # already-decrypted bytes the selector cannot see
+            self._resume(handler)
+        else:
+            self.parking.park(handler)
+
+    def mark(self, conn: Any, *, busy: bool) -> None:
         with self._count:
             if conn in self._serving:
                 self._serving[conn] = busy
+
+    def _done(self, request: Any, handler: _Handler | None) -> None:
+        with self._count:
+            self._serving.pop(request, None)
+        if handler is not None:
+            with contextlib.suppress(Exception):
+                handler.finish()
+        self.shutdown_request(request)
+
+    def _close_handler(self, handler: _Handler) -> None:
+        self._done(handler.request, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.info("webhook connection error client=%s", client_address)
 
     def server_close(self, grace: float = DRAIN_GRACE) -> None:
         """Stop accepting, drain, then end what stayed idle.
@@ -177,11 +360,10 @@ class _Server(HTTPServer):
         kube-apiserver keeps its webhook connections open and sends later reviews over them,
         also to a replica that is shutting down (its endpoint view lags). For ``grace``
         seconds every request on them is still answered, with ``Connection: close``, which
-        retires that connection cleanly; then the connections with no request in hand get
-        their read side shut, so their workers see end-of-stream at once, and one that is
-        answering a request finishes it. Why: interpreter exit joins the pool's threads, and
-        a worker waiting on an idle connection used to sit out its 30-s read timeout — the
-        controller took that long to exit on SIGTERM (the lab's ``down`` killed it after
+        retires that connection cleanly; then the parked connections (no request in hand)
+        are closed, and a worker answering a request finishes it. Why: interpreter exit
+        joins the pool's threads, so idle connections must not keep a worker — the
+        controller once took 30 s to exit on SIGTERM (the lab's ``down`` killed it after
         20 s) — while closing at once lost reviews already on their way (the e2e rollout
         probe saw them time out)."""
         super().server_close()
@@ -189,12 +371,14 @@ class _Server(HTTPServer):
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             with self._count:
-                if not self._serving:
+                if not self._serving and not len(self.parking):
                     break
             time.sleep(0.05)
+        for handler in self.parking.stop():
+            self._close_handler(handler)
         with self._count:
             idle = [conn for conn, busy in self._serving.items() if not busy]
-        for conn in idle:
+        for conn in idle:  # waiting for a request line or a handshake: end its read side
             with contextlib.suppress(OSError):
                 socket.socket.shutdown(conn, socket.SHUT_RD)  # the TCP socket under TLS
         self.pool.shutdown(wait=False, cancel_futures=True)

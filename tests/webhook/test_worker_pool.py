@@ -4,7 +4,8 @@ Before: one thread per connection (ThreadingHTTPServer), so stalled clients that
 finish their TLS handshake each pinned a thread, without bound. Now: ``workers`` threads
 and ``backlog`` waiting connections; a connection beyond that is closed at once and
 counted, no thread is started for it, and the server serves again when the stalled
-clients go away.
+clients go away. Idle kept-alive connections are parked between requests and hold no
+worker.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from dmn.controller.webhook import server as server_module
 from dmn.controller.webhook.server import WebhookServer
 from dmn.opcodes.registry import default_registry
 from tests.controller.support import example
@@ -82,13 +84,13 @@ def test_connections_beyond_workers_and_backlog_are_closed_not_threaded(
         server.stop()
 
 
-def test_a_connection_closed_for_a_waiting_one_says_so_in_its_response(
+def test_a_served_connection_is_parked_and_a_waiting_one_takes_the_worker(
     tmp_path: Path,
 ) -> None:
-    """With a connection waiting for the only worker, the served keep-alive connection is
-    closed after its response, and the response says ``Connection: close``: a client that
-    was not told would reuse it for its next request and race the close (kube-apiserver
-    reported such a call as "server closed idle connection" and refused the write)."""
+    """With a new connection waiting for the only worker, the served keep-alive connection
+    is not closed (before, it was, with ``Connection: close``, to free its worker): it is
+    parked, the waiting connection gets the worker, and the parked one is served again
+    once the worker is free."""
     server = _server(tmp_path, workers=1, backlog=1)
     url = server.start()
     host, port = url.removeprefix("https://").split(":")
@@ -105,9 +107,17 @@ def test_a_connection_closed_for_a_waiting_one_says_so_in_its_response(
         )
         conn.request("POST", "/validate", body, {"Content-Type": "application/json"})
         resp = conn.getresponse()
-        assert resp.getheader("Connection") == "close"
+        assert resp.getheader("Connection") != "close"
         assert json.loads(resp.read())["response"]["uid"] == request["uid"]
-        assert conn.sock is None  # http.client closed it, as the header told it to
+        assert conn.sock is not None
+        httpd = server._httpd
+        assert httpd is not None
+        wait_for(lambda: httpd.waiting == 0 and len(httpd.parking) == 1, timeout=30, interval=0.02)
+        waiting.close()  # the stalled client goes: its worker is free again
+        conn.request("GET", "/healthz")
+        again = conn.getresponse()
+        assert again.status == 200
+        again.read()
     finally:
         conn.close()
         if waiting is not None:
@@ -150,7 +160,7 @@ def test_stop_ends_kept_alive_connections_so_the_workers_exit(tmp_path: Path) ->
         resp = conn.getresponse()
         assert resp.status == 200 and resp.getheader("Connection") != "close"
         resp.read()
-        assert conn.sock is not None  # kept alive, idle: its worker waits for a request
+        assert conn.sock is not None  # kept alive, idle: parked
         assert _workers() > before
         server.stop()
         conn.sock.settimeout(10)  # well inside the 30-s read timeout the worker waited out
@@ -199,4 +209,94 @@ def test_a_review_on_a_kept_alive_connection_while_stopping_is_answered_and_clos
     finally:
         conn.close()
         stopping.join(30)
+        server.stop()
+
+
+def _kept_alive(url: str, ca_file: Path) -> http.client.HTTPSConnection:
+    """A connection that made one request and stays open, idle (as kube-apiserver keeps its
+    webhook connections between reviews)."""
+    host, port = url.removeprefix("https://").split(":")
+    ctx = ssl.create_default_context(cafile=str(ca_file))
+    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=30)
+    conn.request("GET", "/healthz")
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("Connection") != "close"
+    resp.read()
+    return conn
+
+
+def test_idle_kept_alive_connections_hold_no_worker(tmp_path: Path) -> None:
+    """More kept-alive idle connections than workers, then a new connection's review: it is
+    answered while every idle connection stays open and usable. Before, each idle
+    connection held a worker blocked on its next request line, so with ``workers`` of them
+    a new connection waited for a read timeout (30 s) — kube-apiserver, which keeps many
+    webhook connections open, saw a review time out at 10 s during a rollout, and
+    kubelet's readiness probe could time out the same way."""
+    server = _server(tmp_path, workers=2, backlog=4)
+    url = server.start()
+    idle: list[http.client.HTTPSConnection] = []
+    try:
+        idle = [_kept_alive(url, tmp_path / "ca.crt") for _ in range(4)]
+        resp, _ = post(
+            server, tmp_path / "ca.crt", req("NetworkTopology", G, "CREATE", example("vfio"))
+        )
+        assert "allowed" in resp
+        for conn in idle:
+            assert conn.sock is not None
+            conn.request("GET", "/healthz")  # the idle connection still serves
+            again = conn.getresponse()
+            assert again.status == 200
+            again.read()
+    finally:
+        for conn in idle:
+            conn.close()
+        server.stop()
+
+
+def test_a_parked_connection_is_closed_after_the_idle_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_module, "IDLE_TIMEOUT", 0.5)
+    server = _server(tmp_path)
+    url = server.start()
+    conn = _kept_alive(url, tmp_path / "ca.crt")
+    try:
+        assert conn.sock is not None
+        conn.sock.settimeout(30)
+        assert _ended(conn.sock)  # closed by the server once idle past the timeout
+        httpd = server._httpd
+        assert httpd is not None
+        assert len(httpd.parking) == 0
+    finally:
+        conn.close()
+        server.stop()
+
+
+def test_beyond_the_parking_limit_the_longest_parked_connection_is_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tenant opening idle connections without end costs descriptors, not threads, and
+    only up to the limit: the oldest parked connection is closed, the newer ones serve."""
+    monkeypatch.setattr(server_module, "MAX_PARKED", 2)
+    server = _server(tmp_path)
+    url = server.start()
+    conns: list[http.client.HTTPSConnection] = []
+    try:
+        httpd = server._httpd
+        assert httpd is not None
+        for parked in (1, 2, 2):
+            conns.append(_kept_alive(url, tmp_path / "ca.crt"))
+            wait_for(lambda n=parked: len(httpd.parking) == n, timeout=30, interval=0.02)
+        oldest = conns[0].sock
+        assert oldest is not None
+        oldest.settimeout(30)
+        assert _ended(oldest)
+        for conn in conns[1:]:
+            conn.request("GET", "/healthz")
+            resp = conn.getresponse()
+            assert resp.status == 200
+            resp.read()
+    finally:
+        for conn in conns:
+            conn.close()
         server.stop()
