@@ -223,7 +223,7 @@ class UpstreamLab:
                 if len(pair) == 2:
                     ip.link("add", ifname=pair[0], kind="veth", peer=pair[1])
                 else:  # the Pod network's bridge (the bridge plugin adopts an existing one)
-                    ip.link("add", ifname=pair[0], kind="bridge")
+                    ip.link("add", ifname=pair[0], kind="bridge", address=pod_bridge_address())
                 for name in pair:
                     ip.link("set", index=ip.link_lookup(ifname=name)[0], state="up")
             n0 = ip.link_lookup(ifname=NODE_LINKS[0])[0]
@@ -412,3 +412,17 @@ def node_ready(admin: Cluster) -> bool:
         return False
     conds = (node.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def pod_bridge_address() -> str:
+    """A random locally administered unicast address for the Pod network's bridge.
+
+    Given at creation, it is the bridge's for good (the kernel marks it set). A bridge
+    created without one takes the lowest address of its ports and changes it as Pods come
+    and go; the Pods' neighbour entries for the gateway then name an address nothing
+    answers to until they expire: a controller replica's calls to the API server (a
+    webhook review reading plugins) and its replies to kubelet's probes go nowhere, the
+    likely cause of webhook reviews timing out during the helm rollout test."""
+    octets = bytearray(os.urandom(6))
+    octets[0] = (octets[0] & 0xFC) | 0x02
+    return ":".join(f"{b:02x}" for b in octets)
