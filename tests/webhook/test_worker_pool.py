@@ -114,10 +114,7 @@ def test_a_served_connection_is_parked_and_a_waiting_one_takes_the_worker(
         assert httpd is not None
         wait_for(lambda: httpd.waiting == 0 and len(httpd.parking) == 1, timeout=30, interval=0.02)
         waiting.close()  # the stalled client goes: its worker is free again
-        conn.request("GET", "/healthz")
-        again = conn.getresponse()
-        assert again.status == 200
-        again.read()
+        assert _healthz(conn) == 200
     finally:
         conn.close()
         if waiting is not None:
@@ -225,6 +222,13 @@ def _kept_alive(url: str, ca_file: Path) -> http.client.HTTPSConnection:
     return conn
 
 
+def _healthz(conn: http.client.HTTPSConnection) -> int:
+    conn.request("GET", "/healthz")
+    resp = conn.getresponse()
+    resp.read()
+    return resp.status
+
+
 def test_idle_kept_alive_connections_hold_no_worker(tmp_path: Path) -> None:
     """More kept-alive idle connections than workers, then a new connection's review: it is
     answered while every idle connection stays open and usable. Before, each idle
@@ -243,10 +247,7 @@ def test_idle_kept_alive_connections_hold_no_worker(tmp_path: Path) -> None:
         assert "allowed" in resp
         for conn in idle:
             assert conn.sock is not None
-            conn.request("GET", "/healthz")  # the idle connection still serves
-            again = conn.getresponse()
-            assert again.status == 200
-            again.read()
+            assert _healthz(conn) == 200  # the idle connection still serves
     finally:
         for conn in idle:
             conn.close()
@@ -292,10 +293,7 @@ def test_beyond_the_parking_limit_the_longest_parked_connection_is_closed(
         oldest.settimeout(30)
         assert _ended(oldest)
         for conn in conns[1:]:
-            conn.request("GET", "/healthz")
-            resp = conn.getresponse()
-            assert resp.status == 200
-            resp.read()
+            assert _healthz(conn) == 200
     finally:
         for conn in conns:
             conn.close()
