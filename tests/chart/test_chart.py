@@ -167,7 +167,11 @@ def test_cert_manager_source() -> None:
     assert vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == ref
     assert all("caBundle" not in h["clientConfig"] for h in vwc["webhooks"])
     serving = find(docs, "Certificate", "dra-multi-network-webhook")["spec"]
-    assert serving["secretName"] == "dra-multi-network-webhook-tls"
+    # not the chart source's Secret: cert-manager and Helm do not race for one name
+    assert serving["secretName"] == "dra-multi-network-webhook-cert-manager-tls"
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    assert volumes[0]["secret"]["secretName"] == serving["secretName"]
     assert serving["issuerRef"]["name"] == "dra-multi-network-ca"
     issuer = find(render(["issuer-ref.yaml"]), "Certificate")["spec"]["issuerRef"]
     assert issuer == {"name": "cluster-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}

@@ -476,13 +476,13 @@ def test_cert_manager_issues_the_webhook_certificate_and_injects_its_ca(
     Certificates become Ready, the serving certificate in the Secret the controller mounts
     is signed by the chart's self-signed CA certificate for the webhook Service's names, cainjector
     writes that CA into every webhook of our configuration, and the API server's calls to
-    the webhook verify against it: the webhook judges again, without a restart, once the
-    kubelet has refreshed the mounted Secret. Then back to ``source=chart`` (cert-manager
-    stopped and its Secrets removed first, since the chart will not adopt a Secret it did
-    not create), and the webhook judges again."""
+    the webhook verify against it: the webhook judges again once the controller Pods have
+    rolled to cert-manager's Secret (a name of its own, see ``dmn.webhookSecret``). Then
+    back to ``source=chart`` (cert-manager stopped and the Secrets it leaves behind
+    removed), and the webhook judges again."""
     assert isinstance(lab.driver, HelmDriver)
     serving = "dra-multi-network-webhook"
-    secrets = ("dra-multi-network-webhook-tls", "dra-multi-network-ca")
+    secrets = ("dra-multi-network-webhook-cert-manager-tls", "dra-multi-network-ca")
     with real_operators.installed_crds(admin, "cert-manager"):
         try:
             with real_operators.cert_manager(lab, DRIVER_NAMESPACE) as cmlog:
@@ -498,7 +498,7 @@ def test_cert_manager_issues_the_webhook_certificate_and_injects_its_ca(
                             admin, res, n, DRIVER_NAMESPACE
                         ),
                         WAIT,
-                    ), (name, cmlog.tail())
+                    ), f"{name} not Ready\n{cmlog.tail()}"
                 certificate = admin.get(real_operators.CERTIFICATES, serving, DRIVER_NAMESPACE)
                 tls = admin.get(r.SECRETS, certificate["spec"]["secretName"], DRIVER_NAMESPACE)
                 # the CA Issuer writes the CA that signed the leaf into its Secret's ca.crt:
@@ -521,8 +521,7 @@ def test_cert_manager_issues_the_webhook_certificate_and_injects_its_ca(
                     return [w["clientConfig"].get("caBundle", "") for w in hook["webhooks"]]
 
                 assert wait_for(lambda: set(injected()) == {tls["data"]["ca.crt"]}, WAIT), (
-                    injected(),
-                    cmlog.tail(),
+                    f"caBundles {injected()}\n{cmlog.tail()}"
                 )
                 verdicts: list[str] = []
 

@@ -33,9 +33,14 @@ system:serviceaccount:{{ .Release.Namespace }}:dra-multi-network-controller
 system:serviceaccount:{{ .Release.Namespace }}:dra-multi-network-node
 {{- end -}}
 
+{{- /* One Secret name per source: switching chart -> certManager with `helm upgrade`
+could otherwise have cert-manager issue into the chart's Secret that Helm then deletes
+(Helm removes what it no longer renders after applying the rest). */}}
 {{- define "dmn.webhookSecret" -}}
 {{- if eq .Values.webhook.certificates.source "secret" -}}
 {{ required "webhook.certificates.secretName is required with source=secret" .Values.webhook.certificates.secretName }}
+{{- else if eq .Values.webhook.certificates.source "certManager" -}}
+dra-multi-network-webhook-cert-manager-tls
 {{- else -}}
 dra-multi-network-webhook-tls
 {{- end -}}
