@@ -30,6 +30,7 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
@@ -144,10 +145,11 @@ class _Parking:
 
     def __init__(
         self,
-        resume: Any,
-        close: Any,
-        idle_timeout: float = IDLE_TIMEOUT,
-        limit: int = MAX_PARKED,
+        resume: Callable[[_Handler], None],
+        close: Callable[[_Handler], None],
+        *,
+        idle_timeout: float,
+        limit: int,
     ) -> None:
         self._resume, self._close = resume, close
         self.idle_timeout, self.limit = idle_timeout, limit
@@ -231,7 +233,8 @@ class _Parking:
                     elif key.data in self._parked:
                         ready.append(self._take(key.data))
                 now = time.monotonic()
-                for handler, since in list(self._parked.items()):
+                while self._parked:
+                    handler, since = next(iter(self._parked.items()))
                     if now - since < self.idle_timeout:
                         break
                     expired.append(self._take(handler))
@@ -296,12 +299,12 @@ class _Server(HTTPServer):
             self.waiting -= 1
             self._serving[request] = False
         try:
-            handler = _Handler(request, client_address, self)
-        except Exception:
-            self.handle_error(request, client_address)
-            self._done(request, None)
-            return
-        try:
+            try:
+                handler = _Handler(request, client_address, self)
+            except Exception:
+                self.handle_error(request, client_address)
+                self._done(request, None)
+                return
             self._serve(handler)
         finally:
             self._slots.release()

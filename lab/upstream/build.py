@@ -70,13 +70,18 @@ def go_version() -> str:
     return out.stdout.strip()
 
 
+def _lab_sources(name: str) -> Path:
+    """The project's own Go sources for component ``name`` (may not exist)."""
+    return Path(__file__).with_name(name)
+
+
 def component_dir(name: str, pins: dict[str, dict[str, object]], gover: str) -> Path:
     """The cache directory of a build: keyed by the pinned version, the pin's ``recipe``
     (raised when what the lab builds from that version changes), a digest of the lab's own
     Go sources for the component (``lab/upstream/<name>/``, if any) and the Go version."""
     pin = pins[name]
     recipe = f"-r{pin['recipe']}" if "recipe" in pin else ""
-    sources = Path(__file__).with_name(name)
+    sources = _lab_sources(name)
     if sources.is_dir():
         digest = hashlib.sha256()
         for path in sorted(p for p in sources.rglob("*") if p.is_file()):
@@ -233,7 +238,7 @@ def build_helm(pin: dict[str, object], out: Path, work: Path) -> None:
 
 def build_pause(pin: dict[str, object], out: Path, work: Path) -> None:
     """The lab's own pause program (``pause/main.go``): no module dependencies, static."""
-    source = Path(__file__).with_name("pause") / "main.go"
+    source = _lab_sources("pause") / "main.go"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     (work / "go.mod").write_text("module dmnlab/pause\n\ngo 1.26\n")
@@ -284,7 +289,7 @@ def build_cert_manager(pin: dict[str, object], out: Path, work: Path) -> None:
     root module at the pinned version."""
     module, version = str(pin["module"]), str(pin["version"])
     _wrapper(work, "dmnlab/cert-manager", [f"{module} {version}"], [])
-    sources = Path(__file__).with_name("cert-manager")
+    sources = _lab_sources("cert-manager")
     for program in ("controller", "cainjector"):
         (work / program).mkdir()
         shutil.copyfile(sources / program / "main.go", work / program / "main.go")

@@ -36,6 +36,7 @@ import yaml
 from dmn.api.cluster import AlreadyExists, Cluster, NotFound
 from dmn.api.cluster import resources as r
 from dmn.api.cluster.resources import Resource
+from dmn.controller.conditions import condition
 from dmn.lab.upstream import build
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.demo import wait_for
@@ -217,5 +218,4 @@ def ready(admin: Cluster, resource: Resource, name: str, namespace: str) -> bool
         obj = admin.get(resource, name, namespace)
     except NotFound:
         return False
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return (condition(obj, "Ready") or {}).get("status") == "True"
