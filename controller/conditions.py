@@ -49,6 +49,12 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return None
 
 
+def condition_true(obj: dict[str, Any], type_: str) -> bool:
+    """Whether ``obj`` reports condition ``type_`` with status ``"True"`` (absent is not)."""
+    found = condition(obj, type_)
+    return found is not None and found.get("status") == "True"
+
+
 def diagnostic_entries(diagnostics: Iterable[Diagnostic]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for d in list(diagnostics)[:MAX_DIAGNOSTICS]:

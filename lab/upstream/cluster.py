@@ -36,6 +36,7 @@ from typing import Any
 
 from dmn.api.cluster import ApiFailure, Cluster, NotFound, connect
 from dmn.api.cluster import resources as r
+from dmn.controller.conditions import condition_true
 from dmn.lab.cluster import LabError
 from dmn.lab.upstream import build, configs, host_changes, images
 from dmn.lab.upstream.configs import (
@@ -410,8 +411,7 @@ def node_ready(admin: Cluster) -> bool:
         node = admin.get(r.NODES, NODE_NAME)
     except NotFound:
         return False
-    conds = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+    return condition_true(node, "Ready")
 
 
 def pod_bridge_address() -> str:

@@ -31,6 +31,7 @@ import yaml
 from dmn.api.cluster import AlreadyExists, Cluster
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
+from dmn.controller.conditions import condition_true
 from dmn.lab import node
 from dmn.lab.cluster import CHART, CRD_DIR, PLUGIN_DIR, chart_manifests
 from dmn.lab.upstream import build
@@ -302,9 +303,4 @@ class ProcessDriver:
 def _crds_established(admin: Cluster) -> bool:
     crds = admin.list(r.CUSTOM_RESOURCE_DEFINITIONS).items
     ours = [c for c in crds if c["spec"]["group"].endswith("dra-multi-network.schseba.github.io")]
-
-    def established(c: dict[str, Any]) -> bool:
-        conds = (c.get("status") or {}).get("conditions") or []
-        return any(x.get("type") == "Established" and x.get("status") == "True" for x in conds)
-
-    return bool(ours) and all(established(c) for c in ours)
+    return bool(ours) and all(condition_true(c, "Established") for c in ours)

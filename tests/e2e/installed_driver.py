@@ -27,6 +27,7 @@ from typing import Any
 
 from dmn.api.cluster import ApiFailure, Cluster
 from dmn.api.cluster import resources as r
+from dmn.controller.conditions import condition_true
 from dmn.lab import manifests
 from dmn.lab.demo import NEGATIVE
 from dmn.lab.upstream.cluster import UpstreamLab
@@ -65,8 +66,7 @@ def driver_pods(admin: Cluster, selector: str) -> list[dict[str, Any]]:
 def pod_ready(p: dict[str, Any]) -> bool:
     if p["metadata"].get("deletionTimestamp"):
         return False
-    conds = (p.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+    return condition_true(p, "Ready")
 
 
 def _pod_log_files(lab: UpstreamLab, uid: str | None = None) -> list[Path]:

@@ -36,7 +36,7 @@ import yaml
 from dmn.api.cluster import AlreadyExists, Cluster, NotFound
 from dmn.api.cluster import resources as r
 from dmn.api.cluster.resources import Resource
-from dmn.controller.conditions import condition
+from dmn.controller.conditions import condition, condition_true
 from dmn.lab.upstream import build
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.demo import wait_for
@@ -93,15 +93,10 @@ def installed_crds(admin: Cluster, component: str, timeout: float = 60.0) -> Ite
                 pass
 
         def established() -> bool:
-            for name in made:
-                conditions = (
-                    admin.get(r.CUSTOM_RESOURCE_DEFINITIONS, name).get("status") or {}
-                ).get("conditions") or []
-                if not any(
-                    c.get("type") == "Established" and c.get("status") == "True" for c in conditions
-                ):
-                    return False
-            return True
+            return all(
+                condition_true(admin.get(r.CUSTOM_RESOURCE_DEFINITIONS, name), "Established")
+                for name in made
+            )
 
         assert wait_for(established, timeout), f"{component} CRDs not Established"
         yield made

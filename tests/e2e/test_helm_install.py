@@ -109,13 +109,6 @@ def _driver_pods(admin: Cluster, selector: str, terminating: bool = False) -> li
     return [p for p in found if terminating or not p["metadata"].get("deletionTimestamp")]
 
 
-def _ready(p: dict[str, Any]) -> bool:
-    if p["metadata"].get("deletionTimestamp"):
-        return False
-    conds = (p.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
-
-
 def _host_processes(lab: UpstreamLab) -> list[str]:
     return [n for n in lab.running() if n.startswith("dmn-")]
 
@@ -129,7 +122,7 @@ def test_driver_runs_as_pods_from_the_imported_image(lab: UpstreamLab, admin: Cl
     controllers = _driver_pods(admin, CONTROLLER)
     assert len(controllers) == 2
     for p in (agent, *controllers):
-        assert _ready(p), p.get("status")
+        assert installed_driver.pod_ready(p), p.get("status")
         assert p["spec"]["nodeName"] == NODE_NAME
         (status,) = p["status"]["containerStatuses"]
         assert status["image"] == image_ref(), status
@@ -249,7 +242,7 @@ def test_helm_upgrade_rolls_the_controller_with_the_webhook_judging_throughout(
     (agent,) = _driver_pods(admin, AGENT)
     assert agent["metadata"]["uid"] not in old_agents
     for new in (agent, *controllers):
-        assert _ready(new), new.get("status")
+        assert installed_driver.pod_ready(new), new.get("status")
         assert "--log-level=DEBUG" in new["spec"]["containers"][0]["command"]
     patched = sorted(re.findall(r'Patch (\w+) "([^"]+)"', helm_log))
     # the PodDisruptionBudget's patch is apimachinery's: a strategic merge patch always

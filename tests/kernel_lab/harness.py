@@ -31,6 +31,7 @@ from __future__ import annotations
 import compileall
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -327,8 +328,16 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         + (f"{boot:.1f}s" if boot is not None else "n/a")
         + "; guest pytest: "
         + (f"{end - start:.1f}s" if start is not None and end is not None else "n/a")
-        + f"; VM wall {vm.wall_s:.1f}s; image prepare {lab.prepare_s:.1f}s"
+        + f"; VM wall {vm.wall_s:.1f}s"
+        + (f" (qemu CPU {vm.cpu_s:.0f}s)" if vm.cpu_s is not None else "")
+        + f"; image prepare {lab.prepare_s:.1f}s"
         + f"; host waited {lab.waited_s:.1f}s (lab overhead on this session)"
+    )
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    tr.write_line(
+        f"host session CPU: pytest {own.ru_utime + own.ru_stime:.0f}s, its reaped children "
+        f"{children.ru_utime + children.ru_stime:.0f}s (qemu included)"
     )
     for nodeid in lab.nodeids:
         reports = lab.reports.get(nodeid, [])

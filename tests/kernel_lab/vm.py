@@ -12,6 +12,7 @@ guest power-off, so a missing status is itself a failure. A hard timeout kills q
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -99,6 +100,7 @@ class VmRun:
     started: float = 0.0
     finished: float | None = None
     exit_status: int | None = None
+    cpu_s: float | None = None
     timed_out: bool = False
     marks: dict[str, float] = field(default_factory=dict)
     _proc: subprocess.Popen[bytes] | None = None
@@ -127,7 +129,7 @@ class VmRun:
                 for marker in MARKERS:
                     if marker in line and marker not in self.marks:
                         self.marks[marker] = t
-        self.exit_status = self._proc.wait()
+        self.exit_status, self.cpu_s = _reap(self._proc)
         killer.cancel()
         self.finished = time.monotonic()
         self._done.set()
@@ -163,3 +165,15 @@ class VmRun:
         except OSError:
             return "(no console log)"
         return "\n".join(text[-lines:])
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> tuple[int, float | None]:
+    """Wait for qemu and return its exit status and the CPU seconds it used (user + system,
+    every vCPU thread): on two shared cores the VM's CPU is what it takes from the host tests,
+    which its wall time alone does not show. None when something else reaped it first."""
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except ChildProcessError:
+        return proc.wait(), None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_utime + usage.ru_stime
