@@ -105,6 +105,7 @@ class CrashForkServer:
         self.capabilities = capabilities
         self.shared = False
         self.busy = False
+        self.ready = False
         argv = [sys.executable, "-m", "tests.crash_fork_server", *children]
         if capabilities is not None:
             keep = "".join(f",+{c.lower()}" for c in capabilities)
@@ -117,12 +118,13 @@ class CrashForkServer:
             stdout=subprocess.PIPE,
             text=True,
         )
-        self._await_ready()
 
-    def _await_ready(self) -> None:
+    def await_ready(self) -> None:
         """Wait for the interpreter's first line: until then the process may still be
         between fork and exec (the test's own cmdline and capabilities) or in ``setpriv``,
         so nothing read from ``/proc/<pid>`` before it describes the server."""
+        if self.ready:
+            return
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
@@ -130,12 +132,14 @@ class CrashForkServer:
             raise AssertionError(f"crash fork server exited at start: {self.proc.returncode}")
         ready = json.loads(line)
         assert ready == {"ready": self.proc.pid}, ready
+        self.ready = True
 
     def alive(self) -> bool:
         return self.proc.poll() is None and not self.busy
 
     def request(self, req: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.await_ready()
         self.busy = True  # stays set if the caller is interrupted before the reply
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
@@ -172,12 +176,15 @@ class CrashForkServer:
 _SHARED: dict[tuple[tuple[str, ...], tuple[str, ...] | None], CrashForkServer] = {}
 
 
-def crash_fork_server(
+def start_crash_fork_server(
     children: tuple[str, ...] = ("journal", "kernel"),
     capabilities: tuple[str, ...] | None = None,
 ) -> CrashForkServer:
     """The session's server for ``children`` (holding only ``capabilities``, if given),
-    started on first use and stopped at exit."""
+    started now if it is not running, without waiting for it: a fixture that calls this
+    before its own setup lets the server's imports (under the kernel lab's emulation, half a
+    minute of one vCPU for the coordinator's) run beside that setup instead of inside the
+    first test that kills."""
     key = (children, capabilities)
     server = _SHARED.get(key)
     if server is None or not server.alive():
@@ -186,6 +193,17 @@ def crash_fork_server(
         server = CrashForkServer(children, capabilities)
         server.shared = True
         _SHARED[key] = server
+    return server
+
+
+def crash_fork_server(
+    children: tuple[str, ...] = ("journal", "kernel"),
+    capabilities: tuple[str, ...] | None = None,
+) -> CrashForkServer:
+    """The session's server for ``children`` (holding only ``capabilities``, if given),
+    started on first use, ready when returned, and stopped at exit."""
+    server = start_crash_fork_server(children, capabilities)
+    server.await_ready()
     return server
 
 

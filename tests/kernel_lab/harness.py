@@ -42,6 +42,7 @@ from typing import Any
 
 import pytest
 
+from tests.crash_fork_server import start_crash_fork_server
 from tests.crash_points import FULL_ENV
 from tests.kernel_lab.guest import GUEST_ENV
 from tests.kernel_lab.image import REPO_ROOT, RUNS_ROOT, BootImage, ImageError, prepare
@@ -249,6 +250,13 @@ class GuestReporter:
     def __init__(self, config: pytest.Config, run_dir: Path) -> None:
         self._config = config
         self._path = run_dir / REPORTS
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Start the session's default crash fork server now when a ``crash`` test was
+        collected: its imports then run on the guest's second vCPU beside the first tests
+        instead of inside the first test that kills."""
+        if any(item.get_closest_marker("crash") for item in session.items):
+            start_crash_fork_server()
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
