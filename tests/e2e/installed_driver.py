@@ -57,10 +57,11 @@ def runs_as_pods(lab: UpstreamLab) -> bool:
     return isinstance(lab.driver, HelmDriver)
 
 
-def driver_pods(admin: Cluster, selector: str) -> list[dict[str, Any]]:
-    """The driver namespace's Pods matching ``selector`` that are not being deleted."""
+def driver_pods(admin: Cluster, selector: str, terminating: bool = False) -> list[dict[str, Any]]:
+    """The driver namespace's Pods matching ``selector`` that are not being deleted (and
+    those that are, if asked)."""
     found = admin.list(r.PODS, DRIVER_NAMESPACE, label_selector=selector).items
-    return [p for p in found if not p["metadata"].get("deletionTimestamp")]
+    return [p for p in found if terminating or not p["metadata"].get("deletionTimestamp")]
 
 
 def pod_ready(p: dict[str, Any]) -> bool:

@@ -56,6 +56,7 @@ from dmn.lab.upstream.images import PINNED_LABEL
 from tests import capabilities
 from tests.e2e import installed_driver, lab_pods, real_operators
 from tests.e2e.conftest import Session, host_snapshot
+from tests.e2e.installed_driver import driver_pods
 
 pytestmark = [pytest.mark.e2e]
 log = logging.getLogger(__name__)
@@ -103,12 +104,6 @@ def pods(admin: Cluster) -> Iterator[list[str]]:
     lab_pods.remove(admin, *created)
 
 
-def _driver_pods(admin: Cluster, selector: str, terminating: bool = False) -> list[dict[str, Any]]:
-    """The driver namespace's Pods matching ``selector`` (and those being deleted, if asked)."""
-    found = admin.list(r.PODS, DRIVER_NAMESPACE, label_selector=selector).items
-    return [p for p in found if terminating or not p["metadata"].get("deletionTimestamp")]
-
-
 def _host_processes(lab: UpstreamLab) -> list[str]:
     return [n for n in lab.running() if n.startswith("dmn-")]
 
@@ -118,8 +113,8 @@ def test_driver_runs_as_pods_from_the_imported_image(lab: UpstreamLab, admin: Cl
     (as the chart's defaults run them), all from the imported image; the webhook Service's
     endpoints are exactly the two replicas' Pod addresses (the API server calls one)."""
     assert _host_processes(lab) == []  # no host process of ours: the Pods do the work
-    (agent,) = _driver_pods(admin, AGENT)
-    controllers = _driver_pods(admin, CONTROLLER)
+    (agent,) = driver_pods(admin, AGENT)
+    controllers = driver_pods(admin, CONTROLLER)
     assert len(controllers) == 2
     for p in (agent, *controllers):
         assert installed_driver.pod_ready(p), p.get("status")
@@ -226,8 +221,8 @@ def test_helm_upgrade_rolls_the_controller_with_the_webhook_judging_throughout(
     (before, Helm patched all of them on every upgrade, through the webhook). Release
     revision 2, deployed."""
     assert isinstance(lab.driver, HelmDriver)
-    old_agents = {p["metadata"]["uid"] for p in _driver_pods(admin, AGENT)}
-    old_controllers = {p["metadata"]["uid"] for p in _driver_pods(admin, CONTROLLER)}
+    old_agents = {p["metadata"]["uid"] for p in driver_pods(admin, AGENT)}
+    old_controllers = {p["metadata"]["uid"] for p in driver_pods(admin, CONTROLLER)}
     revision = _release(lab)["version"]
     with _webhook_probe(lab) as verdicts:
         helm_log = lab.driver.upgrade(
@@ -236,10 +231,10 @@ def test_helm_upgrade_rolls_the_controller_with_the_webhook_judging_throughout(
     failed = [(at, verdict) for at, verdict in verdicts if verdict]
     assert failed == [], failed[:3]
     assert len(verdicts) >= 20, verdicts  # the probe ran through the whole rollout
-    controllers = _driver_pods(admin, CONTROLLER)
+    controllers = driver_pods(admin, CONTROLLER)
     assert len(controllers) == 2
     assert not {p["metadata"]["uid"] for p in controllers} & old_controllers
-    (agent,) = _driver_pods(admin, AGENT)
+    (agent,) = driver_pods(admin, AGENT)
     assert agent["metadata"]["uid"] not in old_agents
     for new in (agent, *controllers):
         assert installed_driver.pod_ready(new), new.get("status")
@@ -288,7 +283,7 @@ def test_the_unprivileged_agent_attaches_with_only_the_charts_capabilities(
     granted = {"NET_ADMIN", "SYS_ADMIN"}
     try:
         lab.driver.upgrade({"nodeAgent": {"privileged": False}})
-        (agent,) = _driver_pods(admin, AGENT)
+        (agent,) = driver_pods(admin, AGENT)
         (container,) = agent["spec"]["containers"]
         assert container["securityContext"]["privileged"] is False
         assert set(container["securityContext"]["capabilities"]["add"]) == granted
@@ -325,7 +320,7 @@ def test_the_unprivileged_agent_attaches_with_only_the_charts_capabilities(
         assert not [m for m in _mounts() if m.startswith(pins)]  # HostToContainer: not ours
 
         installed_driver.restart_agent(lab, admin)  # a new agent container: the pins died
-        (agent,) = _driver_pods(admin, AGENT)
+        (agent,) = driver_pods(admin, AGENT)
         pid = _container_pid(agent)
         assert not [m for m in _mounts(pid) if m.startswith(pins)]
         os.kill(_container_pid(admin.get(r.PODS, "unpriv-b", NAMESPACE)), signal.SIGKILL)
@@ -342,7 +337,7 @@ def test_the_unprivileged_agent_attaches_with_only_the_charts_capabilities(
         _whole_link_handoff(lab, admin, kubectl, pods)
     finally:
         lab.driver.upgrade({"nodeAgent": {"privileged": True}})
-    (agent,) = _driver_pods(admin, AGENT)
+    (agent,) = driver_pods(admin, AGENT)
     assert agent["spec"]["containers"][0]["securityContext"]["privileged"] is True
 
 
@@ -545,7 +540,7 @@ def uninstall_leaves_nothing_that_blocks_the_api_server(lab: UpstreamLab, admin:
     policies = admin.request("GET", VAP_PATH)["items"]
     assert [p["metadata"]["name"] for p in policies] == []
     assert wait_for(
-        lambda: not _driver_pods(admin, "app.kubernetes.io/part-of", terminating=True), WAIT
+        lambda: not driver_pods(admin, "app.kubernetes.io/part-of", terminating=True), WAIT
     )
     sock = lab.layout.kubelet_root / "plugins_registry" / f"{DRIVER}-reg.sock"
     assert wait_for(lambda: not sock.exists(), WAIT)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dmn.controller.conditions import condition_true
 from dmn.lab import cli
 from dmn.lab.pod_demo import claim_template, pod_manifest
 from dmn.lab.state_dir import StateDir
@@ -178,11 +179,10 @@ def _device_class(state: list[str]) -> str:
         got = dmn_lab("get", "topology", "shared-macvlan", "-o", "json", *state)
         if got.returncode != 0:
             return None
-        status = json.loads(got.stdout).get("status") or {}
-        conds = status.get("conditions") or []
-        if not any(c["type"] == "Ready" and c["status"] == "True" for c in conds):
+        topo = json.loads(got.stdout)
+        if not condition_true(topo, "Ready"):
             return None
-        roots = status.get("roots") or []
+        roots = (topo.get("status") or {}).get("roots") or []
         return str(roots[0]["deviceClassName"]) if roots else None
 
     found: str = wait_for(ready, timeout=60, what="shared-macvlan Ready")

@@ -16,6 +16,7 @@ import yaml
 
 from dmn.api.cluster import Cluster, connect
 from dmn.api.cluster import resources as r
+from dmn.controller.conditions import condition_true
 from dmn.lab.state_dir import StateDir
 from tests.lab.support import REPO, dmn_lab, ensure_stopped, no_traceback, ok
 from tests.waiting import wait_for
@@ -36,9 +37,7 @@ def _wait_ready(state_dir: Path, name: str) -> dict[str, Any]:
 
         def ready() -> dict[str, Any] | None:
             topo = cluster.get(r.NETWORK_TOPOLOGIES, name)
-            conds = (topo.get("status") or {}).get("conditions") or []
-            ok = any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
-            return topo if ok else None
+            return topo if condition_true(topo, "Ready") else None
 
         return wait_for(ready, what=f"topology {name} Ready")
 
