@@ -108,7 +108,10 @@ def _go_env(workdir: Path, cgo: bool) -> dict[str, str]:
     env.update(
         GOMODCACHE=str(root / "gomod"),
         GOCACHE=str(root / "gobuild"),
-        GOFLAGS="-buildvcs=false -mod=mod",
+        # every binary is linked -s -w, so the DWARF the compiler writes for each package is
+        # thrown away at link time; not writing it took a cold helm build from 260 to 233
+        # CPU-s (138 to 122 s wall) here, 2026-12-03
+        GOFLAGS="-buildvcs=false -mod=mod -gcflags=all=-dwarf=false",
         CGO_ENABLED="1" if cgo else "0",
         GOTOOLCHAIN="local",
         GOPATH=str(root / "gopath"),
