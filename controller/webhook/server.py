@@ -254,7 +254,11 @@ class _Server(HTTPServer):
 
     def __init__(self, address: tuple[str, int], workers: int, backlog: int) -> None:
         super().__init__(address, _Handler)
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="webhook-worker")
+        # the bound port in the thread names: the workers of one server are told apart from
+        # another's (or a stopped one's, still exiting) in a thread dump
+        self.pool = ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix=f"webhook-worker-{self.server_address[1]}"
+        )
         self._slots = threading.BoundedSemaphore(workers + backlog)
         self._count = threading.Lock()
         self.rejected = 0

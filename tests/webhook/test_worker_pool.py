@@ -50,8 +50,11 @@ def _stalled(url: str) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=30)
 
 
-def _workers() -> int:
-    return sum(1 for t in threading.enumerate() if t.name.startswith("webhook-worker"))
+def _workers(url: str) -> int:
+    """This server's worker threads (by the port in their names): a stopped server's
+    workers of an earlier test may still be exiting, so a process-wide count is racy."""
+    prefix = f"webhook-worker-{url.rsplit(':', 1)[1]}_"
+    return sum(1 for t in threading.enumerate() if t.name.startswith(prefix))
 
 
 def test_connections_beyond_workers_and_backlog_are_closed_not_threaded(
@@ -61,7 +64,7 @@ def test_connections_beyond_workers_and_backlog_are_closed_not_threaded(
     url = server.start()
     held: list[socket.socket] = []
     try:
-        before = _workers()
+        before = _workers(url)
         held = [_stalled(url) for _ in range(3)]  # two served (stalled), one waiting
         extra = [_stalled(url) for _ in range(5)]  # nothing left: closed at once
         wait_for(lambda: server.rejected == 5, timeout=30, interval=0.02)
@@ -69,7 +72,7 @@ def test_connections_beyond_workers_and_backlog_are_closed_not_threaded(
             s.settimeout(30)
             assert s.recv(1) == b""  # the server closed it without serving
             s.close()
-        assert _workers() - before <= 2
+        assert _workers(url) - before <= 2
         for s in held:
             s.close()  # the stalled clients go: the workers serve again
         # the workers notice the closed clients on their own time; until they do, a new
@@ -147,8 +150,8 @@ def test_stop_ends_kept_alive_connections_so_the_workers_exit(tmp_path: Path) ->
     exits: before, the worker waited out its 30-s read timeout, and because interpreter
     exit joins the pool's threads the controller took that long to exit on SIGTERM."""
     server = _server(tmp_path)
-    before = _workers()
     url = server.start()
+    before = _workers(url)
     host, port = url.removeprefix("https://").split(":")
     ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
     conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=60)
@@ -158,11 +161,11 @@ def test_stop_ends_kept_alive_connections_so_the_workers_exit(tmp_path: Path) ->
         assert resp.status == 200 and resp.getheader("Connection") != "close"
         resp.read()
         assert conn.sock is not None  # kept alive, idle: parked
-        assert _workers() > before
+        assert _workers(url) > before
         server.stop()
         conn.sock.settimeout(10)  # well inside the 30-s read timeout the worker waited out
         assert _ended(conn.sock)  # the server ended it
-        wait_for(lambda: _workers() == before, timeout=10, interval=0.05)
+        wait_for(lambda: _workers(url) == before, timeout=10, interval=0.05)
     finally:
         conn.close()
         server.stop()
