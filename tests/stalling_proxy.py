@@ -23,6 +23,7 @@ class StallingProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
+        self.accepted = 0  # client connections, forwarded or (while stalled) not yet
         self.connections = 0
         self.held = 0  # chunks that waited for resume()
         threading.Thread(target=self._accept, name="stalling-proxy", daemon=True).start()
@@ -54,6 +55,8 @@ class StallingProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            with self._lock:
+                self.accepted += 1
             threading.Thread(target=self._connect, args=(client,), daemon=True).start()
 
     def _connect(self, client: socket.socket) -> None:
