@@ -193,6 +193,10 @@ def _listening(port: int) -> bool:
         return False
 
 
+#: :func:`webhook_verdict` when the write went through with no webhook judging it
+UNJUDGED = "accepted: no webhook judged it"
+
+
 def webhook_verdict(admin: Cluster) -> str:
     """'' when our admission webhook judged a write: a server-side dry run of the negative
     example topology, refused by the webhook with its reason code (E_EFFECT_DENIED); else
@@ -205,4 +209,4 @@ def webhook_verdict(admin: Cluster) -> str:
         text = str(exc)
         judged = "E_EFFECT_DENIED" in text and "admission webhook" in text
         return "" if judged else text
-    return "accepted: no webhook judged it"
+    return UNJUDGED

@@ -286,6 +286,13 @@ def _without_webhook_and_controller(lab: UpstreamLab, admin: Cluster) -> tuple[A
     saved = admin.get(r.VALIDATING_WEBHOOK_CONFIGURATIONS, "dra-multi-network")
     stopped = installed_driver.stop_controller(lab, admin)
     admin.delete(r.VALIDATING_WEBHOOK_CONFIGURATIONS, "dra-multi-network")
+    # kube-apiserver drops the webhook only once its informer has seen the deletion; until
+    # then a write fails calling the stopped webhook (seen once in CI: connection refused)
+    verdict = wait_for(
+        lambda: installed_driver.webhook_verdict(admin) == installed_driver.UNJUDGED,
+        WAIT,
+    )
+    assert verdict, installed_driver.webhook_verdict(admin)
     return saved, stopped
 
 
