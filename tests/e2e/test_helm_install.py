@@ -50,7 +50,7 @@ from dmn.lab.upstream import build
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.configs import DRIVER_NAMESPACE, NODE_NAME, POD_CIDR
 from dmn.lab.upstream.demo import Kubectl, pod, pod_phase, wait_for
-from dmn.lab.upstream.driver import LAB_LINKS
+from dmn.lab.upstream.driver import LAB_LINKS, DriverError
 from dmn.lab.upstream.helm_driver import RELEASE, Helm, HelmDriver, image_ref
 from dmn.lab.upstream.images import PINNED_LABEL
 from tests import capabilities
@@ -456,6 +456,30 @@ def test_the_cert_manager_objects_fit_cert_managers_real_schemas(
             assert serving["spec"]["secretName"] in secrets, (serving["spec"], secrets)
 
 
+def _controller_pods_state(admin: Cluster) -> str:
+    """Each controller Pod's phase, container states and Events: why a rollout is stuck."""
+    events = admin.list(r.EVENTS, DRIVER_NAMESPACE).items
+    lines = []
+    for controller in driver_pods(admin, CONTROLLER, terminating=True):
+        name = controller["metadata"]["name"]
+        status = controller.get("status") or {}
+        containers = [
+            (c.get("name"), c.get("state")) for c in status.get("containerStatuses") or []
+        ]
+        said = [
+            (e.get("reason"), e.get("message"))
+            for e in events
+            if (e.get("involvedObject") or {}).get("name") == name
+        ]
+        lines.append(f"pod {name}: phase={status.get('phase')} {containers} events={said}")
+    return "\n".join(lines)
+
+
+def _secrets_present(admin: Cluster, names: tuple[str, ...]) -> str:
+    present = {s["metadata"]["name"] for s in admin.list(r.SECRETS, DRIVER_NAMESPACE).items}
+    return f"secrets present: {sorted(n for n in names if n in present)} of {sorted(names)}"
+
+
 def test_cert_manager_issues_the_webhook_certificate_and_injects_its_ca(
     lab: UpstreamLab, admin: Cluster
 ) -> None:
@@ -474,7 +498,13 @@ def test_cert_manager_issues_the_webhook_certificate_and_injects_its_ca(
     with real_operators.installed_crds(admin, "cert-manager"):
         try:
             with real_operators.cert_manager(lab, DRIVER_NAMESPACE) as cmlog:
-                lab.driver.upgrade({"webhook": {"certificates": {"source": "certManager"}}})
+                try:
+                    lab.driver.upgrade({"webhook": {"certificates": {"source": "certManager"}}})
+                except DriverError as exc:  # once in a repeat run: its 4-min wait ran out
+                    pytest.fail(
+                        f"{exc}\n{_controller_pods_state(admin)}\n"
+                        f"{_secrets_present(admin, secrets)}\n{cmlog.tail()}"
+                    )
                 for resource, name in (
                     (real_operators.ISSUERS, "dra-multi-network-selfsigned"),
                     (real_operators.CERTIFICATES, "dra-multi-network-ca"),
