@@ -81,11 +81,16 @@ def crds(component: str) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def installed_crds(admin: Cluster, component: str, timeout: float = 60.0) -> Iterator[list[str]]:
-    """``component``'s CRDs created and Established; deleted on exit (those this call made)."""
+    """``component``'s CRDs created and Established; deleted on exit (those this call made),
+    and waited for until gone. A CRD deletion finishes asynchronously: an earlier test's
+    CRD still terminating made the next create meet AlreadyExists, the CRD then vanished
+    under the test, and cert-manager never found its resources (seen twice: the helm
+    upgrade to cert-manager certificates waited out its 4 min)."""
     made: list[str] = []
     try:
         for crd in crds(component):
             name = crd["metadata"]["name"]
+            _wait_gone_if_terminating(admin, name, timeout)
             try:
                 admin.create(r.CUSTOM_RESOURCE_DEFINITIONS, crd)
                 made.append(name)
@@ -104,6 +109,25 @@ def installed_crds(admin: Cluster, component: str, timeout: float = 60.0) -> Ite
         for name in made:
             with contextlib.suppress(NotFound):
                 admin.delete(r.CUSTOM_RESOURCE_DEFINITIONS, name)
+        for name in made:
+            assert wait_for(lambda n=name: not _exists(admin, n), timeout), f"CRD {name} stays"
+
+
+def _exists(admin: Cluster, crd: str) -> bool:
+    try:
+        admin.get(r.CUSTOM_RESOURCE_DEFINITIONS, crd)
+    except NotFound:
+        return False
+    return True
+
+
+def _wait_gone_if_terminating(admin: Cluster, crd: str, timeout: float) -> None:
+    try:
+        meta = admin.get(r.CUSTOM_RESOURCE_DEFINITIONS, crd)["metadata"]
+    except NotFound:
+        return
+    if meta.get("deletionTimestamp"):
+        assert wait_for(lambda: not _exists(admin, crd), timeout), f"CRD {crd} stays"
 
 
 def _process(argv: list[str], log_file: Path) -> subprocess.Popen[bytes]:
