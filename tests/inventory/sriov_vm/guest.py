@@ -10,6 +10,7 @@ into the shared run folder.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -26,8 +27,10 @@ NODE_IP = "192.0.2.15"
 
 
 def _unbind(address: str) -> None:
+    """Unbind the function if a driver holds it; one that lets go meanwhile is what we want
+    (once in CI the ``driver`` link vanished between the check and the write)."""
     driver = Path("/sys/bus/pci/devices") / address / "driver"
-    if driver.exists():
+    with contextlib.suppress(FileNotFoundError):
         (driver / "unbind").write_text(address + "\n")
 
 
@@ -39,6 +42,10 @@ def main(run_dir: Path) -> int:
     pci = Path("/sys/bus/pci/devices")
     sriov = [d for d in sorted(pci.iterdir()) if (d / "sriov_totalvfs").exists()]
     for dev in sriov:
+        # the VFs appear unbound: no driver probes them while the script decides their fate
+        autoprobe = dev / "sriov_drivers_autoprobe"
+        if autoprobe.exists():
+            autoprobe.write_text("0\n")
         (dev / "sriov_numvfs").write_text("2\n")
     vfs = sorted(os.path.basename(os.readlink(v)) for d in sriov for v in d.glob("virtfn*"))
     if len(vfs) == 2:
