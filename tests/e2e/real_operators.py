@@ -110,7 +110,7 @@ def installed_crds(admin: Cluster, component: str, timeout: float = 60.0) -> Ite
             with contextlib.suppress(NotFound):
                 admin.delete(r.CUSTOM_RESOURCE_DEFINITIONS, name)
         for name in made:
-            assert wait_for(lambda n=name: not _exists(admin, n), timeout), f"CRD {name} stays"
+            _wait_gone(admin, name, timeout)
 
 
 def _exists(admin: Cluster, crd: str) -> bool:
@@ -127,7 +127,11 @@ def _wait_gone_if_terminating(admin: Cluster, crd: str, timeout: float) -> None:
     except NotFound:
         return
     if meta.get("deletionTimestamp"):
-        assert wait_for(lambda: not _exists(admin, crd), timeout), f"CRD {crd} stays"
+        _wait_gone(admin, crd, timeout)
+
+
+def _wait_gone(admin: Cluster, crd: str, timeout: float) -> None:
+    assert wait_for(lambda: not _exists(admin, crd), timeout), f"CRD {crd} stays"
 
 
 def _process(argv: list[str], log_file: Path) -> subprocess.Popen[bytes]:
