@@ -155,8 +155,12 @@ class NodeSlicePublisher:
                 self.publication.publisher.generation = max(
                     int(s["spec"]["pool"]["generation"]) for s in existing
                 )
-            claims = self.cluster.list(r.RESOURCE_CLAIMS).items
+            # policies before claims: a device allocated and then withdrawn by its policy
+            # while this pass reads is seen either still exposed or already allocated (in
+            # the other order it was neither, was withdrawn, and lost the declaration a pin
+            # needs, so the allocated device was never published again)
             policy_docs = self._policy_objects()
+            claims = self.cluster.list(r.RESOURCE_CLAIMS).items
             self.allocated = allocated_devices(claims, self.driver, self.node_name)
             # kept for the agent's ManageEswitch pass, which makes no API call of its own
             self.policies = self._policies(policy_docs)

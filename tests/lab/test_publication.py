@@ -78,6 +78,72 @@ def test_withdrawn_policy_keeps_the_allocated_device_not_ready(lab: LabCluster) 
     wait_for(withdrawn, what="the allocated macvlan device pinned with allocationReady=false")
 
 
+class _ChangeDuringPass:
+    """The real client; right after a pass's first read of claims or policies returns, it
+    runs ``change`` once (so the pass's other read sees the world after it)."""
+
+    def __init__(self, cluster: Cluster, change: Any) -> None:
+        self.cluster = cluster
+        self.change: Any = change
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.cluster, name)
+        if name != "list":
+            return attr
+
+        def listed(res: Any, *args: Any, **kwargs: Any) -> Any:
+            out = attr(res, *args, **kwargs)
+            if self.change is not None and res in (r.RESOURCE_CLAIMS, r.DEVICE_EXPOSURE_POLICIES):
+                change, self.change = self.change, None
+                change()
+            return out
+
+        return listed
+
+
+def test_a_device_allocated_as_its_policy_goes_stays_pinned(tmp_path: Path) -> None:
+    """The scheduler allocates a device, then its policy is deleted, both while a pass reads
+    its inputs. A pass that read the claims first (no allocation yet) and the policies second
+    (policy gone) withdrew the device, and with it the declaration the next pass needed to
+    pin it: the allocated device was never published again (seen as a flake of the test
+    above). Policies are read first now, so either the policy or the allocation is seen."""
+    with LabCluster(StateDir(tmp_path), resync=3600.0) as lab:
+        cluster, publication = lab.client(), lab.publication
+        assert publication is not None
+        publication.stop()  # this test orders the passes itself
+        cluster.create(
+            r.DEVICE_CLASSES,
+            {
+                "metadata": {"name": "lab-macvlan"},
+                "spec": {
+                    "selectors": [
+                        {
+                            "cel": {
+                                "expression": f'device.driver == "{DRIVER}" && '
+                                f'device.attributes["{DRIVER}"].persona == "macvlan"'
+                            }
+                        }
+                    ]
+                },
+            },
+        )
+        allocated: list[str] = []
+
+        def allocate_then_withdraw() -> None:
+            [claim] = lab.allocate([_claim(cluster, "lab-macvlan")])
+            [result] = claim["status"]["allocation"]["devices"]["results"]
+            allocated.append(result["device"])
+            cluster.delete(r.DEVICE_EXPOSURE_POLICIES, "lab-link-macvlan")
+
+        publication.cluster = _ChangeDuringPass(cluster, allocate_then_withdraw)  # type: ignore[assignment]
+        publication.publish()
+        publication.publish()
+        [device] = allocated
+        devices = _devices(cluster)
+        assert [n for n in devices if n.endswith("-macvlan")] == [device]
+        assert devices[device]["attributes"][READY]["bool"] is False
+
+
 def test_link_changes_in_the_lab_namespace_republish(tmp_path: Path) -> None:
     """With live links the publisher follows rtnetlink: the veth pair disappearing withdraws
     its devices and its return publishes them again (resync is far away, so only the
