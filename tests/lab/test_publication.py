@@ -44,24 +44,21 @@ def _claim(cluster: Cluster, device_class: str) -> dict[str, Any]:
     )
 
 
-def test_withdrawn_policy_keeps_the_allocated_device_not_ready(lab: LabCluster) -> None:
-    cluster = lab.client()
+def _macvlan_class(cluster: Cluster) -> None:
+    """A DeviceClass named ``lab-macvlan`` that selects this driver's macvlan personas."""
+    selector = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].persona == "macvlan"'
     cluster.create(
         r.DEVICE_CLASSES,
         {
             "metadata": {"name": "lab-macvlan"},
-            "spec": {
-                "selectors": [
-                    {
-                        "cel": {
-                            "expression": f'device.driver == "{DRIVER}" && '
-                            f'device.attributes["{DRIVER}"].persona == "macvlan"'
-                        }
-                    }
-                ]
-            },
+            "spec": {"selectors": [{"cel": {"expression": selector}}]},
         },
     )
+
+
+def test_withdrawn_policy_keeps_the_allocated_device_not_ready(lab: LabCluster) -> None:
+    cluster = lab.client()
+    _macvlan_class(cluster)
     [allocated] = lab.allocate([_claim(cluster, "lab-macvlan")])
     [result] = allocated["status"]["allocation"]["devices"]["results"]
     device = result["device"]
@@ -111,22 +108,7 @@ def test_a_device_allocated_as_its_policy_goes_stays_pinned(tmp_path: Path) -> N
         cluster, publication = lab.client(), lab.publication
         assert publication is not None
         publication.stop()  # this test orders the passes itself
-        cluster.create(
-            r.DEVICE_CLASSES,
-            {
-                "metadata": {"name": "lab-macvlan"},
-                "spec": {
-                    "selectors": [
-                        {
-                            "cel": {
-                                "expression": f'device.driver == "{DRIVER}" && '
-                                f'device.attributes["{DRIVER}"].persona == "macvlan"'
-                            }
-                        }
-                    ]
-                },
-            },
-        )
+        _macvlan_class(cluster)
         allocated: list[str] = []
 
         def allocate_then_withdraw() -> None:
