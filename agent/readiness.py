@@ -20,18 +20,14 @@ stale) and all three facts are true; otherwise it prints one reason-coded line a
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-from dmn.command_line import CommandParser, run_command
 
 log = logging.getLogger(__name__)
 
@@ -139,17 +135,3 @@ class ReadinessReporter:
             (self.state_dir / FILE_NAME).unlink(missing_ok=True)
         except OSError as exc:
             log.warning("event=readiness-withdraw-failed error=%s", exc)
-
-
-def run(argv: list[str]) -> int:
-    """``dmn node-ready``: exit 0 if this node's agent reports ready, else 1 with a reason."""
-    parser = CommandParser(prog="dmn node-ready", description=run.__doc__)
-    parser.add_argument("--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR))
-    parser.add_argument("--max-age", type=float, default=DEFAULT_MAX_AGE)
-    return run_command(parser, argv, _probe)
-
-
-def _probe(args: argparse.Namespace) -> int:
-    ok, reason = check(args.state_dir, args.max_age)
-    (sys.stdout if ok else sys.stderr).write(f"dmn node-ready: {reason}\n")
-    return 0 if ok else 1

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from dmn.command_line import CommandParser, add_format_option, run_command
+from dmn.cli.command_line import CommandParser, add_format_option, run_command
 from dmn.controller.compile.compiler import compile_topology
 from dmn.interpreter.diagnostics import Code, Diagnostic, SourceSpan, has_errors
 from dmn.interpreter.lint import LintResult, render_human

@@ -21,7 +21,7 @@ from types import FrameType
 
 from dmn.api.cluster import Cluster, connect
 from dmn.api.cluster.reachability import ApiReachability
-from dmn.command_line import CommandParser, run_command
+from dmn.cli.command_line import CommandParser, run_command
 from dmn.controller.leader import LeaderElector
 from dmn.controller.manager import Controller
 from dmn.observability import json_logs

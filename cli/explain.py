@@ -13,8 +13,8 @@ import argparse
 import json
 import sys
 
-from dmn.command_line import run_command
-from dmn.controller.compile.cli import _emit, _parser, load_topology_inputs
+from dmn.cli.command_line import run_command
+from dmn.cli.compile import _emit, _parser, load_topology_inputs
 from dmn.controller.compile.explain import explain_topology, render_text
 from dmn.interpreter.diagnostics import has_errors
 from dmn.interpreter.lint import LintResult

@@ -12,7 +12,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from dmn.command_line import CommandParser, UsageError, run_command
+from dmn.cli.command_line import CommandParser, UsageError, run_command
 
 GENERATORS: list[str] = [
     "dmn.api.crdgen:generate",

@@ -25,7 +25,7 @@ from ruamel.yaml.error import YAMLError
 from dmn.agent.inventory.live import NetlinkRdma, Pyroute2Devlink, Pyroute2Links
 from dmn.agent.inventory.scan import ScanConfig, scan
 from dmn.api.policy import DeviceExposurePolicy
-from dmn.command_line import CommandParser, run_command
+from dmn.cli.command_line import CommandParser, run_command
 
 
 def _fail(code: str, message: str) -> int:

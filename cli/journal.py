@@ -26,7 +26,7 @@ import sys
 from typing import Any
 
 from dmn.agent.journal.store import JournalError, JournalStore
-from dmn.command_line import CommandParser, add_format_option, run_command
+from dmn.cli.command_line import CommandParser, add_format_option, run_command
 
 
 def _parser() -> CommandParser:

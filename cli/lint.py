@@ -2,7 +2,7 @@
 
 Exit status: 0 no errors, 1 errors found, 2 usage errors or unreadable input (reported
 as diagnostics ``E_USAGE`` / ``E_IO``, never as a traceback; bad arguments are reported
-by :mod:`dmn.command_line` like every command's). ``--format json`` prints
+by :mod:`dmn.cli.command_line` like every command's). ``--format json`` prints
 one JSON array of objects with exactly the keys code, severity, file, line, column,
 path, message (line and column 1-based).
 """
@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from dmn.command_line import CommandParser, UsageError, add_format_option, run_command
+from dmn.cli.command_line import CommandParser, UsageError, add_format_option, run_command
 from dmn.interpreter.lint import LintResult, lint_paths, render_human
 
 

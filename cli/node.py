@@ -29,7 +29,7 @@ At the first failed journal commit (no space, I/O error) the agent stops mutatin
 journal refuses every write), reports not ready, stops, and exits 1 with
 ``dmn node: error[E_JOURNAL_WRITE]: ...`` so that the restarted agent runs recovery.
 
-Bad arguments exit 2 (reported by :mod:`dmn.command_line` as
+Bad arguments exit 2 (reported by :mod:`dmn.cli.command_line` as
 ``dmn node: error[E_USAGE]: ...``) and an unreachable or refusing API server exits 1, each
 with one line ``dmn node: error[CODE]: message`` on stderr, never a traceback.
 
@@ -62,7 +62,7 @@ from dmn.agent.readiness import DEFAULT_INTERVAL, ReadinessReporter
 from dmn.agent.slices import InventoryWatch, NodeSlicePublisher
 from dmn.api.cluster import ApiFailure, Cluster, NotFound, connect
 from dmn.api.cluster import resources as r
-from dmn.command_line import CommandParser, UsageError, run_command
+from dmn.cli.command_line import CommandParser, UsageError, run_command
 from dmn.observability import json_logs
 from dmn.observability.health import HealthServer
 from dmn.observability.health import add_arguments as add_health_arguments

@@ -2,7 +2,7 @@
 
 ``NAME`` is an opcode (``linux/link-move/v1``) or a family (``linux``); without it every
 opcode is listed. Exit 0 on success, 1 when ``NAME`` matches no opcode (``E_UNKNOWN_OPCODE``),
-2 on usage errors (:mod:`dmn.command_line`).
+2 on usage errors (:mod:`dmn.cli.command_line`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from dmn.command_line import CommandParser, add_format_option, run_command
+from dmn.cli.command_line import CommandParser, add_format_option, run_command
 from dmn.opcodes.reference import describe, render_document, render_markdown
 from dmn.opcodes.registry import default_registry
 from dmn.opcodes.spec import OpcodeSpec

@@ -11,7 +11,7 @@ import json
 import sys
 
 from dmn.api.editor_schema import KINDS, editor_schema
-from dmn.command_line import CommandParser, UsageError, run_command
+from dmn.cli.command_line import CommandParser, UsageError, run_command
 
 
 def run(argv: list[str]) -> int:

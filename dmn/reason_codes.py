@@ -1202,6 +1202,13 @@ REGISTRY: tuple[ReasonCode, ...] = (
     ),
     # ---- command line and lab
     _r("E_INVALID", CLI, "The lab API server rejected an object.", "Fix the object."),
+    _r(
+        "E_LAB_NOT_INSTALLED",
+        CLI,
+        "`dmn lab` ran where the lab is not installed: the node and controller image (and"
+        " any product-only wheel) carries the driver only.",
+        "Run the lab from a checkout (`make setup`) or install `dra-multi-network[lab]`.",
+    ),
     _r("E_LAB_NOT_RUNNING", CLI, "No lab is running in the state directory.", "Run `dmn lab up`."),
     _r(
         "E_LAB_RUNNING",

@@ -16,8 +16,8 @@ that importing one part never pays for the others):
   ``checker.resolve_outputs(plugin, config)``;
 * ``canonical_json`` — the canonical JSON bytes and ``sha256:`` digest every content
   digest uses;
-* ``lint.lint_paths``, ``lint.register_kind`` (or the ``dmn.lint_kinds`` entry points),
-  ``lint_cli.run`` (``dmn lint``).
+* ``lint.lint_paths``, ``lint.register_kind`` (or the ``dmn.lint_kinds`` entry points);
+  ``dmn lint`` is ``dmn.cli.lint`` over them.
 
 Every entry point returns diagnostics for bad input and never raises.
 

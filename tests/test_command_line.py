@@ -1,5 +1,5 @@
 """Every ``dmn`` command parses ``--format json`` and ``--format=json`` alike and reports a
-usage error the same way (one plumbing module, :mod:`dmn.command_line`)."""
+usage error the same way (one plumbing module, :mod:`dmn.cli.command_line`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dmn.cli import COMMANDS, main
-from dmn.command_line import requested_format
+from dmn.cli.command_line import requested_format
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = ROOT / "examples" / "topologies"

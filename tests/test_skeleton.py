@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from dmn.cli import dispatch, main
 
 
@@ -39,3 +41,17 @@ def test_module_entry_point_runs() -> None:
 def test_generate_refuses_a_root_that_is_not_the_repository(tmp_path, capsys) -> None:
     assert main(["generate", "--check", "--root", str(tmp_path)]) == 2
     assert "E_USAGE" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("missing", ["dmn.cli.lab", "dmn.lab"])
+def test_lab_missing_from_a_product_installation_is_one_reason_coded_line(
+    missing: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The image's product-only wheel has no ``dmn.cli.lab`` / ``dmn.lab``: ``dmn lab`` says
+    so in one line with a reason code and how to get the lab, never a traceback."""
+    monkeypatch.delitem(sys.modules, "dmn.cli.lab", raising=False)
+    monkeypatch.setitem(sys.modules, missing, None)
+    assert main(["lab", "status"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error[E_LAB_NOT_INSTALLED]" in err, err
+    assert "pip install '.[lab]'" in err

@@ -47,7 +47,7 @@ import yaml
 from dmn.api.cluster import ApiFailure, Cluster, Invalid, NotFound, Unavailable, connect
 from dmn.api.cluster import resources as r
 from dmn.api.served_yaml import render as render_served
-from dmn.command_line import CommandParser, UsageError, run_command
+from dmn.cli.command_line import CommandParser, UsageError, run_command
 from dmn.lab import manifests
 from dmn.lab.state_dir import StateDir, default_state_dir
 

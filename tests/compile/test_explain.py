@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dmn.cli.explain import run
 from dmn.controller.compile.explain import explain_topology
-from dmn.controller.compile.explain_cli import run
 from dmn.interpreter.loader import load_builtin_plugins
 
 ROOT = Path(__file__).resolve().parents[2]

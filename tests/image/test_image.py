@@ -90,7 +90,7 @@ def test_agent_and_controller_dependencies_load_inside_the_image(built: dict[str
     """Native wheels (rocksdict, grpcio, pydantic-core, cryptography, cel) load on the image's
     libc; the node agent's and the controller's entry points import."""
     code = (
-        "import dmn.agent.main, dmn.controller.main, rocksdict, grpc, pyroute2, cel, pyudev;"
+        "import dmn.cli.node, dmn.cli.controller, rocksdict, grpc, pyroute2, cel, pyudev;"
         "pyudev.Context()"
     )
     proc = _in_image(built, "/opt/dmn/bin/python", "-c", code, user="0:0")

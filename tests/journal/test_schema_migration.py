@@ -12,7 +12,6 @@ import pytest
 from rocksdict import Options, Rdict
 
 from dmn.agent.journal import keys
-from dmn.agent.journal.cli import run as journal_cli
 from dmn.agent.journal.records import (
     AttachedClaim,
     AttachmentIdentity,
@@ -23,6 +22,7 @@ from dmn.agent.journal.records import (
 )
 from dmn.agent.journal.schema import SCHEMA_VERSION
 from dmn.agent.journal.store import DB_DIR, JournalCorruptError, JournalSchemaError, JournalStore
+from dmn.cli.journal import run as journal_cli
 from dmn.engine.journal import OperationState
 from dmn.engine.runner import Runner
 from dmn.interpreter.canonical_json import canonical_json

@@ -15,7 +15,6 @@ import pytest
 from rocksdict import Options, Rdict
 
 from dmn.agent.journal import keys
-from dmn.agent.journal.cli import run as journal_cli
 from dmn.agent.journal.records import (
     AttachedClaim,
     AttachmentIdentity,
@@ -39,6 +38,7 @@ from dmn.agent.journal.store import (
     ReservationConflict,
     Retention,
 )
+from dmn.cli.journal import run as journal_cli
 from dmn.engine.journal import OperationState
 from dmn.engine.runner import Runner
 from tests.journal.programs import child_program

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dmn.lab import cli
+from dmn.cli import lab as cli
 from dmn.lab.cluster import LabCluster, LabError
 from dmn.lab.manifests import ManifestError, load
 from dmn.lab.state_dir import StateDir

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dmn.lab import cli
+from dmn.cli import lab as cli
 from dmn.lab.cluster import LabCluster, LabError
 from dmn.lab.state_dir import StateDir
 from tests.lab.support import REPO

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dmn.api.identity import DRIVER
-from dmn.lab import cli
+from dmn.cli import lab as cli
 from dmn.lab.demo import TOPOLOGIES, run_demo
 from dmn.lab.node import NODE_NAME
 

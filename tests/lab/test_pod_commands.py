@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dmn.cli import lab as cli
 from dmn.controller.conditions import condition_true
-from dmn.lab import cli
 from dmn.lab.pod_demo import claim_template, pod_manifest
 from dmn.lab.state_dir import StateDir
 from tests.lab.support import REPO, dmn_lab, ensure_stopped, no_traceback, ok

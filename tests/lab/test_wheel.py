@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from dmn.generate import repo_root
+from dmn.cli.generate import repo_root
 
 pytestmark = pytest.mark.slow
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from dmn.cli.lint import run
 from dmn.interpreter import lint
 from dmn.interpreter.diagnostics import Code, Diagnostic
-from dmn.interpreter.lint_cli import run
 
 from .support import OPERATION, registry, variant
 

@@ -313,7 +313,7 @@ def test_broken_copies_are_rejected(
 
 
 def test_dmn_lint_programs_is_clean(capsys: pytest.CaptureFixture[str]) -> None:
-    from dmn.interpreter.lint_cli import run
+    from dmn.cli.lint import run
 
     assert run(["--format", "json", str(PROGRAMS_DIR)]) == 0
     assert capsys.readouterr().out.strip() == "[]"

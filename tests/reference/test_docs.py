@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dmn.controller.compile.explain_cli import run as explain
-from dmn.generate import repo_root
-from dmn.interpreter.lint_cli import run as lint
+from dmn.cli.explain import run as explain
+from dmn.cli.generate import repo_root
+from dmn.cli.lint import run as lint
 
 ROOT = repo_root()
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

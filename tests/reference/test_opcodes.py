@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from dmn.generate import repo_root
+from dmn.cli.generate import repo_root
+from dmn.cli.opcodes import run
 from dmn.opcodes.reference import describe
-from dmn.opcodes.reference_cli import run
 from dmn.opcodes.registry import default_registry
 from dmn.reference_docs import generate, opcodes_page
 

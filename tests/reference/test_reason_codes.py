@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from dmn.generate import repo_root
+from dmn.cli.generate import repo_root
 from dmn.reason_codes import PATTERNS, REGISTRY, lookup, render_markdown
 
 ROOT = repo_root()

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from dmn.api.editor_schema import KINDS, editor_schema
-from dmn.api.schema_cli import run
+from dmn.cli.schema import run
 
 ROOT = Path(__file__).resolve().parents[2]
 POSITIVE = sorted(
