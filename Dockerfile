@@ -5,14 +5,15 @@
 #   docker build -t dra-multi-network:0.1.0 .
 #
 # The engine-free build pins the runtime dependencies to the versions the development venv
-# resolved; here pip resolves them from pyproject.toml at build time.
+# resolved; here pip resolves them from pyproject.toml at build time. Both install the
+# product-only wheel (DMN_WHEEL=product, see setup.py): no lab, no lab extra.
 FROM debian:bookworm-slim AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv \
  && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/dmn
 COPY . /src
-RUN /opt/dmn/bin/pip install --no-cache-dir --only-binary=:all: /src
+RUN DMN_WHEEL=product /opt/dmn/bin/pip install --no-cache-dir --only-binary=:all: /src
 
 FROM debian:bookworm-slim
 RUN apt-get update \

@@ -4,7 +4,8 @@ Why: no container engine runs on the machines that build and test this project, 
 chart needs an image that kubelet/containerd can run. So the image is assembled from
 Debian's own packages (``mmdebstrap`` of bookworm, the distribution whose Python 3.11 the
 project supports) plus a virtual environment holding the project's wheel and the exact
-runtime dependency versions the development environment resolved, and written as an OCI
+runtime dependency versions the development environment resolved (the product's
+dependencies only: no extras), and written as an OCI
 image archive (``oci-layout`` + ``index.json`` + blobs, with a ``manifest.json`` for
 docker-archive readers) that ``ctr images import`` and ``docker load`` accept. The
 ``Dockerfile`` at the repository root produces the equivalent image with an engine.
@@ -16,6 +17,10 @@ Contract:
   wheel, installed ``--no-deps``) under ``<cache>/image-<key>`` keyed by the base key and
   the wheel's contents. A ``.complete`` stamp is written last; a stamped directory is
   reused untouched. Only the newest few image directories are kept.
+- The wheel is the product-only one (``DMN_WHEEL=product``, see ``setup.py``): no lab
+  (``dmn.lab``, ``dmn.cli.lab``) and none of the data only the lab reads (chart, examples);
+  a wheel that carries any of it is refused. ``dmn lab`` in the image says it is not
+  installed (``E_LAB_NOT_INSTALLED``).
 - ``<cache>`` is ``$DMN_IMAGE_CACHE`` or ``/var/cache/dmn-image`` — outside the clone.
 - The image's default user is ``dmn`` (65532:65532, non-root): the controller runs as
   it; the node agent's DaemonSet overrides the user and states its capabilities.
@@ -57,6 +62,8 @@ IMAGE_NAME = "dra-multi-network"
 SOURCE_ONLY = frozenset({"ovs"})
 """Runtime requirements PyPI serves only as a source distribution (the ``ovs`` IDL 3.x)."""
 KEEP_IMAGES = 3
+LAB_MEMBERS = ("dmn/lab/", "dmn/cli/lab/", "dmn/charts/", "dmn/examples/")
+"""What the product-only wheel must not carry: the lab, its command, the data only it reads."""
 EXCLUDED_CONTENT = ("dev", "proc", "sys", "tmp", "run")
 # Documentation, manuals and locales are not needed to run the driver.
 DPKG_EXCLUDES = (
@@ -247,12 +254,23 @@ def build_wheel(python: Path, out: Path) -> Path:
             str(out),
             str(ROOT),
         ],
-        env={**os.environ, "SOURCE_DATE_EPOCH": str(_epoch())},
+        env={**os.environ, "SOURCE_DATE_EPOCH": str(_epoch()), "DMN_WHEEL": "product"},
     )
     wheels = sorted(out.glob("dra_multi_network-*.whl"))
     if len(wheels) != 1:
         raise RuntimeError(f"expected one wheel in {out}, found {len(wheels)}")
+    lab = lab_members(wheels[0])
+    if lab:
+        raise RuntimeError(f"the product wheel carries the lab: {lab[:3]}")
     return wheels[0]
+
+
+def lab_members(wheel: Path) -> list[str]:
+    """The wheel's members that belong to the lab (empty for a product-only wheel)."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as zf:
+        return [n for n in zf.namelist() if n.startswith(LAB_MEMBERS)]
 
 
 def wheel_digest(wheel: Path) -> str:

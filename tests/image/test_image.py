@@ -1,7 +1,9 @@
 """The container image built without a container engine (``image/build.py``): the project
 runs inside its root filesystem (``dmn --version``, ``dmn lint``, the agent's and the
 controller's native dependencies import), as the non-root user the controller runs as,
-and the OCI archive is self-consistent (every digest and diff_id recomputed).
+the image carries the product only (no lab, its chart and examples, or its crypto library;
+``dmn lab`` says so in one reason-coded line), and the OCI archive is self-consistent
+(every digest and diff_id recomputed).
 
 The build is cached outside the clone (``/var/cache/dmn-image``); ``.ci/run`` builds it
 before the tests, so here it is normally a cache hit.
@@ -87,8 +89,8 @@ def test_dmn_lint_inside_the_image(built: dict[str, Any], work: tuple[Path, str]
 
 
 def test_agent_and_controller_dependencies_load_inside_the_image(built: dict[str, Any]) -> None:
-    """Native wheels (rocksdict, grpcio, pydantic-core, cryptography, cel) load on the image's
-    libc; the node agent's and the controller's entry points import."""
+    """Native wheels (rocksdict, grpcio, pydantic-core, cel, re2) load on the image's libc;
+    the node agent's and the controller's entry points import."""
     code = (
         "import dmn.cli.node, dmn.cli.controller, rocksdict, grpc, pyroute2, cel, pyudev;"
         "pyudev.Context()"
@@ -97,6 +99,30 @@ def test_agent_and_controller_dependencies_load_inside_the_image(built: dict[str
     assert proc.returncode == 0, proc.stderr
     ready = _in_image(built, DMN, "node-ready", "--state-dir", "/nonexistent")
     assert ready.returncode == 1 and "E_AGENT_NOT_READY" in ready.stderr
+
+
+SITE = "opt/dmn/lib/python3.11/site-packages"
+
+
+def test_the_image_carries_the_product_only(built: dict[str, Any]) -> None:
+    """No lab code, no data only the lab reads, no lab-only dependency; the product's own
+    data (builtin programs, grammar) is there."""
+    site = Path(built["rootfs"]) / SITE
+    assert (site / "dmn" / "cli" / "node.py").is_file()
+    assert (site / "dmn" / "programs" / "macvlan-cni" / "v1" / "plugin.yaml").is_file()
+    assert (site / "dmn" / "grammar" / "effects.lark").is_file()
+    for lab_only in ("dmn/lab", "dmn/cli/lab", "dmn/charts", "dmn/examples", "cryptography"):
+        assert not (site / lab_only).exists(), lab_only
+    assert not list(site.glob("cryptography-*.dist-info"))
+
+
+def test_dmn_lab_inside_the_image_says_the_lab_is_not_installed(built: dict[str, Any]) -> None:
+    proc = _in_image(built, DMN, "lab", "up")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("dmn lab: error[E_LAB_NOT_INSTALLED]:"), proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def _member(tar: tarfile.TarFile, name: str) -> bytes:
