@@ -15,9 +15,8 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.netns import netlink_sockets_in
-from dmn.opcodes.netlink_wire import (
+from dmn.host.errors import HostError
+from dmn.host.netlink_wire import (
     NetlinkFailure,
     as_int,
     as_text,
@@ -25,6 +24,7 @@ from dmn.opcodes.netlink_wire import (
     transact,
     u16,
 )
+from dmn.host.netns import netlink_sockets_in
 
 NETLINK_GENERIC = 16
 GENL_ID_CTRL, CTRL_CMD_GETFAMILY, CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME = 0x10, 3, 1, 2
@@ -54,7 +54,7 @@ class Devlink:
         )  # fmt: skip
         family = answers[0].get(CTRL_ATTR_FAMILY_ID) if answers else None
         if family is None:
-            raise ExecutorError("E_DEVLINK", "the kernel has no devlink family")
+            raise HostError("E_DEVLINK", "the kernel has no devlink family")
         self._family = as_int(family)
 
     @staticmethod
@@ -84,7 +84,7 @@ class Devlink:
         answers = self._request(CMD_ESWITCH_GET, self._handle(bus, dev))
         raw = answers[0].get(ATTR_ESWITCH_MODE) if answers else None
         if raw is None:
-            raise ExecutorError("E_DEVLINK", f"{bus}/{dev} reports no eswitch mode")
+            raise HostError("E_DEVLINK", f"{bus}/{dev} reports no eswitch mode")
         value = as_int(raw)
         return next((k for k, v in MODES.items() if v == value), str(value))
 

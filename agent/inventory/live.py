@@ -248,7 +248,7 @@ class NetlinkRdma:
         self.netns = netns
 
     def port_netdevs(self) -> Sequence[RdmaPortNetdev]:
-        from dmn.opcodes.rdma.rdma_netlink import RdmaError, open_in
+        from dmn.host.rdma import RdmaError, open_in
 
         path = f"/var/run/netns/{self.netns}" if self.netns else "/proc/self/ns/net"
         try:

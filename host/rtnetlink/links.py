@@ -15,9 +15,9 @@ from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
 
-from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.link_reader import LinkReader
-from dmn.opcodes.linux.link_writer import encode
+from dmn.host.errors import HostError
+from dmn.host.rtnetlink.link_reader import LinkReader
+from dmn.host.rtnetlink.link_writer import encode
 
 IFF_UP = 0x1
 NONCE_PREFIX = "dmn"
@@ -281,14 +281,14 @@ def locate_hinted(ipr: Any, observations: Any, expected_mac: str | None = None) 
 def one(links: Iterable[LinkState], what: str) -> LinkState | None:
     found = list(links)
     if len(found) > 1:
-        raise ExecutorError("E_OWNERSHIP_CONFLICT", f"{len(found)} links claim {what}")
+        raise HostError("E_OWNERSHIP_CONFLICT", f"{len(found)} links claim {what}")
     return found[0] if found else None
 
 
 def link_request(what: str, ipr: Any, op: str, **fields: Any) -> None:
     """One link write (``add``/``set``/``del``, pyroute2's field names): encoded and sent on
     the socket's lean reader when :mod:`link_writer` knows every field, else through
-    pyroute2; a kernel refusal becomes an ExecutorError with its errno either way."""
+    pyroute2; a kernel refusal becomes an HostError with its errno either way."""
     reader = _reader(ipr)
     request = encode(op, fields) if reader is not None else None
     try:
@@ -297,12 +297,12 @@ def link_request(what: str, ipr: Any, op: str, **fields: Any) -> None:
         else:
             reader.acknowledged(*request)
     except NetlinkError as exc:
-        raise ExecutorError(f"E_NETLINK_{exc.code}", f"{what}: {exc}") from exc
+        raise HostError(f"E_NETLINK_{exc.code}", f"{what}: {exc}") from exc
 
 
 def netlink_call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run one netlink request; turn a kernel refusal into an ExecutorError with its errno."""
+    """Run one netlink request; turn a kernel refusal into an HostError with its errno."""
     try:
         return fn(*args, **kwargs)
     except NetlinkError as exc:
-        raise ExecutorError(f"E_NETLINK_{exc.code}", f"{what}: {exc}") from exc
+        raise HostError(f"E_NETLINK_{exc.code}", f"{what}: {exc}") from exc

@@ -15,11 +15,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from dmn.host.rtnetlink.links import LinkState, netlink_call
 from dmn.opcodes.bridge import specs
 from dmn.opcodes.bridge.approved_bridge import BridgeIdentity, grant, reverify, verify
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.linux.effect_handles import environment, single
-from dmn.opcodes.linux.links import LinkState, netlink_call
 from dmn.opcodes.representor.configure import representor_input
 from dmn.opcodes.representor.identity import RepresentorIdentity, relocate
 from dmn.opcodes.spec import OpcodeSpec

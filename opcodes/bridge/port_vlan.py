@@ -12,6 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from dmn.host.rtnetlink.links import LinkState
 from dmn.opcodes.bridge import specs
 from dmn.opcodes.bridge.approved_bridge import (
     BridgeIdentity,
@@ -23,7 +24,6 @@ from dmn.opcodes.bridge.approved_bridge import (
 )
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.linux.effect_handles import environment, single
-from dmn.opcodes.linux.links import LinkState
 from dmn.opcodes.representor.configure import representor_input
 from dmn.opcodes.representor.identity import RepresentorIdentity, relocate
 from dmn.opcodes.spec import OpcodeSpec

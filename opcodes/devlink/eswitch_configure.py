@@ -23,12 +23,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from dmn.host.devlink import Devlink, open_in
+from dmn.host.netlink_wire import NetlinkFailure
+from dmn.host.netns import LinkEnvironment
 from dmn.opcodes.devlink import specs
-from dmn.opcodes.devlink.devlink_netlink import Devlink, open_in
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.linux.effect_handles import environment, single
-from dmn.opcodes.linux.netns import LinkEnvironment
-from dmn.opcodes.netlink_wire import NetlinkFailure
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.handles import Handle
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rtnetlink.links import LinkState, locate_hinted, owned
 from dmn.opcodes.executor import EffectContext, ExecutorError
-from dmn.opcodes.linux.links import LinkState, locate_hinted, owned
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance
 from dmn.vocabulary.terms import Access, HandleType, LinkType
 

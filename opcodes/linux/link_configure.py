@@ -5,6 +5,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rtnetlink.link_identity import (
+    IDENTITY_KEY,
+    NAMESPACE_LOST,
+    prove,
+    record_identity,
+    recorded,
+)
+from dmn.host.rtnetlink.links import LinkState, link_request
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.effect_handles import (
@@ -14,15 +23,6 @@ from dmn.opcodes.linux.effect_handles import (
     locate_input,
     single,
 )
-from dmn.opcodes.linux.link_identity import (
-    IDENTITY_KEY,
-    NAMESPACE_LOST,
-    prove,
-    record_identity,
-    recorded,
-)
-from dmn.opcodes.linux.links import LinkState, link_request
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import ScopeKind
 

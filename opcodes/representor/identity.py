@@ -18,8 +18,8 @@ from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
 
+from dmn.host.rtnetlink.links import LinkState, by_index, locate_hinted
 from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.links import LinkState, by_index, locate_hinted
 from dmn.vocabulary.handles import Handle
 
 
