@@ -18,8 +18,8 @@ from typing import Any
 from dmn.host.rtnetlink.links import LinkState, netlink_call
 from dmn.opcodes.bridge import specs
 from dmn.opcodes.bridge.approved_bridge import BridgeIdentity, grant, reverify, verify
+from dmn.opcodes.effect_handles import environment, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import environment, single
 from dmn.opcodes.representor.configure import representor_input
 from dmn.opcodes.representor.identity import RepresentorIdentity, relocate
 from dmn.opcodes.spec import OpcodeSpec

@@ -22,8 +22,8 @@ from dmn.opcodes.bridge.approved_bridge import (
     vlan_table,
     write_table,
 )
+from dmn.opcodes.effect_handles import environment, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import environment, single
 from dmn.opcodes.representor.configure import representor_input
 from dmn.opcodes.representor.identity import RepresentorIdentity, relocate
 from dmn.opcodes.spec import OpcodeSpec

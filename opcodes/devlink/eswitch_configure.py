@@ -27,8 +27,8 @@ from dmn.host.devlink import Devlink, open_in
 from dmn.host.netlink_wire import NetlinkFailure
 from dmn.host.netns import LinkEnvironment
 from dmn.opcodes.devlink import specs
+from dmn.opcodes.effect_handles import environment, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import environment, single
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.handles import Handle
 

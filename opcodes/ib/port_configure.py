@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 from dmn.host.netns import LinkEnvironment, NamespaceRef
 from dmn.host.rtnetlink.link_identity import IDENTITY_KEY, NAMESPACE_LOST, of_earlier_boot
 from dmn.opcodes.device_environment import netns_sysfs
+from dmn.opcodes.effect_handles import Outputs, environment, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.ib import specs
 from dmn.opcodes.ib.ipoib_sysfs import (
@@ -51,7 +52,6 @@ from dmn.opcodes.ib.ipoib_sysfs import (
     find_hardware,
     port_at,
 )
-from dmn.opcodes.linux.effect_handles import Outputs, environment, single
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import ScopeKind
 

@@ -10,10 +10,10 @@ from typing import Any
 from dmn.host.netns import LinkEnvironment, NamespaceRef
 from dmn.host.rtnetlink.link_identity import NAMESPACE_LOST, prove, record_identity, recorded
 from dmn.host.rtnetlink.links import LinkState, by_index, by_name, netlink_call, nonce_name
+from dmn.opcodes.effect_handles import Outputs, environment, locate_input, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.created_link import _CreatedLink
-from dmn.opcodes.linux.effect_handles import Outputs, environment, locate_input, single
 from dmn.opcodes.spec import OpcodeSpec
 
 BOND_MODE_ACTIVE_BACKUP = 1

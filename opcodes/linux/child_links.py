@@ -19,10 +19,10 @@ from dmn.host.rtnetlink.links import (
     netlink_call,
     nonce_name,
 )
+from dmn.opcodes.effect_handles import environment, locate_input, single
 from dmn.opcodes.executor import EffectContext, ExecutorError
 from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.created_link import _CreatedLink
-from dmn.opcodes.linux.effect_handles import environment, locate_input, single
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import ScopeKind
 

@@ -29,8 +29,8 @@ from dmn.host.rtnetlink.link_identity import (
     relocated,
 )
 from dmn.host.rtnetlink.links import LinkState, link_request
+from dmn.opcodes.effect_handles import Outputs, environment, link_handle
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import Outputs, environment, link_handle
 from dmn.opcodes.linux.link_ownership import delete_owned
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import Access

@@ -32,15 +32,15 @@ from dmn.host.rtnetlink.links import (
     link_request,
     netlink_call,
 )
-from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux import specs
-from dmn.opcodes.linux.effect_handles import (
+from dmn.opcodes.effect_handles import (
     Outputs,
     environment,
     link_handle,
     locate_input,
     single,
 )
+from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
+from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.link_ownership import set_alias
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import ScopeKind

@@ -30,8 +30,8 @@ from dmn.opcodes.device_environment import (
     ovs_bridge_grants,
     ovsdb_remote,
 )
+from dmn.opcodes.effect_handles import environment, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import environment, single
 from dmn.opcodes.ovs import specs
 from dmn.opcodes.ovs.ovsdb_session import OvsdbSession, OvsdbView
 from dmn.opcodes.representor.configure import representor_input

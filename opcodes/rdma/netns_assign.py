@@ -28,8 +28,8 @@ from typing import Any
 
 from dmn.host.netns import LinkEnvironment, NamespaceRef
 from dmn.host.rdma import RdmaDev, RdmaError, RdmaNetlink, open_in
+from dmn.opcodes.effect_handles import environment, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import environment, single
 from dmn.opcodes.rdma import rdma_device, specs
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.handles import Handle, Scope

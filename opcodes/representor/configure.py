@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from dmn.host.rtnetlink.links import LinkState, netlink_call
+from dmn.opcodes.effect_handles import environment, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import environment, single
 from dmn.opcodes.representor import specs
 from dmn.opcodes.representor.identity import RepresentorIdentity, locate, relocate
 from dmn.opcodes.spec import OpcodeSpec
