@@ -27,11 +27,11 @@ from dmn.agent.personas.model import PersonaSet
 from dmn.host.netns import LinkEnvironment
 from dmn.host.rdma import RdmaDev, RdmaError, RdmaNetlink, open_in
 from dmn.host.rtnetlink.links import by_name
+from dmn.host.rtnetlink.representor import switch_port
 from dmn.interpreter.config_schema import validate_config
 from dmn.interpreter.guards import holds
 from dmn.interpreter.loader import Plugin
 from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.representor.identity import switch_port
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 

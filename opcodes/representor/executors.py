@@ -2,7 +2,7 @@
 
 The representor lives in the host namespace of the call's
 :class:`~dmn.host.netns.LinkEnvironment`; its identity is proven by
-:mod:`dmn.opcodes.representor.identity`.
+:mod:`dmn.host.rtnetlink.representor`.
 """
 
 from __future__ import annotations
