@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dmn.agent.coordinator.verify import Refusal, VerifiedRoot
-from dmn.agent.inventory.facts import Inventory, LinkState
+from dmn.agent.inventory.facts import Inventory
 from dmn.agent.personas.model import PersonaSet
 from dmn.host.netns import LinkEnvironment
 from dmn.host.rdma import RdmaDev, RdmaError, RdmaNetlink, open_in
-from dmn.host.rtnetlink.links import by_name
+from dmn.host.rtnetlink.links import LinkState, by_name
 from dmn.host.rtnetlink.representor import switch_port
 from dmn.interpreter.config_schema import validate_config
 from dmn.interpreter.guards import holds

@@ -9,8 +9,9 @@ name, and callers decide what a match authorises.
 from __future__ import annotations
 
 import secrets
+import socket
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
@@ -29,21 +30,34 @@ class Address:
     address: str
     prefixlen: int
 
+    @property
+    def cidr(self) -> str:
+        """``address/prefixlen``."""
+        return f"{self.address}/{self.prefixlen}"
+
+    @classmethod
+    def from_cidr(cls, cidr: str) -> Address:
+        address, _, prefixlen = cidr.partition("/")
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        return cls(int(family), address, int(prefixlen))
+
 
 @dataclass(frozen=True, slots=True)
 class LinkState:
-    """One link as read back: the fields executors record and restore."""
+    """One kernel link as read back: the fields executors record and restore, and the facts
+    the inventory judges a link by. The one model of a link (0 stands for "none" in
+    ``lower``/``master``, "" for an absent text attribute)."""
 
     index: int
     name: str
-    alias: str
-    mtu: int
-    mac: str
-    up: bool
-    kind: str
-    lower: int
-    master: int
-    info: dict[str, Any]
+    alias: str = ""
+    mtu: int = 0
+    mac: str = ""
+    up: bool = False
+    kind: str = ""
+    lower: int = 0
+    master: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
     addresses: tuple[Address, ...] = ()
     link_netnsid: int = -1
     """Namespace id (as seen from the link's namespace) of ``lower``'s namespace; -1: same."""
@@ -53,10 +67,22 @@ class LinkState:
     """IFLA_PARENT_DEV_NAME: the bus device behind the netdev (e.g. a PCI address)."""
     parent_bus: str = ""
     """IFLA_PARENT_DEV_BUS_NAME: that device's bus (``pci``, ``netdevsim``, ...)."""
+    operstate: str = ""
+    """IFLA_OPERSTATE as ``ip link`` names it (``UP``, ``DOWN``, ...); read by the inventory's
+    dumps only ("" elsewhere, and then left out of :meth:`to_json`, so before-images stay as
+    they were)."""
+
+    @property
+    def local_lower(self) -> int:
+        """``lower`` when it is another link of this namespace, else 0 (none, itself, or a
+        link of the namespace ``link_netnsid`` names)."""
+        return self.lower if self.link_netnsid == -1 and self.lower != self.index else 0
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["addresses"] = [asdict(a) for a in self.addresses]
+        if not self.operstate:
+            del out["operstate"]
         return out
 
     @classmethod
@@ -77,6 +103,7 @@ class LinkState:
             perm_mac=str(data.get("perm_mac", "")),
             parent_dev=str(data.get("parent_dev", "")),
             parent_bus=str(data.get("parent_bus", "")),
+            operstate=str(data.get("operstate", "")),
         )
 
 
