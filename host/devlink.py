@@ -37,10 +37,23 @@ FLAVOURS = {0: "physical", 1: "cpu", 2: "dsa", 3: "pcipf", 4: "pcivf", 5: "virtu
 
 @dataclass(frozen=True, slots=True)
 class DevlinkPort:
+    """One devlink port: the only authority for which representor belongs to which function.
+
+    ``flavour`` follows devlink: ``physical`` (uplink), ``pcipf``, ``pcivf``, ``pcisf``.
+    ``device`` is the devlink handle (``pci/0000:03:00.0``); ``controller`` is 0 for the local
+    host, ``external`` marks a port of another host (SmartNIC/DPU case). The eswitch
+    executor's dump fills index, flavour and netdev; the inventory's every field.
+    """
+
     index: int
     flavour: str
-    netdev_index: int | None
-    netdev_name: str
+    netdev_index: int | None = None
+    netdev_name: str = ""
+    device: str = ""
+    controller: int = 0
+    pfnum: int | None = None
+    vfnum: int | None = None
+    external: bool = False
 
 
 class Devlink:

@@ -84,25 +84,6 @@ def link_json(link: LinkState) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class DevlinkPort:
-    """One devlink port: the only authority for which representor belongs to which function.
-
-    ``flavour`` follows devlink: ``physical`` (uplink), ``pcipf``, ``pcivf``, ``pcisf``.
-    ``controller`` is 0 for the local host; ``external`` marks a port of another host
-    (SmartNIC/DPU case).
-    """
-
-    device: str  # devlink handle "pci/0000:03:00.0"
-    index: int
-    flavour: str
-    netdev: str = ""
-    controller: int = 0
-    pfnum: int | None = None
-    vfnum: int | None = None
-    external: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class Representor:
     """A switchdev representor netdev, identified by (switch, controller, pf, vf)."""
 

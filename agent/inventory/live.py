@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from dmn.agent.inventory.facts import DevlinkPort
+from dmn.host.devlink import DevlinkPort
 from dmn.host.rtnetlink.links import IFF_UP, Address, LinkState
 
 log = logging.getLogger(__name__)
@@ -225,7 +225,7 @@ class Pyroute2Devlink:
                     device=f"{msg.get('DEVLINK_ATTR_BUS_NAME')}/{msg.get('DEVLINK_ATTR_DEV_NAME')}",
                     index=int(msg.get("DEVLINK_ATTR_PORT_INDEX") or 0),
                     flavour=flavour.get(int(msg.get("DEVLINK_ATTR_PORT_FLAVOUR") or 0), "other"),
-                    netdev=str(msg.get("DEVLINK_ATTR_PORT_NETDEV_NAME") or ""),
+                    netdev_name=str(msg.get("DEVLINK_ATTR_PORT_NETDEV_NAME") or ""),
                     controller=int(msg.get("DEVLINK_ATTR_PORT_CONTROLLER_NUMBER") or 0),
                     pfnum=_opt_int(msg.get("DEVLINK_ATTR_PORT_PCI_PF_NUMBER")),
                     vfnum=_opt_int(msg.get("DEVLINK_ATTR_PORT_PCI_VF_NUMBER")),

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from dmn.agent.inventory.facts import (
     Binding,
-    DevlinkPort,
     Inventory,
     InventoryItem,
     IommuPeer,
@@ -41,6 +40,7 @@ from dmn.agent.inventory.live import (
 )
 from dmn.agent.inventory.protection import FunctionNode, protected_functions, protected_links
 from dmn.agent.inventory.sysfs import RawFunction, RawNetdev, RawRdma, SysfsTree
+from dmn.host.devlink import DevlinkPort
 from dmn.host.rtnetlink.links import LinkState
 
 log = logging.getLogger(__name__)
@@ -380,7 +380,7 @@ def _split_representors(
     """Separate representors (by devlink port, else by phys_port_name) from own netdevs."""
     by_netdev: dict[str, DevlinkPort] = {}
     if isinstance(ports, list):
-        by_netdev = {p.netdev: p for p in ports if p.netdev}
+        by_netdev = {p.netdev_name: p for p in ports if p.netdev_name}
     reps: dict[str, list[Representor]] = {}
     own: dict[str, list[RawNetdev]] = {}
     for n in netdevs:
