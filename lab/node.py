@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from dmn.agent.inventory import Inventory, RecordedDevlink, RecordedLinks, ScanConfig, scan
-from dmn.agent.inventory.live import LinkSource
 from dmn.api.identity import API_VERSION
+from dmn.host.inventory_sources import LinkSource
 from dmn.host.rtnetlink.links import LinkState
 
 NODE_NAME = "lab-node"

@@ -17,18 +17,9 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from dmn.host.rtnetlink.links import LinkState
+from dmn.host.unknown import Unknown as Unknown
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Unknown:
-    """A fact whose query failed. ``reason`` says which query and why."""
-
-    reason: str
-
-    def __bool__(self) -> bool:  # an Unknown must never pass as a truthy fact
-        return False
 
 
 def is_known(value: object) -> bool:

@@ -31,17 +31,17 @@ from dmn.agent.inventory.facts import (
     Unknown,
 )
 from dmn.agent.inventory.identity import IdentityRegistry, inventory_id
-from dmn.agent.inventory.live import (
+from dmn.agent.inventory.protection import FunctionNode, protected_functions, protected_links
+from dmn.host.devlink import DevlinkPort
+from dmn.host.inventory_sources import (
     DevlinkSource,
     LinkSource,
     LiveQueryError,
     RdmaPortNetdev,
     RdmaSource,
 )
-from dmn.agent.inventory.protection import FunctionNode, protected_functions, protected_links
-from dmn.agent.inventory.sysfs import RawFunction, RawNetdev, RawRdma, SysfsTree
-from dmn.host.devlink import DevlinkPort
 from dmn.host.rtnetlink.links import LinkState
+from dmn.host.sysfs import RawFunction, RawNetdev, RawRdma, SysfsTree
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from pyroute2 import IPRoute, netns
 
 from dmn.agent.inventory import Pyroute2Links, ScanConfig, scan
 from dmn.agent.inventory.facts import ItemKind, ProtectionReason
-from dmn.agent.inventory.live import RecordedDevlink
 from dmn.agent.inventory.protection import protected_links
+from dmn.host.inventory_sources import RecordedDevlink
 from dmn.host.rtnetlink.links import LinkState
 
 pytestmark = pytest.mark.netns

@@ -20,8 +20,8 @@ from dmn.agent.inventory import (
     scan,
 )
 from dmn.agent.inventory.facts import Binding, ProtectionReason
-from dmn.agent.inventory.sysfs import SysfsTree
 from dmn.host.rtnetlink.links import LinkState
+from dmn.host.sysfs import SysfsTree
 from tests.fixtures.sysfs_layouts import (
     IB_HCA,
     MGMT,

@@ -40,10 +40,10 @@ from pyroute2 import IPRoute
 from dmn.agent.coordinator import Refusal
 from dmn.agent.inventory import Inventory
 from dmn.agent.inventory.facts import Representor
-from dmn.agent.inventory.live import LinkSource
 from dmn.agent.journal.records import AttachmentState
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
+from dmn.host.inventory_sources import LinkSource
 from dmn.host.rtnetlink.links import by_name
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.demo import wait_settled
