@@ -53,14 +53,14 @@ from typing import Any
 from pyroute2 import IPRoute, netns
 
 from dmn.agent.journal.store import JournalStore
-from dmn.agent.netns.pins import NamespacePins
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
 from dmn.engine.journal import MemoryJournal
 from dmn.engine.runner import Runner
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.pins import NamespacePins
 from dmn.interpreter.loader import load_builtin_plugins
 from dmn.opcodes.executor_table import default_executors
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 

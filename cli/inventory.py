@@ -22,10 +22,10 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from dmn.agent.inventory.live import NetlinkRdma, Pyroute2Devlink, Pyroute2Links
 from dmn.agent.inventory.scan import ScanConfig, scan
 from dmn.api.policy import DeviceExposurePolicy
 from dmn.cli.command_line import CommandParser, run_command
+from dmn.host.inventory_sources import NetlinkRdma, Pyroute2Devlink, Pyroute2Links
 
 
 def _fail(code: str, message: str) -> int:

@@ -53,7 +53,6 @@ from dmn.agent.coordinator import NodeConfig
 from dmn.agent.coordinator.handles import InventoryDevices
 from dmn.agent.coordinator.maintenance import MaintenanceConfig
 from dmn.agent.coordinator.node_agent import AgentSockets, NodeAgent
-from dmn.agent.inventory.live import NetlinkRdma, Pyroute2Devlink, Pyroute2Links
 from dmn.agent.inventory.scan import ScanConfig, scan
 from dmn.agent.journal.store import JournalError, JournalHeldError, Retention
 from dmn.agent.kubelet.server import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, SocketPathError
@@ -63,6 +62,7 @@ from dmn.agent.slices import InventoryWatch, NodeSlicePublisher
 from dmn.api.cluster import ApiFailure, Cluster, NotFound, connect
 from dmn.api.cluster import resources as r
 from dmn.cli.command_line import CommandParser, UsageError, run_command
+from dmn.host.inventory_sources import NetlinkRdma, Pyroute2Devlink, Pyroute2Links
 from dmn.observability import json_logs
 from dmn.observability.health import HealthServer
 from dmn.observability.health import add_arguments as add_health_arguments

@@ -23,10 +23,10 @@ from typing import Any
 import yaml
 
 from dmn.agent.inventory import Inventory
-from dmn.agent.inventory.live import LinkSource
 from dmn.agent.slices import InventoryWatch, NodeSlicePublisher
 from dmn.api.cluster import ApiFailure, Cluster, connect
 from dmn.controller.manager import Controller
+from dmn.host.inventory_sources import LinkSource
 from dmn.lab import node, node_netns
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.apiserver import LabApiServer

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from dmn.agent.inventory import Inventory, RecordedDevlink, RecordedLinks, ScanConfig, scan
-from dmn.agent.inventory.facts import LinkState
-from dmn.agent.inventory.live import LinkSource
 from dmn.api.identity import API_VERSION
+from dmn.host.inventory_sources import LinkSource
+from dmn.host.rtnetlink.links import LinkState
 
 NODE_NAME = "lab-node"
 NODE_UID = "lab-node"
@@ -55,9 +55,19 @@ LINKS: tuple[LabLink, ...] = (
 
 def link_states(links: Sequence[LabLink] = LINKS) -> list[LinkState]:
     """The recorded link facts: loopback plus the lab's veth ends (no default route)."""
-    states = [LinkState(1, "lo", 65536, "00:00:00:00:00:00", "UNKNOWN")]
+    states = [LinkState(1, "lo", mtu=65536, mac="00:00:00:00:00:00", up=True, operstate="UNKNOWN")]
     for link in links:
-        states.append(LinkState(link.ifindex, link.name, link.mtu, link.mac, "UP", kind="veth"))
+        states.append(
+            LinkState(
+                link.ifindex,
+                link.name,
+                mtu=link.mtu,
+                mac=link.mac,
+                up=True,
+                operstate="UP",
+                kind="veth",
+            )
+        )
     return states
 
 

@@ -1,6 +1,6 @@
 """The environment of device executors: namespaces plus the node facts they may not guess.
 
-A :class:`DeviceEnvironment` is a :class:`~dmn.opcodes.linux.netns.LinkEnvironment` (host,
+A :class:`DeviceEnvironment` is a :class:`~dmn.host.netns.LinkEnvironment` (host,
 sandbox and pinned namespaces) that also carries what the node agent resolved from its
 DeviceExposurePolicies — the approved Linux bridges by administrator alias, the drivers a PCI
 function may be bound to (``hardware.allowedDrivers``) — and the node's own roots: sysfs,
@@ -12,7 +12,7 @@ executors that need none of it (their lookups fall back to the node's real roots
 grants" and "no drivers"). The OVSDB endpoint (:attr:`ovsdb_remote`) and the approved OVS bridges
 (:attr:`ovs_bridge_grants`) are node facts of the same kind. :attr:`netns_sysfs` gives the
 sysfs a given namespace sees (a node mounts one per call, see
-:mod:`dmn.opcodes.netns_sysfs`; tests hand in recorded trees for hardware this machine lacks).
+:mod:`dmn.host.netns_sysfs`; tests hand in recorded trees for hardware this machine lacks).
 :attr:`effect_records` is the journal's read-only record view for effects that hold
 references to shared state.
 """
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from dmn.host.netns import LinkEnvironment
+from dmn.host.netns_sysfs import MountedNetnsSysfs, NetnsSysfs
 from dmn.opcodes.effect_records import EffectRecords
-from dmn.opcodes.linux.netns import LinkEnvironment
-from dmn.opcodes.netns_sysfs import MountedNetnsSysfs, NetnsSysfs
 
 SYSFS = Path("/sys")
 DEV = Path("/dev")

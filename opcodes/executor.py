@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from dmn.host.errors import HostError
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.handles import Handle
 
@@ -63,12 +64,9 @@ class Observed:
     detail: str = ""
 
 
-class ExecutorError(Exception):
-    """An executor refused or failed; ``code`` is a stable reason code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        self.code = code
-        super().__init__(message)
+ExecutorError = HostError
+"""An executor refused or failed; ``code`` is a stable reason code. The host layer's error
+itself, so a kernel refusal raised below the executor is the effect's failure as it is."""
 
 
 class Executor(Protocol):

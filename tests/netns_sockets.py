@@ -4,7 +4,7 @@ pyroute2 creates every ``IPRoute(netns=...)`` socket in a forked child that ente
 namespace and passes the socket back. A fork copies the whole test process: with a lab node
 (API server, controller, agent, gRPC threads) in it, under the kernel lab's TCG emulation,
 one fork took seconds and a single before/after survey of a lab node tens of seconds. The
-agent never forks for this (:func:`dmn.opcodes.linux.netns.netlink_sockets_in` enters the
+agent never forks for this (:func:`dmn.host.netns.netlink_sockets_in` enters the
 namespace in the calling thread for the ``socket()`` call only); :func:`install` makes the
 tests' pyroute2 sockets come from that same function. Anything it does not cover — a
 namespace pyroute2 must create first, a non-netlink socket, a ready-made fd — still goes
@@ -19,7 +19,7 @@ from typing import Any
 
 from pyroute2 import netns as pyroute2_netns
 
-from dmn.opcodes.linux.netns import netlink_sockets_in
+from dmn.host.netns import netlink_sockets_in
 
 _original = pyroute2_netns.create_socket
 

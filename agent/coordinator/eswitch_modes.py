@@ -43,7 +43,7 @@ from dmn.agent.personas.model import Finding, FindingCode, PersonaSet
 from dmn.api.policy import DeviceExposurePolicy
 from dmn.engine.bound import BoundEffect, BoundProgram
 from dmn.engine.runner import RunRefused
-from dmn.opcodes.devlink.eswitch_configure import undrained
+from dmn.host.devlink import undrained
 from dmn.opcodes.devlink.specs import ESWITCH_CONFIGURE
 from dmn.opcodes.executor import ExecutorError
 from dmn.vocabulary.handles import Handle, Provenance, Scope

@@ -22,16 +22,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dmn.agent.coordinator.verify import Refusal, VerifiedRoot
-from dmn.agent.inventory.facts import Inventory, LinkState
+from dmn.agent.inventory.facts import Inventory
 from dmn.agent.personas.model import PersonaSet
+from dmn.host.netns import LinkEnvironment
+from dmn.host.rdma import RdmaDev, RdmaError, RdmaNetlink, open_in
+from dmn.host.rtnetlink.links import LinkState, by_name
+from dmn.host.rtnetlink.representor import switch_port
 from dmn.interpreter.config_schema import validate_config
 from dmn.interpreter.guards import holds
 from dmn.interpreter.loader import Plugin
 from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.links import by_name
-from dmn.opcodes.linux.netns import LinkEnvironment
-from dmn.opcodes.rdma.rdma_netlink import RdmaDev, RdmaError, RdmaNetlink, open_in
-from dmn.opcodes.representor.identity import switch_port
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 

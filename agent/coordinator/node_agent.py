@@ -43,7 +43,7 @@ from dmn.agent.slices import NodeSlicePublisher
 from dmn.agent.slices.device_health import device_health
 from dmn.api.cluster import Cluster
 from dmn.api.cluster.reachability import ApiReachability
-from dmn.opcodes.linux.netns import current_boot_id
+from dmn.host.netns import current_boot_id
 
 log = logging.getLogger(__name__)
 

@@ -29,15 +29,15 @@ from dmn.agent.coordinator.preparation import PreparationService
 from dmn.agent.coordinator.reconcile import ReconcileLoop
 from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
 from dmn.agent.journal.store import JournalStore, Retention
-from dmn.agent.netns.pins import NamespacePins
 from dmn.api.cluster import Cluster
 from dmn.engine.effect_records import JournalEffectRecords
 from dmn.engine.mutation_lock import MutationLockTimeout, NodeMutationLock
 from dmn.engine.runner import BoundaryHook, Runner
+from dmn.host.netns import current_boot_id
+from dmn.host.pins import NamespacePins
 from dmn.interpreter.loader import Plugin, load_builtin_plugins
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.executor_table import default_executors
-from dmn.opcodes.linux.netns import current_boot_id
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from dmn.agent.coordinator.step_grants import StepGrants
 from dmn.agent.coordinator.verify import Refusal
-from dmn.agent.netns.pins import NamespacePins
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
 from dmn.engine.mutation_lock import MutationLockTimeout
 from dmn.engine.runner import BoundaryHook, Runner, RunResult
+from dmn.host.pins import NamespacePins
 from dmn.interpreter.loader import Plugin
 from dmn.opcodes.device_environment import CDI_ROOT, OVSDB_REMOTE, DeviceEnvironment
 from dmn.opcodes.effect_records import EffectRecords

@@ -39,10 +39,10 @@ from dmn.agent.journal.records import (
     ShareRef,
 )
 from dmn.agent.journal.store import JournalBatch, JournalStore, ReservationConflict
-from dmn.agent.netns.pins import NamespacePins, PinError
 from dmn.engine.binder import Call
 from dmn.engine.mutation_lock import claim_key, device_key
 from dmn.engine.runner import RunRefused
+from dmn.host.pins import NamespacePins, PinError
 
 log = logging.getLogger("dmn.agent.coordinator.coordinator")
 

@@ -51,8 +51,8 @@ from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
 from dmn.agent.coordinator.verify import Refusal
 from dmn.agent.journal.records import AttachmentIdentity, AttachmentRecord, AttachmentState
 from dmn.agent.journal.store import JournalStore
-from dmn.agent.netns.pins import PinError
 from dmn.engine.runner import RunRefused
+from dmn.host.pins import PinError
 
 log = logging.getLogger("dmn.agent.coordinator.coordinator")
 

@@ -78,15 +78,15 @@ from dmn.agent.journal.records import (
     RevisionRef,
 )
 from dmn.agent.journal.store import JournalStore
-from dmn.agent.netns.pins import NamespacePins, PinError
 from dmn.agent.nri.handler import HookDeadline
 from dmn.api.cluster import Cluster
 from dmn.engine.binder import Call
 from dmn.engine.journal import Fence
 from dmn.engine.mutation_lock import claim_key, device_key
 from dmn.engine.runner import RunRefused
+from dmn.host.netns import NamespaceRef, identity_of
+from dmn.host.pins import NamespacePins, PinError
 from dmn.opcodes.granted_nodes import DeviceNode, decode
-from dmn.opcodes.linux.netns import NamespaceRef, identity_of
 from dmn.vocabulary.handles import Handle, Scope
 from dmn.vocabulary.terms import HandleType, ScopeKind
 

@@ -5,7 +5,8 @@
 
 from dmn.agent.inventory.facts import Inventory, InventoryItem, ItemKind, Unknown
 from dmn.agent.inventory.identity import IdentityRegistry
-from dmn.agent.inventory.live import (
+from dmn.agent.inventory.scan import ScanConfig, scan
+from dmn.host.inventory_sources import (
     LiveQueryError,
     NetlinkRdma,
     Pyroute2Devlink,
@@ -15,7 +16,6 @@ from dmn.agent.inventory.live import (
     RecordedLinks,
     RecordedRdma,
 )
-from dmn.agent.inventory.scan import ScanConfig, scan
 
 __all__ = [
     "IdentityRegistry",

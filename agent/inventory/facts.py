@@ -16,17 +16,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from dmn.host.rtnetlink.links import LinkState
+from dmn.host.unknown import Unknown as Unknown
+
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Unknown:
-    """A fact whose query failed. ``reason`` says which query and why."""
-
-    reason: str
-
-    def __bool__(self) -> bool:  # an Unknown must never pass as a truthy fact
-        return False
 
 
 def is_known(value: object) -> bool:
@@ -64,53 +57,21 @@ class ProtectionReason(StrEnum):
     UNKNOWN_STATE = "unknown-state"
 
 
-@dataclass(frozen=True, slots=True)
-class LinkState:
-    """Live netlink facts for one kernel link in the host namespace."""
-
-    ifindex: int
-    ifname: str
-    mtu: int
-    mac: str
-    operstate: str
-    kind: str = ""  # IFLA_INFO_KIND: "", "bond", "bridge", "vlan", "macvlan", ...
-    master_ifindex: int | None = None
-    link_ifindex: int | None = None  # IFLA_LINK: the lower device of vlan/macvlan
-    perm_mac: str = ""
-    addresses: tuple[str, ...] = ()  # "addr/prefixlen"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ifindex": self.ifindex,
-            "ifname": self.ifname,
-            "mtu": self.mtu,
-            "mac": self.mac,
-            "operstate": self.operstate,
-            "kind": self.kind,
-            "masterIfindex": self.master_ifindex,
-            "linkIfindex": self.link_ifindex,
-            "permMac": self.perm_mac,
-            "addresses": list(self.addresses),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class DevlinkPort:
-    """One devlink port: the only authority for which representor belongs to which function.
-
-    ``flavour`` follows devlink: ``physical`` (uplink), ``pcipf``, ``pcivf``, ``pcisf``.
-    ``controller`` is 0 for the local host; ``external`` marks a port of another host
-    (SmartNIC/DPU case).
-    """
-
-    device: str  # devlink handle "pci/0000:03:00.0"
-    index: int
-    flavour: str
-    netdev: str = ""
-    controller: int = 0
-    pfnum: int | None = None
-    vfnum: int | None = None
-    external: bool = False
+def link_json(link: LinkState) -> dict[str, Any]:
+    """A host link as the inventory reports it (``dmn inventory``): ``masterIfindex`` and
+    ``linkIfindex`` null when the link has no master or no lower device in this namespace."""
+    return {
+        "ifindex": link.index,
+        "ifname": link.name,
+        "mtu": link.mtu,
+        "mac": link.mac,
+        "operstate": link.operstate,
+        "kind": link.kind,
+        "masterIfindex": link.master or None,
+        "linkIfindex": link.local_lower or None,
+        "permMac": link.perm_mac,
+        "addresses": sorted(a.cidr for a in link.addresses),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +203,9 @@ class InventoryItem:
     def to_json(self) -> dict[str, Any]:
         def state(n: Netdev) -> Any:
             return (
-                n.state.to_json() if isinstance(n.state, LinkState) else {"unknown": n.state.reason}
+                link_json(n.state)
+                if isinstance(n.state, LinkState)
+                else {"unknown": n.state.reason}
             )
 
         return {

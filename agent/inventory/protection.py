@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from dmn.agent.inventory.facts import LinkState, ProtectionReason, Unknown
+from dmn.agent.inventory.facts import ProtectionReason, Unknown
+from dmn.host.rtnetlink.links import LinkState
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,27 +36,25 @@ def protected_links(
     node_ips: Iterable[str],
 ) -> dict[str, set[ProtectionReason]]:
     """Link name → reasons, for the seeds and their master/member/lower closure."""
-    by_index = {link.ifindex: link for link in links}
+    by_index = {link.index: link for link in links}
     ips = {ip.split("/")[0] for ip in node_ips}
     reasons: dict[int, set[ProtectionReason]] = {}
     for link in links:
-        if link.ifindex in default_routes:
-            reasons.setdefault(link.ifindex, set()).add(ProtectionReason.DEFAULT_ROUTE)
-        if ips & {a.split("/")[0] for a in link.addresses}:
-            reasons.setdefault(link.ifindex, set()).add(ProtectionReason.NODE_IP)
+        if link.index in default_routes:
+            reasons.setdefault(link.index, set()).add(ProtectionReason.DEFAULT_ROUTE)
+        if ips & {a.address for a in link.addresses}:
+            reasons.setdefault(link.index, set()).add(ProtectionReason.NODE_IP)
     pending = list(reasons)
     while pending:
         index = pending.pop()
         link = by_index[index]
         related: list[tuple[int, ProtectionReason]] = []
-        if link.master_ifindex:
-            related.append((link.master_ifindex, ProtectionReason.MASTER_OF_PROTECTED))
-        if link.link_ifindex:
-            related.append((link.link_ifindex, ProtectionReason.LOWER_OF_PROTECTED))
+        if link.master:
+            related.append((link.master, ProtectionReason.MASTER_OF_PROTECTED))
+        if link.local_lower:
+            related.append((link.local_lower, ProtectionReason.LOWER_OF_PROTECTED))
         related += [
-            (m.ifindex, ProtectionReason.MEMBER_OF_PROTECTED)
-            for m in links
-            if m.master_ifindex == index
+            (m.index, ProtectionReason.MEMBER_OF_PROTECTED) for m in links if m.master == index
         ]
         for other, why in related:
             if other not in by_index:
@@ -63,7 +62,7 @@ def protected_links(
             if other not in reasons:
                 pending.append(other)
             reasons.setdefault(other, set()).add(why)
-    return {by_index[i].ifname: r for i, r in reasons.items()}
+    return {by_index[i].name: r for i, r in reasons.items()}
 
 
 def protected_functions(

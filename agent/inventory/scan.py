@@ -20,12 +20,10 @@ from pathlib import Path
 
 from dmn.agent.inventory.facts import (
     Binding,
-    DevlinkPort,
     Inventory,
     InventoryItem,
     IommuPeer,
     ItemKind,
-    LinkState,
     Netdev,
     ProtectionReason,
     RdmaDevice,
@@ -33,15 +31,17 @@ from dmn.agent.inventory.facts import (
     Unknown,
 )
 from dmn.agent.inventory.identity import IdentityRegistry, inventory_id
-from dmn.agent.inventory.live import (
+from dmn.agent.inventory.protection import FunctionNode, protected_functions, protected_links
+from dmn.host.devlink import DevlinkPort
+from dmn.host.inventory_sources import (
     DevlinkSource,
     LinkSource,
     LiveQueryError,
     RdmaPortNetdev,
     RdmaSource,
 )
-from dmn.agent.inventory.protection import FunctionNode, protected_functions, protected_links
-from dmn.agent.inventory.sysfs import RawFunction, RawNetdev, RawRdma, SysfsTree
+from dmn.host.rtnetlink.links import LinkState
+from dmn.host.sysfs import RawFunction, RawNetdev, RawRdma, SysfsTree
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def scan(config: ScanConfig) -> Inventory:
 
     link_states, default_routes = _live_links(config.links, notes)
     state_by_name: dict[str, LinkState] = (
-        {s.ifname: s for s in link_states} if isinstance(link_states, list) else {}
+        {s.name: s for s in link_states} if isinstance(link_states, list) else {}
     )
     ports = _devlink_ports(config.devlink, notes)
     rdma_ports = _rdma_ports(config.rdma, notes)
@@ -202,7 +202,7 @@ def scan(config: ScanConfig) -> Inventory:
                 rdma,
                 rdma_ports,
                 [
-                    state_by_name[n.ifname].ifindex
+                    state_by_name[n.ifname].index
                     for n in own_netdevs.get(fn.address, ())
                     if n.ifname in state_by_name
                 ],
@@ -244,7 +244,7 @@ def _lab_links(
     protected: dict[str, set[ProtectionReason]] = {}
     by_name: dict[str, LinkState] = {}
     if isinstance(states, list) and not isinstance(routes, Unknown):
-        by_name = {s.ifname: s for s in states}
+        by_name = {s.name: s for s in states}
         protected = protected_links(states, routes, config.node_ips)
     out: list[InventoryItem] = []
     for name in config.lab_links:
@@ -280,7 +280,7 @@ def _lab_links(
                     ),
                 ),
                 rdma=_item_rdma(
-                    (), rdma, rdma_ports, [state.ifindex] if isinstance(state, LinkState) else []
+                    (), rdma, rdma_ports, [state.index] if isinstance(state, LinkState) else []
                 ),
                 protected=tuple(reasons),
             )
@@ -355,7 +355,7 @@ def _route_names(
         return states
     if isinstance(routes, Unknown):
         return routes
-    return frozenset(s.ifname for s in states if s.ifindex in routes)
+    return frozenset(s.name for s in states if s.index in routes)
 
 
 def _devlink_ports(source: DevlinkSource, notes: list[str]) -> list[DevlinkPort] | Unknown:
@@ -380,7 +380,7 @@ def _split_representors(
     """Separate representors (by devlink port, else by phys_port_name) from own netdevs."""
     by_netdev: dict[str, DevlinkPort] = {}
     if isinstance(ports, list):
-        by_netdev = {p.netdev: p for p in ports if p.netdev}
+        by_netdev = {p.netdev_name: p for p in ports if p.netdev_name}
     reps: dict[str, list[Representor]] = {}
     own: dict[str, list[RawNetdev]] = {}
     for n in netdevs:

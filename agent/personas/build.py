@@ -39,7 +39,6 @@ from dmn.agent.inventory.facts import (
     InventoryItem,
     IommuPeer,
     ItemKind,
-    LinkState,
     Unknown,
 )
 from dmn.agent.personas.model import (
@@ -61,6 +60,7 @@ from dmn.api.policy import (
     vlan_ids,
 )
 from dmn.api.policy import OvsBridgeGrant as ApiOvsBridgeGrant
+from dmn.host.rtnetlink.links import LinkState
 from dmn.interpreter.canonical_json import canonical_json
 from dmn.opcodes.device_environment import BridgeGrant, OvsBridgeGrant, UplinkGrant
 from dmn.vocabulary.terms import Access, HandleType

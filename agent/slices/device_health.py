@@ -31,9 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from dmn.agent.inventory.facts import Binding, Inventory, InventoryItem, LinkState
+from dmn.agent.inventory.facts import Binding, Inventory, InventoryItem
 from dmn.agent.kubelet.handler import MAX_HEALTH_MESSAGE, DeviceHealth, Health
 from dmn.agent.personas.model import Persona
+from dmn.host.rtnetlink.links import LinkState
 from dmn.vocabulary.terms import HandleType
 
 #: Operstates of a usable link: UP, and UNKNOWN (the driver does not report carrier; an

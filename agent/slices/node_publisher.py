@@ -16,7 +16,7 @@ that serves the runtime's hooks, and woke every slice watcher), deletes slices t
 longer has and verifies the read-back (a server that drops fields switches publication to
 degraded). Triggers: a DeviceExposurePolicy or
 ResourceClaim watch event; an inventory change seen by the
-:class:`~dmn.agent.inventory.watch.ChangeMonitor` (rtnetlink, udev), which rescans the
+:class:`~dmn.host.kernel_events.ChangeMonitor` (rtnetlink, udev), which rescans the
 inventory first; and a periodic resync. Events are coalesced into one pass, and a pass
 follows the previous one after ``coalesce`` seconds at the earliest (default 1 s): in a Pod
 storm claim events arrive several times a second, and back-to-back passes (each lists the
@@ -47,7 +47,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from dmn.agent.inventory.facts import Inventory
-from dmn.agent.inventory.watch import ChangeMonitor
 from dmn.agent.personas.status_report import report_policy_statuses
 from dmn.agent.slices.pins import allocated_devices
 from dmn.agent.slices.publication import NodePublication
@@ -56,6 +55,7 @@ from dmn.api.cluster import resources as r
 from dmn.api.cluster.events import EventRecorder
 from dmn.api.identity import DRIVER
 from dmn.api.policy import DeviceExposurePolicy
+from dmn.host.kernel_events import ChangeMonitor
 from dmn.observability.metrics import PUBLISHED_DEVICES, PUBLISHED_SLICES
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dmn.host.rtnetlink.links import LinkState, by_index, by_name, netlink_call
 from dmn.opcodes.device_environment import BridgeGrant, bridge_grants
 from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.links import LinkState, by_index, by_name, netlink_call
 
 BRIDGE_VLAN_INFO_PVID = 0x2
 BRIDGE_VLAN_INFO_UNTAGGED = 0x4

@@ -1,7 +1,7 @@
 """Executor of ``bridge/port-attach/v1``: a verified representor, kept down, joins the
 approved bridge; undo takes it out again and restores its admin state.
 
-Recorded: the representor's identity (:mod:`dmn.opcodes.representor.identity`), its master
+Recorded: the representor's identity (:mod:`dmn.host.rtnetlink.representor`), its master
 and admin state, and the approved bridge's incarnation. The certified initial membership is
 "none" or "already on the approved bridge" (seed 000 §8.7); a port of any other master is
 refused (``E_FOREIGN_MASTER``). Undo removes the membership while the port is still on the
@@ -15,13 +15,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from dmn.host.rtnetlink.links import LinkState, netlink_call
+from dmn.host.rtnetlink.representor import RepresentorIdentity, relocate
 from dmn.opcodes.bridge import specs
 from dmn.opcodes.bridge.approved_bridge import BridgeIdentity, grant, reverify, verify
+from dmn.opcodes.effect_handles import environment, representor_input, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import environment, single
-from dmn.opcodes.linux.links import LinkState, netlink_call
-from dmn.opcodes.representor.configure import representor_input
-from dmn.opcodes.representor.identity import RepresentorIdentity, relocate
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.handles import Handle
 

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from dmn.host.rtnetlink.links import LinkState
+from dmn.host.rtnetlink.representor import RepresentorIdentity, relocate
 from dmn.opcodes.bridge import specs
 from dmn.opcodes.bridge.approved_bridge import (
     BridgeIdentity,
@@ -21,11 +23,8 @@ from dmn.opcodes.bridge.approved_bridge import (
     vlan_table,
     write_table,
 )
+from dmn.opcodes.effect_handles import environment, representor_input, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import environment, single
-from dmn.opcodes.linux.links import LinkState
-from dmn.opcodes.representor.configure import representor_input
-from dmn.opcodes.representor.identity import RepresentorIdentity, relocate
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.handles import Handle
 

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dmn.host.rtnetlink.links import LinkState, by_index, by_name, netlink_call
 from dmn.opcodes.bridge import specs
 from dmn.opcodes.bridge.approved_bridge import (
     AF_BRIDGE,
@@ -46,11 +47,9 @@ from dmn.opcodes.bridge.approved_bridge import (
     vlan_table,
 )
 from dmn.opcodes.device_environment import UplinkGrant, effect_records
+from dmn.opcodes.effect_handles import environment, representor_input
 from dmn.opcodes.effect_records import RELEASING, EffectRecords, RecordedEffect
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import environment
-from dmn.opcodes.linux.links import LinkState, by_index, by_name, netlink_call
-from dmn.opcodes.representor.configure import representor_input
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.handles import Handle
 

@@ -17,80 +17,28 @@ undo restores the recorded mode and leaves an instance that is gone alone.
 
 from __future__ import annotations
 
-import errno
 import logging
-import re
 from collections.abc import Mapping
 from typing import Any
 
+from dmn.host.devlink import DEVLINK_HANDLE, eswitch_mode_of, open_in, require_quiescent
 from dmn.opcodes.devlink import specs
-from dmn.opcodes.devlink.devlink_netlink import Devlink, open_in
+from dmn.opcodes.effect_handles import environment, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import environment, single
-from dmn.opcodes.linux.netns import LinkEnvironment
-from dmn.opcodes.netlink_wire import NetlinkFailure
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.handles import Handle
 
 _log = logging.getLogger(__name__)
-_HANDLE = re.compile(r"^(pci|netdevsim)/([A-Za-z0-9:._-]{1,64})$")
-_QUIESCE_FLAVOURS = frozenset({"pcivf", "pcisf", "virtual"})
-IFF_UP = 0x1
 
 
 def devlink_handle(handle: Handle) -> tuple[str, str]:
     raw = str(handle.observations.get("devlinkHandle", "") or "")
     if not raw and handle.observations.get("pciAddress"):
         raw = f"pci/{handle.observations['pciAddress']}"
-    match = _HANDLE.fullmatch(raw)
+    match = DEVLINK_HANDLE.fullmatch(raw)
     if match is None:
         raise ExecutorError("E_DEVICE_IDENTITY", f"handle {handle.id} observes no devlink handle")
     return match.group(1), match.group(2)
-
-
-def _mode(dl: Devlink, bus: str, dev: str) -> str | None:
-    """The eswitch mode, or None when the instance is gone (ENODEV/ENOENT)."""
-    try:
-        return dl.eswitch_mode(bus, dev)
-    except NetlinkFailure as exc:
-        if exc.errno in (errno.ENODEV, errno.ENOENT):
-            return None
-        if exc.errno == errno.EOPNOTSUPP:
-            raise ExecutorError("E_ESWITCH_UNSUPPORTED", f"{bus}/{dev} has no eswitch") from exc
-        raise
-
-
-def _require_quiescent(env: LinkEnvironment, dl: Devlink, bus: str, dev: str) -> None:
-    ipr = env.rtnl(env.host)
-    for port in dl.ports(bus, dev):
-        if port.flavour not in _QUIESCE_FLAVOURS or port.netdev_index is None:
-            continue
-        links = ipr.link("get", index=port.netdev_index)
-        if links and int(links[0]["flags"]) & IFF_UP:
-            raise ExecutorError(
-                "E_RESET_DOMAIN_BUSY",
-                f"{bus}/{dev} port {port.index} ({port.flavour}, {port.netdev_name}) is up: "
-                "the eswitch is not drained",
-            )
-
-
-def undrained(env: LinkEnvironment, devlink: str) -> str:
-    """Why the eswitch ``devlink`` (``pci/<address>``, ``netdevsim/<dev>``) is not drained in
-    the kernel now (a VF/SF/virtual port's netdev is up), ``""`` when it is or the instance
-    is gone. For a caller that must not start a transition — or a restore — the executor
-    would refuse: a refused undo is left quarantined for inspection."""
-    match = _HANDLE.fullmatch(devlink)
-    if match is None:
-        return f"{devlink!r} is not a devlink instance handle"
-    bus, dev = match.group(1), match.group(2)
-    with open_in(env.fd(env.host)) as dl:
-        if _mode(dl, bus, dev) is None:
-            return ""
-        try:
-            _require_quiescent(env, dl, bus, dev)
-        except ExecutorError as exc:
-            return str(exc)
-    return ""
 
 
 class EswitchConfigure:
@@ -103,28 +51,28 @@ class EswitchConfigure:
         bus, dev = devlink_handle(single(ctx, "function"))
         target = str(ctx.parameters["mode"])
         with open_in(env.fd(env.host)) as dl:
-            mode = _mode(dl, bus, dev)
+            mode = eswitch_mode_of(dl, bus, dev)
             if mode is None:
                 raise ExecutorError("E_DEVICE_GONE", f"no devlink instance {bus}/{dev}")
             if mode != target:
-                _require_quiescent(env, dl, bus, dev)
+                require_quiescent(env, dl, bus, dev)
         return {"bus": bus, "dev": dev, "mode": mode, "target": target}
 
     def _now(self, ctx: EffectContext, before: Any) -> str | None:
         env = environment(ctx)
         with open_in(env.fd(env.host)) as dl:
-            return _mode(dl, str(before["bus"]), str(before["dev"]))
+            return eswitch_mode_of(dl, str(before["bus"]), str(before["dev"]))
 
     def _set(self, ctx: EffectContext, before: Any, mode: str) -> None:
         env = environment(ctx)
         bus, dev = str(before["bus"]), str(before["dev"])
         with open_in(env.fd(env.host)) as dl:
-            now = _mode(dl, bus, dev)
+            now = eswitch_mode_of(dl, bus, dev)
             if now is None:
                 raise ExecutorError("E_DEVICE_GONE", f"no devlink instance {bus}/{dev}")
             if now == mode:
                 return
-            _require_quiescent(env, dl, bus, dev)
+            require_quiescent(env, dl, bus, dev)
             dl.set_eswitch_mode(bus, dev, mode)
 
     def apply(self, ctx: EffectContext, before: Any) -> None:

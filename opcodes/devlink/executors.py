@@ -1,6 +1,6 @@
 """Native executors of the ``devlink/*`` opcodes (devlink generic netlink and rtnetlink reads).
 
-The environment is the call's :class:`~dmn.opcodes.linux.netns.LinkEnvironment`: the devlink
+The environment is the call's :class:`~dmn.host.netns.LinkEnvironment`: the devlink
 instance and its ports' netdevs live in its host namespace.
 """
 

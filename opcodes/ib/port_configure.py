@@ -7,7 +7,7 @@ IPoIB kernel since connected mode exists offers; rtnetlink can do the same only 
 ``IFLA_IPOIB_PKEY`` and ``IFLA_IPOIB_UMCAST``; ``ipoib_changelink`` calls the same
 ``ipoib_set_mode``), which the parent interface of a port reports only since the kernel gave
 it ``rtnl_link_ops`` too. The executor reads and writes sysfs *of the sandbox's namespace*:
-the environment's :class:`~dmn.opcodes.netns_sysfs.NetnsSysfs` mounts a fresh sysfs in a
+the environment's :class:`~dmn.host.netns_sysfs.NetnsSysfs` mounts a fresh sysfs in a
 private mount namespace of one thread that entered the recorded network namespace, so
 ``class/net`` shows exactly that namespace's netdevs. The recorded-tree tests hand in a
 tree for that namespace instead and run every line below unchanged; the view mount itself is
@@ -39,7 +39,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rtnetlink.link_identity import IDENTITY_KEY, NAMESPACE_LOST, of_earlier_boot
 from dmn.opcodes.device_environment import netns_sysfs
+from dmn.opcodes.effect_handles import Outputs, environment, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.ib import specs
 from dmn.opcodes.ib.ipoib_sysfs import (
@@ -49,9 +52,6 @@ from dmn.opcodes.ib.ipoib_sysfs import (
     find_hardware,
     port_at,
 )
-from dmn.opcodes.linux.effect_handles import Outputs, environment, single
-from dmn.opcodes.linux.link_identity import IDENTITY_KEY, NAMESPACE_LOST, of_earlier_boot
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import ScopeKind
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rtnetlink.link_identity import NAMESPACE_LOST, prove, record_identity, recorded
+from dmn.host.rtnetlink.links import LinkState, by_index, by_name, netlink_call, nonce_name
+from dmn.opcodes.effect_handles import Outputs, environment, locate_input, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.created_link import _CreatedLink
-from dmn.opcodes.linux.effect_handles import Outputs, environment, locate_input, single
-from dmn.opcodes.linux.link_identity import NAMESPACE_LOST, prove, record_identity, recorded
-from dmn.opcodes.linux.links import LinkState, by_index, by_name, netlink_call, nonce_name
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
 
 BOND_MODE_ACTIVE_BACKUP = 1

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dmn.opcodes.executor import EffectContext, ExecutorError
-from dmn.opcodes.linux import specs
-from dmn.opcodes.linux.created_link import _CreatedLink
-from dmn.opcodes.linux.effect_handles import environment, locate_input, single
-from dmn.opcodes.linux.links import (
+from dmn.host.netns import LinkEnvironment
+from dmn.host.rtnetlink.links import (
     LinkState,
     by_index,
     by_name,
@@ -22,7 +19,10 @@ from dmn.opcodes.linux.links import (
     netlink_call,
     nonce_name,
 )
-from dmn.opcodes.linux.netns import LinkEnvironment
+from dmn.opcodes.effect_handles import environment, locate_input, single
+from dmn.opcodes.executor import EffectContext, ExecutorError
+from dmn.opcodes.linux import specs
+from dmn.opcodes.linux.created_link import _CreatedLink
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import ScopeKind
 

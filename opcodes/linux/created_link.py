@@ -19,9 +19,8 @@ import errno
 import logging
 from typing import Any
 
-from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import Outputs, environment, link_handle
-from dmn.opcodes.linux.link_identity import (
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rtnetlink.link_identity import (
     IDENTITY_KEY,
     choose_index,
     planned_identity,
@@ -29,9 +28,10 @@ from dmn.opcodes.linux.link_identity import (
     recorded,
     relocated,
 )
+from dmn.host.rtnetlink.links import LinkState, link_request
+from dmn.opcodes.effect_handles import Outputs, environment, link_handle
+from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.linux.link_ownership import delete_owned
-from dmn.opcodes.linux.links import LinkState, link_request
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import Access
 

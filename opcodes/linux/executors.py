@@ -28,6 +28,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from dmn.opcodes.effect_handles import (
+    Outputs,
+    environment,
+    link_handle,
+    locate_input,
+    single,
+)
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.bond import (
@@ -48,13 +55,6 @@ from dmn.opcodes.linux.child_links import (
     host_children,
 )
 from dmn.opcodes.linux.created_link import _CreatedLink
-from dmn.opcodes.linux.effect_handles import (
-    Outputs,
-    environment,
-    link_handle,
-    locate_input,
-    single,
-)
 from dmn.opcodes.linux.link_configure import LinkConfigure
 from dmn.opcodes.linux.link_move import LinkMove, restore_root
 from dmn.opcodes.linux.link_ownership import delete_owned, find_owned, find_owned_in, set_alias

@@ -5,24 +5,24 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux import specs
-from dmn.opcodes.linux.effect_handles import (
-    Outputs,
-    environment,
-    link_handle,
-    locate_input,
-    single,
-)
-from dmn.opcodes.linux.link_identity import (
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rtnetlink.link_identity import (
     IDENTITY_KEY,
     NAMESPACE_LOST,
     prove,
     record_identity,
     recorded,
 )
-from dmn.opcodes.linux.links import LinkState, link_request
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rtnetlink.links import LinkState, link_request
+from dmn.opcodes.effect_handles import (
+    Outputs,
+    environment,
+    link_handle,
+    locate_input,
+    single,
+)
+from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
+from dmn.opcodes.linux import specs
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import ScopeKind
 

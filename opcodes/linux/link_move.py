@@ -12,16 +12,8 @@ import dataclasses
 import logging
 from typing import Any
 
-from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux import specs
-from dmn.opcodes.linux.effect_handles import (
-    Outputs,
-    environment,
-    link_handle,
-    locate_input,
-    single,
-)
-from dmn.opcodes.linux.link_identity import (
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rtnetlink.link_identity import (
     IDENTITY_KEY,
     find_hardware,
     has_hardware,
@@ -32,8 +24,7 @@ from dmn.opcodes.linux.link_identity import (
     recorded,
     relocated,
 )
-from dmn.opcodes.linux.link_ownership import set_alias
-from dmn.opcodes.linux.links import (
+from dmn.host.rtnetlink.links import (
     LinkState,
     addresses_of,
     by_index,
@@ -41,7 +32,16 @@ from dmn.opcodes.linux.links import (
     link_request,
     netlink_call,
 )
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+from dmn.opcodes.effect_handles import (
+    Outputs,
+    environment,
+    link_handle,
+    locate_input,
+    single,
+)
+from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
+from dmn.opcodes.linux import specs
+from dmn.opcodes.linux.link_ownership import set_alias
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import ScopeKind
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rtnetlink.links import LinkState, by_name, link_request, owned
 from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.links import LinkState, by_name, link_request, owned
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 
 
 def find_owned(

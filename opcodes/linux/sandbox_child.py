@@ -32,13 +32,13 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rtnetlink.links import LinkState, by_index, by_name, link_request
+from dmn.opcodes.effect_handles import environment, locate_input, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservation
 from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.child_links import IPVLAN_MODES, MACVLAN_MODES
 from dmn.opcodes.linux.created_link import _CreatedLink
-from dmn.opcodes.linux.effect_handles import environment, locate_input, single
-from dmn.opcodes.linux.links import LinkState, by_index, by_name, link_request
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import ScopeKind
 

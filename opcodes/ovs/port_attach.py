@@ -25,17 +25,16 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from dmn.host.rtnetlink.representor import RepresentorIdentity, relocate
 from dmn.opcodes.device_environment import (
     OvsBridgeGrant,
     ovs_bridge_grants,
     ovsdb_remote,
 )
+from dmn.opcodes.effect_handles import environment, representor_input, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import environment, single
 from dmn.opcodes.ovs import specs
 from dmn.opcodes.ovs.ovsdb_session import OvsdbSession, OvsdbView
-from dmn.opcodes.representor.configure import representor_input
-from dmn.opcodes.representor.identity import RepresentorIdentity, relocate
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.handles import Handle
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from dmn.opcodes.device_environment import allowed_drivers, dev_root, proc_root, sysfs_root
+from dmn.opcodes.effect_handles import single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import single
 from dmn.opcodes.pci import function_sysfs as pci
 from dmn.opcodes.pci import quiescence, specs
 from dmn.opcodes.pci.function_handle import function_output, live_identity

@@ -20,14 +20,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dmn.host.rdma import RdmaDev, RdmaError, RdmaNetlink, open_in
 from dmn.opcodes import cdi_spec
 from dmn.opcodes.cdi_spec import GrantSpec
 from dmn.opcodes.device_environment import cdi_root, dev_root
+from dmn.opcodes.effect_handles import environment, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.granted_nodes import DeviceNode, encode, verified
-from dmn.opcodes.linux.effect_handles import environment, single
 from dmn.opcodes.rdma import rdma_device, specs
-from dmn.opcodes.rdma.rdma_netlink import RdmaDev, RdmaError, RdmaNetlink, open_in
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.handles import Handle
 

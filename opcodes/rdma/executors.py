@@ -1,6 +1,6 @@
 """Native executors of the ``rdma/*`` opcodes (RDMA netlink and ``/dev`` reads, one CDI spec).
 
-The environment is the call's :class:`~dmn.opcodes.linux.netns.LinkEnvironment` (host and
+The environment is the call's :class:`~dmn.host.netns.LinkEnvironment` (host and
 verified sandbox namespaces; RDMA netlink sockets are created inside them), optionally a
 :class:`~dmn.opcodes.device_environment.DeviceEnvironment` for the ``/dev`` and CDI roots.
 """

@@ -26,11 +26,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rdma import RdmaDev, RdmaError, RdmaNetlink, open_in
+from dmn.opcodes.effect_handles import environment, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import environment, single
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.opcodes.rdma import rdma_device, specs
-from dmn.opcodes.rdma.rdma_netlink import RdmaDev, RdmaError, RdmaNetlink, open_in
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.handles import Handle, Scope
 

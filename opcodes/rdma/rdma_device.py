@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from dmn.host.rdma import RdmaDev, RdmaNetlink
 from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.rdma.rdma_netlink import RdmaDev, RdmaNetlink
 from dmn.vocabulary.handles import Handle
 
 IBDEV_PATTERN = r"^[A-Za-z0-9_.-]{1,63}$"

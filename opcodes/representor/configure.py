@@ -12,30 +12,15 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from dmn.host.rtnetlink.links import LinkState, netlink_call
+from dmn.host.rtnetlink.representor import RepresentorIdentity, relocate
+from dmn.opcodes.effect_handles import host_rtnl, representor_input, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import environment, single
-from dmn.opcodes.linux.links import LinkState, netlink_call
 from dmn.opcodes.representor import specs
-from dmn.opcodes.representor.identity import RepresentorIdentity, locate, relocate
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.handles import Handle
-from dmn.vocabulary.terms import ScopeKind
 
 _log = logging.getLogger(__name__)
-
-
-def _host_rtnl(ctx: EffectContext) -> Any:
-    env = environment(ctx)
-    return env.rtnl(env.host)
-
-
-def representor_input(ctx: EffectContext) -> tuple[Handle, RepresentorIdentity, LinkState]:
-    """The input representor handle (host scope) and the link it is, verified."""
-    handle = single(ctx, "representor")
-    if handle.scope.kind is not ScopeKind.HOST:
-        raise ExecutorError("E_SCOPE", f"representor {handle.id} is not in the host namespace")
-    identity, link = locate(_host_rtnl(ctx), handle)
-    return handle, identity, link
 
 
 class RepresentorConfigure:
@@ -48,7 +33,7 @@ class RepresentorConfigure:
         return {"representor": identity.to_json(), "mtu": link.mtu, "up": link.up}
 
     def _link(self, ctx: EffectContext, before: Any) -> tuple[Any, LinkState | None]:
-        ipr = _host_rtnl(ctx)
+        ipr = host_rtnl(ctx)
         return ipr, relocate(ipr, RepresentorIdentity.from_json(before["representor"]))
 
     def _matches(self, ctx: EffectContext, link: LinkState) -> bool:

@@ -1,8 +1,8 @@
 """Native executors of the ``representor/*`` opcodes (pyroute2 rtnetlink only, no shell).
 
 The representor lives in the host namespace of the call's
-:class:`~dmn.opcodes.linux.netns.LinkEnvironment`; its identity is proven by
-:mod:`dmn.opcodes.representor.identity`.
+:class:`~dmn.host.netns.LinkEnvironment`; its identity is proven by
+:mod:`dmn.host.rtnetlink.representor`.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from dmn.host.netns import LinkEnvironment
+from dmn.host.rtnetlink.links import LinkState, by_index
 from dmn.opcodes.executor import (
     EffectContext,
     Executor,
@@ -29,8 +31,6 @@ from dmn.opcodes.linux.executors import (
     locate_input,
     single,
 )
-from dmn.opcodes.linux.links import LinkState, by_index
-from dmn.opcodes.linux.netns import LinkEnvironment
 from dmn.opcodes.share import specs
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.handles import Handle

@@ -1,6 +1,6 @@
 """Native executors of the ``sriov/*`` opcodes (pyroute2 rtnetlink and sysfs reads only).
 
-The environment is the :class:`~dmn.opcodes.linux.netns.LinkEnvironment` of the call: the PF
+The environment is the :class:`~dmn.host.netns.LinkEnvironment` of the call: the PF
 lives in its host namespace. A :class:`~dmn.opcodes.device_environment.DeviceEnvironment`
 may point the sysfs reads (``virtfnN`` of a PCI PF) at another tree; the default is ``/sys``.
 """

@@ -22,10 +22,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from dmn.host.rtnetlink.links import by_name
 from dmn.opcodes.device_environment import sysfs_root
+from dmn.opcodes.effect_handles import environment, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
-from dmn.opcodes.linux.effect_handles import environment, single
-from dmn.opcodes.linux.links import by_name
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.opcodes.sriov import specs
 from dmn.opcodes.sriov.vf_state import (

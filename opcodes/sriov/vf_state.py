@@ -16,8 +16,8 @@ from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
 
+from dmn.host.rtnetlink.links import netlink_call
 from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.links import netlink_call
 from dmn.opcodes.sriov.specs import LINK_STATES
 
 RTEXT_FILTER_VF = 1

@@ -22,9 +22,9 @@ from typing import Any
 from dmn.opcodes import cdi_spec
 from dmn.opcodes.cdi_spec import GrantSpec
 from dmn.opcodes.device_environment import allowed_drivers, cdi_root, dev_root, sysfs_root
+from dmn.opcodes.effect_handles import environment, single
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.granted_nodes import DeviceNode, encode
-from dmn.opcodes.linux.effect_handles import environment, single
 from dmn.opcodes.pci import function_sysfs as pci
 from dmn.opcodes.pci import quiescence
 from dmn.opcodes.pci.function_handle import live_identity

@@ -24,11 +24,11 @@ from dmn.agent.coordinator.handles import InventoryDevices
 from dmn.agent.coordinator.maintenance import MaintenanceConfig
 from dmn.agent.coordinator.node_agent import AgentSockets, NodeAgent
 from dmn.agent.inventory import Inventory
-from dmn.agent.inventory.live import LinkSource
 from dmn.agent.kubelet.server import KubeletPluginServer
 from dmn.agent.nri.plugin import PluginConfig
 from dmn.api.cluster import Cluster, connect
 from dmn.api.cluster import resources as r
+from dmn.host.inventory_sources import LinkSource
 from dmn.lab import manifests
 from dmn.lab.cluster import LabCluster
 from dmn.lab.demo import TopologyResult, claim_body, wait_settled

@@ -19,10 +19,10 @@ from dmn.agent.coordinator import Refusal
 from dmn.agent.journal.records import AttachmentState, PreparationState
 from dmn.agent.kubelet.handler import ClaimRef
 from dmn.api.cluster import resources as r
+from dmn.host.rtnetlink.links import all_links, by_name
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.node import NODE_NAME
 from dmn.lab.runtime.nri_runtime import HookFailed, LabContainer, LabNriRuntime, LabPod
-from dmn.opcodes.linux.links import all_links, by_name
 from tests.coordinator.lab_node import WAIT, LabNode, lab_node
 from tests.coordinator.test_end_to_end import snapshot
 from tests.kernel.scratch import netns_path, scratch_netns

@@ -34,10 +34,10 @@ import pytest
 from pyroute2 import IPRoute
 
 from dmn.agent.journal.records import AttachmentState, PreparationState
+from dmn.host.rtnetlink.links import all_links
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.node import NODE_NAME
 from dmn.lab.runtime.nri_runtime import LabPod
-from dmn.opcodes.linux.links import all_links
 from tests.coordinator.lab_node import LabNode, lab_node
 from tests.coordinator.test_end_to_end import snapshot
 from tests.crash_fork_server import CrashForkServer, crash_fork_server

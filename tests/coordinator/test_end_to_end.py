@@ -22,10 +22,10 @@ from pyroute2 import IPRoute
 from dmn.agent.journal.records import AttachmentState, PreparationState
 from dmn.agent.protos import dra_v1_pb2, dra_v1_pb2_grpc
 from dmn.api.cluster import resources as r
+from dmn.host.rtnetlink.links import all_links, by_name
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.node import NODE_NAME
 from dmn.lab.runtime.nri_runtime import HookFailed, LabContainer, LabPod
-from dmn.opcodes.linux.links import all_links, by_name
 from tests.coordinator.lab_node import LabNode, lab_node
 from tests.kernel.scratch import netns_path, scratch_netns
 from tests.kernel.world import add_address, ping

@@ -24,10 +24,10 @@ from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.operations import NodeOperations, device_environment
 from dmn.agent.inventory import Inventory, ScanConfig, scan
 from dmn.agent.journal.store import JournalStore
-from dmn.agent.netns.pins import NamespacePins
 from dmn.agent.personas.build import build_personas
 from dmn.api.policy import DeviceExposurePolicy
 from dmn.engine.runner import Runner
+from dmn.host.pins import NamespacePins
 from dmn.opcodes.executor_table import default_executors
 from tests.fixtures.policies import policy
 from tests.fixtures.sysfs_layouts import (

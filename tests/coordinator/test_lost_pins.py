@@ -24,7 +24,7 @@ import pytest
 
 from dmn.agent.coordinator import NodeServices, Refusal
 from dmn.agent.journal.records import AttachmentState
-from dmn.agent.netns.pins import _umount
+from dmn.host.pins import _umount
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.node import NODE_NAME
 from dmn.lab.runtime.nri_runtime import HookFailed, LabContainer, LabPod

@@ -19,11 +19,11 @@ import pytest
 from pyroute2 import IPRoute
 
 from dmn.agent.journal.records import AttachmentState
+from dmn.host.rtnetlink.links import all_links, by_name
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.demo import wait_settled
 from dmn.lab.node import NODE_NAME
 from dmn.lab.runtime.nri_runtime import HookFailed, LabPod
-from dmn.opcodes.linux.links import all_links, by_name
 from tests.coordinator.lab_node import WAIT, LabNode, lab_node
 from tests.coordinator.test_end_to_end import snapshot
 from tests.kernel.scratch import netns_path, scratch_netns

@@ -11,8 +11,8 @@ from dmn.agent.coordinator.handles import operation_inputs
 from dmn.agent.coordinator.verify import DriverResult, driver_results, fingerprint
 from dmn.agent.journal.keys import attachment_id
 from dmn.agent.journal.records import AttachmentIdentity
-from dmn.agent.netns.pins import PIN_ID
 from dmn.api.root_config import TopologyRootConfiguration
+from dmn.host.pins import PIN_ID
 from dmn.vocabulary.handles import Handle, Scope
 from dmn.vocabulary.terms import HandleType, ScopeKind
 

@@ -10,9 +10,10 @@ import pytest
 from pyroute2 import IPRoute, netns
 
 from dmn.agent.inventory import Pyroute2Links, ScanConfig, scan
-from dmn.agent.inventory.facts import ItemKind, LinkState, ProtectionReason
-from dmn.agent.inventory.live import RecordedDevlink
+from dmn.agent.inventory.facts import ItemKind, ProtectionReason
 from dmn.agent.inventory.protection import protected_links
+from dmn.host.inventory_sources import RecordedDevlink
+from dmn.host.rtnetlink.links import LinkState
 
 pytestmark = pytest.mark.netns
 
@@ -46,12 +47,12 @@ def build(name: str) -> None:
 def test_link_state_and_default_route_from_rtnetlink(ns: str) -> None:
     build(ns)
     source = Pyroute2Links(ns)
-    states = {s.ifname: s for s in source.links()}
+    states = {s.name: s for s in source.links()}
     assert states["br0"].kind == "bridge" and states["br0"].mtu == 1450
-    assert states["br0"].addresses == ("198.51.100.2/24",)
-    assert states["v0"].master_ifindex == states["br0"].ifindex
-    assert states["mv0"].link_ifindex == states["v1"].ifindex
-    assert source.default_route_ifindexes() == frozenset({states["br0"].ifindex})
+    assert [a.cidr for a in states["br0"].addresses] == ["198.51.100.2/24"]
+    assert states["v0"].master == states["br0"].index
+    assert states["mv0"].local_lower == states["v1"].index
+    assert source.default_route_ifindexes() == frozenset({states["br0"].index})
 
 
 def test_protected_closure_over_real_links(ns: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dmn.agent.inventory import Pyroute2Devlink, Pyroute2Links, ScanConfig, Unknown, scan
-from dmn.agent.inventory.facts import LinkState
+from dmn.host.rtnetlink.links import LinkState
 
 pytestmark = pytest.mark.skipif(
     not Path("/sys/bus/pci/devices").is_dir(), reason="no PCI sysfs on this machine"

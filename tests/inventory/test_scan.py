@@ -19,8 +19,9 @@ from dmn.agent.inventory import (
     Unknown,
     scan,
 )
-from dmn.agent.inventory.facts import Binding, LinkState, ProtectionReason
-from dmn.agent.inventory.sysfs import SysfsTree
+from dmn.agent.inventory.facts import Binding, ProtectionReason
+from dmn.host.rtnetlink.links import LinkState
+from dmn.host.sysfs import SysfsTree
 from tests.fixtures.sysfs_layouts import (
     IB_HCA,
     MGMT,
@@ -94,7 +95,7 @@ def test_netdevs_joined_by_pci_with_live_state(node: FixtureNode) -> None:
     assert isinstance(state, LinkState)
     assert state.mac == "06:00:00:00:00:03" and state.mtu == 1500 and state.operstate == "UP"
     mgmt = item(inv, MGMT).netdevs[0].state
-    assert isinstance(mgmt, LinkState) and mgmt.addresses == ("10.0.0.11/24",)
+    assert isinstance(mgmt, LinkState) and [a.cidr for a in mgmt.addresses] == ["10.0.0.11/24"]
     assert inv.default_route_ifnames == frozenset({"eno1"})
 
 
@@ -253,8 +254,8 @@ def test_bond_members_and_lower_devices_are_protected(tmp_path: Path) -> None:
     b.virtual_link("br-mgmt", kind="bridge", mac="02:00:00:00:00:bb", default_route=True)
     node = b.finish(node_ips=("192.0.2.10",))
     states = list(node.links.states)
-    bridge_index = next(s.ifindex for s in states if s.ifname == "br-mgmt")
-    states = [replace(s, master_ifindex=bridge_index) if s.ifname == "bond0" else s for s in states]
+    bridge_index = next(s.index for s in states if s.name == "br-mgmt")
+    states = [replace(s, master=bridge_index) if s.name == "bond0" else s for s in states]
     node.links = RecordedLinks(states, node.links.default_routes)
     inv = run(node)
     assert ProtectionReason.MEMBER_OF_PROTECTED in item(inv, "0000:01:00.0").protected
@@ -345,8 +346,8 @@ def test_default_route_on_a_pf_protects_every_vf(tmp_path: Path) -> None:
     b = SysfsBuilder(tmp_path / "sys")
     add_connectx5_switchdev(b, vfs_per_pf=2)
     node = b.finish()
-    pf0 = next(s for s in node.links.states if s.ifname == "enp59s0f0np0")
-    node.links = RecordedLinks(node.links.states, frozenset({pf0.ifindex}))
+    pf0 = next(s for s in node.links.states if s.name == "enp59s0f0np0")
+    node.links = RecordedLinks(node.links.states, frozenset({pf0.index}))
     inv = run(node)
     assert ProtectionReason.DEFAULT_ROUTE in item(inv, MLX_PF0).protected
     for i in range(2):

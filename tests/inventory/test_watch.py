@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from pyroute2 import IPRoute, netns
 
-from dmn.agent.inventory.watch import ChangeMonitor
+from dmn.host.kernel_events import ChangeMonitor
 
 pytestmark = pytest.mark.netns
 

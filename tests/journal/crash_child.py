@@ -41,7 +41,7 @@ def _env(spec: dict[str, str] | None) -> Any:
     """The real executors' environment: host and sandbox namespaces by path (kernel only)."""
     if not spec:
         return None
-    from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+    from dmn.host.netns import LinkEnvironment, NamespaceRef
 
     sandbox = NamespaceRef.at(spec["sandbox"])
     return LinkEnvironment(

@@ -34,8 +34,8 @@ pyroute2 = pytest.importorskip("pyroute2")
 
 from dmn.engine.binder import Call, bind_program  # noqa: E402
 from dmn.engine.runner import Runner  # noqa: E402
+from dmn.host.netns import NamespaceRef  # noqa: E402
 from dmn.interpreter.loader import load_builtin_plugins, load_plugin_dir  # noqa: E402
-from dmn.opcodes.linux.netns import NamespaceRef  # noqa: E402
 from tests.crash_fork_server import CrashForkServer  # noqa: E402
 from tests.journal.crashkit import Case, op_of  # noqa: E402
 from tests.kernel.scratch import netns_path  # noqa: E402

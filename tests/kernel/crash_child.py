@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from dmn.agent.journal.store import JournalStore
-from dmn.agent.netns.pins import NamespacePins
 from dmn.engine.bound import BoundProgram
 from dmn.engine.effect_records import JournalEffectRecords
 from dmn.engine.runner import Runner
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.netns_sysfs import RecordedNetnsSysfs
+from dmn.host.pins import NamespacePins
 from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment, OvsBridgeGrant
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
-from dmn.opcodes.netns_sysfs import RecordedNetnsSysfs
 from tests.kernel.world import EXECUTORS
 
 

@@ -18,15 +18,15 @@ from typing import Any
 import yaml
 
 from dmn.agent.journal.store import JournalStore
-from dmn.agent.netns.pins import NamespacePins
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
 from dmn.engine.effect_records import JournalEffectRecords
 from dmn.engine.runner import Runner, RunResult
+from dmn.host.netns import LinkEnvironment, NamespaceRef, identity_of
+from dmn.host.netns_sysfs import RecordedNetnsSysfs
+from dmn.host.pins import NamespacePins
 from dmn.interpreter.loader import load_builtin_plugins
 from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment, OvsBridgeGrant
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef, identity_of
-from dmn.opcodes.netns_sysfs import RecordedNetnsSysfs
 from dmn.vocabulary.handles import Handle, Scope
 from dmn.vocabulary.terms import ScopeKind
 from tests import capabilities

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.attach_vs_cni import CNI_DIR, macvlan_cni_config, run_cni
-from dmn.opcodes.linux.links import LinkState
+from dmn.host.rtnetlink.links import LinkState
 from dmn.vocabulary.terms import Access
 from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from dmn.host.rtnetlink.links import by_name
 from dmn.opcodes.executor import EffectContext, RecoveryObservation
-from dmn.opcodes.linux.links import by_name
 from dmn.vocabulary.handles import Handle
 from dmn.vocabulary.terms import Access
 from tests.kernel.scratch import scratch_netns

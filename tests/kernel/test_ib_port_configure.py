@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from dmn.host.netns import NamespaceRef
+from dmn.host.netns_sysfs import RecordedNetnsSysfs
 from dmn.opcodes.device_environment import DeviceEnvironment
 from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservation
-from dmn.opcodes.linux.netns import NamespaceRef
-from dmn.opcodes.netns_sysfs import RecordedNetnsSysfs
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 from tests.fixtures.sysfs_layouts import (

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from dmn.engine.journal import EffectState
-from dmn.opcodes.linux.links import all_links, by_name
+from dmn.host.rtnetlink.links import all_links, by_name
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 from tests.crash_fork_server import CrashForkServer, crash_fork_server

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from dmn.host.rtnetlink.links import by_alias, by_name
 from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservation
-from dmn.opcodes.linux.links import by_alias, by_name
 from dmn.vocabulary.terms import Access
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import (

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from dmn.opcodes.linux.links import addresses_of, all_links, by_index, by_name
-from dmn.opcodes.linux.netns import LazyRtnl, NamespaceRtnl
+from dmn.host.netns import LazyRtnl, NamespaceRtnl
+from dmn.host.rtnetlink.links import addresses_of, all_links, by_index, by_name
 from tests.kernel.scratch import netns_path, unique
 from tests.kernel.world import world
 

@@ -13,10 +13,10 @@ import os
 
 import pytest
 
+from dmn.host.netns import LazyRtnl, NamespaceRtnl
+from dmn.host.rtnetlink.link_writer import encode
+from dmn.host.rtnetlink.links import LinkState, by_index, by_name, link_request
 from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.link_writer import encode
-from dmn.opcodes.linux.links import LinkState, by_index, by_name, link_request
-from dmn.opcodes.linux.netns import LazyRtnl, NamespaceRtnl
 from tests.kernel.scratch import netns_path, unique
 from tests.kernel.world import world
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pyroute2 import IPRoute, netns
 
-from dmn.agent.netns.pins import NamespacePins, PinError
-from dmn.opcodes.linux.netns import identity_of
+from dmn.host.netns import identity_of
+from dmn.host.pins import NamespacePins, PinError
 from tests.kernel.scratch import netns_path, scratch_netns, unique
 
 pytestmark = pytest.mark.netns

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from pyroute2 import IPRoute
 
+from dmn.host.netns import NamespaceRef
+from dmn.host.netns_sysfs import MountedNetnsSysfs
 from dmn.opcodes.device_environment import DeviceEnvironment
 from dmn.opcodes.executor import EffectContext, ExecutorError
-from dmn.opcodes.linux.netns import NamespaceRef
-from dmn.opcodes.netns_sysfs import MountedNetnsSysfs
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 from tests.kernel.scratch import netns_path, scratch_netns

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dmn.agent.netns.pins import MS_BIND, MS_REC, MS_SHARED, NamespacePins, _c, _mount, _umount
+from dmn.host.pins import MS_BIND, MS_REC, MS_SHARED, NamespacePins, _c, _mount, _umount
 from tests.kernel.scratch import netns_path, scratch_netns
 
 pytestmark = pytest.mark.netns

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dmn.opcodes.linux.links import all_links, by_name
+from dmn.host.rtnetlink.links import all_links, by_name
 from dmn.vocabulary.terms import Access
 from tests.kernel.node import Node, bind, call, unprivileged_server
 from tests.kernel.world import World, add_address, host_handle, link, ping, world

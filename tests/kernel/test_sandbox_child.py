@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
+from dmn.host.rtnetlink.links import by_alias, by_name
 from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservation
-from dmn.opcodes.linux.links import by_alias, by_name
 from dmn.vocabulary.terms import Access
 from tests.kernel.scratch import scratch_netns
 from tests.kernel.world import EXECUTORS, Done, add_address, drive, host_handle, link, ping, world

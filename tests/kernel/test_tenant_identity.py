@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from dmn.engine.journal import EffectState
+from dmn.host.rtnetlink.links import by_index, by_name
 from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.links import by_index, by_name
 from dmn.vocabulary.terms import Access
 from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path, scratch_netns

@@ -16,10 +16,10 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rtnetlink.links import LinkState, all_links, by_name
 from dmn.opcodes.executor import EffectContext, Executor, Observed
 from dmn.opcodes.executor_table import default_executors
-from dmn.opcodes.linux.links import LinkState, all_links, by_name
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 from tests.kernel.scratch import netns_path, scratch_netns, unique

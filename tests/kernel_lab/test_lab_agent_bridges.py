@@ -40,16 +40,16 @@ from pyroute2 import IPRoute
 from dmn.agent.coordinator import Refusal
 from dmn.agent.inventory import Inventory
 from dmn.agent.inventory.facts import Representor
-from dmn.agent.inventory.live import LinkSource
 from dmn.agent.journal.records import AttachmentState
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
+from dmn.host.inventory_sources import LinkSource
+from dmn.host.rtnetlink.links import by_name
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.demo import wait_settled
 from dmn.lab.node import NODE_NAME
 from dmn.lab.node import inventory as lab_inventory
 from dmn.lab.runtime.nri_runtime import LabPod
-from dmn.opcodes.linux.links import by_name
 from tests.coordinator.lab_node import WAIT, LabNode, lab_node
 from tests.coordinator.test_crash import killed
 from tests.coordinator.test_end_to_end import snapshot

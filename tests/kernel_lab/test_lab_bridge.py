@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from dmn.host.netns import NamespaceRef
+from dmn.host.rtnetlink.links import by_name
 from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment
 from dmn.opcodes.executor import EffectContext, ExecutorError
-from dmn.opcodes.linux.links import by_name
-from dmn.opcodes.linux.netns import NamespaceRef
 from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call, unprivileged_server

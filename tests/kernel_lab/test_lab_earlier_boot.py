@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from dmn.host.rtnetlink.links import by_name
 from dmn.opcodes.executor import EffectContext, ExecutorError
-from dmn.opcodes.linux.links import by_name
 from dmn.vocabulary.terms import Access
 from tests.kernel.world import EXECUTORS, World, drive, host_handle, link, world
 from tests.kernel_lab import netdevsim

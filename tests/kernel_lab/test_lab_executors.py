@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from dmn.host.rtnetlink.links import by_name
 from dmn.opcodes.executor import EffectContext, ExecutorError
-from dmn.opcodes.linux.links import by_name
 from dmn.vocabulary.terms import Access
 from tests.kernel.world import EXECUTORS, add_address, drive, host_handle, link, ping, world
 
@@ -106,7 +106,7 @@ def test_dual_root_bond_with_vlan_carries_traffic_and_undoes_cleanly() -> None:
 
 
 def _links(ipr):  # type: ignore[no-untyped-def]
-    from dmn.opcodes.linux.links import all_links
+    from dmn.host.rtnetlink.links import all_links
 
     return all_links(ipr)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from dmn.opcodes.linux.links import all_links
+from dmn.host.rtnetlink.links import all_links
 from tests.kernel.world import world
 
 pytestmark = pytest.mark.kernel_lab

@@ -36,15 +36,15 @@ from dmn.agent.inventory import Pyroute2Devlink, Pyroute2Links, ScanConfig, scan
 from dmn.agent.journal.keys import attachment_id
 from dmn.agent.journal.records import AttachmentIdentity, AttachmentRecord, AttachmentState
 from dmn.agent.journal.store import JournalStore
-from dmn.agent.netns.pins import NamespacePins
 from dmn.agent.nri.handler import Container, PodSandbox
 from dmn.agent.personas.build import build_personas
 from dmn.engine.binder import Call
 from dmn.engine.runner import Runner
+from dmn.host.netns import NamespaceRef
+from dmn.host.pins import NamespacePins
 from dmn.interpreter.loader import load_builtin_plugins
 from dmn.opcodes.device_environment import DeviceEnvironment
 from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservation
-from dmn.opcodes.linux.netns import NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
 from tests.crash_fork_server import crash_fork_server

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dmn.opcodes.linux.links import all_links, by_name
+from dmn.host.rtnetlink.links import all_links, by_name
 from dmn.vocabulary.terms import Access
 from tests.crash_fork_server import CrashForkServer, crash_fork_server
 from tests.crash_points import crash_points, effect_kinds

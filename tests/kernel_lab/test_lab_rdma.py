@@ -3,7 +3,7 @@ and the node agent's RDMA path on it.
 
 Substrate: the lab kernel's ``rdma_rxe`` over a veth pair in the VM's root namespace, created
 by the test with iproute2's ``rdma link add`` (never by an executor). The executors speak
-NETLINK_RDMA themselves (:mod:`dmn.opcodes.rdma.rdma_netlink`). ``device-access`` runs in the
+NETLINK_RDMA themselves (:mod:`dmn.host.rdma`). ``device-access`` runs in the
 kernel's default shared netns mode, where the sandbox's namespace sees the device; the nodes it
 grants are the ones the kernel names for this device, and a container-like process
 (:mod:`tests.kernel_lab.vfio_probe` with ``-``) opens exactly those. ``netns-assign`` is
@@ -53,18 +53,18 @@ from dmn.agent.inventory import (
 from dmn.agent.journal.keys import attachment_id
 from dmn.agent.journal.records import AttachmentIdentity, AttachmentRecord, AttachmentState
 from dmn.agent.journal.store import JournalStore
-from dmn.agent.netns.pins import NamespacePins
 from dmn.agent.nri.handler import Container, PodSandbox
 from dmn.agent.personas.build import build_personas
 from dmn.agent.personas.model import Persona
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
 from dmn.engine.runner import Runner
+from dmn.host.netns import NamespaceRef
+from dmn.host.pins import NamespacePins
+from dmn.host.rdma import RdmaError, open_in
 from dmn.interpreter.loader import Plugin, load_builtin_plugins, load_plugin_dir
 from dmn.opcodes.device_environment import DeviceEnvironment
 from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservation
-from dmn.opcodes.linux.netns import NamespaceRef
-from dmn.opcodes.rdma.rdma_netlink import RdmaError, open_in
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
 from tests.crash_fork_server import crash_fork_server

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
+from dmn.host.netns import NamespaceRef
 from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment, UplinkGrant
 from dmn.opcodes.effect_records import HOLDING_STATES, RecordedEffect
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed
-from dmn.opcodes.linux.netns import NamespaceRef
 from tests.crash_fork_server import crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
 from tests.kernel.node import Node, bind, call

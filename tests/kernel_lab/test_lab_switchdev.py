@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rtnetlink.links import by_name
 from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservation
-from dmn.opcodes.linux.links import by_name
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance, Scope
 from dmn.vocabulary.terms import Access, HandleType, ScopeKind
 from tests.crash_fork_server import crash_fork_server

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from dmn.host.rtnetlink.links import by_index, by_name
 from dmn.opcodes.executor import EffectContext, ExecutorError
-from dmn.opcodes.linux.links import by_index, by_name
 from dmn.vocabulary.handles import Handle, Provenance
 from dmn.vocabulary.terms import Access
 from tests.kernel.world import EXECUTORS, drive, host_handle, link, world

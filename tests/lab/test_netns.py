@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from pyroute2 import netns
 
-from dmn.agent.inventory.facts import ItemKind, LinkState
+from dmn.agent.inventory.facts import ItemKind
+from dmn.host.rtnetlink.links import LinkState
 from dmn.lab import node, node_netns
 from dmn.lab.cluster import LabCluster
 from dmn.lab.demo import run_demo

@@ -28,7 +28,8 @@ def _contracts() -> list[dict[str, object]]:
 
 
 def _layered_packages() -> set[str]:
-    layers = [c for c in _contracts() if c["type"] == "layers"]
+    # layers contracts inside one package (``containers``: the agent's) order its parts only
+    layers = [c for c in _contracts() if c["type"] == "layers" and "containers" not in c]
     assert len(layers) == 1, "one layers contract states the whole direction"
     names: set[str] = set()
     for layer in layers[0]["layers"]:  # type: ignore[union-attr]

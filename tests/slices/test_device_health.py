@@ -3,15 +3,17 @@ lab node's links (recorded facts we vary) and the reference node's sysfs tree.""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from dmn.agent.inventory import RecordedDevlink, RecordedLinks, ScanConfig, scan
-from dmn.agent.inventory.facts import Inventory, LinkState
+from dmn.agent.inventory.facts import Inventory
 from dmn.agent.kubelet.handler import DeviceHealth, Health
 from dmn.agent.personas import PersonaSet, build_personas
 from dmn.agent.personas.build import Pins
 from dmn.agent.slices.device_health import device_health
 from dmn.api.policy import DeviceExposurePolicy
+from dmn.host.rtnetlink.links import LinkState
 from dmn.lab import node
 from tests.fixtures.policies import standard_policies
 from tests.fixtures.sysfs_layouts import build_reference_node
@@ -24,12 +26,10 @@ def _states(**operstates: str) -> list[LinkState]:
     """The lab node's recorded links with some operstates replaced (absent: "gone")."""
     out = []
     for state in node.link_states():
-        wanted = operstates.get(state.ifname, state.operstate)
+        wanted = operstates.get(state.name, state.operstate)
         if wanted == "gone":
             continue
-        out.append(
-            LinkState(state.ifindex, state.ifname, state.mtu, state.mac, wanted, kind=state.kind)
-        )
+        out.append(replace(state, operstate=wanted))
     return out
 
 

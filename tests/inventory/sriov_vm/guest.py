@@ -21,7 +21,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from dmn.agent.inventory import Pyroute2Devlink, Pyroute2Links, ScanConfig, scan
-from dmn.agent.inventory.watch import ChangeMonitor
+from dmn.host.kernel_events import ChangeMonitor
 
 NODE_IP = "192.0.2.15"
 

@@ -8,12 +8,14 @@ rtnetlink reads, no link is changed here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rtnetlink.links import LinkState, locate_hinted, owned
+from dmn.host.rtnetlink.representor import RepresentorIdentity, locate
 from dmn.opcodes.executor import EffectContext, ExecutorError
-from dmn.opcodes.linux.links import LinkState, locate_hinted, owned
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import Handle, Provenance
-from dmn.vocabulary.terms import Access, HandleType, LinkType
+from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
 
 Outputs = Mapping[str, tuple[Handle, ...]]
 
@@ -84,3 +86,19 @@ def link_handle(
         provenance=Provenance(operation=ctx.operation_id, effect=ctx.effect_id),
         observations=observations,
     )
+
+
+def host_rtnl(ctx: EffectContext) -> Any:
+    """The rtnetlink handle of the effect's host namespace."""
+    env = environment(ctx)
+    return env.rtnl(env.host)
+
+
+def representor_input(ctx: EffectContext) -> tuple[Handle, RepresentorIdentity, LinkState]:
+    """The input representor handle (host scope) and the link it is, verified (shared by the
+    representor, bridge and OVS families)."""
+    handle = single(ctx, "representor")
+    if handle.scope.kind is not ScopeKind.HOST:
+        raise ExecutorError("E_SCOPE", f"representor {handle.id} is not in the host namespace")
+    identity, link = locate(host_rtnl(ctx), handle)
+    return handle, identity, link

@@ -23,7 +23,7 @@ import re
 import threading
 from pathlib import Path
 
-from dmn.opcodes.linux.netns import (
+from dmn.host.netns import (
     LinkEnvironment,
     NamespaceRef,
     WarmNamespaces,

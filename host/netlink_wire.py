@@ -1,7 +1,7 @@
 """Netlink framing for the families pyroute2 does not speak here (RDMA, devlink generic netlink).
 
 Why by hand: the executors need a handful of requests, on sockets created inside a given
-namespace (:func:`dmn.opcodes.linux.netns.netlink_sockets_in`); a full library would bring a
+namespace (:func:`dmn.host.netns.netlink_sockets_in`); a full library would bring a
 second event loop per namespace. Contract: :func:`transact` sends one request and returns the
 attributes of every answer, raising :class:`NetlinkFailure` (with the kernel's errno) on an
 error answer. Attributes are parsed flat (nested ones are left as bytes).
@@ -14,7 +14,7 @@ import os
 import socket
 import struct
 
-from dmn.opcodes.executor import ExecutorError
+from dmn.host.errors import HostError
 
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
 NLMSG_ERROR, NLMSG_DONE = 2, 3
@@ -22,7 +22,7 @@ HEADER = struct.Struct("=IHHII")
 _seq = itertools.count(1)
 
 
-class NetlinkFailure(ExecutorError):
+class NetlinkFailure(HostError):
     """An error answer; ``errno`` is the kernel's."""
 
     def __init__(self, code: str, err: int, message: str) -> None:

@@ -18,9 +18,9 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.netns import netlink_sockets_in
-from dmn.opcodes.netlink_wire import NetlinkFailure, as_int, as_text, text, transact, u8, u32
+from dmn.host.errors import HostError
+from dmn.host.netlink_wire import NetlinkFailure, as_int, as_text, text, transact, u8, u32
+from dmn.host.netns import netlink_sockets_in
 
 NETLINK_RDMA = 20
 RDMA_NL_NLDEV = 5
@@ -146,7 +146,7 @@ class RdmaNetlink:
         return os.major(dev), os.minor(dev), as_text(answer[0].get(ATTR_CHARDEV_NAME, b""))
 
 
-class RdmaError(ExecutorError):
+class RdmaError(HostError):
     """An RDMA netlink error; ``errno`` is the kernel's."""
 
     def __init__(self, err: int, message: str) -> None:

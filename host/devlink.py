@@ -11,13 +11,14 @@ uapi (``include/uapi/linux/devlink.h``, ``genetlink.h``).
 
 from __future__ import annotations
 
+import errno
+import re
 import socket
 import struct
 from dataclasses import dataclass
 
-from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.netns import netlink_sockets_in
-from dmn.opcodes.netlink_wire import (
+from dmn.host.errors import HostError
+from dmn.host.netlink_wire import (
     NetlinkFailure,
     as_int,
     as_text,
@@ -25,6 +26,7 @@ from dmn.opcodes.netlink_wire import (
     transact,
     u16,
 )
+from dmn.host.netns import LinkEnvironment, netlink_sockets_in
 
 NETLINK_GENERIC = 16
 GENL_ID_CTRL, CTRL_CMD_GETFAMILY, CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME = 0x10, 3, 1, 2
@@ -37,10 +39,23 @@ FLAVOURS = {0: "physical", 1: "cpu", 2: "dsa", 3: "pcipf", 4: "pcivf", 5: "virtu
 
 @dataclass(frozen=True, slots=True)
 class DevlinkPort:
+    """One devlink port: the only authority for which representor belongs to which function.
+
+    ``flavour`` follows devlink: ``physical`` (uplink), ``pcipf``, ``pcivf``, ``pcisf``.
+    ``device`` is the devlink handle (``pci/0000:03:00.0``); ``controller`` is 0 for the local
+    host, ``external`` marks a port of another host (SmartNIC/DPU case). The eswitch
+    executor's dump fills index, flavour and netdev; the inventory's every field.
+    """
+
     index: int
     flavour: str
-    netdev_index: int | None
-    netdev_name: str
+    netdev_index: int | None = None
+    netdev_name: str = ""
+    device: str = ""
+    controller: int = 0
+    pfnum: int | None = None
+    vfnum: int | None = None
+    external: bool = False
 
 
 class Devlink:
@@ -54,7 +69,7 @@ class Devlink:
         )  # fmt: skip
         family = answers[0].get(CTRL_ATTR_FAMILY_ID) if answers else None
         if family is None:
-            raise ExecutorError("E_DEVLINK", "the kernel has no devlink family")
+            raise HostError("E_DEVLINK", "the kernel has no devlink family")
         self._family = as_int(family)
 
     @staticmethod
@@ -84,7 +99,7 @@ class Devlink:
         answers = self._request(CMD_ESWITCH_GET, self._handle(bus, dev))
         raw = answers[0].get(ATTR_ESWITCH_MODE) if answers else None
         if raw is None:
-            raise ExecutorError("E_DEVLINK", f"{bus}/{dev} reports no eswitch mode")
+            raise HostError("E_DEVLINK", f"{bus}/{dev} reports no eswitch mode")
         value = as_int(raw)
         return next((k for k, v in MODES.items() if v == value), str(value))
 
@@ -122,3 +137,57 @@ def open_in(netns_fd: int) -> Devlink:
     except BaseException:
         sock.close()
         raise
+
+
+DEVLINK_HANDLE = re.compile(r"^(pci|netdevsim)/([A-Za-z0-9:._-]{1,64})$")
+"""A devlink instance handle as the inventory observes it (``pci/<address>``,
+``netdevsim/<dev>``)."""
+_QUIESCE_FLAVOURS = frozenset({"pcivf", "pcisf", "virtual"})
+IFF_UP = 0x1
+
+
+def eswitch_mode_of(dl: Devlink, bus: str, dev: str) -> str | None:
+    """The eswitch mode, or None when the instance is gone (ENODEV/ENOENT)."""
+    try:
+        return dl.eswitch_mode(bus, dev)
+    except NetlinkFailure as exc:
+        if exc.errno in (errno.ENODEV, errno.ENOENT):
+            return None
+        if exc.errno == errno.EOPNOTSUPP:
+            raise HostError("E_ESWITCH_UNSUPPORTED", f"{bus}/{dev} has no eswitch") from exc
+        raise
+
+
+def require_quiescent(env: LinkEnvironment, dl: Devlink, bus: str, dev: str) -> None:
+    """Refuse (``E_RESET_DOMAIN_BUSY``) while any VF/SF/virtual port of the instance has its
+    netdev administratively up: a mode change would reset that port's datapath."""
+    ipr = env.rtnl(env.host)
+    for port in dl.ports(bus, dev):
+        if port.flavour not in _QUIESCE_FLAVOURS or port.netdev_index is None:
+            continue
+        links = ipr.link("get", index=port.netdev_index)
+        if links and int(links[0]["flags"]) & IFF_UP:
+            raise HostError(
+                "E_RESET_DOMAIN_BUSY",
+                f"{bus}/{dev} port {port.index} ({port.flavour}, {port.netdev_name}) is up: "
+                "the eswitch is not drained",
+            )
+
+
+def undrained(env: LinkEnvironment, devlink: str) -> str:
+    """Why the eswitch ``devlink`` (``pci/<address>``, ``netdevsim/<dev>``) is not drained in
+    the kernel now (a VF/SF/virtual port's netdev is up), ``""`` when it is or the instance
+    is gone. For a caller that must not start a transition — or a restore — the executor
+    would refuse: a refused undo is left quarantined for inspection."""
+    match = DEVLINK_HANDLE.fullmatch(devlink)
+    if match is None:
+        return f"{devlink!r} is not a devlink instance handle"
+    bus, dev = match.group(1), match.group(2)
+    with open_in(env.fd(env.host)) as dl:
+        if eswitch_mode_of(dl, bus, dev) is None:
+            return ""
+        try:
+            require_quiescent(env, dl, bus, dev)
+        except HostError as exc:
+            return str(exc)
+    return ""

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+from dmn.host.errors import HostError
+from dmn.host.netns import LinkEnvironment, NamespaceRef
 from dmn.vocabulary.handles import NamespaceIdentity
 
 T = TypeVar("T")
@@ -52,7 +52,7 @@ VIEW_ROOT = Path("/sys")
 class NetnsSysfs(Protocol):
     def run(self, env: LinkEnvironment, ref: NamespaceRef, fn: Callable[[Path], T]) -> T:
         """``fn(root)`` where ``root`` is a sysfs showing the netdevs of ``ref``; raises the
-        namespace's own ExecutorError (``E_NETNS_GONE``, ...) when ``ref`` cannot be opened,
+        namespace's own HostError (``E_NETNS_GONE``, ...) when ``ref`` cannot be opened,
         ``E_SYSFS_VIEW`` when no view can be made."""
         ...
 
@@ -66,7 +66,7 @@ def _call(name: str, *args: object) -> None:
         _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     if getattr(_libc, name)(*args) != 0:
         err = ctypes.get_errno()
-        raise ExecutorError("E_SYSFS_VIEW", f"{name}: {os.strerror(err)}")
+        raise HostError("E_SYSFS_VIEW", f"{name}: {os.strerror(err)}")
 
 
 @dataclass(frozen=True)
@@ -114,5 +114,5 @@ class RecordedNetnsSysfs:
         env.fd(ref)
         root = self.trees.get((ref.identity.dev, ref.identity.inode))
         if root is None:
-            raise ExecutorError("E_SYSFS_VIEW", f"no sysfs view of {ref.path}")
+            raise HostError("E_SYSFS_VIEW", f"no sysfs view of {ref.path}")
         return fn(root)

@@ -9,15 +9,16 @@ name, and callers decide what a match authorises.
 from __future__ import annotations
 
 import secrets
+import socket
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
 
-from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.link_reader import LinkReader
-from dmn.opcodes.linux.link_writer import encode
+from dmn.host.errors import HostError
+from dmn.host.rtnetlink.link_reader import LinkReader
+from dmn.host.rtnetlink.link_writer import encode
 
 IFF_UP = 0x1
 NONCE_PREFIX = "dmn"
@@ -29,21 +30,34 @@ class Address:
     address: str
     prefixlen: int
 
+    @property
+    def cidr(self) -> str:
+        """``address/prefixlen``."""
+        return f"{self.address}/{self.prefixlen}"
+
+    @classmethod
+    def from_cidr(cls, cidr: str) -> Address:
+        address, _, prefixlen = cidr.partition("/")
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        return cls(int(family), address, int(prefixlen))
+
 
 @dataclass(frozen=True, slots=True)
 class LinkState:
-    """One link as read back: the fields executors record and restore."""
+    """One kernel link as read back: the fields executors record and restore, and the facts
+    the inventory judges a link by. The one model of a link (0 stands for "none" in
+    ``lower``/``master``, "" for an absent text attribute)."""
 
     index: int
     name: str
-    alias: str
-    mtu: int
-    mac: str
-    up: bool
-    kind: str
-    lower: int
-    master: int
-    info: dict[str, Any]
+    alias: str = ""
+    mtu: int = 0
+    mac: str = ""
+    up: bool = False
+    kind: str = ""
+    lower: int = 0
+    master: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
     addresses: tuple[Address, ...] = ()
     link_netnsid: int = -1
     """Namespace id (as seen from the link's namespace) of ``lower``'s namespace; -1: same."""
@@ -53,10 +67,22 @@ class LinkState:
     """IFLA_PARENT_DEV_NAME: the bus device behind the netdev (e.g. a PCI address)."""
     parent_bus: str = ""
     """IFLA_PARENT_DEV_BUS_NAME: that device's bus (``pci``, ``netdevsim``, ...)."""
+    operstate: str = ""
+    """IFLA_OPERSTATE as ``ip link`` names it (``UP``, ``DOWN``, ...); read by the inventory's
+    dumps only ("" elsewhere, and then left out of :meth:`to_json`, so before-images stay as
+    they were)."""
+
+    @property
+    def local_lower(self) -> int:
+        """``lower`` when it is another link of this namespace, else 0 (none, itself, or a
+        link of the namespace ``link_netnsid`` names)."""
+        return self.lower if self.link_netnsid == -1 and self.lower != self.index else 0
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["addresses"] = [asdict(a) for a in self.addresses]
+        if not self.operstate:
+            del out["operstate"]
         return out
 
     @classmethod
@@ -77,6 +103,7 @@ class LinkState:
             perm_mac=str(data.get("perm_mac", "")),
             parent_dev=str(data.get("parent_dev", "")),
             parent_bus=str(data.get("parent_bus", "")),
+            operstate=str(data.get("operstate", "")),
         )
 
 
@@ -281,14 +308,14 @@ def locate_hinted(ipr: Any, observations: Any, expected_mac: str | None = None) 
 def one(links: Iterable[LinkState], what: str) -> LinkState | None:
     found = list(links)
     if len(found) > 1:
-        raise ExecutorError("E_OWNERSHIP_CONFLICT", f"{len(found)} links claim {what}")
+        raise HostError("E_OWNERSHIP_CONFLICT", f"{len(found)} links claim {what}")
     return found[0] if found else None
 
 
 def link_request(what: str, ipr: Any, op: str, **fields: Any) -> None:
     """One link write (``add``/``set``/``del``, pyroute2's field names): encoded and sent on
     the socket's lean reader when :mod:`link_writer` knows every field, else through
-    pyroute2; a kernel refusal becomes an ExecutorError with its errno either way."""
+    pyroute2; a kernel refusal becomes an HostError with its errno either way."""
     reader = _reader(ipr)
     request = encode(op, fields) if reader is not None else None
     try:
@@ -297,12 +324,12 @@ def link_request(what: str, ipr: Any, op: str, **fields: Any) -> None:
         else:
             reader.acknowledged(*request)
     except NetlinkError as exc:
-        raise ExecutorError(f"E_NETLINK_{exc.code}", f"{what}: {exc}") from exc
+        raise HostError(f"E_NETLINK_{exc.code}", f"{what}: {exc}") from exc
 
 
 def netlink_call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run one netlink request; turn a kernel refusal into an ExecutorError with its errno."""
+    """Run one netlink request; turn a kernel refusal into an HostError with its errno."""
     try:
         return fn(*args, **kwargs)
     except NetlinkError as exc:
-        raise ExecutorError(f"E_NETLINK_{exc.code}", f"{what}: {exc}") from exc
+        raise HostError(f"E_NETLINK_{exc.code}", f"{what}: {exc}") from exc

@@ -36,8 +36,8 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.link_reader import LinkReader
+from dmn.host.errors import HostError
+from dmn.host.rtnetlink.link_reader import LinkReader
 from dmn.vocabulary.handles import NamespaceIdentity, Scope
 from dmn.vocabulary.terms import ScopeKind
 
@@ -58,7 +58,7 @@ def _setns(fd: int) -> None:
         _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     if _libc.setns(fd, CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
-        raise ExecutorError("E_NETNS_ENTER", f"setns: {os.strerror(err)}")
+        raise HostError("E_NETNS_ENTER", f"setns: {os.strerror(err)}")
 
 
 def netlink_socket_in(ns_fd: int) -> int:
@@ -409,7 +409,7 @@ class LinkEnvironment:
         for ref in self.known():
             if (ref.identity.dev, ref.identity.inode) == (identity.dev, identity.inode):
                 return ref
-        raise ExecutorError(
+        raise HostError(
             "E_NETNS_UNKNOWN", f"no pinned namespace with identity {identity.to_json()}"
         )
 
@@ -417,12 +417,12 @@ class LinkEnvironment:
         if scope.kind is ScopeKind.HOST:
             return self.host
         if scope.netns is None:
-            raise ExecutorError("E_NETNS_UNKNOWN", "sandbox-scoped handle without a namespace")
+            raise HostError("E_NETNS_UNKNOWN", "sandbox-scoped handle without a namespace")
         return self.ref_for(scope.netns)
 
     def require_sandbox(self) -> NamespaceRef:
         if self.sandbox is None:
-            raise ExecutorError("E_NO_SANDBOX", "this opcode needs the call's verified sandbox")
+            raise HostError("E_NO_SANDBOX", "this opcode needs the call's verified sandbox")
         return self.sandbox
 
     def is_host(self, ref: NamespaceRef) -> bool:
@@ -441,13 +441,13 @@ class LinkEnvironment:
 
     def _verify(self, ref: NamespaceRef) -> None:
         if ref.identity.boot_id and ref.identity.boot_id != current_boot_id():
-            raise ExecutorError("E_NETNS_STALE", f"{ref.path} was pinned in another boot")
+            raise HostError("E_NETNS_STALE", f"{ref.path} was pinned in another boot")
         try:
             live = identity_of(ref.path)
         except OSError as exc:
-            raise ExecutorError("E_NETNS_GONE", f"{ref.path}: {exc.strerror}") from exc
+            raise HostError("E_NETNS_GONE", f"{ref.path}: {exc.strerror}") from exc
         if (live.dev, live.inode) != (ref.identity.dev, ref.identity.inode):
-            raise ExecutorError(
+            raise HostError(
                 "E_NETNS_MISMATCH", f"{ref.path} no longer holds the recorded namespace"
             )
 
@@ -498,7 +498,7 @@ class LinkEnvironment:
             st = os.fstat(fd)
             if (st.st_dev, st.st_ino) != key:
                 os.close(fd)
-                raise ExecutorError(
+                raise HostError(
                     "E_NETNS_MISMATCH", f"{ref.path} no longer holds the recorded namespace"
                 )
             self._fds[key] = fd

@@ -18,8 +18,8 @@ from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
 
-from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.links import LinkState, by_index, locate_hinted
+from dmn.host.errors import HostError
+from dmn.host.rtnetlink.links import LinkState, by_index, locate_hinted
 from dmn.vocabulary.handles import Handle
 
 
@@ -50,7 +50,7 @@ def switch_port(ipr: Any, index: int) -> tuple[str, str] | None:
     except NetlinkError as exc:
         if exc.code == 19:  # ENODEV
             return None
-        raise ExecutorError(f"E_NETLINK_{exc.code}", f"read link {index}: {exc}") from exc
+        raise HostError(f"E_NETLINK_{exc.code}", f"read link {index}: {exc}") from exc
     if not msgs:
         return None
     msg = msgs[0]
@@ -63,16 +63,16 @@ def locate(ipr: Any, handle: Handle) -> tuple[RepresentorIdentity, LinkState]:
     want_switch = str(handle.observations.get("physSwitchID", "") or "").replace(":", "").lower()
     want_port = str(handle.observations.get("physPortName", "") or "")
     if not want_switch or not want_port:
-        raise ExecutorError(
+        raise HostError(
             "E_REPRESENTOR_MAPPING",
             f"handle {handle.id} observes no physSwitchID/physPortName: mapping unverifiable",
         )
     link = locate_hinted(ipr, handle.observations)
     found = switch_port(ipr, link.index) if link is not None else None
     if link is None or found is None:
-        raise ExecutorError("E_LINK_NOT_FOUND", f"no representor matching handle {handle.id}")
+        raise HostError("E_LINK_NOT_FOUND", f"no representor matching handle {handle.id}")
     if found != (want_switch, want_port):
-        raise ExecutorError(
+        raise HostError(
             "E_REPRESENTOR_MAPPING",
             f"{link.name} is port {found[1] or '-'} of switch {found[0] or '-'}, not "
             f"{want_port} of {want_switch}",
@@ -91,7 +91,7 @@ def relocate(ipr: Any, recorded: RepresentorIdentity) -> LinkState | None:
     if link is None or found is None:
         return None
     if found != (recorded.switch_id, recorded.port_name):
-        raise ExecutorError(
+        raise HostError(
             "E_IDENTITY_MISMATCH",
             f"ifindex {recorded.index} holds {link.name!r}, port {found[1] or '-'} of switch "
             f"{found[0] or '-'}, not the recorded representor {recorded.port_name} of "

@@ -33,9 +33,9 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from dmn.opcodes.executor import ExecutorError
-from dmn.opcodes.linux.links import LinkState, all_links, by_index, one
-from dmn.opcodes.linux.netns import LinkEnvironment, NamespaceRef
+from dmn.host.errors import HostError
+from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rtnetlink.links import LinkState, all_links, by_index, one
 from dmn.vocabulary.handles import NamespaceIdentity
 
 IDENTITY_KEY = "identity"
@@ -108,7 +108,7 @@ def recorded(before: Any, key: str = IDENTITY_KEY) -> dict[str, Any]:
     before identities were journaled (it is quarantined, never guessed)."""
     found = before.get(key) if isinstance(before, dict) else None
     if not isinstance(found, dict) or "index" not in found:
-        raise ExecutorError(
+        raise HostError(
             "E_IDENTITY_UNRECORDED",
             "the journal record predates recorded link identities; ownership cannot be proven",
         )
@@ -122,7 +122,7 @@ def choose_index(env: LinkEnvironment, ref: NamespaceRef) -> int:
         index = CHOSEN_INDEX_BASE + secrets.randbelow(CHOSEN_INDEX_SPAN)
         if by_index(ipr, index) is None:
             return index
-    raise ExecutorError("E_IFINDEX_TAKEN", "no free ifindex found for a new link")
+    raise HostError("E_IFINDEX_TAKEN", "no free ifindex found for a new link")
 
 
 def mismatch(
@@ -162,7 +162,7 @@ def prove(env: LinkEnvironment, ref: NamespaceRef, identity: dict[str, Any]) -> 
     """The link at the recorded ifindex of ``ref`` when it has the recorded identity; None
     when no link holds that ifindex there; ``E_IDENTITY_MISMATCH`` when another link does.
 
-    Raises the namespace's own ExecutorError (``E_NETNS_GONE``, ...) when ``ref`` cannot be
+    Raises the namespace's own HostError (``E_NETNS_GONE``, ...) when ``ref`` cannot be
     opened; callers decide what a missing namespace means.
     """
     link = by_index(env.rtnl(ref), int(identity["index"]))
@@ -170,7 +170,7 @@ def prove(env: LinkEnvironment, ref: NamespaceRef, identity: dict[str, Any]) -> 
         return None
     problem = mismatch(env, ref, identity, link)
     if problem:
-        raise ExecutorError(
+        raise HostError(
             "E_IDENTITY_MISMATCH",
             f"ifindex {identity['index']} in {ref.path} holds {link.name!r}, "
             f"not the recorded link ({problem}); not touched",

@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from dmn.agent.inventory.facts import DevlinkPort, LinkState
+from dmn.host.devlink import DevlinkPort
+from dmn.host.rtnetlink.links import IFF_UP, Address, LinkState
 
 log = logging.getLogger(__name__)
 
@@ -135,29 +136,31 @@ class Pyroute2Links:
 
     def links(self) -> Sequence[LinkState]:
         links, addrs, _ = self._dump()
-        by_index: dict[int, list[str]] = {}
+        by_index: dict[int, list[Address]] = {}
         for a in addrs:
-            by_index.setdefault(a["index"], []).append(f"{a.get('IFA_ADDRESS')}/{a['prefixlen']}")
+            by_index.setdefault(a["index"], []).append(
+                Address(int(a["family"]), str(a.get("IFA_ADDRESS")), int(a["prefixlen"]))
+            )
         out: list[LinkState] = []
         for msg in links:
             info = msg.get("IFLA_LINKINFO")
             kind = (info.get("IFLA_INFO_KIND") if info else None) or ""
             index = int(msg["index"])
-            link = msg.get("IFLA_LINK")
-            if msg.get("IFLA_LINK_NETNSID") is not None:
-                link = None  # the lower device lives in another namespace
+            netnsid = msg.get("IFLA_LINK_NETNSID")
             out.append(
                 LinkState(
-                    ifindex=index,
-                    ifname=str(msg.get("IFLA_IFNAME")),
+                    index=index,
+                    name=str(msg.get("IFLA_IFNAME")),
                     mtu=int(msg.get("IFLA_MTU") or 0),
                     mac=str(msg.get("IFLA_ADDRESS") or ""),
+                    up=bool(msg["flags"] & IFF_UP),
                     operstate=str(msg.get("IFLA_OPERSTATE") or "UNKNOWN"),
                     kind=str(kind),
-                    master_ifindex=msg.get("IFLA_MASTER"),
-                    link_ifindex=int(link) if link and int(link) != index else None,
+                    master=int(msg.get("IFLA_MASTER") or 0),
+                    lower=int(msg.get("IFLA_LINK") or 0),
+                    link_netnsid=-1 if netnsid is None else int(netnsid),
                     perm_mac=str(msg.get("IFLA_PERM_ADDRESS") or ""),
-                    addresses=tuple(sorted(by_index.get(index, ()))),
+                    addresses=tuple(sorted(by_index.get(index, ()), key=lambda a: a.cidr)),
                 )
             )
         return out
@@ -222,7 +225,7 @@ class Pyroute2Devlink:
                     device=f"{msg.get('DEVLINK_ATTR_BUS_NAME')}/{msg.get('DEVLINK_ATTR_DEV_NAME')}",
                     index=int(msg.get("DEVLINK_ATTR_PORT_INDEX") or 0),
                     flavour=flavour.get(int(msg.get("DEVLINK_ATTR_PORT_FLAVOUR") or 0), "other"),
-                    netdev=str(msg.get("DEVLINK_ATTR_PORT_NETDEV_NAME") or ""),
+                    netdev_name=str(msg.get("DEVLINK_ATTR_PORT_NETDEV_NAME") or ""),
                     controller=int(msg.get("DEVLINK_ATTR_PORT_CONTROLLER_NUMBER") or 0),
                     pfnum=_opt_int(msg.get("DEVLINK_ATTR_PORT_PCI_PF_NUMBER")),
                     vfnum=_opt_int(msg.get("DEVLINK_ATTR_PORT_PCI_VF_NUMBER")),
@@ -248,7 +251,7 @@ class NetlinkRdma:
         self.netns = netns
 
     def port_netdevs(self) -> Sequence[RdmaPortNetdev]:
-        from dmn.opcodes.rdma.rdma_netlink import RdmaError, open_in
+        from dmn.host.rdma import RdmaError, open_in
 
         path = f"/var/run/netns/{self.netns}" if self.netns else "/proc/self/ns/net"
         try:

@@ -1,1 +1,0 @@
-"""Namespace pins: sandbox network namespaces bind-mounted under the agent's state directory."""
