@@ -4,6 +4,9 @@ The static language (``dmn.interpreter``: source, documents, expressions, checke
 config schema, lint) decides what a program *means*; this package turns one checked
 program and one concrete call into effects on a node, durably:
 
+* ``config_plan.plan_for_config(plugin, config)`` — pure: what a plugin runs under one
+  config (validated config, the effects whose guards hold with their parameters, the ports
+  that are on, the opcodes); the binder, the node agent and the topology compiler all ask it;
 * ``binder.Call``, ``binder.bind_program(plugin, hook, call, registry=None)`` — pure:
   one plugin + hook + call -> a ``bound.BoundProgram`` (or diagnostics);
 * ``bound`` — the serialisable bound program, its canonical JSON and digest;

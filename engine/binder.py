@@ -3,23 +3,26 @@
 Pure (no syscalls, no clock, no randomness): the same plugin, hook and call always bind
 to the same bound program and digest. Binding
 
-1. validates the config against ``configSchema`` and re-runs the checker for that config
-   (a plugin whose descriptor or program does not check never binds; a clean verdict is
-   remembered under the plugin's contract digest, hook and config —
-   :mod:`dmn.engine.checked_programs`);
-2. verifies the call's handles against the descriptor ports that are on for this config
-   (count, type, linkType, granted accesses); ``connect`` needs the verified sandbox
-   (``call.sandbox``), ``prepare`` runs before there is one and must not carry it;
-3. evaluates ``when`` guards, expands ``forEach`` (bounded by the list port's
-   ``maxItems``; instance ``k`` of effect ``attach`` becomes ``attach[k]``);
+1. plans the config (:func:`dmn.engine.config_plan.plan_for_config`: validated against
+   ``configSchema``, guards decided, parameters resolved — the same plan the node agent
+   and the topology compiler use) and re-runs the checker for that config (a plugin whose
+   descriptor or program does not check never binds; a clean verdict is remembered under
+   the plugin's contract digest, hook and config — :mod:`dmn.engine.checked_programs`);
+2. verifies the call's handles against the planned ports (count, type, linkType, granted
+   accesses); ``connect`` needs the verified sandbox (``call.sandbox``), ``prepare`` runs
+   before there is one and must not carry it;
+3. binds the planned effects of the hook, expanding ``forEach`` over the call's handles
+   (bounded by the list port's ``maxItems``; instance ``k`` of effect ``attach`` becomes
+   ``attach[k]``);
 4. substitutes references by concrete :class:`Handle` values (call grants) or
    :class:`EffectOutputRef` placeholders (outputs of earlier effects, which exist only
-   once the runner applied them), and config values into ``parameterBindings`` — an
-   optional config field that is absent leaves its parameter unset;
+   once the runner applied them); parameters are the plan's (an optional config field
+   that is absent leaves its parameter unset; a required one is refused);
 5. re-validates every bound parameter payload with the opcode's parameter model and
    every concrete input handle's type, linkType, scope and accesses;
-6. returns the :class:`BoundProgram` (its ``digest`` is the SHA-256 of its canonical
-   JSON), or the list of diagnostics that prevented binding.
+6. exports, for the terminal hook, exactly the planned outputs, and returns the
+   :class:`BoundProgram` (its ``digest`` is the SHA-256 of its canonical JSON), or the list
+   of diagnostics that prevented binding.
 """
 
 from __future__ import annotations
@@ -30,18 +33,12 @@ from typing import Any
 
 from dmn.engine.bound import BoundEffect, BoundInput, BoundProgram, EffectOutputRef
 from dmn.engine.checked_programs import CHECKED
-from dmn.interpreter.checker import (
-    MAX_EFFECTS,
-    check_program,
-    missing_program,
-    resolve_outputs,
-)
-from dmn.interpreter.config_schema import validate_config
+from dmn.engine.config_plan import ConfigPlan, PlannedEffect, plan_for_config
+from dmn.interpreter.checker import MAX_EFFECTS, check_program, missing_program
 from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
 from dmn.interpreter.documents import Effect, InputPort, Ref
 from dmn.interpreter.expressions import (
     AllocationRef,
-    ConfigRef,
     EffectRef,
     InputRef,
     PreparedRef,
@@ -49,7 +46,6 @@ from dmn.interpreter.expressions import (
     VarRef,
     parse_reference,
 )
-from dmn.interpreter.guards import holds
 from dmn.interpreter.loader import Plugin
 from dmn.interpreter.parameters import is_required, model_error
 from dmn.opcodes.spec import OpcodeRegistry, OpcodeSpec, PortSpec
@@ -90,13 +86,13 @@ class _Binder:
         hook: str,
         call: Call,
         registry: OpcodeRegistry,
-        config: dict[str, Any],
+        plan: ConfigPlan,
     ) -> None:
         self.plugin = plugin
         self.hook = hook
         self.call = call
         self.registry = registry
-        self.config = config
+        self.plan = plan
         self.diagnostics: list[Diagnostic] = []
         prog = plugin.program(hook)
         assert prog is not None
@@ -113,15 +109,12 @@ class _Binder:
 
     # ---- call handles vs descriptor ports
     def check_call_ports(self) -> None:
-        spec = self.plugin.descriptor.spec
-        groups: list[tuple[str, Mapping[str, InputPort] | None, Mapping[str, tuple[Handle, ...]]]]
-        groups = [("inputs", spec.inputs, self.call.inputs)]
+        groups: list[tuple[str, Mapping[str, InputPort], Mapping[str, tuple[Handle, ...]]]]
+        groups = [("inputs", self.plan.inputs, self.call.inputs)]
         if self.hook == "prepare":
-            groups.append(("allocation", spec.allocation, self.call.allocation))
+            groups.append(("allocation", self.plan.allocation, self.call.allocation))
         for group, ports, given in groups:
-            for name, port in (ports or {}).items():
-                if port.when is not None and not self.holds(port.when):
-                    continue
+            for name, port in ports.items():
                 handles = given.get(name, ())
                 where = ("spec", group, name)
                 span = self.plugin.span(*where)
@@ -144,9 +137,6 @@ class _Binder:
                                 problem[0], f"call.{group}.{name}: {problem[1]}", span, path
                             )
                         )
-
-    def holds(self, text: str) -> bool:
-        return holds(text, self.config)
 
     # ---- references
     def resolve(self, text: str, element: BoundInput | None, *path: str | int) -> list[BoundInput]:
@@ -215,22 +205,21 @@ class _Binder:
         raise _Fail
 
     # ---- effects
-    def bind_effect(self, i: int, effect: Effect) -> list[BoundEffect]:
+    def bind_effect(self, planned: PlannedEffect) -> list[BoundEffect]:
+        i, effect = planned.index, planned.effect
+        assert effect is not None
         spec = self.registry.get(effect.kind)
         if spec is None:
             self.error(Code.E_UNKNOWN_OPCODE, f"unknown opcode {effect.kind!r}", "effects", i)
             raise _Fail
-        if effect.when is not None and not self.holds(effect.when):
-            self.instances[effect.id] = []
-            return []
         elements: list[BoundInput | None] = [None]
-        if effect.for_each is not None:
-            elements = list(self.resolve(effect.for_each.in_, None, "effects", i, "forEach", "in"))
+        if planned.for_each is not None:
+            elements = list(self.resolve(planned.for_each, None, "effects", i, "forEach", "in"))
             if not elements:
                 self.instances[effect.id] = []
                 return []
         out: list[BoundEffect] = []
-        parameters = self.parameters(i, effect, spec)
+        parameters = self.parameters(planned, spec)
         for k, element in enumerate(elements):
             inputs: dict[str, tuple[BoundInput, ...]] = {}
             for port, value in sorted((effect.inputs or {}).items()):
@@ -242,7 +231,7 @@ class _Binder:
                 if port_spec is not None:
                     self.check_inputs(i, spec, port, port_spec, bound)
                 inputs[port] = tuple(bound)
-            bound_id = effect.id if effect.for_each is None else f"{effect.id}[{k}]"
+            bound_id = effect.id if planned.for_each is None else f"{effect.id}[{k}]"
             out.append(
                 BoundEffect(
                     id=bound_id,
@@ -322,32 +311,31 @@ class _Binder:
                     *where,
                 )
 
-    def parameters(self, i: int, effect: Effect, spec: OpcodeSpec) -> dict[str, Any]:
-        params: dict[str, Any] = dict(effect.parameters or {})
-        missing: list[tuple[str, str]] = []
-        for name, ref in (effect.parameter_bindings or {}).items():
-            parsed, diags = parse_reference(ref.from_)
-            if not isinstance(parsed, ConfigRef) or diags:
-                self.error(
-                    Code.E_PARAM_TYPE,
-                    f"parameter {name!r} binds call.config fields only",
-                    "effects",
-                    i,
-                    "parameterBindings",
-                    name,
-                )
-                raise _Fail
-            if parsed.field in self.config:
-                params[name] = self.config[parsed.field]
-            elif is_required(spec.parameters, name):
-                missing.append((name, parsed.field))
+    def parameters(self, planned: PlannedEffect, spec: OpcodeSpec) -> dict[str, Any]:
+        i = planned.index
+        for name in planned.foreign_bindings[:1]:
+            self.error(
+                Code.E_PARAM_TYPE,
+                f"parameter {name!r} binds call.config fields only",
+                "effects",
+                i,
+                "parameterBindings",
+                name,
+            )
+            raise _Fail
+        params: dict[str, Any] = dict(planned.parameters)
+        missing = [
+            (name, config_field)
+            for name, config_field in planned.absent_fields.items()
+            if is_required(spec.parameters, name)
+        ]
         failed = False
         for name, config_field in missing:
             self.diagnostics.append(
                 Diagnostic(
                     code=Code.E_SCHEMA,
                     message=f"config field {config_field!r} is required when effect "
-                    f"{effect.id!r} runs (it binds parameter {name!r} of {spec.name})",
+                    f"{planned.id!r} runs (it binds parameter {name!r} of {spec.name})",
                     path=f"config.{config_field}",
                 )
             )
@@ -393,12 +381,12 @@ class _Binder:
         self.check_sandbox()
         self.check_call_ports()
         effects: list[BoundEffect] = []
-        for i, effect in enumerate(self.prog.body.effects):
+        for planned in self.plan.hook(self.hook):
             try:
-                effects += self.bind_effect(i, effect)
+                effects += self.bind_effect(planned)
             except _Fail:
-                self.instances.setdefault(effect.id, [])
-                self.failed.add(effect.id)
+                self.instances.setdefault(planned.id, [])
+                self.failed.add(planned.id)
         if len(effects) > MAX_EFFECTS:
             self.error(
                 Code.E_BUDGET,
@@ -407,7 +395,7 @@ class _Binder:
             )
         exports: dict[str, tuple[BoundInput, ...]] = {}
         terminal = self.hook == "connect" or self.plugin.program("connect") is None
-        wanted = resolve_outputs(self.plugin, self.config) if terminal else None
+        wanted = self.plan.outputs if terminal else None
         for name, ref in (self.prog.body.exports or {}).items():
             if wanted is not None and name not in wanted:
                 continue
@@ -506,15 +494,15 @@ def bind_program(
     try:
         if plugin.program(hook) is None:
             return [missing_program(plugin, hook)]
-        config, diags = validate_config(plugin.descriptor.spec.config_schema, call.config)
-        if has_errors(diags):
-            return diags
-        if not CHECKED.is_clean(plugin, hook, registry, config):
-            checked = check_program(plugin, hook, registry, config, descriptor=True)
+        plan = plan_for_config(plugin, call.config)
+        if not isinstance(plan, ConfigPlan):
+            return plan
+        if not CHECKED.is_clean(plugin, hook, registry, plan.config):
+            checked = check_program(plugin, hook, registry, plan.config, descriptor=True)
             if has_errors(checked):
                 return checked
-            CHECKED.remember_clean(plugin, hook, registry, config)
-        binder = _Binder(plugin, hook, call, registry, config)
+            CHECKED.remember_clean(plugin, hook, registry, plan.config)
+        binder = _Binder(plugin, hook, call, registry, plan)
         bound = binder.bind()
         if bound is None:
             return binder.diagnostics

@@ -12,8 +12,7 @@ that importing one part never pays for the others):
 * ``loader`` — ``Plugin``, ``ProgramSource``, ``load_plugin_dir``, ``load_plugins``,
   ``load_builtin_plugins``, ``plugin_from_descriptor``, ``Plugin.contract_digest``;
 * ``checker.check_plugin(plugin, registry, config=None)``,
-  ``checker.check_program(plugin, hook, registry, config=None)``,
-  ``checker.resolve_outputs(plugin, config)``;
+  ``checker.check_program(plugin, hook, registry, config=None)``;
 * ``canonical_json`` — the canonical JSON bytes and ``sha256:`` digest every content
   digest uses;
 * ``lint.lint_paths``, ``lint.register_kind`` (or the ``dmn.lint_kinds`` entry points);

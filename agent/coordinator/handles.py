@@ -24,12 +24,11 @@ from typing import Any, Protocol
 from dmn.agent.coordinator.verify import Refusal, VerifiedRoot
 from dmn.agent.inventory.facts import Inventory
 from dmn.agent.personas.model import PersonaSet
+from dmn.engine.config_plan import ConfigPlan, plan_for_config
 from dmn.host.netns import LinkEnvironment
 from dmn.host.rdma import RdmaDev, RdmaError, RdmaNetlink, open_in
 from dmn.host.rtnetlink.links import LinkState, by_name
 from dmn.host.rtnetlink.representor import switch_port
-from dmn.interpreter.config_schema import validate_config
-from dmn.interpreter.guards import holds
 from dmn.interpreter.loader import Plugin
 from dmn.opcodes.executor import ExecutorError
 from dmn.vocabulary.handles import Handle, Provenance, Scope
@@ -376,16 +375,17 @@ def root_allocation(
     env: LinkEnvironment, devices: DeviceView, root: VerifiedRoot, claim_uid: str
 ) -> dict[str, tuple[Handle, ...]]:
     """Every allocation port of a root's ``prepare`` call: the root handle at its port and,
-    when the plugin's validated config turns an ``RdmaDevice`` port on (``rdmaAccess``), the
-    RDMA device of the same allocation, or a ``HostRepresentor`` port (``representor``), the
-    function's verified host representor."""
+    when the config plan (:func:`~dmn.engine.config_plan.plan_for_config`, the binder's)
+    turns an ``RdmaDevice`` port on (``rdmaAccess``), the RDMA device of the same
+    allocation, or a ``HostRepresentor`` port (``representor``), the function's verified
+    host representor."""
     handle = root_handle(env, devices, root, claim_uid)
     allocation: dict[str, tuple[Handle, ...]] = {allocation_port(root.plugin, handle): (handle,)}
-    config, problems = validate_config(root.plugin.descriptor.spec.config_schema, dict(root.config))
-    if problems:  # the binder reports them with positions; nothing more to add here
+    plan = plan_for_config(root.plugin, dict(root.config))
+    if not isinstance(plan, ConfigPlan):  # the binder refuses it with positions
         return allocation
-    for name, port in (root.plugin.descriptor.spec.allocation or {}).items():
-        if name in allocation or not (port.when is None or holds(port.when, config)):
+    for name, port in plan.allocation.items():
+        if name in allocation:
             continue
         if port.type == HandleType.RDMA_DEVICE.value:
             allocation[name] = (rdma_handle(env, devices, root, claim_uid, handle),)

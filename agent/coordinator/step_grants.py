@@ -20,11 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dmn.agent.personas.model import Persona
-from dmn.interpreter.config_schema import validate_config
-from dmn.interpreter.diagnostics import has_errors
-from dmn.interpreter.documents import Effect
-from dmn.interpreter.expressions import ConfigRef, parse_reference
-from dmn.interpreter.guards import holds
+from dmn.engine.config_plan import ConfigPlan, plan_for_config
 from dmn.interpreter.loader import Plugin
 from dmn.opcodes.device_environment import BridgeGrant, OvsBridgeGrant
 
@@ -94,19 +90,6 @@ def granting_roots(
     return out
 
 
-def _parameters(effect: Effect, config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The effect's parameters for ``config`` (literals and ``call.config`` bindings), and
-    for each bound one the config field it comes from."""
-    params: dict[str, Any] = dict(effect.parameters or {})
-    fields: dict[str, str] = {}
-    for name, ref in (effect.parameter_bindings or {}).items():
-        parsed, _ = parse_reference(ref.from_)
-        if isinstance(parsed, ConfigRef) and parsed.field in config:
-            params[name] = config[parsed.field]
-            fields[name] = parsed.field
-    return params, fields
-
-
 def _vids(params: Mapping[str, Any], *names: str) -> set[int]:
     out: set[int] = set()
     for name in names:
@@ -119,23 +102,20 @@ def _vids(params: Mapping[str, Any], *names: str) -> set[int]:
 def check_step(
     plugin: Plugin, config: Mapping[str, Any], grants: StepGrants, where: str
 ) -> GrantProblem | None:
-    """Why the step's ``connect`` program would, for ``config``, name a bridge alias or VLAN
-    its grants do not hold; None when it would not. ``where`` is the step's field path.
+    """Why the step's planned ``connect`` effects (the config plan the binder binds,
+    :func:`~dmn.engine.config_plan.plan_for_config`) would, for ``config``, name a bridge
+    alias or VLAN its grants do not hold; None when they would not. ``where`` is the step's
+    field path.
 
     A config that does not validate is left to the binder (it reports it with positions)."""
-    program = plugin.program("connect")
-    if program is None:
-        return None
-    checked, problems = validate_config(plugin.descriptor.spec.config_schema, dict(config))
-    if has_errors(problems):
+    plan = plan_for_config(plugin, dict(config))
+    if not isinstance(plan, ConfigPlan):
         return None
     attached: list[BridgeGrant] = []
-    for effect in program.body.effects:
+    for effect in plan.hook("connect"):
         if effect.kind not in (BRIDGE_ATTACH, BRIDGE_VLAN, UPLINK_VLAN, OVS_ATTACH):
             continue
-        if effect.when is not None and not holds(effect.when, checked):
-            continue
-        params, fields = _parameters(effect, checked)
+        params, fields = effect.parameters, effect.bound_fields
 
         def at(name: str, fields: Mapping[str, str] = fields) -> str:
             return f"{where}.config.{fields[name]}" if name in fields else where

@@ -46,10 +46,9 @@ from dmn.controller.compile.digest import (
 )
 from dmn.controller.compile.opcode_contracts import opcode_contracts_digest
 from dmn.controller.compile.programs import step_programs, step_verdicts
-from dmn.interpreter.config_schema import validate_config
+from dmn.engine.config_plan import ConfigPlan, plan_for_config
 from dmn.interpreter.diagnostics import Code, Diagnostic, Severity
 from dmn.interpreter.documents import InputPort, OutputPort
-from dmn.interpreter.guards import holds
 from dmn.interpreter.loader import Plugin
 from dmn.interpreter.source import SourceMap
 from dmn.opcodes.registry import default_registry
@@ -194,17 +193,10 @@ def _spec_of(doc: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec if isinstance(spec, Mapping) else {}
 
 
-def _ports(
-    decl: Mapping[str, InputPort] | Mapping[str, OutputPort] | None,
-    config: Mapping[str, Any],
-    where: str,
-    report: _Report,
-) -> dict[str, Port]:
-    """The ports that are on for ``config`` (a descriptor's ``when:`` decided)."""
+def _ports(decl: Mapping[str, InputPort] | Mapping[str, OutputPort]) -> dict[str, Port]:
+    """The compiler's view of the ports a step's config plan turned on."""
     out: dict[str, Port] = {}
-    for name, p in (decl or {}).items():
-        if p.when is not None and not holds(p.when, config):
-            continue  # an ill-typed guard does not hold; the step's checker run reports it
+    for name, p in decl.items():
         out[name] = Port(
             type=p.type,
             link_type=p.link_type,
@@ -222,6 +214,7 @@ class _Step:
     kind: str
     plugin: str
     descriptor: Plugin
+    plan: ConfigPlan
     config: dict[str, Any]
     inputs: dict[str, list[tuple[str, str, str]]]  # port -> [(step, port, path)]
     outputs: dict[str, Port]
@@ -311,11 +304,10 @@ def compile_topology(
                     f"hardware selector is not valid CEL: {problem}",
                     f"{where}.hardwareSelectors[{j}].cel.expression",
                 )
-        config = dict(raw.get("config") or {})
-        config, problems = validate_config(descriptor.config_schema, config, path=f"{where}.config")
-        for diag in problems:
-            report.rebase(diag, diag.path)
-        if problems:
+        plan = plan_for_config(doc, dict(raw.get("config") or {}), path=f"{where}.config")
+        if not isinstance(plan, ConfigPlan):
+            for diag in plan:
+                report.rebase(diag, diag.path)
             continue
         inputs: dict[str, list[tuple[str, str, str]]] = {}
         bad_ports: set[str] = set()
@@ -350,12 +342,13 @@ def compile_topology(
             kind=raw["kind"],
             plugin=plugin,
             descriptor=doc,
-            config=config,
+            plan=plan,
+            config=dict(plan.config),
             inputs=inputs,
-            outputs=_ports(descriptor.outputs, config, f"{where}.pluginRef.name", report),
-            in_ports=_ports(descriptor.inputs, config, f"{where}.pluginRef.name", report),
+            outputs=_ports(plan.outputs),
+            in_ports=_ports(plan.inputs),
             bad_ports=bad_ports,
-            alloc_ports=_ports(descriptor.allocation, config, f"{where}.pluginRef.name", report),
+            alloc_ports=_ports(plan.allocation),
         )
 
     roots = [s for s in steps.values() if s.kind == "Allocation"]
@@ -376,7 +369,7 @@ def compile_topology(
     used_opcodes: set[str] = set()
     verdicts = step_verdicts()
     for s in steps.values():
-        found = step_programs(s.descriptor, s.config, registry, verdicts)
+        found = step_programs(s.descriptor, s.plan, registry, verdicts)
         where = f"spec.steps[{s.index}]"
         for diag in found.diagnostics:
             report.add(

@@ -48,8 +48,6 @@ from dmn.interpreter.checker.program_checks import _ProgramChecker
 from dmn.interpreter.checker.values import ValueType, port_value_type
 from dmn.interpreter.config_schema import validate_config
 from dmn.interpreter.diagnostics import Code, Diagnostic
-from dmn.interpreter.documents import OutputPort
-from dmn.interpreter.guards import holds
 from dmn.interpreter.loader import Plugin
 from dmn.opcodes.spec import OpcodeRegistry
 
@@ -169,18 +167,6 @@ def _dedupe(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     return out
 
 
-def resolve_outputs(plugin: Plugin, config: Mapping[str, Any]) -> dict[str, OutputPort]:
-    """The descriptor outputs that are on for ``config`` (conditional ``when`` decided).
-
-    The topology compiler records this resolved port contract in the revision.
-    """
-    out: dict[str, OutputPort] = {}
-    for name, port in (plugin.descriptor.spec.outputs or {}).items():
-        if port.when is None or holds(port.when, config):
-            out[name] = port
-    return out
-
-
 __all__ = [
     "MAX_EFFECTS",
     "CleanVerdicts",
@@ -190,5 +176,4 @@ __all__ = [
     "check_validated",
     "missing_program",
     "port_value_type",
-    "resolve_outputs",
 ]

@@ -25,8 +25,8 @@ is never reused for another object.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from dmn.interpreter.diagnostics import Diagnostic
 from dmn.interpreter.loader import Plugin
@@ -99,44 +99,31 @@ def _same_reads(config: Mapping[str, Any], reads: Mapping[str, str]) -> bool:
     return True
 
 
-T = TypeVar("T")
+class CleanVerdicts:
+    """Clean :func:`~dmn.interpreter.checker.check_validated` verdicts of one scope."""
 
-
-class CleanVerdicts(Generic[T]):
-    """Clean :func:`~dmn.interpreter.checker.check_validated` verdicts of one scope, each with
-    what the caller's ``derive`` made of the same config (the compiler: the opcodes the step
-    runs, decided by the same guards); ``derive`` reads through the same recorder, so what it
-    read is part of the key too."""
-
-    def __init__(self, derive: Callable[[Plugin, Mapping[str, Any]], T]) -> None:
-        self._derive = derive
-        self._clean: dict[
-            tuple[int, int], tuple[Plugin, OpcodeRegistry, list[tuple[dict[str, str], T]]]
-        ] = {}
+    def __init__(self) -> None:
+        self._clean: dict[tuple[int, int], tuple[Plugin, OpcodeRegistry, list[dict[str, str]]]] = {}
         self.reused = 0
         self.checked = 0
 
     def check(
         self, plugin: Plugin, registry: OpcodeRegistry, config: Mapping[str, Any]
-    ) -> tuple[list[Diagnostic], T]:
+    ) -> list[Diagnostic]:
         """What :func:`~dmn.interpreter.checker.check_validated` answers for ``config`` (the
-        normalised output of a clean ``validate_config`` against this plugin's schema), and
-        ``derive(plugin, config)``."""
+        normalised output of a clean ``validate_config`` against this plugin's schema)."""
         from dmn.interpreter.checker import check_validated
 
         key = (id(plugin), id(registry))
         entry = self._clean.get(key)
-        if entry is not None:
-            for reads, derived in entry[2]:
-                if _same_reads(config, reads):
-                    self.reused += 1
-                    return [], derived
+        if entry is not None and any(_same_reads(config, reads) for reads in entry[2]):
+            self.reused += 1
+            return []
         recorder = ConfigReads(config)
         found = check_validated(plugin, registry, recorder)
-        derived = self._derive(plugin, recorder)
         self.checked += 1
         if not found and not recorder.whole:
             if entry is None:
                 entry = self._clean[key] = (plugin, registry, [])
-            entry[2].append((recorder.reads(), derived))
-        return found, derived
+            entry[2].append(recorder.reads())
+        return found

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dmn.interpreter.checker import check_plugin, check_program, resolve_outputs
+from dmn.interpreter.checker import check_plugin, check_program
 from dmn.interpreter.diagnostics import Code
 
 from .support import ALLOCATION, OPERATION, codes, plugin, registry, variant
@@ -429,12 +429,6 @@ def test_all_errors_are_reported_not_just_the_first() -> None:
         "E_REF_UNRESOLVED",
         "E_PREDICATE",
     }
-
-
-def test_resolve_outputs_decides_conditional_ports() -> None:
-    p = plugin(ALLOCATION)
-    assert sorted(resolve_outputs(p, {"mode": "kernel"})) == ["function", "interface"]
-    assert sorted(resolve_outputs(p, {"mode": "vfio"})) == ["function"]
 
 
 def test_reason_codes_are_distinct() -> None:

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from dmn.controller.compile.programs import step_programs
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
+from dmn.engine.config_plan import plan_validated
 from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.config_schema import validate_config
 from dmn.interpreter.diagnostics import Severity
@@ -161,7 +162,7 @@ def test_lint_compile_and_bind_agree(when: str, required_when: str, config: dict
     if problems:  # the compiler reports these and never checks the step's programs
         assert lint and not isinstance(bound, BoundProgram)
         return
-    compiled = step_programs(plugin, normalised, reg)
+    compiled = step_programs(plugin, plan_validated(plugin, normalised), reg)
     assert _errors(compiled.diagnostics) == lint
     if lint:
         assert not isinstance(bound, BoundProgram), lint

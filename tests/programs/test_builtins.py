@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from dmn.interpreter.checker import check_plugin, resolve_outputs
+from dmn.engine.config_plan import ConfigPlan, plan_for_config
+from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.config_schema import validate_config
 from dmn.interpreter.diagnostics import Code
 from dmn.interpreter.documents import Effect
@@ -104,9 +105,9 @@ def test_effects_are_registered_allowed_and_legal(name: str, plugins: dict[str, 
 
 def _outputs(plugin: Plugin, config: dict[str, Any]) -> set[str]:
     assert check_plugin(plugin, REGISTRY, config=config) == []
-    normalised, problems = validate_config(plugin.descriptor.spec.config_schema, config)
-    assert problems == []
-    return set(resolve_outputs(plugin, normalised))
+    plan = plan_for_config(plugin, config)
+    assert isinstance(plan, ConfigPlan), plan
+    return set(plan.outputs)
 
 
 KERNEL = {"mode": "kernel", "ifName": "net1", "mtu": 1500, "up": True}
