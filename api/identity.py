@@ -22,7 +22,12 @@ LABEL_TOPOLOGY_UID = f"{DRIVER}/topology-uid"
 LABEL_REVISION = f"{DRIVER}/revision"
 LABEL_ROOT_STEP = f"{DRIVER}/root-step"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+#: On a topology root's stable DeviceClass (value "true"): the class whose name never
+#: changes and whose selector and root binding follow the newest Ready revision.
+LABEL_STABLE_CLASS = f"{DRIVER}/stable-class"
 MANAGED_BY = "dra-multi-network-controller"
 
 #: Annotation carrying the full revision digest on generated objects.
 ANNOTATION_DIGEST = f"{DRIVER}/digest"
+#: Annotation carrying the full topology name on a stable DeviceClass (labels are cut to 63).
+ANNOTATION_TOPOLOGY = f"{DRIVER}/topology"

@@ -101,7 +101,10 @@ class NetworkTopologySpec(ApiModel):
 
 class RootClass(ApiModel):
     root_step: str = Field(max_length=40)
+    #: the class of this revision (its name changes with every new revision)
     device_class_name: str = Field(max_length=253)
+    #: the root's stable class: same name across revisions, follows the newest Ready one
+    stable_device_class_name: str | None = Field(default=None, max_length=253)
 
 
 class DeviceMatch(ApiModel):

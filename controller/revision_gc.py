@@ -4,6 +4,8 @@ A revision (and its DeviceClasses and locked contracts) is retained while:
 
 * it is the current revision of its live topology (or the topology has not settled its
   current generation yet);
+* a topology root's stable DeviceClass names it (:mod:`.stable_classes`: new allocations
+  through that class get this revision);
 * any ResourceClaim allocation references it (class-origin TopologyRootConfiguration
   naming the revision by name or UID);
 * any NetworkAttachmentStatus referencing it is in a live, prepared or cleanup-pending
@@ -34,6 +36,7 @@ from dmn.api.identity import (
     REVISION_FINALIZER,
 )
 from dmn.controller.conditions import condition, set_condition
+from dmn.controller.stable_classes import STABLE_SELECTOR, is_stable_class, pinned_revisions
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +103,12 @@ class RevisionCollector:
             generation = topo["metadata"].get("generation")
             if ready is None or ready.get("observedGeneration") != generation:
                 return Retention(True, "Settling", "topology has not settled its generation")
+        stable = self.cluster.list(r.DEVICE_CLASSES, label_selector=STABLE_SELECTOR).items
+        holder = pinned_revisions(stable).get(name)
+        if holder is not None:
+            return Retention(
+                True, "StableClass", f"stable DeviceClass {holder} selects for this revision"
+            )
         for claim in self.cluster.list(r.RESOURCE_CLAIMS).items:
             if _claim_references(claim, name, uid):
                 cmeta = claim["metadata"]
@@ -177,6 +186,8 @@ class RevisionCollector:
         for cls in self.cluster.list(r.DEVICE_CLASSES, label_selector=selector).items:
             if (cls["metadata"].get("annotations") or {}).get(ANNOTATION_DIGEST) != digest:
                 continue  # another revision's class with a truncated-equal label: not ours
+            if is_stable_class(cls):
+                continue  # the topology's own: it withdraws it (retention kept it until then)
             with contextlib.suppress(NotFound):
                 self.cluster.delete(
                     r.DEVICE_CLASSES, cls["metadata"]["name"], uid=cls["metadata"]["uid"]

@@ -10,7 +10,9 @@ plugins and what already exists, and converges (seed 000 §5.4):
    same-name revision with different content is an ``E_CONFLICT`` (never overwritten);
 4. create or adopt one DeviceClass per root, bound to the revision's UID (conflicting
    pre-existing classes are ``E_CONFLICT``);
-5. mark the revision Ready, then the topology Ready with revision ref and root classes;
+5. mark the revision Ready, make each root's stable class follow it
+   (:mod:`.stable_classes`; a name another topology holds is an ``E_CONFLICT``), then the
+   topology Ready with revision ref and root classes;
 6. count the published devices each root's class selects (:mod:`.device_matches`) and
    report them as ``status.deviceMatches`` and the ``DevicesMatched`` condition (False with
    ``E_NO_MATCHING_DEVICES`` and a Warning Event when a class selects none). The count is
@@ -49,6 +51,7 @@ from dmn.controller.compile.plugin_sources import (
 from dmn.controller.conditions import condition, diagnostic_entries, set_condition, summary
 from dmn.controller.device_matches import CONDITION as DEVICES_MATCHED
 from dmn.controller.device_matches import ClassMatch, count_matches, matches_condition
+from dmn.controller.stable_classes import StableClasses
 from dmn.controller.workqueue import RetryLater
 from dmn.interpreter.diagnostics import Code, Diagnostic
 from dmn.observability.metrics import EVENTS_RECORDED
@@ -140,13 +143,18 @@ class TopologyReconciler:
     plugin_objects: StoredStateCache[Converted] = field(default_factory=StoredStateCache)
 
     def reconcile(self, name: str) -> None:
+        stable = StableClasses(self.cluster)
         try:
             topo = self.cluster.get(r.NETWORK_TOPOLOGIES, name)
         except NotFound:
+            stable.withdraw(name)
             return
         meta = topo["metadata"]
         if meta.get("deletionTimestamp"):
-            return  # deletion stops publication; saved revisions stay until released
+            # deletion stops publication (the stable classes go at once); saved revisions
+            # and their own classes stay until released
+            stable.withdraw(name)
+            return
         plugin_objs = self.cluster.list(r.NETWORK_PLUGINS).items
         plugins, invalid = plugins_from_objects(plugin_objs, self.plugin_objects)
         result = compile_topology(topo, plugins, self.registry, uid=meta["uid"])
@@ -178,7 +186,12 @@ class TopologyReconciler:
             self._report_failure(topo, [rejected], "Rejected")
             raise RetryLater(str(exc)) from exc
         self._mark_revision_ready(revision, classes)
-        self._report_ready(topo, compiled, revision, self._device_matches(compiled, revision))
+        held, conflicts = stable.publish(topo, compiled.device_classes(revision["metadata"]["uid"]))
+        if conflicts:
+            self._report_failure(topo, conflicts, "Conflict")
+            return
+        matches = self._device_matches(compiled, revision)
+        self._report_ready(topo, compiled, revision, matches, held)
         self.on_revision(compiled.revision_name)
 
     # --- revision ----------------------------------------------------------------------
@@ -295,14 +308,17 @@ class TopologyReconciler:
         compiled: CompiledTopology,
         revision: dict[str, Any],
         matches: list[ClassMatch] | None = None,
+        stable: dict[str, str] | None = None,
     ) -> None:
         generation = topo["metadata"].get("generation")
         status = topo.get("status") or {}
         ref = compiled.revision_ref(revision["metadata"]["uid"]).to_api()
-        roots = [
-            {"rootStep": root["rootStep"], "deviceClassName": root["deviceClassName"]}
-            for root in compiled.revision["spec"]["roots"]
-        ]
+        roots = []
+        for root in compiled.revision["spec"]["roots"]:
+            entry = {"rootStep": root["rootStep"], "deviceClassName": root["deviceClassName"]}
+            if stable and root["rootStep"] in stable:
+                entry["stableDeviceClassName"] = stable[root["rootStep"]]
+            roots.append(entry)
         conds = set_condition(
             status.get("conditions"),
             "Ready",

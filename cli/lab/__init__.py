@@ -50,6 +50,7 @@ from dmn.api.served_yaml import render as render_served
 from dmn.cli.command_line import CommandParser, UsageError, run_command
 from dmn.lab import manifests
 from dmn.lab.state_dir import StateDir, default_state_dir
+from dmn.lab.verdict import controller_verdict
 
 if TYPE_CHECKING:
     from dmn.lab.demo import DemoReport
@@ -306,11 +307,21 @@ def _apply(args: argparse.Namespace) -> int:
                 failures.append(failure)
                 continue
             try:
-                cluster.apply(m.doc)
+                stored = cluster.apply(m.doc)
+                rejected = controller_verdict(cluster, stored)
             except Unavailable:
                 raise
             except ApiFailure as exc:
                 failure = _api_failure(f"{m.source}: {what}", exc)
+                _error(failure)
+                failures.append(failure)
+                continue
+            if rejected is not None:
+                failure = _Failure(
+                    rejected.code,
+                    f"{m.source}: {what} rejected by the controller: {rejected.message}",
+                    1,
+                )
                 _error(failure)
                 failures.append(failure)
                 continue

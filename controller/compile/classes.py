@@ -59,6 +59,14 @@ def class_name(topology: str, root_step: str, digest: str) -> str:
     return _fit(topology, root_step, digest_prefix(digest))
 
 
+def stable_class_name(topology: str, root_step: str) -> str:
+    """The name of a root's stable DeviceClass: ``<topology>-<root step>``, the same for
+    every revision (the per-revision name adds the digest prefix). Two topologies can map
+    to one name (``a-b`` + ``c`` and ``a`` + ``b-c``, or a cut long name); the controller
+    refuses the second with ``E_CONFLICT``."""
+    return _fit(topology, root_step)
+
+
 def _attr(name: str) -> str:
     return f"device.attributes[{json.dumps(DRIVER)}].{name}"
 

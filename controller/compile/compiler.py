@@ -377,7 +377,9 @@ def compile_topology(
                 f"plugin {s.plugin} with this step's config: {diag.render()}",
                 f"{where}.pluginRef.name",
             )
-        for opcode in sorted(found.opcodes - budget):
+        # an opcode the registry does not know is reported as E_UNKNOWN_OPCODE above;
+        # "the budget does not grant it" would only send the author the wrong way
+        for opcode in sorted(op for op in found.opcodes - budget if registry.get(op)):
             report.add(
                 Code.E_EFFECT_DENIED,
                 f"step {s.id} ({s.plugin}) runs {opcode},"
@@ -424,7 +426,11 @@ def compile_topology(
         if not isinstance(mode, str):
             report.add(
                 Code.E_SCHEMA,
-                f"allocation root {s.id} must resolve a mode from its config",
+                f"allocation root {s.id}: plugin {s.plugin} has no `mode` in this step's "
+                "config; an Allocation plugin's configSchema must have a string property "
+                "`mode` (the persona mode a DeviceExposurePolicy exposes devices under), e.g. "
+                "`mode: {type: string, enum: [vepa], default: vepa}`, or the step must set "
+                "config.mode",
                 f"spec.steps[{s.index}].config",
             )
             continue
