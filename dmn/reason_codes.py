@@ -63,6 +63,24 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Fix the expression at the reported column.",
     ),
     _r(
+        "E_CEL_TYPE",
+        DOC,
+        "A CEL device selector names a variable, field or function the DRA device "
+        "environment does not have, applies an operator or function to the wrong types, "
+        "or does not evaluate to a bool; the API server would refuse it.",
+        "Use only `device.driver`, `device.allowMultipleAllocations`, "
+        "`device.attributes[domain].id` and `device.capacity[domain].id` with the functions "
+        "Kubernetes' CEL environment provides, and make the expression a bool.",
+    ),
+    _r(
+        "E_CEL_COST",
+        DOC,
+        "A CEL device selector's estimated worst-case cost exceeds Kubernetes' limit for "
+        "device selectors (1,000,000 units, about 0.1 s); it is refused before it ever runs.",
+        "Nest fewer comprehensions (`all`, `exists`, `map`, `filter`) over lists, or "
+        "iterate over shorter literal lists.",
+    ),
+    _r(
         "E_UNKNOWN_OPCODE",
         DOC,
         "An effect names an opcode that does not exist.",
