@@ -255,6 +255,21 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Check the path and permissions.",
     ),
     _r(
+        "E_ADMISSION_MALFORMED",
+        ADMIT,
+        "The admission webhook received a request it does not understand: not JSON, nested "
+        "too deep, an unknown kind or operation, or a field of the wrong type. It is denied.",
+        "Nothing to do for requests from kube-apiserver; anything else is a misrouted or "
+        "hostile caller. Check the webhook registration if real reviews are refused.",
+    ),
+    _r(
+        "E_ADMISSION_FAILED",
+        ADMIT,
+        "The admission webhook could not finish validating (the cluster could not be read, "
+        "or an internal error); the request is denied, never admitted unvalidated.",
+        "Retry; if it persists, read the controller's log for the failure.",
+    ),
+    _r(
         "E_CONFLICT",
         ADMIT,
         "An existing object conflicts with what would be created "

@@ -67,6 +67,10 @@ class Code(StrEnum):
     E_CEL_TYPE = "E_CEL_TYPE"
     #: A CEL selector whose estimated worst-case cost exceeds Kubernetes' limit.
     E_CEL_COST = "E_CEL_COST"
+    #: An AdmissionReview the webhook does not understand (denied, never allowed).
+    E_ADMISSION_MALFORMED = "E_ADMISSION_MALFORMED"
+    #: The webhook failed while validating (denied; the log has the details).
+    E_ADMISSION_FAILED = "E_ADMISSION_FAILED"
 
 
 @dataclass(frozen=True, slots=True)
