@@ -255,6 +255,14 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Check the path and permissions.",
     ),
     _r(
+        "E_NAME_INVALID",
+        ADMIT,
+        "A name, namespace, API group or version that cannot be one segment of a request "
+        "path (`.`, `..`, `/`, `%`, control characters, empty, over 253 characters); "
+        "refused before any request is sent, so it cannot address another object.",
+        "Use the object's real name (a DNS subdomain: lowercase letters, digits, `-`, `.`).",
+    ),
+    _r(
         "E_ADMISSION_MALFORMED",
         ADMIT,
         "The admission webhook received a request it does not understand: not JSON, nested "
