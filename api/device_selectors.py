@@ -16,7 +16,15 @@ map-with-default hook.
 
 Deviations (documented in lab/allocator/README.md): capacities are plain numbers (ints
 when whole), not the Kubernetes ``quantity`` CEL type, so ``compareTo``/``isGreaterThan``
-are unavailable; the semver library and the cost limit are not implemented.
+are unavailable; the semver library is not implemented.
+
+Bounded: the ``cel`` binding has no cost limit and holds the interpreter while it runs,
+so nothing is compiled or evaluated before :func:`dmn.api.selector_language.check_selector`
+has parsed it and found its worst-case cost within Kubernetes' limit for device selectors:
+one evaluation cannot stall the caller (Kubernetes' API server refuses the same expressions
+when a DeviceClass or ResourceClaim is written). Type problems are left to evaluation here,
+because of the capacity deviation above; the compiler refuses them in topologies. A type
+problem never lowers the estimate: what it makes unknown is unbounded.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from typing import Any
 import cel
 
 from dmn.api.quantity import parse_quantity
+from dmn.api.selector_language import SYNTAX, TOO_COSTLY, check_selector
 
 _DOMAIN_LITERAL = re.compile(r"device\.(attributes|capacity)\[\s*(['\"])([^'\"]+)\2\s*\]")
 
@@ -44,6 +53,11 @@ class SelectorError(Exception):
 class CompiledSelector:
     def __init__(self, expression: str) -> None:
         self.expression = expression
+        for problem in check_selector(expression).problems:
+            if problem.code == TOO_COSTLY:
+                raise SelectorError("CELCostLimit", f"{expression[:200]!r}: {problem.message}")
+            if problem.code == SYNTAX:
+                raise SelectorError("CELCompileError", f"{expression[:200]!r}: {problem.message}")
         try:
             self.program = cel.compile(expression)
         except Exception as exc:  # the binding raises ValueError on syntax errors

@@ -63,6 +63,24 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Fix the expression at the reported column.",
     ),
     _r(
+        "E_CEL_TYPE",
+        DOC,
+        "A CEL device selector names a variable, field or function the DRA device "
+        "environment does not have, applies an operator or function to the wrong types, "
+        "or does not evaluate to a bool; the API server would refuse it.",
+        "Use only `device.driver`, `device.allowMultipleAllocations`, "
+        "`device.attributes[domain].id` and `device.capacity[domain].id` with the functions "
+        "Kubernetes' CEL environment provides, and make the expression a bool.",
+    ),
+    _r(
+        "E_CEL_COST",
+        DOC,
+        "A CEL device selector's estimated worst-case cost exceeds Kubernetes' limit for "
+        "device selectors (1,000,000 units, about 0.1 s); it is refused before it ever runs.",
+        "Nest fewer comprehensions (`all`, `exists`, `map`, `filter`) over lists, or "
+        "iterate over shorter literal lists.",
+    ),
+    _r(
         "E_UNKNOWN_OPCODE",
         DOC,
         "An effect names an opcode that does not exist.",
@@ -235,6 +253,29 @@ REGISTRY: tuple[ReasonCode, ...] = (
         CLI,
         "A file or directory could not be read or written.",
         "Check the path and permissions.",
+    ),
+    _r(
+        "E_NAME_INVALID",
+        ADMIT,
+        "A name, namespace, API group or version that cannot be one segment of a request "
+        "path (`.`, `..`, `/`, `%`, control characters, empty, over 253 characters); "
+        "refused before any request is sent, so it cannot address another object.",
+        "Use the object's real name (a DNS subdomain: lowercase letters, digits, `-`, `.`).",
+    ),
+    _r(
+        "E_ADMISSION_MALFORMED",
+        ADMIT,
+        "The admission webhook received a request it does not understand: not JSON, nested "
+        "too deep, an unknown kind or operation, or a field of the wrong type. It is denied.",
+        "Nothing to do for requests from kube-apiserver; anything else is a misrouted or "
+        "hostile caller. Check the webhook registration if real reviews are refused.",
+    ),
+    _r(
+        "E_ADMISSION_FAILED",
+        ADMIT,
+        "The admission webhook could not finish validating (the cluster could not be read, "
+        "or an internal error); the request is denied, never admitted unvalidated.",
+        "Retry; if it persists, read the controller's log for the failure.",
     ),
     _r(
         "E_CONFLICT",

@@ -63,6 +63,14 @@ class Code(StrEnum):
     E_EMPTY = "E_EMPTY"
     #: A pinned plugin whose content does not digest to the contract digest it is pinned by.
     E_CONTRACT_MISMATCH = "E_CONTRACT_MISMATCH"
+    #: A CEL selector with an unknown variable, field or function, or a type error.
+    E_CEL_TYPE = "E_CEL_TYPE"
+    #: A CEL selector whose estimated worst-case cost exceeds Kubernetes' limit.
+    E_CEL_COST = "E_CEL_COST"
+    #: An AdmissionReview the webhook does not understand (denied, never allowed).
+    E_ADMISSION_MALFORMED = "E_ADMISSION_MALFORMED"
+    #: The webhook failed while validating (denied; the log has the details).
+    E_ADMISSION_FAILED = "E_ADMISSION_FAILED"
 
 
 @dataclass(frozen=True, slots=True)

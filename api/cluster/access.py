@@ -37,7 +37,7 @@ from .errors import (
     from_api_exception,
     from_status,
 )
-from .resources import Resource
+from .resources import Resource, path_segment
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +303,10 @@ class Cluster:
         cached = self._discovered.get(api_version)
         if cached is None or kind not in cached:
             group, _, version = api_version.rpartition("/")
-            path = f"/apis/{api_version}" if group else f"/api/{version}"
+            version = path_segment(version, "API version")
+            if group:
+                group = path_segment(group, "API group")
+            path = f"/apis/{group}/{version}" if group else f"/api/{version}"
             body = self.request("GET", path)
             cached = {
                 entry["kind"]: Resource(

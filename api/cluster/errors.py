@@ -44,6 +44,16 @@ class NotFound(ApiFailure):
     pass
 
 
+class InvalidName(ApiFailure):
+    """A name or namespace that cannot be a segment of a request path (``..``, ``/``,
+    ``%``, control characters, over 253 characters): refused before any request is sent,
+    so no name can address another resource than the one it names."""
+
+    def __init__(self, what: str, value: str) -> None:
+        shown = repr(value[:80])
+        super().__init__(400, "BadRequest", f"E_NAME_INVALID: {what} {shown} is not a valid name")
+
+
 class AlreadyExists(ApiFailure):
     pass
 

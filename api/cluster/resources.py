@@ -7,8 +7,31 @@ per kind keeps plurals and scopes in one place for the controller, the agent and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
+from dmn.api.cluster.errors import InvalidName
 from dmn.api.identity import GROUP, VERSION
+
+#: Kubernetes' longest object name (a DNS subdomain)
+MAX_NAME_LENGTH = 253
+
+
+def path_segment(value: str, what: str) -> str:
+    """``value`` as one escaped path segment, or :class:`InvalidName`.
+
+    Kubernetes refuses the same names (``IsValidPathSegmentName``: not ``.`` or ``..``, no
+    ``/`` or ``%``); refusing them here keeps ``../networkplugins/x`` from walking to
+    another collection. What remains is percent-encoded (``?``, ``#``, spaces)."""
+    if (
+        not value
+        or value in (".", "..")
+        or len(value) > MAX_NAME_LENGTH
+        or "/" in value
+        or "%" in value
+        or not value.isprintable()
+    ):
+        raise InvalidName(what, value)
+    return quote(value, safe=":@!$&'()*+,;=-._~")
 
 
 @dataclass(frozen=True)
@@ -27,12 +50,12 @@ class Resource:
         """The REST path of the collection, or of one object (and its subresource)."""
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
+            base += f"/namespaces/{path_segment(namespace, 'namespace')}"
         base += f"/{self.plural}"
-        if name:
-            base += f"/{name}"
+        if name is not None:  # "" is an invalid name, never the collection
+            base += f"/{path_segment(name, f'{self.kind} name')}"
             if sub:
-                base += f"/{sub}"
+                base += f"/{path_segment(sub, 'subresource')}"
         return base
 
 

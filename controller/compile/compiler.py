@@ -28,13 +28,13 @@ from pydantic import ValidationError
 from dmn.api.identity import (
     ANNOTATION_DIGEST,
     API_VERSION,
-    DRIVER,
     LABEL_MANAGED_BY,
     LABEL_TOPOLOGY,
     LABEL_TOPOLOGY_UID,
     MANAGED_BY,
 )
 from dmn.api.model import RevisionRef
+from dmn.api.selector_language import check_selector
 from dmn.api.topology import MAX_ROOTS, MAX_STEPS, NetworkTopology
 from dmn.controller.compile.classes import RootSelector, device_class, revision_name
 from dmn.controller.compile.digest import (
@@ -126,23 +126,23 @@ def cel_problem(expression: str) -> str | None:
     return _compiled(expression)[1]
 
 
-def selector_result_problem(expression: str, sample: Mapping[str, Any]) -> str | None:
-    """Why a compiling selector is still unusable: Kubernetes requires a bool result.
-
-    The expression is evaluated against ``sample`` (a device carrying the root's own
-    attributes). A non-bool result is a problem; an evaluation error is not (it depends
-    on the device, e.g. a vendor attribute the sample lacks).
-    """
-    try:
-        program, problem = _compiled(expression)
-        if program is None:
-            return problem
-        value = program.execute(dict(sample))
-    except Exception:  # evaluation depends on the device, not decided here
-        return None
-    if isinstance(value, bool):
-        return None
-    return f"must evaluate to a bool, not {type(value).__name__}"
+def hardware_selector_problems(expression: str) -> list[tuple[Code, str]]:
+    """Why an administrator's selector would be refused: syntax, types and worst-case cost
+    as Kubernetes checks them, then the ``cel`` binding's own parse. Never evaluates it."""
+    verdict = check_selector(expression)
+    if verdict.problems:
+        return [
+            (
+                Code(p.code),
+                f"hardware selector is not valid CEL: {p.message}"
+                f" (column {p.column} of the expression)",
+            )
+            for p in verdict.problems
+        ]
+    problem = cel_problem(expression)
+    if problem is not None:
+        return [(Code.E_SYNTAX, f"hardware selector is not valid CEL: {problem}")]
+    return []
 
 
 def _split_path(text: str) -> tuple[str | int, ...]:
@@ -282,6 +282,7 @@ def compile_topology(
                 f"{where}.kind",
             )
         for j, selector in enumerate(raw.get("hardwareSelectors") or []):
+<<<<<<< HEAD
             problem = cel_problem(selector["cel"]["expression"])
             if problem is None:
                 sample = {
@@ -308,6 +309,15 @@ def compile_topology(
         if not isinstance(plan, ConfigPlan):
             for diag in plan:
                 report.rebase(diag, diag.path)
+=======
+            for code, message in hardware_selector_problems(selector["cel"]["expression"]):
+                report.add(code, message, f"{where}.hardwareSelectors[{j}].cel.expression")
+        config = dict(raw.get("config") or {})
+        config, problems = validate_config(descriptor.config_schema, config, path=f"{where}.config")
+        for diag in problems:
+            report.rebase(diag, diag.path)
+        if problems:
+>>>>>>> hostile
             continue
         inputs: dict[str, list[tuple[str, str, str]]] = {}
         bad_ports: set[str] = set()

@@ -23,12 +23,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dmn.api.cluster import ApiFailure
 from dmn.api.identity import DRIVER, LABEL_MANAGED_BY, MANAGED_BY
 from dmn.api.served_yaml import POSITION_NOTE, served_document
 from dmn.controller.compile.compiler import compile_topology
 from dmn.controller.compile.digest import semantic_digest
 from dmn.controller.compile.plugin_sources import checked_plugin_object, same_contract
 from dmn.controller.policy_validation import policy_diagnostics
+from dmn.controller.webhook.review_shape import request_problem
 from dmn.interpreter.canonical_json import sha256_digest
 from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
 from dmn.interpreter.loader import Plugin, load_builtin_plugins
@@ -108,7 +110,11 @@ def _is_generated_class(obj: Mapping[str, Any] | None) -> bool:
 
 def review(request: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
     """The AdmissionReview ``response`` for one ``request``."""
-    uid = str(request.get("uid", ""))
+    raw_uid = request.get("uid")
+    uid = raw_uid if isinstance(raw_uid, str) else ""
+    problem = request_problem(request)
+    if problem is not None:
+        return _deny(uid, [problem], "AdmissionReview not understood")
     kind = (request.get("kind") or {}).get("kind")
     operation = request.get("operation")
     obj = request.get("object")
@@ -133,7 +139,14 @@ def review(request: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
             return _allow(uid)
     except Exception as exc:  # fail closed, with a reason, never a traceback to the client
         log.exception("admission review failed kind=%s operation=%s", kind, operation)
-        return _forbid(uid, f"admission could not validate {kind}: {type(exc).__name__}: {exc}")
+        reason = (
+            "the cluster could not be read" if isinstance(exc, ApiFailure) else "internal error"
+        )
+        return _deny(
+            uid,
+            [Diagnostic(Code.E_ADMISSION_FAILED, f"admission could not validate {kind}: {reason}")],
+            f"{kind} not admitted",
+        )
     return _allow(uid)
 
 

@@ -39,8 +39,10 @@ from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
 from dmn.controller.compile.plugin_sources import plugins_from_objects
 from dmn.controller.webhook.review import ReviewContext, review
+from dmn.controller.webhook.review_shape import nesting_depth
 from dmn.controller.webhook.tls import ReloadingTLS
 from dmn.interpreter.loader import Plugin
+from dmn.interpreter.source import MAX_DEPTH
 from dmn.opcodes.spec import OpcodeRegistry
 
 log = logging.getLogger(__name__)
@@ -125,17 +127,52 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             body = json.loads(self.rfile.read(length))
-            request = body["request"]
-            if body.get("apiVersion") != "admission.k8s.io/v1" or not isinstance(request, dict):
-                raise ValueError("not an admission.k8s.io/v1 AdmissionReview")
-        except (ValueError, KeyError, TypeError) as exc:
-            self._send(400, {"message": f"bad AdmissionReview: {exc}"})
+        except RecursionError:
+            self._send(200, _denial("", "the body nests too deep"))
             return
-        response = review(request, self.server.context)
+        except ValueError:
+            self._send(400, {"message": "E_ADMISSION_MALFORMED: the body is not JSON"})
+            return
+        if nesting_depth(body) > MAX_DEPTH:
+            self._send(200, _denial("", f"the body nests deeper than {MAX_DEPTH} levels"))
+            return
+        request = body.get("request") if isinstance(body, dict) else None
+        if not isinstance(body, dict) or body.get("apiVersion") != "admission.k8s.io/v1":
+            self._send(200, _denial("", "not an admission.k8s.io/v1 AdmissionReview"))
+            return
+        if not isinstance(request, dict):
+            self._send(200, _denial("", "request must be an object"))
+            return
+        try:
+            response = review(request, self.server.context)
+        except Exception:  # review fails closed itself; this is the last line, not a path
+            log.exception("admission review raised")
+            response = _denial(str(request.get("uid", ""))[:128], "internal error")["response"]
+            response["status"]["message"] = "E_ADMISSION_FAILED: internal error"
+            response["status"]["details"]["causes"][0]["reason"] = "E_ADMISSION_FAILED"
         self._send(
             200,
             {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response},
         )
+
+
+def _denial(uid: str, message: str) -> dict[str, Any]:
+    """An AdmissionReview denying a request the server cannot even read as one."""
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": uid,
+            "allowed": False,
+            "status": {
+                "status": "Failure",
+                "code": 400,
+                "reason": "BadRequest",
+                "message": f"E_ADMISSION_MALFORMED: {message}",
+                "details": {"causes": [{"reason": "E_ADMISSION_MALFORMED", "message": message}]},
+            },
+        },
+    }
 
 
 class _Parking:

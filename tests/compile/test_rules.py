@@ -237,9 +237,9 @@ def test_hardware_selector_must_be_boolean(plugins: dict[str, Any]) -> None:
             HEAD + VF + f"      hardwareSelectors:\n        - cel: {{expression: '{expression}'}}\n"
         )
 
-    # compiles as CEL but is a string: Kubernetes would refuse the DeviceClass
-    assert codes(with_selector("device.driver"), plugins) == ["E_SYNTAX"]
-    assert codes(with_selector("1 + 2"), plugins) == ["E_SYNTAX"]
+    # compiles as CEL but is a string: Kubernetes would refuse the DeviceClass (a type error)
+    assert codes(with_selector("device.driver"), plugins) == ["E_CEL_TYPE"]
+    assert codes(with_selector("1 + 2"), plugins) == ["E_CEL_TYPE"]
     # bool, or undecidable without the real device (an attribute the sample lacks): fine
     assert codes(with_selector('device.driver == "x"'), plugins) == []
     vendor = 'device.attributes["dra-multi-network.schseba.github.io"].vendor == "0x15b3"'
