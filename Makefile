@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 VENV_STAMP := .venv/.installed
 
-.PHONY: setup lab test lint typecheck unit
+.PHONY: setup lab lab-tools prepare test checks lint typecheck unit
 
 # The venv is installed with uv (from PyPI, pinned): it resolves the same versions as pip
 # (same index, same `pip freeze`) in about 12 s where pip took 49 s on this machine, most of
@@ -24,12 +24,20 @@ $(VENV_STAMP): pyproject.toml | $(UV)
 
 setup: $(VENV_STAMP)
 
+ROOT := $(filter 0,$(shell id -u))
+
+# What the lab execs, present before anything else runs: python3's venv module (the uv
+# bootstrap below) always; as root also `ip` and `ping` (the demo's Pods). As root the
+# missing ones are installed with apt; otherwise the exact command is printed.
+lab-tools:
+	@machine/system-tools $(if $(ROOT),lab,lab-venv)
+
 # The main job: lint the builtin programs and example topologies, then run the embedded
 # lab's demo (lab up, every example topology Ready, one claim allocated, a negative example
 # rejected, lab down; exit 0 only if all of that held).
-lab: setup
+lab: lab-tools setup
 	$(PY) -m dmn lint programs examples/topologies
-	$(PY) -m dmn lab demo $(if $(filter 0,$(shell id -u)),--links netns,)
+	$(PY) -m dmn lab demo $(if $(ROOT),--links netns,)
 
 lint: setup
 	$(PY) -m ruff check .
@@ -42,4 +50,15 @@ unit: setup
 	$(PY) -m dmn generate --check
 	$(PY) -m pytest
 
-test: lint typecheck unit
+# Everything the tests need on a fresh Debian machine, as root (machine/prepare): system
+# packages, the kernel-lab image, the venv, the container image and the upstream build.
+prepare:
+	@machine/prepare
+
+# mypy's incremental cache outside the clone when root runs the whole suite (it checks every
+# file by content hash, so a fresh clone re-checks only what changed: ~40 CPU-s a warm run)
+test: export MYPY_CACHE_DIR ?= /var/cache/dmn-mypy
+test: prepare
+	@. machine/steps.sh && $(MAKE) --no-print-directory checks && step make-checks
+
+checks: lint typecheck unit

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import subprocess
 import uuid
 from dataclasses import dataclass, field
@@ -56,9 +55,6 @@ UNSCHEDULABLE = (
     "0/1 nodes are available: 1 cannot allocate all claims. preemption: 0/1 nodes are "
     "available: 1 Preemption is not helpful for scheduling."
 )
-# exec forks while the agent's gRPC threads run; gRPC's note about skipping its fork
-# handlers is informational (the child only execs `ip`)
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any
 from dmn.agent.coordinator.verify import VerifiedClaim
 from dmn.agent.journal.records import AttachmentIdentity
 from dmn.api.attachment import NetworkAttachmentStatus
-from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, Conflict
+from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, Conflict, NotFound
 from dmn.api.cluster import resources as r
 from dmn.vocabulary.handles import Handle
 
@@ -146,7 +146,9 @@ def _same_device(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 class ClaimDeviceStatus:
     """This driver's entries of ``ResourceClaim.status.devices`` (exact driver/pool/device/
     shareID keys; other drivers' entries are preserved). Reporting only: a failed write is
-    logged; a conflicting write is retried on the fresh object."""
+    logged; a conflicting write is retried on the fresh object; a claim that is gone (deleted
+    with its Pod while the node unprepares it, the usual order) has nothing left to report,
+    which is no failure and is not logged as one."""
 
     def __init__(self, cluster: Cluster, attempts: int = 3) -> None:
         self.cluster = cluster
@@ -178,6 +180,9 @@ class ClaimDeviceStatus:
                 return
             except Conflict:
                 continue
+            except NotFound:
+                log.debug("event=claim-status-gone claim=%s/%s", namespace, name)
+                return
             except ApiFailure as exc:
                 log.warning("event=claim-status-failed claim=%s/%s error=%s", namespace, name, exc)
                 return

@@ -232,12 +232,20 @@ def test_shared_device_capacity_share_ids_and_valid_values() -> None:
 
 
 def test_shared_device_draws_counters_once() -> None:
+    """Four shares of ``p`` fit a counter set of one member (drawn once for the device, not
+    per share); the member is drawn, so ``q``, which needs it too, stays free and a fifth
+    claim finds nothing."""
     a = alloc([
         slice_("c", counters("s", total=1), count=2),
-        slice_("d", {"devices": [dev("p", shared=4, groups={"s": ["g"]})]}, count=2),
+        slice_("d", {"devices": [dev("p", shared=4, groups={"s": ["g"]}),
+                                 dev("q", groups={"s": ["g"]})]}, count=2),
     ])  # fmt: skip
-    for uid in "abcd":
-        a.allocate_one(claim(uid, request("r", "any")))
+    shares = [a.allocate_one(claim(uid, request("r", "any"))) for uid in "abcd"]
+    results = [s["devices"]["results"][0] for s in shares]
+    assert [r["device"] for r in results] == ["p"] * 4
+    assert len({r["shareID"] for r in results}) == 4
+    with pytest.raises(AllocationError):
+        a.allocate_one(claim("e", request("r", "any")))
 
 
 def test_only_newest_generation_and_own_node_count() -> None:

@@ -323,15 +323,20 @@ def test_09_policy_withdrawal_retains_declaration_and_requires_drain(h: Harness)
 
 
 def test_09_without_retention_the_scheduler_would_lose_the_exclusion(h: Harness) -> None:
-    """Why retention matters: compatibility is read from live slices (as upstream)."""
+    """Why retention matters: compatibility is read from live slices (as upstream). With
+    the macvlan persona published, an ipvlan user of the same PF is refused; with that
+    device gone from the slices, the same claim gets the PF's ipvlan persona beside the
+    live macvlan children."""
     h.allocate(claim("mac", on_pf0("pf-macvlan")))
     mac = h.device(MLX_PF0, "macvlan")
+    assert blocked(h, claim("ipv", on_pf0("pf-ipvlan")))
     stripped = copy.deepcopy(h.slices)
     for s in stripped:
         if s["spec"].get("devices"):
             s["spec"]["devices"] = [d for d in s["spec"]["devices"] if d["name"] != mac]
     h.allocator.set_slices(stripped)
-    h.allocate(claim("ipv", on_pf0("pf-ipvlan")))  # unsafe: exactly what retention prevents
+    (unsafe,) = h.allocate(claim("ipv", on_pf0("pf-ipvlan")))  # what retention prevents
+    assert devices_of(unsafe) == [h.device(MLX_PF0, "ipvlan")]
 
 
 # 10 --------------------------------------------------------------------------------------
