@@ -282,42 +282,12 @@ def compile_topology(
                 f"{where}.kind",
             )
         for j, selector in enumerate(raw.get("hardwareSelectors") or []):
-<<<<<<< HEAD
-            problem = cel_problem(selector["cel"]["expression"])
-            if problem is None:
-                sample = {
-                    "device": {
-                        "driver": DRIVER,
-                        "attributes": {
-                            DRIVER: {
-                                "plugin": plugin,
-                                "mode": (raw.get("config") or {}).get("mode", ""),
-                                "allocationReady": True,
-                            }
-                        },
-                        "capacity": {},
-                    }
-                }
-                problem = selector_result_problem(selector["cel"]["expression"], sample)
-            if problem is not None:
-                report.add(
-                    Code.E_SYNTAX,
-                    f"hardware selector is not valid CEL: {problem}",
-                    f"{where}.hardwareSelectors[{j}].cel.expression",
-                )
+            for code, message in hardware_selector_problems(selector["cel"]["expression"]):
+                report.add(code, message, f"{where}.hardwareSelectors[{j}].cel.expression")
         plan = plan_for_config(doc, dict(raw.get("config") or {}), path=f"{where}.config")
         if not isinstance(plan, ConfigPlan):
             for diag in plan:
                 report.rebase(diag, diag.path)
-=======
-            for code, message in hardware_selector_problems(selector["cel"]["expression"]):
-                report.add(code, message, f"{where}.hardwareSelectors[{j}].cel.expression")
-        config = dict(raw.get("config") or {})
-        config, problems = validate_config(descriptor.config_schema, config, path=f"{where}.config")
-        for diag in problems:
-            report.rebase(diag, diag.path)
-        if problems:
->>>>>>> hostile
             continue
         inputs: dict[str, list[tuple[str, str, str]]] = {}
         bad_ports: set[str] = set()
