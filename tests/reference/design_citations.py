@@ -107,10 +107,13 @@ SECTION = r"\d+(?:\.\d+)*"
 # a citation head: an old document's name, this repository's design page, or a docs page
 HEAD = re.compile(
     r"(?P<old>\bDESIGN\b|\b[Ss]eed(?:(?P<between>\s+(?:(?:#|//)\s*)?)(?P<num>0\d\d))?\b)"
-    r"|(?P<new>\b[Dd]esign\b|\b[\w./-]+\.md\b)"
+    r"|(?P<new>\b[\w./-]+\.md\b|\b[Dd]esign\b)"
 )
-# the text between a head and its first §: spaces, or a line break with a comment marker
-GAP = re.compile(r"[ \t]*(?:\n[ \t]*(?:(?:#|//)[ \t]*)?)?(?=§)")
+# the text between a head and its first §: the end of a Markdown link, spaces, or a line
+# break with a comment marker
+GAP = re.compile(r"\)?[ \t]*(?:\n[ \t]*(?:(?:#|//)[ \t]*)?)?(?=§)")
+# how far a bare § may follow the head it continues
+REACH = 600
 REFERENCE = re.compile(rf"§(?P<start>{SECTION})(?:(?P<dash>[–-])(?P<mark>§?)(?P<end>{SECTION}))?")
 
 
@@ -145,7 +148,7 @@ def rewrite(text: str, where: str = "<text>") -> str:
             if head.start() >= ref.start():
                 break
             owner = head
-        if owner is None or not owner.group("old"):
+        if owner is None or not owner.group("old") or ref.start() - owner.end() > REACH:
             continue
         document = _old_document(owner)
         start = _new_section(document, ref.group("start"), where)

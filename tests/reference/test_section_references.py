@@ -13,12 +13,12 @@ import re
 from pathlib import Path
 
 from tests.reference import design_citations
-from tests.reference.design_citations import ROOT, SECTION, repository_files
+from tests.reference.design_citations import REACH, ROOT, SECTION, repository_files
 
 DOCS = ROOT / "docs"
 HEADING = re.compile(rf"^#{{2,4}} ({SECTION})\.? ", re.M)
-HEAD = re.compile(r"\b(?P<design>[Dd]esign)\b|\b(?P<page>[\w./-]+\.md)\b")
-GAP = re.compile(r"[ \t]*(?:\n[ \t]*(?:(?:#|//)[ \t]*)?)?")
+HEAD = re.compile(r"\b(?P<page>[\w./-]+\.md)\b|\b(?P<design>[Dd]esign)\b")
+GAP = re.compile(r"\)?[ \t]*(?:\n[ \t]*(?:(?:#|//)[ \t]*)?)?")
 REFERENCE = re.compile(rf"§(?P<start>{SECTION})(?:[–-]§?(?P<end>{SECTION}))?")
 # an old note cited by name (the words are split so that this file does not match itself)
 OLD_CITATION = re.compile(
@@ -56,7 +56,7 @@ def _problems(path: Path, text: str) -> list[str]:
     in_docs = path.parent == DOCS
     for ref in REFERENCE.finditer(text):
         line = text.count("\n", 0, ref.start()) + 1
-        before = [h for h in heads if h.end() <= ref.start() and ref.start() - h.end() < 600]
+        before = [h for h in heads if h.end() <= ref.start() and ref.start() - h.end() <= REACH]
         if before:
             page = _page_of(before[-1], path)
         elif in_docs:
@@ -96,6 +96,8 @@ def test_the_checker_catches_what_it_must(tmp_path: Path) -> None:
         "see design §3.5 and §8.3": [],
         "see design §3.5–5.5, §9.2": [],
         "see architecture.md §1": ["has no section 1"],
+        "see [design.md](design.md) §11.1, and §6.7": [],
+        "see [operator-guide.md](operator-guide.md) §2": ["has no section 2"],
         "see design §99.1": ["has no section 99.1"],
         "a bare §3.5": ["names no page"],
         "see " + "DES" + "IGN §2": ["cites a note", "names no page"],
