@@ -103,6 +103,40 @@ TABLE: dict[str, dict[str, str]] = {
     },
 }
 
+# Sentences the old notes were quoted with, said in the project's own words (each pair:
+# the text after its citation is rewritten, its replacement).
+QUOTES: tuple[tuple[str, str], ...] = (
+    (
+        '("a moved\n  interface absent from the host can belong to a live sandbox", design §8.5)',
+        "(a moved\n  interface missing from the host may be in a live sandbox, design §8.5)",
+    ),
+    (
+        '(design §6.2: "Kernel connect moves the allocated netdevice and applies its\n'
+        'sandbox config")',
+        "(design §6.2: kernel connect moves the allocated netdev into the sandbox and\n"
+        "configures it there)",
+    ),
+    (
+        '(design §3.2: "Preconditions and postconditions also use registered\n'
+        'versioned predicate contracts")',
+        "(design §3.2: preconditions and postconditions name registered,\nversioned predicates)",
+    ),
+    (
+        '(the\n"recheck identity/ownership/protected scope" step of design §3.5)',
+        "(the\nidentity, ownership and protected-scope re-check of design §3.5)",
+    ),
+    (
+        '(design §6.4: "NodePrepare holds one\nvalidated DRA share/capacity entitlement and '
+        'records the parent baseline")',
+        "(design §6.4: NodePrepare holds one\nvalidated share of the parent and records the "
+        "parent's baseline)",
+    ),
+    (
+        'VFIO connect "verifies device-access readiness without expecting a\nnetdevice" (§6.2)',
+        "VFIO connect verifies device access without expecting a\nnetdev (§6.2)",
+    ),
+)
+
 SECTION = r"\d+(?:\.\d+)*"
 # a citation head: an old document's name, this repository's design page, or a docs page
 HEAD = re.compile(
@@ -162,7 +196,10 @@ def rewrite(text: str, where: str = "<text>") -> str:
         return text
     for begin, finish, replacement in sorted(edits, reverse=True):
         text = text[:begin] + replacement + text[finish:]
-    return LIST.sub(_one_list, text)
+    text = LIST.sub(_one_list, text)
+    for quoted, own_words in QUOTES:
+        text = text.replace(quoted, own_words)
+    return text
 
 
 # ``design §a, design §b and §a`` on one line: one head, each section once
