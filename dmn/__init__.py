@@ -2,7 +2,7 @@
 
 The sub-packages (``dmn.interpreter``, ``dmn.opcodes``, ``dmn.api``, ...) are the
 repository's top-level folders, linked here so that everything installs under one
-import namespace (DESIGN §2).
+import namespace (design §2).
 """
 
 DRIVER_NAME = "dra-multi-network.schseba.github.io"
