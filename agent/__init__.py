@@ -1,1 +1,1 @@
-"""dmn.agent — see DESIGN §2."""
+"""dmn.agent — see design §2."""

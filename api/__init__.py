@@ -1,1 +1,1 @@
-"""dmn.api — see DESIGN §2."""
+"""dmn.api — see design §2."""

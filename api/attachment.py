@@ -1,4 +1,4 @@
-"""NetworkAttachmentStatus: the node's report on one attachment (seed 000 §12.1).
+"""NetworkAttachmentStatus: the node's report on one attachment (design §9.1).
 
 Namespaced beside the Pod. The immutable ``spec`` identifies the attachment exactly
 (Pod, sandbox, node, boot, claim fingerprint, revision); the node-owned ``status``

@@ -1,4 +1,4 @@
-"""The chart's builtin NetworkPlugin CRs, generated from ``programs/`` (DESIGN §3.7).
+"""The chart's builtin NetworkPlugin CRs, generated from ``programs/`` (design §3.7).
 
 Each builtin plugin directory (descriptor + hook program files) becomes one NetworkPlugin
 CR with its programs inline, so the installed contract is byte-for-byte the one the node

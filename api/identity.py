@@ -1,4 +1,4 @@
-"""Project identity constants shared by every API object (DESIGN §1).
+"""Project identity constants shared by every API object (design §1).
 
 These strings are part of the public contract: CRD groups, the DRA driver name that
 DeviceClass selectors pin, the finalizer on revisions and the labels the controller
@@ -13,7 +13,7 @@ API_VERSION = f"{GROUP}/{VERSION}"
 DRIVER = "dra-multi-network.schseba.github.io"
 EFFECTS_API_VERSION = "effects.dra-multi-network.schseba.github.io/v1alpha1"
 
-#: Finalizer the controller keeps on a revision until verified release (seed 000 §5.5).
+#: Finalizer the controller keeps on a revision until verified release (design §4.6).
 REVISION_FINALIZER = f"{GROUP}/revision-retention"
 
 #: Labels on generated objects (revision and DeviceClass).

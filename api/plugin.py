@@ -1,4 +1,4 @@
-"""NetworkPlugin: a plugin's strict contract — config, ports, effects, state (seed 000 §4.3).
+"""NetworkPlugin: a plugin's strict contract — config, ports, effects, state (design §4.2).
 
 The CRD is generated from the language core's own model: ``spec`` *is*
 :class:`dmn.interpreter.documents.PluginSpec`, the model ``dmn lint``, the loader and

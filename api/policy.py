@@ -1,4 +1,4 @@
-"""DeviceExposurePolicy: how an administrator turns node hardware into personas (seed 000 §7.2).
+"""DeviceExposurePolicy: how an administrator turns node hardware into personas (design §5.2).
 
 A policy selects inventory items by normalized facts (kind, PCI address, parent PF,
 vendor, device, driver, link type) on the nodes its ``nodeSelector`` matches, and either
@@ -114,7 +114,7 @@ class HardwareSelector(ApiModel):
 
 
 class CapacityPolicy(ApiModel):
-    """A consumable capacity of a shared persona (seed 000 §7.4)."""
+    """A consumable capacity of a shared persona (design §5.4)."""
 
     value: str = Field(
         pattern=QUANTITY_INT, description="Total units, e.g. the number of macvlan children."
@@ -196,7 +196,7 @@ def _vlan_ranges(description: str) -> Any:
 
 class BridgeUplinkGrant(ApiModel):
     """An existing member of an approved bridge on which ``bridge/shared-uplink-vlan`` may add
-    VLANs (seed 000 §8.7 ``allowedHostBridges[].uplinks[]``): named by its netdev, its
+    VLANs (design §6.7 ``allowedHostBridges[].uplinks[]``): named by its netdev, its
     administrator alias and its canonical PCI address (rechecked on the node)."""
 
     name: NetdevName = Field(description="The uplink's netdev name (an existing bridge port).")
@@ -206,7 +206,7 @@ class BridgeUplinkGrant(ApiModel):
 
 
 class HostBridgeGrant(ApiModel):
-    """An existing Linux bridge representors may join (seed 000 §8.7 ``allowedHostBridges``).
+    """An existing Linux bridge representors may join (design §6.7 ``allowedHostBridges``).
 
     The node agent never creates or changes the bridge: it must exist with VLAN filtering on,
     be up and carry exactly ``mac`` (the administrator-set MAC is its incarnation check; a
@@ -350,7 +350,7 @@ class HardwarePolicy(ApiModel):
 
 
 class EswitchManagement(ApiModel):
-    """Node-level management of one PF's devlink eswitch mode (seed 000 §8.7 ManageEswitch).
+    """Node-level management of one PF's devlink eswitch mode (design §6.7 ManageEswitch).
 
     The node agent places the selected PF in ``mode`` once its whole SR-IOV family is drained
     (no allocation, preparation, share or reservation of the PF or any of its VFs), and

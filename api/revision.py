@@ -3,7 +3,7 @@
 The controller is its only writer. ``spec`` is immutable after creation (a CEL
 transition rule plus admission), its ``digest`` is the semantic SHA-256 of its
 content, and it captures the locked plugin descriptors and resolved port contracts
-so existing allocations never reinterpret a later descriptor (seed 000 §4.1, §5.4).
+so existing allocations never reinterpret a later descriptor (design §4.1, §4.5).
 """
 
 from __future__ import annotations

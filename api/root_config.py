@@ -1,4 +1,4 @@
-"""TopologyRootConfiguration: the opaque DeviceClass parameter binding a root (seed 000 §9.1).
+"""TopologyRootConfiguration: the opaque DeviceClass parameter binding a root (design §4.7).
 
 It is not a CRD: it travels inside ``DeviceClass.spec.config[].opaque.parameters`` and
 the node decodes it from the allocation's class-origin configuration. It pins the exact

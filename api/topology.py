@@ -1,4 +1,4 @@
-"""NetworkTopology: a workload's network as a typed DAG of plugin steps (seed 000 §5.1).
+"""NetworkTopology: a workload's network as a typed DAG of plugin steps (design §4.3).
 
 Allocation steps are DRA roots (their authority is the allocation, they take no
 inputs); Operation steps consume earlier outputs through ``inputs.<port>.from``.

@@ -1,1 +1,1 @@
-"""dmn.controller — see DESIGN §2."""
+"""dmn.controller — see design §2."""

@@ -1,4 +1,4 @@
-"""Revision retention and garbage collection (seed 000 §5.5).
+"""Revision retention and garbage collection (design §4.6).
 
 A revision (and its DeviceClasses and locked contracts) is retained while:
 

@@ -1,7 +1,7 @@
 """NetworkTopology reconciler: topology → immutable revision + DeviceClasses + status.
 
 Level-triggered: :meth:`TopologyReconciler.reconcile` reads the current topology, the
-plugins and what already exists, and converges (seed 000 §5.4):
+plugins and what already exists, and converges (design §4.5):
 
 1. compile the topology (with its UID) against the NetworkPlugins in the cluster;
 2. on diagnostics: report them in status (Ready=False, reason codes, observedGeneration)

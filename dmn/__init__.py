@@ -2,7 +2,7 @@
 
 The sub-packages (``dmn.interpreter``, ``dmn.opcodes``, ``dmn.api``, ...) are the
 repository's top-level folders, linked here so that everything installs under one
-import namespace (DESIGN §2).
+import namespace (design §2).
 
 gRPC's fork support is off unless the environment says otherwise: the driver's processes
 fork only for pyroute2's namespace helpers, which never use gRPC, and with it on every such

@@ -1,4 +1,4 @@
-"""dmn.engine — the runtime of the effect language (DESIGN §3.5): bind, run, recover.
+"""dmn.engine — the runtime of the effect language (design §3.5): bind, run, recover.
 
 The static language (``dmn.interpreter``: source, documents, expressions, checker,
 config schema, lint) decides what a program *means*; this package turns one checked

@@ -1,4 +1,4 @@
-"""The journal contract the runner writes through, and the records it writes (DESIGN §3.5, §5).
+"""The journal contract the runner writes through, and the records it writes (design §3.5, §5).
 
 The interpreter never imports a database: the node agent's RocksDB store
 (``dmn.agent.journal.store.JournalStore``) implements :class:`Journal`, and tests may use
@@ -10,7 +10,7 @@ Records are plain mutable dataclasses that serialise to JSON. An operation is st
 header (:class:`OperationRecord` without its effects) plus one record per effect, so a
 commit writes only what changed.
 
-Effect progress (seed 002 §5.3)::
+Effect progress (design §3.8)::
 
     Planned -> Captured -> Applying -> Applied
                               |          |

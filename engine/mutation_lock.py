@@ -1,6 +1,6 @@
 """The node mutation lock: a reader/writer node lock plus per-key locks in a fixed order.
 
-Why not one lock: seed 000 §11.1 starts with one coarse node lock, and with it an executor
+Why not one lock: design §8.1 starts with one coarse node lock, and with it an executor
 that is slow in one claim's NodePrepare (a PCI reset, a slow netlink call) delayed every
 other Pod's RunPodSandbox, StopPodSandbox and NodePrepare. Operations of different claims
 and sandboxes that touch disjoint resources have nothing to order between them; what must

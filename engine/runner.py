@@ -1,6 +1,6 @@
 """The journaled runner: executes bound programs so that a crash anywhere is recoverable.
 
-Protocol per operation (DESIGN §3.5, seed 000 §11.3)::
+Protocol per operation (design §3.5, §8.3)::
 
     commit intent (bound program, digests, authorisations, every effect Planned)
     for each effect, in order:
@@ -357,7 +357,7 @@ class Runner:
 
         Deliberately does not wait for the node mutation lock: removal fences first, then
         waits for work in flight. A run of that scope in progress sees the fence at its next
-        effect's recheck and compensates instead of finishing (seed 002 §5.4).
+        effect's recheck and compensates instead of finishing (design §3.9).
         """
         self.journal.commit(None, fences=[Fence(scope, reason, operation_id)])
 

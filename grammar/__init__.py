@@ -1,1 +1,1 @@
-"""dmn.grammar — see DESIGN §2."""
+"""dmn.grammar — see design §2."""

@@ -1,4 +1,4 @@
-"""Notice inventory changes instead of polling blindly (DESIGN §5).
+"""Notice inventory changes instead of polling blindly (design §5).
 
 :class:`ChangeMonitor` listens to kernel uevents on the ``pci``, ``net`` and ``infiniband``
 subsystems (pyudev) and to rtnetlink link, address and route events, and calls

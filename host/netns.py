@@ -8,8 +8,8 @@ An executor never opens a namespace by a name or path taken from configuration. 
 * the call's verified **sandbox**, as a :class:`NamespaceRef` (identity + persistent pin path),
   or None for calls that have no sandbox (prepare);
 * a ``pins`` callable listing every pinned namespace the journal still knows about, which
-  cleanup and recovery search for a link that is absent from where it was expected ("a moved
-  interface absent from the host can belong to a live sandbox", seed 000 §11.5).
+  cleanup and recovery search for a link that is absent from where it was expected (a moved
+  interface missing from the host may be in a live sandbox, design §8.5).
 
 A namespace is opened only after its path is proved to be the recorded (dev, inode) of this
 boot; a stale or reused pin is refused. Netlink sockets are cached per namespace identity —

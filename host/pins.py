@@ -1,4 +1,4 @@
-"""Persistent namespace pins (seed 000 §10.2, §11.4).
+"""Persistent namespace pins (design §7.3, §8.4).
 
 An open namespace fd lives only as long as the process. Before anything is moved into a
 sandbox, the agent bind-mounts the sandbox's network namespace at

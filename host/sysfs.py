@@ -1,4 +1,4 @@
-"""Read PCI, net and RDMA facts from a sysfs tree rooted anywhere (DESIGN §5).
+"""Read PCI, net and RDMA facts from a sysfs tree rooted anywhere (design §5).
 
 The root is injected: ``/sys`` on a node, a tree a test built elsewhere. Nothing here
 mutates the tree, and every read that fails is reported as ``None`` (absent attribute) or

@@ -1,4 +1,4 @@
-"""dmn.interpreter — the static effect language (DESIGN §2, §3): load, parse, check, lint.
+"""dmn.interpreter — the static effect language (design §2, §3): load, parse, check, lint.
 
 Public surface of the language core (import the modules; nothing is re-exported here so
 that importing one part never pays for the others):

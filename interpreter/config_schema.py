@@ -25,7 +25,7 @@ The subset (every keyword not listed is an error, ``E_UNKNOWN_FIELD``):
 * every property may carry ``description``;
 * a property of the root object may carry ``requiredWhen: <guard>`` and/or
   ``forbiddenWhen: <guard>`` — conditional presence, for configs whose shape depends
-  on a mode (seed 000 §8.1: kernel roots need ``ifName``/``mtu``/``up``, VFIO configs
+  on a mode (design §6.1: kernel roots need ``ifName``/``mtu``/``up``, VFIO configs
   reject them). The guard is an expression of ``grammar/effects.lark`` over
   ``call.config`` — the same language and evaluation as a ``when:`` on an effect or a
   port — decided over the config with its defaults filled in. When ``requiredWhen``

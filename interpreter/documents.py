@@ -1,6 +1,6 @@
 """Strict document models: ``HookProgram`` files and ``NetworkPlugin`` custom resources.
 
-The models describe *shape* only (DESIGN §3.2, seed 000 §4.3 and §6.1): unknown fields
+The models describe *shape* only (design §3.2 and §4.2): unknown fields
 are errors (``E_UNKNOWN_FIELD``), types are never coerced, and optional fields are
 ``None`` when absent so that an explicit ``false`` stays distinct from a missing key.
 Everything that needs more than one document or the opcode registry — references,

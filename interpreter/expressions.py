@@ -27,7 +27,7 @@ from lark.exceptions import LarkError, UnexpectedInput
 from dmn.interpreter.diagnostics import Code, Diagnostic, SourceSpan
 from dmn.interpreter.source import ExpressionSpans
 
-#: Longest expression accepted (expressions are bounded, DESIGN §3.3).
+#: Longest expression accepted (expressions are bounded, design §3.3).
 MAX_EXPRESSION_LENGTH = 1024
 #: Deepest parenthesis / operator nesting accepted.
 MAX_DEPTH = 32

@@ -104,7 +104,7 @@ class Plugin:
 
     @property
     def contract_digest(self) -> str:
-        """SHA-256 over the canonical descriptor and programs (DESIGN §3.5), computed once
+        """SHA-256 over the canonical descriptor and programs (design §3.5), computed once
         per plugin object (it is immutable): the compiler, binder and agent ask for it on
         every compile and bind (issue 15). Safe from any thread: the controller's workers,
         the webhook's and the agent's services share the cache."""

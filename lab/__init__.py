@@ -1,1 +1,1 @@
-"""dmn.lab — see DESIGN §2."""
+"""dmn.lab — see design §2."""

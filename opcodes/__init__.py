@@ -1,1 +1,1 @@
-"""dmn.opcodes — see DESIGN §2."""
+"""dmn.opcodes — see design §2."""

@@ -37,7 +37,7 @@ OVSDB_REMOTE = "unix:/run/openvswitch/db.sock"
 
 @dataclass(frozen=True, slots=True)
 class UplinkGrant:
-    """One ``allowedHostBridges[].uplinks[]`` entry (seed 000 §8.7): an existing port of the
+    """One ``allowedHostBridges[].uplinks[]`` entry (design §6.7): an existing port of the
     approved bridge whose VLAN table ``bridge/shared-uplink-vlan/v1`` may extend, by name,
     administrator alias and the canonical address of its device, with the VLANs it permits."""
 

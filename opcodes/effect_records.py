@@ -3,7 +3,7 @@
 Why: some effects are references to one shared kernel object — several attachments hold one
 VLAN on a bridge uplink (``bridge/shared-uplink-vlan/v1``). Who still needs it cannot be read
 from the kernel (an administrator can change it, and it does not say *who* added a VID): the
-journal is the only authority (seed 000 §8.7, §11.1). Executors may not import the journal
+journal is the only authority (design §6.7, §8.1). Executors may not import the journal
 (the opcode layer sits below the engine), so the node gives them this port through the
 executor environment (:attr:`~dmn.opcodes.device_environment.DeviceEnvironment.effect_records`);
 the engine implements it over its journal (``dmn.engine.effect_records``).

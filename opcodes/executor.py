@@ -1,4 +1,4 @@
-"""The executor contract every native opcode implementation fulfils (DESIGN §3.5–§3.6).
+"""The executor contract every native opcode implementation fulfils (design §3.5–§3.6).
 
 This module defines the interface only; it imports no native library. Executors live in
 per-family modules (``dmn.opcodes.linux.executors`` and so on) beside their pure specs,

@@ -1,4 +1,4 @@
-"""The table of native executors this build can run, keyed by opcode name (DESIGN §3.6).
+"""The table of native executors this build can run, keyed by opcode name (design §3.6).
 
 Why one function: the agent, the crash tests and the benchmarks all need "every executor
 that exists", and each used to assemble ``{**LINUX, **SHARE}`` itself; a family added to

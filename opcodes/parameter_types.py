@@ -1,6 +1,6 @@
 """Constrained value types shared by opcode parameter models.
 
-These encode the limits seed 000 §8 puts on user-visible values (interface names,
+These encode the limits design §6 puts on user-visible values (interface names,
 MTUs, VLAN IDs, administrator aliases), so every opcode rejects the same bad values
 with the same message. They are strict: a string never passes for an integer and a
 boolean never passes for a number.
@@ -37,7 +37,7 @@ VlanId = Annotated[int, Field(ge=1, le=4094)]
 """An 802.1Q VLAN ID; 0 and 4095 are reserved by the standard."""
 
 MonitorIntervalMs = Annotated[int, Field(ge=1, le=10000)]
-"""Bond link monitoring interval (miimon) in milliseconds, seed 000 §8.3."""
+"""Bond link monitoring interval (miimon) in milliseconds, design §6.3."""
 
 ADMIN_ALIAS_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 AdminAlias = Annotated[str, Field(min_length=1, max_length=63, pattern=ADMIN_ALIAS_PATTERN)]

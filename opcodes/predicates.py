@@ -1,9 +1,9 @@
 """Registered predicate contracts: the names a program may use in ``requires`` and
-``postconditions`` (seed 000 §6.1: "Preconditions and postconditions also use registered
-versioned predicate contracts").
+``postconditions`` (design §3.2: preconditions and postconditions name registered,
+versioned predicates).
 
 A ``requires`` predicate is checked by the runner/executor immediately before apply (the
-"recheck identity/ownership/protected scope" step of DESIGN §3.5); a postcondition is
+identity, ownership and protected-scope re-check of design §3.5); a postcondition is
 checked by ``observe`` after apply. Each opcode spec lists the subset it implements; the
 checker rejects a program naming a predicate its opcode does not support. The text here is
 the contract the executor must honour.
@@ -26,7 +26,7 @@ REQUIRES: Mapping[str, str] = MappingProxyType(
         "master-grant": "the master handle grants ExclusiveMaster and was created by this step",
         "mtu-within-parent": "the child's MTU does not exceed its parent's MTU",
         "vlan-tag-free": "no other VLAN link on the parent carries this tag",
-        "member-mtu-match": "the member's MTU equals the master's (seed 000 §8.3 equal MTUs)",
+        "member-mtu-match": "the member's MTU equals the master's (design §6.3 equal MTUs)",
         "name-free": "the requested interface name is unused in the target namespace",
         "protected-scope-clear": "the target is outside the protected dependency closure of "
         "the management/primary interfaces",

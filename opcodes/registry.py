@@ -1,4 +1,4 @@
-"""The default opcode registry: every pure spec of every family (DESIGN §3.6).
+"""The default opcode registry: every pure spec of every family (design §3.6).
 
 Importing this module imports specs only — never an executor or a native library — so the
 interpreter, ``dmn lint`` and the controller can use it anywhere. The registry is built once

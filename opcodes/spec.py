@@ -1,4 +1,4 @@
-"""Opcode specifications: the pure contract of each native effect (DESIGN §3.6).
+"""Opcode specifications: the pure contract of each native effect (design §3.6).
 
 A spec says what an opcode takes (typed, access-checked input ports and a strict
 parameter model), what it yields (typed output ports), in which hooks it may run,

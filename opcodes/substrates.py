@@ -1,9 +1,9 @@
-"""Where each builtin opcode has been proven to work: the one source of the README's table.
+"""Where each builtin opcode has been proven to work: the one source of that table.
 
-Why a table in code: the README claims, per opcode, which executor exists and on which
-substrate its tests ran (this machine's kernel, the kernel lab's Debian kernel with which
-emulated device, or recorded sysfs trees only). Kept here, ``dmn generate`` renders the
-README section from it and ``tests/reference`` checks it against the registry and the
+Why a table in code: ``docs/substrates.md`` claims, per opcode, which executor exists and on
+which substrate its tests ran (this machine's kernel, the kernel lab's Debian kernel with
+which emulated device, or recorded sysfs trees only). Kept here, ``dmn generate`` renders
+that page's section from it and ``tests/reference`` checks it against the registry and the
 executor table, so a new opcode or executor cannot ship with a stale claim.
 
 Contract: :data:`SUBSTRATES` has one row per group of opcodes; every registered opcode is in
@@ -173,11 +173,11 @@ def render_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_section(readme: str) -> str:
-    """``readme`` with the text between :data:`BEGIN` and :data:`END` replaced by the table
+def render_section(page: str) -> str:
+    """``page`` with the text between :data:`BEGIN` and :data:`END` replaced by the table
     (ValueError when the markers are missing)."""
-    head, begin, rest = readme.partition(BEGIN)
+    head, begin, rest = page.partition(BEGIN)
     _, end, tail = rest.partition(END)
     if not begin or not end:
-        raise ValueError("README.md lacks the opcode-substrates markers")
+        raise ValueError("the page lacks the opcode-substrates markers")
     return f"{head}{BEGIN}\n{render_table()}{END}{tail}"

@@ -1,4 +1,4 @@
-"""dmn.programs — the builtin plugins as data (DESIGN §2, §3.7).
+"""dmn.programs — the builtin plugins as data (design §2, §3.7).
 
 Each plugin lives in ``<plugin>/<version>/``: ``plugin.yaml`` (a NetworkPlugin CR whose
 ``hooks`` hold only the cleanup entries) and sibling ``prepare.yaml`` / ``connect.yaml``

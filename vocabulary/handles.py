@@ -1,4 +1,4 @@
-"""Handles: the only authority a program has over a resource (DESIGN §3.1).
+"""Handles: the only authority a program has over a resource (design §3.1).
 
 The closed sets a handle is described with (type, link type, accesses, scope kind) are
 :mod:`dmn.vocabulary.terms`.

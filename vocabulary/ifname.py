@@ -1,4 +1,4 @@
-"""Linux interface names a workload may choose (seed 000 §8.1) — ``E_IFNAME``.
+"""Linux interface names a workload may choose (design §6.1) — ``E_IFNAME``.
 
 The one rule, wherever a name comes from (a config field, a config schema's enum or
 default, a literal opcode parameter, a bound payload, a topology step): 1–15 ASCII
@@ -18,7 +18,7 @@ IFNAME_MAX_BYTES = 15
 IFNAME_PATTERN = r"^[A-Za-z0-9_.-]{1,15}$"
 RESERVED_IFNAMES = frozenset({".", "..", "lo", "eth0"})
 """Names a workload may never ask for: the two the kernel refuses, the loopback device and
-the primary network's interface inside a Pod (seed 000 §8.1)."""
+the primary network's interface inside a Pod (design §6.1)."""
 
 _IFNAME = re.compile(IFNAME_PATTERN)
 

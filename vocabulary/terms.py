@@ -1,4 +1,4 @@
-"""The words of the effect language, written once (DESIGN §3.1, seed 000 §4.3).
+"""The words of the effect language, written once (design §3.1, §4.2).
 
 Handle types, link types, accesses, scopes, output ownership, hooks, step kinds,
 reversibility and recovery strategies are read by the document models

@@ -1,4 +1,4 @@
-"""NetworkAttachmentStatus reporting (seed 000 §12.1): reporting, never authority.
+"""NetworkAttachmentStatus reporting (design §9.1): reporting, never authority.
 
 One object per (attachment, claim) in the Pod's namespace, owned by the Pod (so the API
 server's garbage collector removes it with the Pod), named from a digest of the

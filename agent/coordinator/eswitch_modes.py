@@ -2,7 +2,7 @@
 
 Why here and not in a plugin: an eswitch transition destroys and recreates the PF's
 representors and resets its VFs' datapath, so it is node-level preparation of a PF under a
-drained reset domain, never a per-claim or per-sandbox step (seed 000 §8.7; the opcode is
+drained reset domain, never a per-claim or per-sandbox step (design §6.7; the opcode is
 illegal in ``connect`` and no builtin program emits it). The switchdev profiles — sriov-cni
 ``representor: true`` feeding accelerated-bridge-cni (and its ``-uplink`` profile) or ovs-cni —
 need the PF in switchdev before their personas exist (no representor, no persona).
@@ -355,7 +355,7 @@ def eswitch_pass(
 ) -> list[EswitchOutcome]:
     """One maintenance pass over what the slice publisher last read: the node's targets, the
     API's allocated devices as inventory IDs (through the last published personas), whether
-    the Node is cordoned (a transition or restore waits for it: seed 000 §8.7's whole-node
+    the Node is cordoned (a transition or restore waits for it: design §6.7's whole-node
     cordon), then :meth:`EswitchModes.reconcile`. Findings and every outcome but
     Completed/Restored are logged; nothing here calls the API."""
     targets, findings = eswitch_targets(inventory, policies, labels)

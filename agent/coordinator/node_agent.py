@@ -1,6 +1,6 @@
 """The node agent's runtime wiring: node services, kubelet DRA plugin server and NRI plugin.
 
-:class:`NodeAgent` starts them in the order a restarted node needs (seed 000 §11.5): the
+:class:`NodeAgent` starts them in the order a restarted node needs (design §8.5): the
 slice publisher's triggers (inventory, policy and claim changes republish; the first
 publication happened before start, so the kubelet never sees this driver without slices;
 their listeners bind before any socket is served), the node services (journal opened,

@@ -184,7 +184,7 @@ class NodeOperations:
     def holding(self, operations: Iterable[str]) -> list[str]:
         """The recorded operations among ``operations`` that still hold what they touched:
         Quarantined (until an operator resolves them) or not finished. A preparation or
-        attachment with any of them keeps its reservations, shares and pin (seed 000 §10.1)
+        attachment with any of them keeps its reservations, shares and pin (design §7.2)
         — also when this call refused before running anything (a retry of a preparation
         whose operation was quarantined earlier, or by another incarnation)."""
         held = []

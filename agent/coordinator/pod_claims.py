@@ -1,4 +1,4 @@
-"""Which of this driver's ResourceClaims a Pod sandbox must attach (seed 000 §9.2, §10.2).
+"""Which of this driver's ResourceClaims a Pod sandbox must attach (design §7.1, §7.3).
 
 Kubelet preparation has no Pod; attachment does. The Pod is resolved by the runtime's
 namespace/name and verified (UID, node, hostNetwork); claims count when reserved for that

@@ -111,7 +111,7 @@ class PreparationService:
         return f"prep/{v.claim_uid}/{v.fingerprint}"
 
     def _check_sharing(self, v: VerifiedClaim) -> None:
-        """Exclusive roots and shares of one parent never mix across claims (seed 000 §9.2
+        """Exclusive roots and shares of one parent never mix across claims (design §7.1
         items 4-5), judged from the journal's share references and reservations."""
         holder = self._holder(v)
         for root in v.roots:
@@ -206,7 +206,7 @@ class PreparationService:
             # retry of a preparation an earlier attempt left quarantined): its holds stay too
             cleaned = cleaned and not self.operations.holding(ops)
             rec.error = str(exc)
-            if cleaned:  # an uncertain effect keeps the claim's holds (seed 000 §10.1)
+            if cleaned:  # an uncertain effect keeps the claim's holds (design §7.2)
                 rec.state = PreparationState.RELEASED
             with self.journal.batch() as b:
                 b.put_preparation(rec)

@@ -3,7 +3,7 @@
 * :meth:`ReconcileLoop.recover` (at start, before anything is served): settle every
   operation a crash left unfinished through the runner's recovery, then resolve the
   attachments of an earlier boot (:meth:`~ReconcileLoop.resolve_earlier_boots`).
-* :meth:`ReconcileLoop.synchronize` (NRI Synchronize, seed 000 §11.5): remove attachments
+* :meth:`ReconcileLoop.synchronize` (NRI Synchronize, design §8.5): remove attachments
   whose sandbox the runtime no longer has (also an earlier boot's that start could not
   finish).
 
@@ -123,7 +123,7 @@ class ReconcileLoop:
         return removed
 
     def synchronize(self, sandboxes: Sequence[tuple[str, str]]) -> list[AttachmentIdentity]:
-        """Reconcile with the runtime's full sandbox list (NRI Synchronize, seed 000 §11.5).
+        """Reconcile with the runtime's full sandbox list (NRI Synchronize, design §8.5).
 
         An attachment of this node whose (Pod UID, sandbox id) the runtime no longer has is
         removed from the journal's record alone; one that cannot be cleaned up stays

@@ -1,4 +1,4 @@
-"""Pure checks of a claim's allocation before NodePrepare mutates anything (seed 000 §9.2).
+"""Pure checks of a claim's allocation before NodePrepare mutates anything (design §7.1).
 
 :func:`driver_results` picks this driver's results of a ResourceClaim allocation and their
 class-origin ``TopologyRootConfiguration``; :func:`verify_allocation` checks them against
@@ -6,7 +6,7 @@ the referenced NetworkTopologyRevision and this node's published personas and re
 verified roots in the revision's order. Every refusal is a :class:`Refusal` with a stable
 reason code and the field it concerns; nothing here performs I/O.
 
-Initial profile (seed 000 §9.2): one revision per claim, every root covered exactly once,
+Initial profile (design §7.1): one revision per claim, every root covered exactly once,
 one device per root, class-origin root bindings only (a claim-origin
 ``TopologyRootConfiguration`` is refused), builtin plugins whose contract digest equals this
 agent's own copy, and ``EffectProgram`` plugins (an administrator's own) taken from the
@@ -107,7 +107,7 @@ def _applies(config: Mapping[str, Any], request: str) -> bool:
 
 def _check_request(claim: Mapping[str, Any], request: str, where: str) -> None:
     """The initial profile: one device per root (Exactly, ExactCount 1); no firstAvailable
-    subrequests and no All mode (seed 000 §9.2)."""
+    subrequests and no All mode (design §7.1)."""
     if "/" in request:
         raise Refusal("E_ALLOCATION_MODE", f"firstAvailable subrequest {request!r}", where)
     requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
@@ -189,7 +189,7 @@ def driver_results(claim: Mapping[str, Any], driver: str) -> list[DriverResult]:
 
 
 def fingerprint(claim_uid: str, results: Sequence[DriverResult]) -> str:
-    """Canonical allocation fingerprint (seed 000 §9.2); shareID is never omitted."""
+    """Canonical allocation fingerprint (design §7.1); shareID is never omitted."""
     return sha256_digest(
         {
             "claimUID": claim_uid,

@@ -1,4 +1,4 @@
-"""Inventory values: what the node has, as normalized, immutable facts (seed 000 §7.1).
+"""Inventory values: what the node has, as normalized, immutable facts (design §5.1).
 
 Every fact a scan could not establish is an :class:`Unknown` carrying the reason, never
 a default that reads as "absent" or "free": a failed netlink dump makes every link's

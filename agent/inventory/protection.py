@@ -1,8 +1,8 @@
 """The protected dependency closure of the node's management/primary interfaces.
 
 Seeds are the links that carry a default route or a node IP, plus administrator-configured
-PCI addresses. The closure then follows what an effect on a member could break (seed
-000 §7.1): the master of a protected link, the members of a protected master, the lower
+PCI addresses. The closure then follows what an effect on a member could break (design
+§5.1): the master of a protected link, the members of a protected master, the lower
 device of a protected vlan/macvlan, the VFs of a protected PF, the PF of a protected VF,
 and every function that shares a reset domain with a protected one.
 

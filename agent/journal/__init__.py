@@ -1,1 +1,1 @@
-"""The node journal: one RocksDB store per node, the only authority for cleanup (DESIGN §5)."""
+"""The node journal: one RocksDB store per node, the only authority for cleanup (design §5)."""

@@ -1,6 +1,6 @@
 """Coordinator records kept in the node journal beside the runner's operations.
 
-Small explicit states (seed 000 §11.2): preparations move Preparing → Prepared →
+Small explicit states (design §8.2): preparations move Preparing → Prepared →
 Unpreparing → Released; attachments Connecting → Ready → Removing → Removed. Shared-parent
 references, exclusive reservations and namespace pins live here too, never in an
 unprotected in-memory map, so that a restarted agent reconstructs exactly what it holds.

@@ -24,6 +24,6 @@ name or as ``<index>-<name>`` (``GetPluginMap`` keys both)::
 ``required_plugins`` is node-wide: static and control-plane Pods (and the agent's own
 DaemonSet Pod, which must start before the plugin can register) need the toleration
 annotation set to ``"true"``, or they cannot start while the plugin is absent. Without the
-validator the agent fails closed only while it is connected (DESIGN §5: the coordinator
+validator the agent fails closed only while it is connected (design §5: the coordinator
 refuses CreateContainer unless the exact sandbox is Ready).
 """

@@ -1,4 +1,4 @@
-"""DeviceExposurePolicies → personas (seed 000 §7.3–7.5).
+"""DeviceExposurePolicies → personas (design §5.3–5.5).
 
 ``build_personas(inventory, policies, node_labels, pins) -> PersonaSet``.
 """

@@ -4,7 +4,7 @@ Entry point: :func:`build_personas`. Pure: inventory, policies, node labels and 
 node's pins (allocated and cleanup-pending devices with their last published
 declarations) in; a :class:`PersonaSet` out.
 
-Rules (seed 000 §7.2–7.5):
+Rules (design §5.2–5.5):
 
 * A policy applies when its node selector matches and every set selector field matches a
   *known* fact of the item. Higher priority wins per (item, persona); two equal-priority
@@ -18,8 +18,8 @@ Rules (seed 000 §7.2–7.5):
   VFIO-bound and unprotected, and an ``IommuGroup`` domain to represent the coupling.
 * Pinned devices (allocated or cleanup-pending) keep their previous declaration exactly —
   name, groups, counter sets, capacity. A pinned device whose policy went away, or whose
-  policy now gives a different declaration, is kept with ``allocationReady=false`` (seed
-  000 §7.6: block new workloads until the scope is drained); so is a cleanup-pending
+  policy now gives a different declaration, is kept with ``allocationReady=false`` (design
+  §5.6: block new workloads until the scope is drained); so is a cleanup-pending
   device and every peer whose groups do not intersect its groups on a shared counter set;
   personas new on an item with pins wait (``allocationReady=false``) until the item is
   drained.
@@ -159,7 +159,7 @@ _GRANTS: dict[str, tuple[Grant, ...]] = {
     ),
 }
 _RDMA_GRANT = Grant(HandleType.RDMA_DEVICE, frozenset({Access.DEVICE_ACCESS}))
-#: a kernel or VFIO function in switchdev mode carries its host representor (seed 000 §8.7):
+#: a kernel or VFIO function in switchdev mode carries its host representor (design §6.7):
 #: a sriov-cni root with ``representor: true`` prepares it for accelerated-bridge-cni/ovs-cni
 _REPRESENTOR_GRANT = Grant(
     HandleType.HOST_REPRESENTOR, frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE})

@@ -1,6 +1,6 @@
 """Persona values: one canonical DRA identity per allocation contract on an item.
 
-A persona is an alternative view of the same hardware (seed 000 §7.3), not extra
+A persona is an alternative view of the same hardware (design §5.3), not extra
 capacity. Its compatibility consumptions are what make incompatible views of one piece
 of hardware unallocatable together; its ``children`` capacity is what bounds repeated
 shares of a shared parent.
@@ -35,9 +35,9 @@ RESERVED = frozenset(
     }
 )
 
-#: The counter every compatibility domain publishes (seed 000 §7.5).
+#: The counter every compatibility domain publishes (design §5.5).
 MEMBERS = "members"
-#: The consumable capacity of shared parents (seed 000 §7.4).
+#: The consumable capacity of shared parents (design §5.4).
 CHILDREN = "children"
 
 

@@ -1,4 +1,4 @@
-"""What one node reports about one DeviceExposurePolicy (status conditions, seed 000 §7.2).
+"""What one node reports about one DeviceExposurePolicy (status conditions, design §5.2).
 
 Conditions:
 

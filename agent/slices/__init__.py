@@ -1,4 +1,4 @@
-"""ResourceSlice publication for the node's pool (seed 000 §7.6).
+"""ResourceSlice publication for the node's pool (design §5.6).
 
 ``NodeSlicePublisher`` publishes the pool and republishes it on inventory, policy and
 allocation changes; each pass is ``NodePublication(node).plan(inventory, policies, labels,

@@ -1,7 +1,7 @@
 """Which of this node's devices are allocated, read from ResourceClaim status.
 
 A device allocated by the scheduler pins its declaration whether or not the node has
-prepared it yet (seed 000 §15.2 case 7): between allocation and NodePrepareResources —
+prepared it yet (design §11.1 case 7): between allocation and NodePrepareResources —
 or while a Pod never starts — the only record of the allocation is the claim's status.
 The agent therefore derives its ``allocated`` pins from the claims, never from its own
 preparations alone; a claim being deleted still pins until its allocation is cleared.

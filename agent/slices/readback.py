@@ -6,7 +6,7 @@ server with ``DRADeviceCompatibilityGroups``, ``DRAConsumableCapacity`` or
 without them would let the scheduler co-allocate incompatible personas. Any such loss
 makes the publication degraded: the agent republishes with ``degraded=True`` (every
 persona relying on counters, capacity or groups not allocatable) and reports
-``E_PREREQUISITE_STRIPPED`` (seed 000 §15.2 case 10).
+``E_PREREQUISITE_STRIPPED`` (design §11.1 case 10).
 
 :func:`node_allocation_check` is the node-side guard against publication lag (case 12):
 API publication and claim release are not atomic, so an allocation the scheduler made

@@ -1,5 +1,5 @@
 """Cluster access through the official ``kubernetes`` client — one code path for real
-clusters and the lab API server (DESIGN §2, ``api/``).
+clusters and the lab API server (design §2, ``api/``).
 
     from dmn.api.cluster import Cluster, connect, resources as r
     cluster = Cluster(connect(url=lab_url))            # or connect(kubeconfig=...)

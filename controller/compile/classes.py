@@ -1,4 +1,4 @@
-"""DeviceClasses and their opaque TopologyRootConfiguration (seed 000 §9.1).
+"""DeviceClasses and their opaque TopologyRootConfiguration (design §4.7).
 
 One class per allocation root. The selector pins this driver and the root's plugin,
 mode and linkType plus ``allocationReady == true``; every attribute access is guarded

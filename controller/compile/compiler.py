@@ -1,4 +1,4 @@
-"""The topology compiler (seed 000 §5.3–§5.4): NetworkTopology → revision + DeviceClasses.
+"""The topology compiler (design §4.4–§4.5): NetworkTopology → revision + DeviceClasses.
 
 Pure: no I/O, no clock, no Kubernetes client. The same function serves the controller,
 the admission webhook and ``dmn compile``. It reports every problem it can find, each
@@ -56,7 +56,7 @@ from dmn.opcodes.spec import OpcodeRegistry
 
 MAX_BYTES = 256 * 1024
 #: A root whose allocation grants only these accesses is a share of a parent (macvlan,
-#: ipvlan): its class requires the consumable ``children`` capacity (seed 000 §7.4).
+#: ipvlan): its class requires the consumable ``children`` capacity (design §5.4).
 SHARED_ACCESSES = frozenset({"CreateChild", "Read"})
 EXCLUSIVE_ACCESSES = frozenset({"ExclusiveConfigure", "ExclusiveMaster", "AttachMember"})
 _REF = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.([A-Za-z][A-Za-z0-9_]*)$")
@@ -624,7 +624,7 @@ def _topological_order(steps: Mapping[str, _Step]) -> list[str]:
 
 
 def _check_ifnames(steps: Mapping[str, _Step], report: _Report) -> None:
-    """Interface names are unique across the topology (seed 000 §8.1). Each name's own
+    """Interface names are unique across the topology (design §6.1). Each name's own
     validity is the config validator's (``validate_config`` reports ``E_IFNAME`` and the
     step never gets here)."""
     seen: dict[str, str] = {}

@@ -1,4 +1,4 @@
-"""Canonical normalization and the semantic digest of a compiled topology (seed 000 §5.4).
+"""Canonical normalization and the semantic digest of a compiled topology (design §4.5).
 
 The digest covers exactly what gives the revision its meaning: the topology's UID, its
 normalized spec (defaults filled, maps sorted, sets sorted, step array — presentation

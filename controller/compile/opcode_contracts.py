@@ -1,6 +1,6 @@
 """The contract of an opcode as JSON, so revisions pin the executor semantics they were
 compiled against: a changed parameter schema, port or recovery contract yields a new
-digest and therefore a new revision (seed 000 §4.1)."""
+digest and therefore a new revision (design §4.1)."""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def same_contract(a: Plugin, b: Plugin) -> bool:
 
 def _builtin_mismatch(plugin: Plugin) -> list[Diagnostic]:
     """A ``Builtin`` plugin must carry exactly the contract this build implements for its
-    handler (seed 000 §4.3): a stored or admission-bypassing manifest cannot grant a
+    handler (design §4.2): a stored or admission-bypassing manifest cannot grant a
     builtin effects, ports or config it does not implement."""
     impl = plugin.descriptor.spec.implementation
     if impl.type != "Builtin":

@@ -1,6 +1,6 @@
 """Admission decisions for AdmissionReview v1 requests (pure except for plugin lookup).
 
-What is validated (seed 000 §4.1, §12.2), always failing closed:
+What is validated (design §4.1, §9.2), always failing closed:
 
 * NetworkTopology create/update — the same compiler the controller runs, against the
   NetworkPlugins in the cluster; every diagnostic becomes a status cause

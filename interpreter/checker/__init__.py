@@ -1,4 +1,4 @@
-"""The checker: every static rule of DESIGN §3.4, one entry point for every caller.
+"""The checker: every static rule of design §3.4, one entry point for every caller.
 
 ``dmn lint``, the admission webhook, the topology compiler and the node agent all call
 :func:`check_plugin` (a whole plugin: descriptor and programs) or

@@ -1,4 +1,4 @@
-"""The lab's Kubernetes API server (DESIGN §6): real client code runs against it unchanged.
+"""The lab's Kubernetes API server (design §10): real client code runs against it unchanged.
 
 Start API (stable)::
 

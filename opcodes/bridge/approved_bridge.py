@@ -1,6 +1,6 @@
 """The approved bridge of a grant, proven from the kernel, and a port's VLAN table.
 
-``bridge-grant`` (seed 000 §8.7): the alias resolves through the environment's
+``bridge-grant`` (design §6.7): the alias resolves through the environment's
 :class:`~dmn.opcodes.device_environment.BridgeGrant` to an existing Linux bridge that has VLAN
 filtering on, the administrator's fixed MAC and is up. Its ifindex, name and MAC are recorded
 (the incarnation) and rechecked before every later action; shared bridge attributes are only

@@ -3,7 +3,7 @@ approved bridge; undo takes it out again and restores its admin state.
 
 Recorded: the representor's identity (:mod:`dmn.host.rtnetlink.representor`), its master
 and admin state, and the approved bridge's incarnation. The certified initial membership is
-"none" or "already on the approved bridge" (seed 000 §8.7); a port of any other master is
+"none" or "already on the approved bridge" (design §6.7); a port of any other master is
 refused (``E_FOREIGN_MASTER``). Undo removes the membership while the port is still on the
 bridge ifindex it was put on (also when that bridge's MAC changed since: the port is ours, the
 bridge is not touched) — a port someone moved to another master is left where it is.

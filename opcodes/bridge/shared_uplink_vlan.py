@@ -1,5 +1,5 @@
 """Executor of ``bridge/shared-uplink-vlan/v1``: one attachment's reference to a VLAN on an
-approved uplink of an approved Linux bridge (seed 000 §8.7).
+approved uplink of an approved Linux bridge (design §6.7).
 
 Several attachments may need one VID on the uplink; the reference count lives in the journal,
 read through the environment's :class:`~dmn.opcodes.effect_records.EffectRecords` port, never

@@ -4,7 +4,7 @@ Why ``connect``: these are the accelerated-bridge-cni operations; they run while
 sandbox is being connected and are undone at removal. Bridges and uplinks are named by the
 administrator alias of an exposure-policy grant (``allowedHostBridges``), resolved by the
 executor, never by a name from workload config. Shared bridge attributes are never changed;
-the representor's original membership and VLAN table are recorded and restored (seed 000 §8.7).
+the representor's original membership and VLAN table are recorded and restored (design §6.7).
 ``shared-uplink-vlan`` adds a VLAN to an approved uplink under a journaled per-VID reference,
 removing a driver-created VID only after its last reference is released.
 """

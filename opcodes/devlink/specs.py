@@ -1,12 +1,12 @@
 """``devlink/*`` opcodes: eswitch mode management of a physical function.
 
 Why ``prepare``: an eswitch transition is node-level management under a whole-node drain
-(DeviceExposurePolicy ``action: ManageEswitch``, seed 000 §8.7), never a per-share or
+(DeviceExposurePolicy ``action: ManageEswitch``, design §6.7), never a per-share or
 per-sandbox step, so it is illegal in ``connect``. No builtin plugin emits it; the agent's
 eswitch manager runs it through the same runner and journal. It is ``Rediscover``: VF and
 representor mappings are found again after the transition, and undo restores the recorded mode
 under a renewed drain. The seed names it ``linux/eswitch-configure/v1``; the vocabulary of
-DESIGN §3.6 files it under the devlink family.
+design §3.6 files it under the devlink family.
 """
 
 from __future__ import annotations

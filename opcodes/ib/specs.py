@@ -1,7 +1,7 @@
 """``ib/*`` opcodes: typed InfiniBand (IPoIB) port settings.
 
 Why ``connect``: the settings belong to the IPoIB netdevice handed to the sandbox; Ethernet
-VLAN/bond/MAC semantics never apply to an InfiniBand handle (seed 000 §8.6), so IB gets its own
+VLAN/bond/MAC semantics never apply to an InfiniBand handle (design §6.6), so IB gets its own
 opcode rather than overloading ``linux/link-configure``. The original mode and MTU are recorded
 and restored.
 """

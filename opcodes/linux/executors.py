@@ -3,7 +3,7 @@
 Each executor implements :class:`dmn.opcodes.executor.Executor` against the specs in
 ``specs.py`` and takes its namespaces from a :class:`LinkEnvironment` in ``ctx.env``.
 
-Ownership (seed 000 §11.3): a link we create is first made under a random *nonce* name that is
+Ownership (design §8.3): a link we create is first made under a random *nonce* name that is
 journaled in the before-image, then given the ownership alias ``dmn:<operation>:<effect>``
 (and, for sandbox links, its final name in the same request). Cleanup and recovery act on a
 created link only when it carries that alias, or — in the crash window between creation and

@@ -1,4 +1,4 @@
-"""Proof of ownership for links an effect created (seed 000 §11.3).
+"""Proof of ownership for links an effect created (design §8.3).
 
 A link we create is first made under a random *nonce* name journaled in the before-image,
 then given the ownership alias ``dmn:<operation>:<effect>``. A link is ours when it carries

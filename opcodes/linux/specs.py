@@ -1,12 +1,12 @@
 """``linux/*`` opcodes: netlink link lifecycle (move, configure, create children, bonds).
 
 Why these hooks: every ``linux/*`` opcode acts on a link the workload will use, so each runs
-in ``connect`` (seed 000 §8.2: "Kernel connect moves the allocated netdevice and applies its
-sandbox config").
+in ``connect`` (design §6.2: kernel connect moves the allocated netdev into the sandbox and
+configures it there).
 
 Shared-parent children (macvlan, ipvlan) have two designs. ``/v1`` creates the child on the
-host parent and a separate ``linux/link-move/v1`` effect moves it into the sandbox (seed 002
-§8.4). ``/v2`` (issue 15, the design the builtin programs use) creates the child directly in
+host parent and a separate ``linux/link-move/v1`` effect moves it into the sandbox (design
+§6.4). ``/v2`` (issue 15, the design the builtin programs use) creates the child directly in
 the call's verified, pinned sandbox in one journaled effect, as the reference CNI plugins do:
 the before-image records the link's identity-to-be (a random ifindex, kind, lower on the
 host) and the target pin before the create, the kernel creates it there under the workload's

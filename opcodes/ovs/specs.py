@@ -4,7 +4,7 @@ Why ``connect``: the ovs-cni operation plugs a representor while its workload is
 unplugs it at removal. The bridge is an administrator alias from the exposure policy. The
 UUIDs of the rows an effect creates are journaled before they are inserted, so recovery and
 undo find them by the journal's record (the rows' per-operation external IDs are for operators,
-not proof), and foreign ports are never touched (seed 000 §8.7).
+not proof), and foreign ports are never touched (design §6.7).
 """
 
 from __future__ import annotations

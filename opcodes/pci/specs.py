@@ -2,7 +2,7 @@
 
 Why ``prepare`` only: rebinding and resets change what the node exposes and may recreate
 netdevices, so they run at NodePrepare, before any sandbox exists, under the allocation's
-exclusive grant (seed 000 §8.5, §8.7). Binding is ``Rediscover``: undo restores the recorded
+exclusive grant (design §6.5, §6.7). Binding is ``Rediscover``: undo restores the recorded
 original driver and the function's dependents are found again by stable identity, never by a
 remembered name or ifindex. A reset has no inverse (``Irreversible``): after an uncertain
 outcome it is observed and reconciled, or quarantined — never repeated blindly.

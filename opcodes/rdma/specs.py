@@ -4,7 +4,7 @@ Why ``connect``: both act toward the verified sandbox. ``netns-assign`` moves an
 allocated RDMA device into the sandbox's network namespace over scoped NETLINK_RDMA (only in
 exclusive netns mode) and records the original association; ``device-access`` grants the
 sandbox exactly the allocated device's character nodes, never every uverbs/umad node
-(seed 000 §8.6).
+(design §6.6).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``representor/*`` opcodes: approved link settings of a switchdev host representor.
 
-Why both hooks: a representor stays a host resource (seed 000 §8.7). A root may settle its
+Why both hooks: a representor stays a host resource (design §6.7). A root may settle its
 state at NodePrepare, and the bridge plugins (Operations, which only have ``connect``) bring it
 to the bridge's MTU and up *after* installing VLANs, so the port stays down meanwhile. The
 original MTU and state are recorded and restored.

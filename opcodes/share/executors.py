@@ -1,7 +1,7 @@
 """Native executor of ``share/hold-parent/v1``: hold one share of a host parent, change nothing.
 
 Holding a share mutates no kernel state: the journaled effect *is* the share reference (the
-journal is the only authority, seed 000 §11.1). What the executor does natively is prove the
+journal is the only authority, design §8.1). What the executor does natively is prove the
 parent is the allocated link, record its baseline (name, MTU, MAC, admin state, kind) and
 refuse, before anything changes, a share whose child kind is incompatible with children that
 already hang off the parent (macvlan and ipvlan cannot share a lower device; ipvlan's mode is

@@ -1,9 +1,9 @@
 """``share/*`` opcodes: shared-parent entitlements for macvlan/ipvlan allocation roots.
 
-Why ``prepare``: a share is realised at NodePrepare (seed 000 §8.4: "NodePrepare holds one
-validated DRA share/capacity entitlement and records the parent baseline"); connect then
+Why ``prepare``: a share is realised at NodePrepare (design §6.4: NodePrepare holds one
+validated share of the parent and records the parent's baseline); connect then
 creates the child from the held share. The held parent grants ``CreateChild`` only — a
-share can never configure, rebind or reset its host parent (DESIGN §3.1).
+share can never configure, rebind or reset its host parent (design §3.1).
 """
 
 from __future__ import annotations

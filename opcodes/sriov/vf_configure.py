@@ -1,6 +1,6 @@
 """Executor of ``sriov/vf-configure/v1``: a VF's settings through its PF, restored exactly.
 
-Identity (seed 000 §11.3): the input handle names the VF by inventory identity; its
+Identity (design §8.3): the input handle names the VF by inventory identity; its
 observations ``pfIfName``/``vfIndex`` (and ``pciAddress`` for a PCI VF) are hints that capture
 re-verifies — the PF exists in the host namespace, reports at least ``vfIndex + 1`` VFs, and
 for a PCI PF sysfs ``virtfn<vfIndex>`` of that PF resolves to exactly ``pciAddress``. The

@@ -1,10 +1,10 @@
 """``vfio/*`` opcodes: device access to a function bound to ``vfio-pci``.
 
 Why ``connect``: access is granted to a verified consumer, and NodePrepare has no guaranteed
-sandbox (seed 000 §6.1). VFIO connect "verifies device-access readiness without expecting a
-netdevice" (§8.2): the executor checks the group (or cdev) node's identity and major/minor and
-records the sandbox as the single consumer whose containers may get exactly that node (§8.5,
-§10.3). The output is the ``VfioDevice/v1`` handle a VFIO root exports instead of an interface.
+sandbox (design §3.2). VFIO connect verifies device access without expecting a
+netdev (§6.2): the executor checks the group (or cdev) node's identity and major/minor and
+records the sandbox as the single consumer whose containers may get exactly that node (§6.5,
+§7.4). The output is the ``VfioDevice/v1`` handle a VFIO root exports instead of an interface.
 """
 
 from __future__ import annotations

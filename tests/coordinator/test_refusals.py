@@ -148,7 +148,7 @@ def test_revision_not_ready_is_refused(node: LabNode) -> None:
 
 def test_whole_link_refused_while_a_share_of_it_is_prepared(node: LabNode) -> None:
     """The node re-checks what the allocator's compatibility counters should prevent: a
-    link handed off whole while a macvlan share of it is held (seed 000 §9.2 item 5)."""
+    link handed off whole while a macvlan share of it is held (design §7.1 item 5)."""
     shared = allocated(node)
     meta = shared["metadata"]
     assert node.services.preparation.prepare(meta["namespace"], meta["name"], meta["uid"])

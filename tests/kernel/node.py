@@ -3,7 +3,7 @@
 :class:`Node` owns a state dir (journal + namespace pins) and a stand-in host namespace. It
 binds builtin programs with the real binder, runs them through the real :class:`Runner` over
 the real :class:`JournalStore` and the real ``linux/*``/``share/*`` executors, and pins each
-sandbox under the state dir before anything moves into it (seed 000 §11.4). Recovery rebuilds
+sandbox under the state dir before anything moves into it (design §8.4). Recovery rebuilds
 the executor environment from the pins alone, as a restarted agent would.
 """
 

@@ -1,7 +1,7 @@
 """The kernel lab's boot image: a stock Debian kernel plus a tiny initramfs, cached on disk.
 
 The host kernel lacks bonding, 802.1Q, ipvlan, dummy and bridge VLAN filtering, so tests that
-need them run inside a Debian kernel booted under qemu (DESIGN §7). This module prepares what
+need them run inside a Debian kernel booted under qemu (design §11). This module prepares what
 that boot needs, once per cache directory (:data:`CACHE_ROOT`):
 
 * the kernel package named by the ``linux-image-amd64`` metapackage, downloaded with

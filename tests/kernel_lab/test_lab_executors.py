@@ -1,6 +1,6 @@
 """bond, 802.1Q and ipvlan executors against a stock kernel (inside the kernel lab VM).
 
-seed 000 §5.1's dual-vf-bond-vlan with veth ends standing in for the two VFs: both roots are
+design §4.3's dual-vf-bond-vlan with veth ends standing in for the two VFs: both roots are
 moved into the sandbox, bonded active-backup, a VLAN goes on the bond, traffic crosses it to a
 peer namespace, then everything is undone in reverse and the host is as before.
 """

@@ -1,7 +1,7 @@
 """Builtin programs needing bond, 802.1Q and ipvlan, run inside the kernel lab VM.
 
 Through the real binder, runner, RocksDB journal and executors: ipvlan-cni shares of one
-parent, and seed 000 §5.1's dual-vf-bond-vlan (two sriov-cni kernel roots — veth ends as VF
+parent, and design §4.3's dual-vf-bond-vlan (two sriov-cni kernel roots — veth ends as VF
 stand-ins — bonded by bond-cni with vlan-cni on top), verified with traffic, cleaned up from
 the journal, and crashed (SIGKILL) at every journal boundary of the bond and VLAN steps.
 """
@@ -69,7 +69,7 @@ def test_ipvlan_cni_two_shares(node_world: tuple[Node, World]) -> None:
 
 
 class DualVfBondVlan:
-    """seed 000 §5.1 on veth stand-ins: roots left/right → bond uplink → VLAN tenant."""
+    """design §4.3 on veth stand-ins: roots left/right → bond uplink → VLAN tenant."""
 
     def __init__(self, node: Node, w: World, tag: str) -> None:
         self.node, self.w, self.tag = node, w, tag

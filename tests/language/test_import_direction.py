@@ -1,4 +1,4 @@
-"""The import direction of DESIGN §2 is the import-linter contracts in pyproject.toml.
+"""The import direction of design §2 is the import-linter contracts in pyproject.toml.
 
 The layering itself (who may import whom, specs-only imports of opcodes, no native or
 cluster library below the node and cluster code) is expressed entirely as contracts and

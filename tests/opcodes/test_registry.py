@@ -1,4 +1,4 @@
-"""The default registry holds exactly the DESIGN §3.6 vocabulary, and every spec obeys the
+"""The default registry holds exactly the design §3.6 vocabulary, and every spec obeys the
 invariants the checker and runner rely on."""
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ def test_grants_use_handle_types_and_accesses(inv: Inventory) -> None:
     ]
     kernel = find(ps, mlx_vf_address(0, 0), "kernel")
     assert kernel is not None
-    # a VF in switchdev mode carries its host representor too (seed 000 §8.7)
+    # a VF in switchdev mode carries its host representor too (design §6.7)
     assert {g.type for g in kernel.grants} == {
         HandleType.KERNEL_INTERFACE,
         HandleType.RDMA_DEVICE,

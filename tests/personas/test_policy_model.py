@@ -1,4 +1,4 @@
-"""The strict DeviceExposurePolicy model (seed 000 §7.2)."""
+"""The strict DeviceExposurePolicy model (design §5.2)."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_every_field_is_documented() -> None:
                 assert field.description, f"{value.__name__}.{name}"
 
 
-# ---------------------------------------------------------------- bridge grants (seed §8.7)
+# ---------------------------------------------------------------- bridge grants (design §6.7)
 
 BRIDGES: dict[str, Any] = {
     "allowedHostBridges": [

@@ -1,5 +1,5 @@
 """The builtin plugins (``programs/<plugin>/v1``) load with the real loader, check clean with
-the real checker against the default opcode registry, and say what seed 000 §8 says."""
+the real checker against the default opcode registry, and say what design §6 says."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def test_mode_dependent_ports(name: str, plugins: dict[str, Plugin]) -> None:
 def test_each_mode_rejects_the_other_modes_config(
     name: str, config: dict[str, Any], field: str, plugins: dict[str, Plugin]
 ) -> None:
-    """Seed 000 §8.1: VFIO configs reject interface config (ifName, MTU, up state) and
+    """Design §6.1: VFIO configs reject interface config (ifName, MTU, up state) and
     carry no Ethernet/IPoIB/RDMA settings; kernel configs carry no VFIO settings."""
     diagnostics = check_plugin(plugins[name], REGISTRY, config=config)
     assert [(d.code, d.path) for d in diagnostics] == [(Code.E_SCHEMA, f"config.{field}")]

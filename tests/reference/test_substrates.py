@@ -1,9 +1,9 @@
-"""The README's opcode/substrate table (``opcodes/substrates.py``) against the code.
+"""The opcode/substrate table (``opcodes/substrates.py``) against the code.
 
 Every registered builtin opcode is in exactly one row, and a row names executor packages
 exactly when each of its opcodes has a native executor in ``default_executors()`` — so an
-executor added (or an opcode registered) without updating the claim fails here; the README
-section itself is drift-checked by ``dmn generate --check``.
+executor added (or an opcode registered) without updating the claim fails here; its section
+of ``docs/substrates.md`` is drift-checked by ``dmn generate --check``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,6 @@ def test_rows_claim_an_executor_exactly_when_one_exists() -> None:
             assert (ROOT / package).is_dir(), package
 
 
-def test_readme_section_is_the_rendered_table() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert render_section(readme) == readme
+def test_substrates_page_section_is_the_rendered_table() -> None:
+    page = (ROOT / "docs" / "substrates.md").read_text()
+    assert render_section(page) == page

@@ -2,7 +2,7 @@
 
 Random claims (any standard class, pinned to a random PF or VF of the ConnectX-5, or
 unpinned) and releases run against the published reference node; after every step the
-allocator's state must satisfy the seed 000 §7.5 invariants, read from the personas:
+allocator's state must satisfy the design §5.5 invariants, read from the personas:
 
 * a PF handoff (kernel or VFIO) excludes every VF of its family and every shared use of it;
 * kernel and VFIO handoff of one function never coexist;

@@ -1,4 +1,4 @@
-"""Seed 000 §15.2: the twelve scheduler scenarios, plus pcieRoot pairing, children
+"""Design §11.1: the twelve scheduler scenarios, plus pcieRoot pairing, children
 exhaustion and policy change while allocated.
 
 Each test publishes its own slices from the reference fixture node through the node
