@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from dmn.generate import repo_root
 
 from dmn.doc_sections import (
     documentation_index,
@@ -16,7 +17,6 @@ from dmn.doc_sections import (
     render_documentation_index,
     replace_section,
 )
-from dmn.generate import repo_root
 from dmn.reference_docs import generate
 
 ROOT = repo_root()
