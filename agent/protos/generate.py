@@ -1,6 +1,6 @@
 """Regenerate ``*_pb2.py`` (+ ``.pyi`` type stubs) / ``*_pb2_grpc.py`` from the ``.proto`` files.
 
-Registered in ``dmn/generate.py`` GENERATORS. protoc runs in-process through grpcio-tools
+Registered in ``cli/generate.py`` GENERATORS. protoc runs in-process through grpcio-tools
 (pinned in the test extras so the output is byte-for-byte reproducible) into a temporary
 directory; files that differ from the checked-in ones are reported and, unless ``check``,
 written. Protos are compiled with ``-I <root>`` as ``dmn/agent/protos/<name>.proto`` so the

@@ -8,8 +8,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from dmn.generate import repo_root
 
+from dmn.cli.generate import repo_root
 from dmn.doc_sections import (
     documentation_index,
     page_summary,
