@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from dmn.interpreter.checker.config_presence_checks import _check_conditional_presence
 from dmn.interpreter.checker.context import _Guard, _PluginContext
@@ -34,6 +34,8 @@ def _check_descriptor(ctx: _PluginContext) -> None:
         )
     if "Allocation" in kinds and not spec.allocation:
         err(Code.E_SCHEMA, "an Allocation plugin declares its allocation ports", "spec")
+    if "Allocation" in kinds:
+        _check_allocation_mode(ctx, err)
     if "Allocation" not in kinds and spec.allocation:
         err(
             Code.E_SCHEMA,
@@ -109,3 +111,41 @@ def _check_descriptor(ctx: _PluginContext) -> None:
                 "hooks",
                 undo_hook,
             )
+
+
+def _check_allocation_mode(ctx: _PluginContext, err: Callable[..., None]) -> None:
+    """An Allocation plugin's config names the persona ``mode`` its devices are exposed
+    under: a DeviceExposurePolicy offers devices to ``(plugin, mode)`` and the root's
+    DeviceClass selects on it, so a root whose config has no mode can never be allocated.
+    Said here, at lint time, with what to add, rather than only when a topology compiles."""
+    mode = ctx.schema.properties.get("mode")
+    example = "mode: {type: string, enum: [bridge], default: bridge}"
+    if mode is None:
+        err(
+            Code.E_SCHEMA,
+            "an Allocation plugin's configSchema needs a string property `mode` (the persona "
+            f"mode a DeviceExposurePolicy exposes devices under), e.g. `{example}`",
+            "spec",
+            "configSchema",
+            "properties",
+            key=True,
+        )
+    elif not isinstance(mode, StringSchema):
+        err(
+            Code.E_SCHEMA,
+            f"config field 'mode' of an Allocation plugin must be a string, e.g. `{example}`",
+            "spec",
+            "configSchema",
+            "properties",
+            "mode",
+        )
+    elif mode.default is None and "mode" not in ctx.schema.required:
+        err(
+            Code.E_SCHEMA,
+            "config field 'mode' of an Allocation plugin must be required or have a default: "
+            "a step that leaves it out has no mode to be allocated under",
+            "spec",
+            "configSchema",
+            "properties",
+            "mode",
+        )
