@@ -14,6 +14,12 @@ subset; its conditional presence (``requiredWhen``/``forbiddenWhen``, guards of 
 language) has no JSON-Schema form an editor understands, so it is left to ``dmn lint`` and the
 compiler, and Python full-match patterns are anchored for JSON Schema's search semantics.
 
+Beyond the models' shape, the schemas know the opcode registry and the reference syntax, so
+an editor flags the mistakes a new plugin author makes most: an effect ``kind`` (or an
+``allowedEffects`` entry) that is no registered opcode, a parameter or input port the opcode
+does not have, a ``from:`` that is no reference (``config.mtu`` for ``call.config.mtu``), and
+an Allocation plugin whose ``configSchema`` has no ``mode``.
+
 Use from an editor with a modeline on the first line of the document::
 
     # yaml-language-server: $schema=networktopology.schema.json
@@ -28,6 +34,7 @@ from pydantic import BaseModel
 from dmn.api.topology import NetworkTopology
 from dmn.interpreter.documents import CRD_SCHEMA, HookProgram, NetworkPlugin
 from dmn.interpreter.loader import load_builtin_plugins
+from dmn.opcodes.registry import default_registry
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -101,6 +108,108 @@ def _builtin_configs(step: dict[str, Any]) -> None:
     step["allOf"] = [*step.get("allOf", []), *rules]
 
 
+_WORD = r"[A-Za-z_][A-Za-z0-9_-]*"
+_RESERVED = r"(?:and|or|not|in|true|false|null)(?![A-Za-z0-9_-])"
+_NAME = r"(?!" + _RESERVED + r")" + _WORD
+_DOT = r"\s*\.\s*"
+_INDEX = r"(?:\s*\[\s*[0-9]{1,4}\s*\])?"
+#: What the expression parser accepts as a ``from:`` reference (``grammar/effects.lark`` and
+#: its classification of names), as one anchored regular expression: ``call.config.<field>``,
+#: ``call.inputs|prepared.<port>[i]``, ``call.allocation[.<port>][i]``, ``call.sandbox``,
+#: ``effects.<id>.<port>[i]`` or a forEach variable. A property test holds it to the parser.
+REFERENCE_PATTERN = (
+    r"^\s*(?:call"
+    + _DOT
+    + r"(?:config"
+    + _DOT
+    + _NAME
+    + r"|(?:inputs|prepared)"
+    + _DOT
+    + _NAME
+    + _INDEX
+    + r"|allocation(?:"
+    + _DOT
+    + _NAME
+    + r")?"
+    + _INDEX
+    + r"|sandbox)"
+    + r"|effects"
+    + _DOT
+    + _NAME
+    + _DOT
+    + _NAME
+    + _INDEX
+    + r"|(?!(?:call|effects)(?![A-Za-z0-9_-]))"
+    + _NAME
+    + r")\s*$"
+)
+
+
+def _opcode_rules(defs: dict[str, Any]) -> None:
+    """Effects name registered opcodes and only their parameters and input ports; a
+    reference is one the grammar accepts."""
+    registry = default_registry()
+    names = registry.names()
+    effect = defs["Effect"]
+    effect["properties"]["kind"] = {
+        "type": "string",
+        "enum": names,
+        "description": "a registered opcode (`dmn opcodes` lists them)",
+    }
+    rules: list[dict[str, Any]] = []
+    for name in names:
+        spec = registry.get(name)
+        if spec is None:
+            continue
+        params = sorted(spec.parameters.model_json_schema(by_alias=True).get("properties", {}))
+        ports = sorted(spec.inputs)
+        rules.append(
+            {
+                "if": {"properties": {"kind": {"const": name}}, "required": ["kind"]},
+                "then": {
+                    "properties": {
+                        "parameters": {"propertyNames": {"enum": params}},
+                        "parameterBindings": {"propertyNames": {"enum": params}},
+                        "inputs": {"propertyNames": {"enum": ports}},
+                    }
+                },
+            }
+        )
+    effect["allOf"] = [*effect.get("allOf", []), *rules]
+    defs["Ref"]["properties"]["from"] = {
+        "type": "string",
+        "pattern": REFERENCE_PATTERN,
+        "description": "call.config.<field>, call.inputs.<port>, call.prepared.<port>, "
+        "call.allocation[.<port>], call.sandbox, effects.<id>.<port> or a forEach variable",
+    }
+
+
+def _allocation_mode(spec: dict[str, Any]) -> None:
+    """An Allocation plugin's ``configSchema`` has a string ``mode`` (``dmn lint`` says the
+    same, and that it must be required or defaulted)."""
+    mode_rule = {
+        "description": "an Allocation plugin's configSchema needs a string property `mode`, "
+        "the persona mode a DeviceExposurePolicy exposes devices under",
+        "required": ["properties"],
+        "properties": {
+            "properties": {
+                "required": ["mode"],
+                "properties": {"mode": {"properties": {"type": {"const": "string"}}}},
+            }
+        },
+    }
+    spec["allOf"] = [
+        *spec.get("allOf", []),
+        {
+            "if": {
+                "properties": {"stepKinds": {"contains": {"const": "Allocation"}}},
+                "required": ["stepKinds"],
+            },
+            "then": {"properties": {"configSchema": mode_rule}},
+        },
+    ]
+
+
 def editor_schema(kind: str) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of one document kind; ``KeyError`` if unknown."""
     model = KINDS[kind]
@@ -108,4 +217,10 @@ def editor_schema(kind: str) -> dict[str, Any]:
     _require_identity(schema)
     if kind == "NetworkTopology":
         _builtin_configs(schema["$defs"]["Step"])
+    if kind in ("HookProgram", "NetworkPlugin"):
+        _opcode_rules(schema["$defs"])
+    if kind == "NetworkPlugin":
+        _allocation_mode(schema["$defs"]["PluginSpec"])
+        allowed = schema["$defs"]["PluginSpec"]["properties"]["allowedEffects"]
+        allowed["items"] = {"type": "string", "enum": default_registry().names()}
     return {"$schema": DRAFT, "$id": f"{kind.lower()}.schema.json", **schema}
