@@ -4,11 +4,8 @@ examples lint and explain as the guide says."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from dmn.cli.explain import run as explain
 from dmn.cli.generate import repo_root
-from dmn.cli.lint import run as lint
 
 ROOT = repo_root()
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -29,17 +26,3 @@ def test_pages_link_only_inside_the_repository() -> None:
 def test_the_guides_exist() -> None:
     for name in ("architecture", "operator-guide", "plugin-authors", "opcodes", "reason-codes"):
         assert (ROOT / "docs" / f"{name}.md").is_file(), name
-
-
-def test_plugin_author_guide_examples_lint_and_explain(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    guide = (ROOT / "docs" / "plugin-authors.md").read_text()
-    plugin, topology = re.findall(r"```yaml\n(.*?)```", guide, re.S)
-    (tmp_path / "tenant-vlan.yaml").write_text(plugin)
-    (tmp_path / "vf-tenant.yaml").write_text(topology)
-    assert lint([str(tmp_path / "tenant-vlan.yaml")]) == 0
-    capsys.readouterr()
-    topo, plug = str(tmp_path / "vf-tenant.yaml"), str(tmp_path / "tenant-vlan.yaml")
-    assert explain([topo, "--plugins", plug]) == 0
-    out = capsys.readouterr().out
-    assert "step tenant (tenant-vlan)" in out
-    assert "parameters: ifName='tenant7', mtu=1500, vlanId=7" in out

@@ -94,6 +94,10 @@ def test_the_operation_example_lints_and_composes_on_a_vf(tmp_path: Path) -> Non
     path.write_text(yaml.safe_dump(topology))
     compiled = _dmn("compile", str(path), "--plugins", str(plugin))
     assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    explained = _dmn("explain", str(path), "--plugins", str(plugin))
+    assert explained.returncode == 0, explained.stdout + explained.stderr
+    assert "step tenant (tenant-vlan)" in explained.stdout
+    assert "parameters: ifName='tenant7', mtu=1500, vlanId=7" in explained.stdout
 
 
 def test_the_guides_commands_run_clean() -> None:
