@@ -113,8 +113,14 @@ def _epoch() -> int:
     return int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
 
 
+def _shown(arg: str) -> str:
+    """An argument as the log shows it: an inline script by its first line only."""
+    lines = [line for line in arg.splitlines() if line.strip()]
+    return arg if len(lines) <= 1 else f"{lines[0].strip()} ...({len(lines)} lines)"
+
+
 def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-    LOG.info("run %s", " ".join(cmd))
+    LOG.info("run %s", " ".join(_shown(arg) for arg in cmd))
     proc = subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
