@@ -200,8 +200,8 @@ def test_inventory_devlink_source_reads_the_vm_kernels_ports(switch: Any) -> Non
     )  # fmt: skip
     ports = [p for p in json.loads(proc.stdout) if p["device"] == dev.devlink]
     physical = [p for p in ports if p["flavour"] == "physical"]
-    assert [p["netdev"] for p in physical] == [dev.pf], ports
-    vfs = {(p["controller"], p["pfnum"], p["vfnum"], p["netdev"]) for p in ports
+    assert [p["netdev_name"] for p in physical] == [dev.pf], ports
+    vfs = {(p["controller"], p["pfnum"], p["vfnum"], p["netdev_name"]) for p in ports
            if p["flavour"] == "pcivf"}  # fmt: skip
     assert vfs == {(0, 0, i, reps[f"pf0vf{i}"][0]) for i in (0, 1)}, ports
     assert not any(p["external"] for p in ports)
