@@ -73,7 +73,11 @@ def test_detached_round_trip_and_restart_keeps_state(state_dir: Path) -> None:
     assert f"host-device  Ready=True  reason=RevisionReady  revision={revision}" in table.stdout
     classes = dmn_lab("get", "deviceclasses", "-o", "yaml", "--state-dir", str(state_dir))
     listed = yaml.safe_load(classes.stdout)
-    assert listed["kind"] == "List" and len(listed["items"]) == 1
+    assert listed["kind"] == "List"
+    # the revision's class and the root's stable class that follows the newest revision
+    assert sorted(c["metadata"]["name"] for c in listed["items"]) == sorted(
+        [f"host-device-nic-{revision.rsplit('-', 1)[1]}", "host-device-nic"]
+    )
     slices = dmn_lab("get", "slices", "-o", "name", "--state-dir", str(state_dir))
     assert slices.stdout.split() == ["lab-node-network-counters-0", "lab-node-network-devices-0"]
 
