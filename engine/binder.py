@@ -33,7 +33,7 @@ from typing import Any
 
 from dmn.engine.bound import BoundEffect, BoundInput, BoundProgram, EffectOutputRef
 from dmn.engine.checked_programs import CHECKED
-from dmn.engine.config_plan import ConfigPlan, PlannedEffect, plan_for_config
+from dmn.engine.config_plan import ConfigPlan, PlannedEffect, parameter_problems, plan_for_config
 from dmn.interpreter.checker import MAX_EFFECTS, check_program, missing_program
 from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
 from dmn.interpreter.documents import Effect, InputPort, Ref
@@ -47,10 +47,9 @@ from dmn.interpreter.expressions import (
     parse_reference,
 )
 from dmn.interpreter.loader import Plugin
-from dmn.interpreter.parameters import is_required, model_error
+from dmn.interpreter.parameters import is_required
 from dmn.opcodes.spec import OpcodeRegistry, OpcodeSpec, PortSpec
 from dmn.vocabulary.handles import Handle, Scope
-from dmn.vocabulary.ifname import ifname_problem, is_ifname_field
 from dmn.vocabulary.terms import Access, HandleType, LinkType, RecoveryStrategy, ScopeKind
 
 _MUTATING = frozenset({Access.EXCLUSIVE_CONFIGURE, Access.EXCLUSIVE_MASTER, Access.ATTACH_MEMBER})
@@ -342,18 +341,8 @@ class _Binder:
             failed = True
         if failed:
             raise _Fail
-        for name, value in params.items():
-            if is_ifname_field(name):
-                problem = ifname_problem(value)
-                if problem is not None:
-                    self.error(Code.E_IFNAME, problem, "effects", i)
-                    failed = True
-        for fname, message in model_error(spec.parameters, params):
-            code = (
-                Code.E_IFNAME if is_ifname_field(fname) and fname in params else Code.E_PARAM_TYPE
-            )
-            label = f"parameter {fname!r}" if fname else "parameters"
-            self.error(code, f"{label} of {spec.name}: {message}", "effects", i)
+        for code, message in parameter_problems(spec.name, spec.parameters, params):
+            self.error(code, message, "effects", i)
             failed = True
         if failed:
             raise _Fail

@@ -45,13 +45,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
 from dmn.interpreter.canonical_json import JSONValue
 from dmn.interpreter.config_schema import validate_config
-from dmn.interpreter.diagnostics import Diagnostic, has_errors
+from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
 from dmn.interpreter.documents import Effect, InputPort, OutputPort
 from dmn.interpreter.expressions import ConfigRef, parse_reference
 from dmn.interpreter.guards import holds
 from dmn.interpreter.loader import Plugin
+from dmn.interpreter.parameters import model_error, required_fields
+from dmn.vocabulary.ifname import ifname_problem, is_ifname_field
 from dmn.vocabulary.terms import HOOKS
 
 
@@ -171,4 +175,51 @@ def plan_for_config(
     return plan_validated(plugin, normalised)
 
 
-__all__ = ["ConfigPlan", "PlannedEffect", "plan_for_config", "plan_validated"]
+def parameter_problems(
+    opcode: str, model: type[BaseModel], parameters: Mapping[str, Any]
+) -> list[tuple[Code, str]]:
+    """Why ``opcode``'s parameter ``model`` refuses the concrete ``parameters`` of a planned
+    effect, as ``(code, message)``; none when it accepts them.
+
+    The binder refuses such an effect when it binds; the topology compiler asks the same
+    question of each step's plan, so a config the node would refuse (``qos`` without
+    ``vlan``, an interface name the kernel would not take) is refused at compile time, with
+    the same codes, instead of at NodePrepare.
+    """
+    problems: list[tuple[Code, str]] = []
+    for name, value in parameters.items():
+        if is_ifname_field(name):
+            problem = ifname_problem(value)
+            if problem is not None:
+                problems.append((Code.E_IFNAME, problem))
+    for name, message in model_error(model, parameters):
+        code = Code.E_IFNAME if is_ifname_field(name) and name in parameters else Code.E_PARAM_TYPE
+        label = f"parameter {name!r}" if name else "parameters"
+        problems.append((code, f"{label} of {opcode}: {message}"))
+    return problems
+
+
+def config_parameter_problems(
+    planned: PlannedEffect, opcode: str, model: type[BaseModel]
+) -> list[tuple[Code, str]]:
+    """:func:`parameter_problems` of a planned effect that are the *config's* fault: none
+    when the program itself leaves a required parameter unbound or binds something other
+    than the config (those are the checker's findings, reported with the plugin), or when
+    a required parameter's config field is absent (the binder's ``E_SCHEMA`` at that
+    field). What remains is what the node would refuse for this config alone."""
+    if planned.foreign_bindings:
+        return []
+    for name in required_fields(model):
+        if name not in planned.parameters:
+            return []
+    return parameter_problems(opcode, model, planned.parameters)
+
+
+__all__ = [
+    "ConfigPlan",
+    "PlannedEffect",
+    "config_parameter_problems",
+    "parameter_problems",
+    "plan_for_config",
+    "plan_validated",
+]

@@ -46,7 +46,7 @@ from dmn.controller.compile.digest import (
 )
 from dmn.controller.compile.opcode_contracts import opcode_contracts_digest
 from dmn.controller.compile.programs import step_programs, step_verdicts
-from dmn.engine.config_plan import ConfigPlan, plan_for_config
+from dmn.engine.config_plan import ConfigPlan, config_parameter_problems, plan_for_config
 from dmn.interpreter.diagnostics import Code, Diagnostic, Severity
 from dmn.interpreter.documents import InputPort, OutputPort
 from dmn.interpreter.loader import Plugin
@@ -289,6 +289,18 @@ def compile_topology(
             for diag in plan:
                 report.rebase(diag, diag.path)
             continue
+        for hook in ("prepare", "connect"):
+            for planned in plan.hook(hook):
+                spec = registry.get(planned.kind)
+                if spec is None:
+                    continue
+                for code, message in config_parameter_problems(planned, spec.name, spec.parameters):
+                    report.add(
+                        code,
+                        f"effect {planned.id!r} of {plugin}'s {hook} would be refused on "
+                        f"the node for this config: {message}",
+                        f"{where}.config",
+                    )
         inputs: dict[str, list[tuple[str, str, str]]] = {}
         bad_ports: set[str] = set()
         for port, binding in (raw.get("inputs") or {}).items():
