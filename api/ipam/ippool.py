@@ -16,7 +16,12 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
+from dmn.api.identity import GROUP
 from dmn.api.model import ApiModel, Condition, list_map, validations
+
+#: The controller keeps this finalizer on every pool and removes it only when no address is
+#: allocated from the pool any more: a pool in use is never deleted under its allocations.
+POOL_FINALIZER = f"{GROUP}/ippool-in-use"
 
 #: Loose shapes the API server can check; the exact parse is the pool plan's.
 ADDRESS_PATTERN = r"^[0-9a-fA-F.:]+$"

@@ -16,15 +16,27 @@ def pool(name: str, *subnets: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_DEFAULT: Any = object()
+
+
 def v4(
     cidr: str = "10.56.0.0/24",
     *,
-    gateway: str | None = "10.56.0.1",
-    ranges: list[tuple[str, str]] | None = (("10.56.0.10", "10.56.0.199"),),  # type: ignore[assignment]
-    reserved: list[tuple[str, str]] | None = (("10.56.0.200", "10.56.0.249"),),  # type: ignore[assignment]
+    gateway: Any = _DEFAULT,
+    ranges: Any = _DEFAULT,
+    reserved: Any = _DEFAULT,
     exclude: list[tuple[str, str]] | None = None,
     routes: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
+    """An IPv4 subnet; 10.56.0.0/24 gets dynamic .10-.199 and reserved .200-.249 unless
+    told otherwise (gateway .1), any other subnet its whole host range and no gateway."""
+    lab = cidr == "10.56.0.0/24"
+    if gateway is _DEFAULT:
+        gateway = "10.56.0.1" if lab else None
+    if ranges is _DEFAULT:
+        ranges = [("10.56.0.10", "10.56.0.199")] if lab else None
+    if reserved is _DEFAULT:
+        reserved = [("10.56.0.200", "10.56.0.249")] if lab else None
     return subnet(cidr, gateway, ranges, reserved, exclude, routes)
 
 
