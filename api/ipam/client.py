@@ -14,10 +14,11 @@ This is what a node's IPAM effect calls (it journals its intent, with the owner,
 
 Contract:
 
-* **allocate** is idempotent per (owner, pool, family): if the owner (same claim UID and
-  operation id) already holds an address of that family in the pool, that allocation is
-  returned — so a retry after a lost response never takes a second address. Otherwise one
-  snapshot (a list of the pool's allocations) and creates of candidates in the order of
+* **allocate** is idempotent per (owner, pool, family, kind): if the owner (same claim UID
+  and operation id) already holds a dynamic address of that family in the pool (for a static
+  request: the named address), that allocation is returned — so a retry after a lost
+  response never takes a second address. Otherwise one snapshot (a list of the pool's
+  allocations) and creates of candidates in the order of
   :func:`~dmn.api.ipam.allocator.dynamic_candidates`; a 409 AlreadyExists means another
   owner won that address (or this owner, whose lost create is then adopted). At most
   ``max_creates`` creates per snapshot and ``max_rounds`` snapshots, then
@@ -198,7 +199,11 @@ class AllocationClient:
             taken: set[str] = set()
             for obj in self._pool_allocations(pool):
                 held = holding_of(obj)
-                if _same_owner(held.owner, owner) and held.family == request.family:
+                if (
+                    _same_owner(held.owner, owner)
+                    and held.family == request.family
+                    and held.kind == "Dynamic"
+                ):
                     return self._allocation(plan, held)
                 taken.add(held.address)
             tried = 0

@@ -116,6 +116,9 @@ def test_static_rules(cluster: Cluster) -> None:
         allocated(client.allocate("stat", AddressRequest(4, "10.58.0.200"), owner("s1"))).uid
         == got.uid
     )
+    # the same owner's dynamic request is its own: never answered with its static address
+    dynamic = allocated(client.allocate("stat", AddressRequest(4), owner("s1")))
+    assert dynamic.holding.kind == "Dynamic" and dynamic.address != got.address
     taken = client.allocate("stat", AddressRequest(4, "10.58.0.200"), owner("s2"))
     assert isinstance(taken, Refused) and taken.code == "E_IPAM_ADDRESS_TAKEN"
     outside = client.allocate("stat", AddressRequest(4, "10.58.0.15"), owner("s3"))
