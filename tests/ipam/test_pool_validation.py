@@ -155,3 +155,17 @@ def test_dmn_lint_reports_file_line_column(
 
 def test_dmn_lint_accepts_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert lint_cli.run([str(REPO / "examples" / "ipam" / "pool.yaml")]) == 0
+
+
+def test_editor_schema_knows_ippool() -> None:
+    """``dmn schema ippool``: the examples validate, an unknown field does not."""
+    import jsonschema
+
+    from dmn.api.editor_schema import editor_schema
+
+    validator = jsonschema.Draft202012Validator(editor_schema("IPPool"))
+    path = REPO / "examples" / "ipam" / "pool.yaml"
+    for doc in (d for d in yaml.safe_load_all(path.read_text()) if d):
+        assert list(validator.iter_errors(doc)) == []
+    bad = pool("p", {**v4(), "vlan": 5})
+    assert list(validator.iter_errors(bad))
