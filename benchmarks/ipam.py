@@ -32,9 +32,10 @@ import yaml
 from dmn.api.cluster import AlreadyExists, Cluster, connect
 from dmn.api.cluster import resources as r
 from dmn.api.identity import API_VERSION
-from dmn.api.ipam.addresses import allocation_name, to_text
+from dmn.api.ipam.addresses import to_text
 from dmn.api.ipam.allocator import AddressRequest
-from dmn.api.ipam.client import Allocation, AllocationClient, Owner
+from dmn.api.ipam.client import Allocation, AllocationClient
+from dmn.api.ipam.ipallocation import Owner, allocation_manifest
 from dmn.lab.apiserver import LabApiServer
 
 CRD_DIR = Path(__file__).resolve().parents[1] / "charts" / "dra-multi-network" / "crds"
@@ -77,17 +78,7 @@ def lowest_first(cluster: Cluster, pool: str, owner: Owner, size: int) -> tuple[
         creates += 1
         try:
             cluster.create(
-                r.IP_ALLOCATIONS,
-                {
-                    "metadata": {"name": allocation_name(pool, address)},
-                    "spec": {
-                        "pool": pool,
-                        "address": address,
-                        "family": "IPv4",
-                        "kind": "Dynamic",
-                        "owner": owner.to_api(),
-                    },
-                },
+                r.IP_ALLOCATIONS, allocation_manifest(pool, address, 4, "Dynamic", owner)
             )
             return address, creates
         except AlreadyExists:

@@ -52,36 +52,22 @@ from dmn.api.ipam.allocator import (
     static_address,
     subnet_for,
 )
-from dmn.api.ipam.ipallocation import LABEL_CLAIM_UID, LABEL_POOL
+from dmn.api.ipam.ipallocation import LABEL_CLAIM_UID, LABEL_POOL, Owner, allocation_manifest
 from dmn.api.ipam.pool_plan import PoolPlan, RoutePlan, plan_pool
 from dmn.interpreter.diagnostics import Code
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class Owner:
-    """Who holds an address: the ResourceClaim, the node, and the journal's operation id."""
-
-    claim_namespace: str
-    claim_name: str
-    claim_uid: str
-    node_name: str
-    operation_id: str
-
-    def to_api(self) -> dict[str, str]:
-        return {
-            "claimNamespace": self.claim_namespace,
-            "claimName": self.claim_name,
-            "claimUID": self.claim_uid,
-            "nodeName": self.node_name,
-            "operationID": self.operation_id,
-        }
-
-    @property
-    def key(self) -> str:
-        """Where this owner's dynamic search starts (stable across retries)."""
-        return f"{self.claim_uid}/{self.operation_id}"
+__all__ = [
+    "AddressRequest",
+    "Allocation",
+    "AllocationClient",
+    "Holding",
+    "Owner",
+    "Refused",
+    "Released",
+    "holding_of",
+]
 
 
 @dataclass(frozen=True)
@@ -247,19 +233,7 @@ class AllocationClient:
         """Our allocation of ``address`` (created now, or adopted from a lost response), or
         None when another owner holds it."""
         name = allocation_name(plan.name, address)
-        body = {
-            "metadata": {
-                "name": name,
-                "labels": {LABEL_POOL: plan.name, LABEL_CLAIM_UID: owner.claim_uid},
-            },
-            "spec": {
-                "pool": plan.name,
-                "address": address,
-                "family": f"IPv{request.family}",
-                "kind": request.kind,
-                "owner": owner.to_api(),
-            },
-        }
+        body = allocation_manifest(plan.name, address, request.family, request.kind, owner)
         self.creates += 1
         try:
             created = self.cluster.create(r.IP_ALLOCATIONS, body)

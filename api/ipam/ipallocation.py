@@ -10,11 +10,13 @@ the claim is gone and a node that lost a create's response can find what it made
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field
 
-from dmn.api.identity import DRIVER
+from dmn.api.identity import API_VERSION, DRIVER
+from dmn.api.ipam.addresses import Family, allocation_name
 from dmn.api.ipam.ippool import ADDRESS_FIELD
 from dmn.api.model import DNS_LABEL, ApiModel, validations
 
@@ -53,3 +55,50 @@ class IPAllocation(ApiModel):
     spec: IPAllocationSpec = Field(
         json_schema_extra=validations(("self == oldSelf", "an allocation never changes hands"))
     )
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who holds an address: the ResourceClaim, the node, and the journal's operation id."""
+
+    claim_namespace: str
+    claim_name: str
+    claim_uid: str
+    node_name: str
+    operation_id: str
+
+    def to_api(self) -> dict[str, str]:
+        return {
+            "claimNamespace": self.claim_namespace,
+            "claimName": self.claim_name,
+            "claimUID": self.claim_uid,
+            "nodeName": self.node_name,
+            "operationID": self.operation_id,
+        }
+
+    @property
+    def key(self) -> str:
+        """Where this owner's dynamic search starts (stable across retries)."""
+        return f"{self.claim_uid}/{self.operation_id}"
+
+
+def allocation_manifest(
+    pool: str, address: str, family: Family, kind: AllocationKind, owner: Owner
+) -> dict[str, Any]:
+    """The IPAllocation object ``owner`` creates to hold ``address`` (canonical text) of
+    ``pool``: its deterministic name, the labels ``find`` and the controller select by."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "IPAllocation",
+        "metadata": {
+            "name": allocation_name(pool, address),
+            "labels": {LABEL_POOL: pool, LABEL_CLAIM_UID: owner.claim_uid},
+        },
+        "spec": {
+            "pool": pool,
+            "address": address,
+            "family": f"IPv{family}",
+            "kind": kind,
+            "owner": owner.to_api(),
+        },
+    }

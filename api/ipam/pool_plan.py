@@ -115,6 +115,14 @@ def _schema_diagnostics(exc: ValidationError, source: SourceMap | None) -> list[
     return out
 
 
+def _member(text: str, family: Family, network: Interval) -> int | None:
+    """``text`` as an address of ``family`` inside ``network``, or None."""
+    parsed = parse_address(text)
+    if parsed is None or parsed.version != family or not within((int(parsed),) * 2, network):
+        return None
+    return int(parsed)
+
+
 def _range(
     checker: _Checker,
     item: AddressRange,
@@ -191,34 +199,24 @@ def _subnet(
     ranges = _ranges(checker, subnet.ranges, "ranges", family, network, cidr, path)
     reserved = _ranges(checker, subnet.reserved, "reserved", family, network, cidr, path)
     excluded = _ranges(checker, subnet.exclude, "exclude", family, network, cidr, path)
+    clashes = (
+        (ranges, Code.E_IPPOOL_RANGE_OVERLAP, "overlaps an allocatable range"),
+        (excluded, Code.E_IPPOOL_RESERVED_EXCLUDED, "overlaps an exclusion: never usable"),
+    )
     for j, res in reserved:
-        for _, rng in ranges:
-            if overlaps(res, rng):
-                checker.add(
-                    Code.E_IPPOOL_RANGE_OVERLAP,
-                    "a reserved (static-only) range overlaps an allocatable range",
-                    (*path, "reserved", j),
-                )
-                break
-        for _, exc in excluded:
-            if overlaps(res, exc):
-                checker.add(
-                    Code.E_IPPOOL_RESERVED_EXCLUDED,
-                    "a reserved range overlaps an exclusion: its addresses could never be used",
-                    (*path, "reserved", j),
-                )
-                break
+        for others, code, what in clashes:
+            if any(overlaps(res, other) for _, other in others):
+                checker.add(code, f"a reserved (static-only) range {what}", (*path, "reserved", j))
     gateway_value: int | None = None
     if subnet.gateway is not None:
-        gw = parse_address(subnet.gateway)
-        if gw is None or gw.version != family or not within((int(gw), int(gw)), network):
+        gateway_value = _member(subnet.gateway, family, network)
+        if gateway_value is None:
             checker.add(
                 Code.E_IPPOOL_GATEWAY,
                 f"gateway {subnet.gateway!r} is not an address of subnet {cidr}",
                 (*path, "gateway"),
             )
         else:
-            gateway_value = int(gw)
             for field, rs in (("ranges", ranges), ("reserved", reserved)):
                 if any(lo <= gateway_value <= hi for _, (lo, hi) in rs):
                     checker.add(
@@ -239,15 +237,13 @@ def _subnet(
                 (*path, "routes", j, "destination"),
             )
             continue
-        if route.gateway is not None:
-            gw = parse_address(route.gateway)
-            if gw is None or gw.version != family or not within((int(gw), int(gw)), network):
-                checker.add(
-                    Code.E_IPPOOL_ROUTE,
-                    f"route gateway {route.gateway!r} is not an address of subnet {cidr}",
-                    (*path, "routes", j, "gateway"),
-                )
-                continue
+        if route.gateway is not None and _member(route.gateway, family, network) is None:
+            checker.add(
+                Code.E_IPPOOL_ROUTE,
+                f"route gateway {route.gateway!r} is not an address of subnet {cidr}",
+                (*path, "routes", j, "gateway"),
+            )
+            continue
         routes.append(RoutePlan(str(dest), route.gateway))
     holes = [i for _, i in excluded]
     static = subtract([i for _, i in reserved], holes)

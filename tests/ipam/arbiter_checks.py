@@ -26,23 +26,11 @@ import pytest
 from dmn.api.cluster import AlreadyExists, Cluster, Conflict, Invalid
 from dmn.api.cluster import resources as r
 from dmn.api.identity import API_VERSION
-from dmn.api.ipam.addresses import allocation_name
-from dmn.api.ipam.client import Owner
+from dmn.api.ipam.ipallocation import Owner, allocation_manifest
 
 
 def _allocation(pool: str, address: str, owner: Owner) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "IPAllocation",
-        "metadata": {"name": allocation_name(pool, address)},
-        "spec": {
-            "pool": pool,
-            "address": address,
-            "family": "IPv4",
-            "kind": "Dynamic",
-            "owner": owner.to_api(),
-        },
-    }
+    return allocation_manifest(pool, address, 4, "Dynamic", owner)
 
 
 def _pool(name: str, *cidrs: str) -> dict[str, Any]:
