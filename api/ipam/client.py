@@ -30,8 +30,9 @@ Contract:
 * **find** lists the owner's allocations by the claim-UID label and keeps those whose owner
   matches exactly (claim UID and operation id; any operation id when ``operation_id`` of the
   given owner is empty).
-* Decisions are values (:class:`Allocation` or :class:`Refused`); an API server that cannot be
-  reached raises :class:`~dmn.api.cluster.ApiFailure` (retry later: nothing was decided).
+* Decisions are values (:class:`Allocation`, :class:`Released` or :class:`Refused`; an owner
+  field the API server refuses is ``E_SCHEMA``); an API server that cannot be reached raises
+  :class:`~dmn.api.cluster.ApiFailure` (retry later: nothing was decided).
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from dmn.api.cluster import AlreadyExists, Cluster, Conflict, NotFound
+from dmn.api.cluster import AlreadyExists, Cluster, Conflict, Invalid, NotFound
 from dmn.api.cluster import resources as r
+from dmn.api.cluster.errors import InvalidName
 from dmn.api.ipam.addresses import Family, allocation_name
 from dmn.api.ipam.allocator import (
     AddressRequest,
@@ -229,14 +231,18 @@ class AllocationClient:
 
     def _create(
         self, plan: PoolPlan, request: AddressRequest, address: str, owner: Owner
-    ) -> Allocation | None:
-        """Our allocation of ``address`` (created now, or adopted from a lost response), or
-        None when another owner holds it."""
+    ) -> Allocation | Refused | None:
+        """Our allocation of ``address`` (created now, or adopted from a lost response), None
+        when another owner holds it, or Refused (``E_SCHEMA``) when the API server finds the
+        object invalid (an owner field out of bounds)."""
         name = allocation_name(plan.name, address)
         body = allocation_manifest(plan.name, address, request.family, request.kind, owner)
         self.creates += 1
         try:
             created = self.cluster.create(r.IP_ALLOCATIONS, body)
+        except Invalid as exc:
+            causes = "; ".join(f"{c.field}: {c.message}" for c in exc.causes[:4])
+            return Refused(Code.E_SCHEMA.value, f"the allocation was refused: {causes or exc}")
         except AlreadyExists:
             try:
                 current = self.cluster.get(r.IP_ALLOCATIONS, name)
@@ -262,8 +268,8 @@ class AllocationClient:
     def _plan(self, pool: str) -> PoolPlan | Refused:
         try:
             obj = self.cluster.get(r.IP_POOLS, pool)
-        except NotFound:
-            return Refused(Code.E_IPAM_UNKNOWN_POOL.value, f"IPPool {pool!r} does not exist")
+        except (NotFound, InvalidName):
+            return Refused(Code.E_IPAM_UNKNOWN_POOL.value, f"IPPool {pool[:80]!r} does not exist")
         if (obj.get("metadata") or {}).get("deletionTimestamp"):
             return Refused(Code.E_IPAM_POOL_TERMINATING.value, f"IPPool {pool} is being deleted")
         plan, diagnostics = plan_pool(obj)
@@ -290,6 +296,8 @@ class AllocationClient:
         """Delete allocation ``name`` if it is still the object with ``uid``."""
         try:
             self.cluster.delete(r.IP_ALLOCATIONS, name, uid=uid)
+        except InvalidName as exc:
+            return Refused(Code.E_SCHEMA.value, exc.message)
         except NotFound:
             return Released(name, already_gone=True)
         except Conflict as exc:

@@ -204,3 +204,17 @@ def test_a_pool_the_controller_reports_invalid_hands_out_nothing(
     refused = AllocationClient(cluster).allocate("inv", AddressRequest(4), owner("inv"))
     assert isinstance(refused, Refused) and refused.code == code
     assert "E_IPPOOL_OVERLAP" in refused.message
+
+
+def test_bad_input_is_a_refusal_not_a_traceback(cluster: Cluster) -> None:
+    create_pool(cluster, pool("badin", v4("10.63.0.0/24")))
+    client = AllocationClient(cluster)
+    bad_owner = Owner("Not_A_Namespace", "c", "uid-x", "node", "op")
+    refused = client.allocate("badin", AddressRequest(4), bad_owner)
+    assert isinstance(refused, Refused) and refused.code == "E_SCHEMA"
+    assert "claimNamespace" in refused.message
+    assert cluster.list(r.IP_ALLOCATIONS, label_selector=f"{LABEL_POOL}=badin").items == []
+    unknown = client.allocate("../ippools/x", AddressRequest(4), owner("badin"))
+    assert isinstance(unknown, Refused) and unknown.code == "E_IPAM_UNKNOWN_POOL"
+    released = client.release("..", "uid")
+    assert isinstance(released, Refused) and released.code == "E_SCHEMA"
