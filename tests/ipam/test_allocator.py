@@ -199,3 +199,53 @@ def test_subtract(
     expected: list[tuple[int, int]],
 ) -> None:
     assert addresses.subtract(intervals, removed) == expected
+
+
+def _span(lo: int, hi: int) -> tuple[str, str]:
+    return (f"10.56.{lo // 256}.{lo % 256}", f"10.56.{hi // 256}.{hi % 256}")
+
+
+offsets = st.tuples(st.integers(0, 600), st.integers(0, 600))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ranges=st.lists(offsets, max_size=3),
+    reserved=st.lists(offsets, max_size=3),
+    exclude=st.lists(offsets, max_size=3),
+    gateway=st.integers(0, 600),
+)
+def test_any_pool_is_planned_or_refused_with_a_code(
+    ranges: list[tuple[int, int]],
+    reserved: list[tuple[int, int]],
+    exclude: list[tuple[int, int]],
+    gateway: int,
+) -> None:
+    """A /23 with arbitrary ranges (some outside it, some reversed): either a plan whose
+    dynamic and static addresses are disjoint, inside the subnet, clear of exclusions and
+    the gateway — or refusals with IPPool reason codes, never an exception."""
+    doc = pool(
+        "prop",
+        subnet(
+            "10.56.0.0/23",
+            _span(gateway, gateway)[0],
+            [_span(*r) for r in ranges] or None,
+            [_span(*r) for r in reserved] or None,
+            [_span(*r) for r in exclude] or None,
+        ),
+    )
+    plan, diagnostics = plan_pool(doc)
+    if plan is None:
+        assert diagnostics
+        assert all(d.code.value.startswith("E_IPPOOL_") for d in diagnostics), diagnostics
+        return
+    sub = plan.subnets[4]
+    dynamic = {v for lo, hi in sub.dynamic for v in range(lo, hi + 1)}
+    static = {v for lo, hi in sub.static for v in range(lo, hi + 1)}
+    base = int(ipaddress.IPv4Address("10.56.0.0"))
+    excluded = {base + v for lo, hi in exclude for v in range(lo, hi + 1)}
+    assert not dynamic & static
+    assert not (dynamic | static) & excluded
+    assert base + gateway not in dynamic | static
+    assert all(base <= v < base + 512 for v in dynamic | static)
+    assert plan.size == len(dynamic) + len(static)
