@@ -6,22 +6,26 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dmn.api.cluster import Cluster, NotFound, connect
 from dmn.api.cluster import resources as r
+from dmn.api.identity import GROUP
 from dmn.api.ipam.allocator import AddressRequest
 from dmn.api.ipam.client import Allocation, AllocationClient, Owner, Refused
 from dmn.api.ipam.ippool import POOL_FINALIZER
 from dmn.controller.ippool import IPPoolReconciler
 from dmn.controller.manager import Controller
 from dmn.controller.webhook.review import ReviewContext, review
+from dmn.controller.webhook.server import WebhookServer
 from dmn.lab.apiserver import LabApiServer
 from dmn.opcodes.registry import default_registry
 from tests import waiting
 from tests.ipam.pools import pool, v4
+from tests.webhook.certs import ThrowawayCA
 
 
 def claim(cluster: Cluster, name: str) -> Owner:
@@ -222,3 +226,30 @@ def test_webhook_refuses_bad_pools_with_codes(doc: dict[str, Any], code: str, fi
     assert (cause["reason"], cause["field"]) == (code, field)
     good = review({**request, "object": pool("wh", v4())}, ctx)
     assert good["allowed"] is True, good
+
+
+def test_the_webhook_server_checks_overlap_against_the_clusters_pools(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The served webhook's context lists the cluster's IPPools: an overlapping pool is
+    denied at admission with E_IPPOOL_OVERLAP, not only reported by the controller."""
+    ca = ThrowawayCA()
+    ca.issue(tmp_path / "tls.crt", tmp_path / "tls.key")
+    cluster.create(r.IP_POOLS, pool("wh-existing", v4("10.81.0.0/24")))
+    server = WebhookServer(
+        cluster,
+        default_registry(),
+        cert_file=str(tmp_path / "tls.crt"),
+        key_file=str(tmp_path / "tls.key"),
+    )
+    request = {
+        "uid": "u2",
+        "kind": {"group": GROUP, "version": "v1alpha1", "kind": "IPPool"},
+        "resource": {"group": GROUP, "version": "v1alpha1", "resource": "ippools"},
+        "operation": "CREATE",
+        "object": pool("wh-new", v4("10.81.0.0/25")),
+        "userInfo": {"username": "admin"},
+    }
+    response = review(request, server.context)
+    assert response["allowed"] is False
+    assert response["status"]["details"]["causes"][0]["reason"] == "E_IPPOOL_OVERLAP"
