@@ -225,6 +225,7 @@ def crd_specs() -> list[CrdSpec]:
             ),
         ),
     ]
+    specs += _ipam_specs()
     policy = _policy_model()
     if policy is not None:
         specs.append(
@@ -238,6 +239,54 @@ def crd_specs() -> list[CrdSpec]:
             )
         )
     return specs
+
+
+def _ipam_specs() -> list[CrdSpec]:
+    from dmn.api.ipam.ipallocation import IPAllocation
+    from dmn.api.ipam.ippool import IPPool
+
+    def count(name: str, field: str) -> dict[str, Any]:
+        return {"name": name, "type": "integer", "jsonPath": f".status.{field}"}
+
+    return [
+        CrdSpec(
+            IPPool,
+            "IPPool",
+            "ippools",
+            "Cluster",
+            ("ippool",),
+            (
+                {
+                    "name": "Valid",
+                    "type": "string",
+                    "jsonPath": '.status.conditions[?(@.type=="Valid")].status',
+                },
+                count("Size", "size"),
+                count("Allocated", "allocated"),
+                count("Free", "free"),
+                {
+                    "name": "Exhausted",
+                    "type": "string",
+                    "jsonPath": '.status.conditions[?(@.type=="Exhausted")].status',
+                    "priority": 1,
+                },
+            ),
+        ),
+        CrdSpec(
+            IPAllocation,
+            "IPAllocation",
+            "ipallocations",
+            "Cluster",
+            ("ipalloc",),
+            (
+                {"name": "Pool", "type": "string", "jsonPath": ".spec.pool"},
+                {"name": "Address", "type": "string", "jsonPath": ".spec.address"},
+                {"name": "Kind", "type": "string", "jsonPath": ".spec.kind"},
+                {"name": "Claim", "type": "string", "jsonPath": ".spec.owner.claimName"},
+                {"name": "Node", "type": "string", "jsonPath": ".spec.owner.nodeName"},
+            ),
+        ),
+    ]
 
 
 def _policy_model() -> type[BaseModel] | None:

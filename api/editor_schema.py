@@ -2,9 +2,10 @@
 
 The schemas are generated from the same strict pydantic models that validate the documents
 (``dmn.interpreter.documents`` for HookProgram and NetworkPlugin, ``dmn.api.topology`` for
-NetworkTopology), so an editor's YAML language server flags the same unknown fields, enums
-and bounds ``dmn lint`` does. They describe *shape* only: references, opcodes, ports and a
-topology's config against its plugin's ``configSchema`` are the checker's and compiler's.
+NetworkTopology, ``dmn.api.ipam.ippool`` for IPPool), so an editor's YAML language server
+flags the same unknown fields, enums and bounds ``dmn lint`` does. They describe *shape*
+only: references, opcodes, ports and a topology's config against its plugin's
+``configSchema`` are the checker's and compiler's (an IPPool's address rules, ``dmn lint``'s).
 Kubernetes-only keywords (``x-kubernetes-*``) are dropped; ``metadata`` of the CRD kinds is
 left open the way the API server leaves it.
 
@@ -31,6 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from dmn.api.ipam.ippool import IPPool
 from dmn.api.topology import NetworkTopology
 from dmn.interpreter.documents import CRD_SCHEMA, HookProgram, NetworkPlugin
 from dmn.interpreter.loader import load_builtin_plugins
@@ -42,6 +44,7 @@ KINDS: dict[str, type[BaseModel]] = {
     "HookProgram": HookProgram,
     "NetworkPlugin": NetworkPlugin,
     "NetworkTopology": NetworkTopology,
+    "IPPool": IPPool,
 }
 
 

@@ -5,7 +5,9 @@ converges (level-triggered). A periodic resync re-enqueues every known object, s
 missed event is repaired within one resync period. Failed reconciles are retried with
 per-key exponential backoff; a key is never processed by two workers at once.
 
-Keys are ``(kind, name)`` with kind in topology | revision | plugin | policy. A change of
+Keys are ``(kind, name)`` with kind in topology | revision | plugin | policy | ippool (an
+IPAllocation names its pool; a deleted ResourceClaim re-enqueues every pool, whose
+reconcile collects the claim's addresses). A change of
 this driver's ResourceSlices re-enqueues every topology (its status counts the devices each
 class selects, from the slices this watch holds).
 """
@@ -22,6 +24,7 @@ from dmn.api.cluster import ApiFailure, Cluster, ListWatch, WatchEvent
 from dmn.api.cluster import resources as r
 from dmn.api.cluster.listwatch import SYNCED
 from dmn.api.identity import DRIVER, LABEL_MANAGED_BY, LABEL_TOPOLOGY, MANAGED_BY
+from dmn.controller.ippool import IPPoolReconciler
 from dmn.controller.plugin_status import PluginStatusReconciler, PolicyStatusReconciler
 from dmn.controller.revision_gc import RevisionCollector
 from dmn.controller.topology import TopologyReconciler
@@ -49,6 +52,7 @@ class Controller:
         self.revisions = RevisionCollector(self.cluster, publishing=self.topologies.latest)
         self.plugins = PluginStatusReconciler(self.cluster, self.registry)
         self.policies = PolicyStatusReconciler(self.cluster)
+        self.pools = IPPoolReconciler(self.cluster)
         self._watches: list[ListWatch] = []
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -107,6 +111,14 @@ class Controller:
             self.enqueue_all("topology", r.NETWORK_TOPOLOGIES)
         elif kind == "policy":
             self.queue.add(("policy", name))
+        elif kind == "ippool":
+            self.queue.add(("ippool", name))
+            if event.type != "MODIFIED":  # a pool came or went: the others' overlap changed
+                self.enqueue_all("ippool", r.IP_POOLS)
+        elif kind == "ipallocation":
+            pool = (obj.get("spec") or {}).get("pool")
+            if pool:
+                self.queue.add(("ippool", str(pool)))
         elif kind == "class":
             label = (obj.get("metadata", {}).get("labels") or {}).get(LABEL_TOPOLOGY)
             if label:
@@ -119,6 +131,8 @@ class Controller:
                     self.queue.add(("topology", topo))
         else:  # claims, attachments, nodes: anything that can release a revision
             self.enqueue_all("revision", r.NETWORK_TOPOLOGY_REVISIONS)
+            if kind == "claim" and event.type == "DELETED":  # its addresses are collectable
+                self.enqueue_all("ippool", r.IP_POOLS)
 
     # --- processing --------------------------------------------------------------------
 
@@ -128,6 +142,7 @@ class Controller:
             "revision": self.revisions.reconcile,
             "plugin": self.plugins.reconcile,
             "policy": self.policies.reconcile,
+            "ippool": self.pools.reconcile,
         }
 
     def process_one(self, timeout: float | None = None) -> bool:
@@ -138,7 +153,7 @@ class Controller:
         try:
             result = self.handlers()[kind](name)
             self.queue.forget(key)
-            if kind == "revision" and result is False:
+            if kind in ("revision", "ippool") and result is False:
                 self.queue.add_after(key, self.resync)
             RECONCILES.labels(kind=kind, result="ok").inc()
         except (ApiFailure, RetryLater) as exc:
@@ -203,6 +218,7 @@ class Controller:
                 self.enqueue_all("revision", r.NETWORK_TOPOLOGY_REVISIONS)
                 self.enqueue_all("plugin", r.NETWORK_PLUGINS)
                 self.enqueue_all("policy", r.DEVICE_EXPOSURE_POLICIES)
+                self.enqueue_all("ippool", r.IP_POOLS)
             except Exception:
                 log.exception("resync pass failed; continuing")
 
@@ -212,6 +228,8 @@ class Controller:
         self._watch("revision", r.NETWORK_TOPOLOGY_REVISIONS)
         self._watch("plugin", r.NETWORK_PLUGINS)
         self._watch("policy", r.DEVICE_EXPOSURE_POLICIES)
+        self._watch("ippool", r.IP_POOLS)
+        self._watch("ipallocation", r.IP_ALLOCATIONS)
         self._watch("class", r.DEVICE_CLASSES, f"{LABEL_MANAGED_BY}={MANAGED_BY}")
         self._watch("slice", r.RESOURCE_SLICES, field_selector=f"spec.driver={DRIVER}")
         self._watch("claim", r.RESOURCE_CLAIMS)

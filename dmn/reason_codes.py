@@ -29,6 +29,7 @@ EXEC = "executors"
 RUN = "runner and journal"
 INV = "inventory and slices"
 CLI = "command line and lab"
+IPAM = "IP address management"
 
 
 def _r(code: str, area: str, meaning: str, action: str) -> ReasonCode:
@@ -1370,6 +1371,128 @@ REGISTRY: tuple[ReasonCode, ...] = (
         CLI,
         "Importing a lab image into containerd failed.",
         "Read the ctr error in the message.",
+    ),
+    # ---- IP address management: IPPool validation (lint, webhook, controller) and the
+    # allocation client's refusals (design §5.7)
+    _r(
+        "E_IPPOOL_SUBNET",
+        IPAM,
+        "An IPPool subnet is not a prefix, has host bits set, or repeats a family (a pool holds "
+        "one IPv4 and one IPv6 subnet at most).",
+        "Write the subnet as its network prefix (10.56.0.0/24); use one subnet per family.",
+    ),
+    _r(
+        "E_IPPOOL_RANGE_OUTSIDE_SUBNET",
+        IPAM,
+        "An allocatable, reserved or excluded range lies (partly) outside its subnet, is of "
+        "the other family, or starts after its end.",
+        "Move the range inside the subnet, or fix its start and end.",
+    ),
+    _r(
+        "E_IPPOOL_RANGE_OVERLAP",
+        IPAM,
+        "A reserved (static-only) range overlaps an allocatable (dynamic) range.",
+        "Make the reserved and allocatable ranges disjoint.",
+    ),
+    _r(
+        "E_IPPOOL_RESERVED_EXCLUDED",
+        IPAM,
+        "A reserved range overlaps an exclusion, so its addresses could never be used.",
+        "Remove the overlap from the reserved range or the exclusion.",
+    ),
+    _r(
+        "E_IPPOOL_GATEWAY",
+        IPAM,
+        "A subnet's gateway is outside the subnet or inside an allocatable or reserved range "
+        "(it would be handed to a Pod).",
+        "Pick a gateway inside the subnet and outside every range.",
+    ),
+    _r(
+        "E_IPPOOL_ROUTE",
+        IPAM,
+        "A route's destination is not a prefix of the subnet's family, or its gateway is "
+        "outside the subnet.",
+        "Write the destination as a network prefix of the same family; use an on-subnet gateway.",
+    ),
+    _r(
+        "E_IPPOOL_TOO_LARGE",
+        IPAM,
+        "The pool holds more than 65536 addresses (each handed-out address is an object in "
+        "etcd); an IPv6 subnet without ranges is the usual cause.",
+        "Give explicit, smaller ranges.",
+    ),
+    _r(
+        "E_IPPOOL_OVERLAP",
+        IPAM,
+        "The pool's subnet overlaps another IPPool's subnet: both would hand out one address.",
+        "Make the pools' subnets disjoint (or merge the pools).",
+    ),
+    _r(
+        "E_IPPOOL_IN_USE",
+        IPAM,
+        "The IPPool is being deleted but addresses are still allocated from it; the deletion "
+        "waits (finalizer) until they are released or collected.",
+        "Delete the Pods and ResourceClaims holding its addresses (`kubectl get ipallocations "
+        "-l dra-multi-network.schseba.github.io/ippool=NAME`).",
+    ),
+    _r(
+        "E_IPPOOL_EXHAUSTED",
+        IPAM,
+        "No dynamic address of the requested family is free in the pool (also the Warning "
+        "Event on the pool when it becomes exhausted).",
+        "Widen the allocatable ranges, or release addresses.",
+    ),
+    _r(
+        "E_IPAM_UNKNOWN_POOL",
+        IPAM,
+        "An address was requested from an IPPool that does not exist.",
+        "Create the pool, or fix the pool name in the topology.",
+    ),
+    _r(
+        "E_IPAM_POOL_INVALID",
+        IPAM,
+        "An address was requested from an IPPool that fails validation (or that the controller "
+        "reports Valid=False, e.g. overlapping another pool).",
+        "Fix the pool: `dmn lint` or `kubectl describe ippool NAME` shows why.",
+    ),
+    _r(
+        "E_IPAM_POOL_TERMINATING",
+        IPAM,
+        "An address was requested from an IPPool that is being deleted.",
+        "Use another pool, or recreate the pool once its deletion finished.",
+    ),
+    _r(
+        "E_IPAM_FAMILY_MISMATCH",
+        IPAM,
+        "The pool has no subnet of the requested family, or a static address is of the other "
+        "family.",
+        "Request the family the pool serves, or add a subnet of that family to the pool.",
+    ),
+    _r(
+        "E_IPAM_STATIC_OUTSIDE_RESERVED",
+        IPAM,
+        "A static address was requested outside the pool's reserved ranges (static addresses "
+        "come only from reserved ranges, so they never collide with dynamic ones).",
+        "Request an address from a reserved range, or reserve a range for it.",
+    ),
+    _r(
+        "E_IPAM_ADDRESS_TAKEN",
+        IPAM,
+        "The requested static address is held by another owner.",
+        "Release it from the other claim, or request another address.",
+    ),
+    _r(
+        "E_IPAM_CONTENDED",
+        IPAM,
+        "Every address tried was won by a concurrent owner within the retry bound.",
+        "Retry (the node does); persistent contention means the pool is nearly full.",
+    ),
+    _r(
+        "E_IPAM_NOT_OWNER",
+        IPAM,
+        "A release named an allocation object that another owner holds now (UID "
+        "precondition failed): nothing was deleted.",
+        "Nothing to do for the releasing owner; its address is already gone.",
     ),
     _r(
         "E_UPSTREAM_BUILD",

@@ -107,5 +107,7 @@ NETWORK_TOPOLOGY_REVISIONS = Resource(
 NETWORK_ATTACHMENT_STATUSES = Resource(
     GROUP, VERSION, "networkattachmentstatuses", "NetworkAttachmentStatus", True
 )
+IP_POOLS = Resource(GROUP, VERSION, "ippools", "IPPool", False)
+IP_ALLOCATIONS = Resource(GROUP, VERSION, "ipallocations", "IPAllocation", False)
 
 ALL: tuple[Resource, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Resource))

@@ -9,6 +9,8 @@ What is validated (design §4.1, §9.2), always failing closed:
   plugin must carry exactly the shipped contract of its handler (a manifest cannot grant
   a builtin effects it does not implement);
 * DeviceExposurePolicy create/update — the strict policy model;
+* IPPool create/update — the pool plan's address rules and, when the context can list
+  pools, no subnet overlapping another pool's (:func:`dmn.controller.ippool.ippool_diagnostics`);
 * NetworkTopologyRevision — written only by the controller's identities; spec immutable;
   on create, ``spec.digest`` must equal the semantic digest recomputed from the spec and
   every locked plugin's ``contractDigest`` must match its captured descriptor;
@@ -19,7 +21,7 @@ What is validated (design §4.1, §9.2), always failing closed:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +31,7 @@ from dmn.api.served_yaml import POSITION_NOTE, served_document
 from dmn.controller.compile.compiler import compile_topology
 from dmn.controller.compile.digest import semantic_digest
 from dmn.controller.compile.plugin_sources import checked_plugin_object, same_contract
+from dmn.controller.ippool import ippool_diagnostics
 from dmn.controller.policy_validation import policy_diagnostics
 from dmn.controller.webhook.review_shape import request_problem
 from dmn.interpreter.canonical_json import sha256_digest
@@ -47,6 +50,9 @@ class ReviewContext:
     #: NetworkPlugins as the cluster has them now (raises if the cluster is unreachable).
     plugins: Callable[[], Mapping[str, Plugin]]
     controller_users: frozenset[str] = frozenset()
+    #: IPPools as the cluster has them now, for the overlap check (None: not checked here;
+    #: the controller still reports it as the pool's Valid condition).
+    pools: Callable[[], Sequence[Mapping[str, Any]]] | None = None
 
 
 def _position(d: Diagnostic) -> str:
@@ -127,6 +133,8 @@ def review(request: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
             return _plugin(uid, obj or {}, ctx)
         if kind == "DeviceExposurePolicy" and operation in ("CREATE", "UPDATE"):
             return _policy(uid, obj or {})
+        if kind == "IPPool" and operation in ("CREATE", "UPDATE"):
+            return _ippool(uid, obj or {}, ctx)
         if kind == "NetworkTopologyRevision":
             return _revision(uid, operation, obj, old, user, ctx)
         if kind == "DeviceClass":
@@ -197,6 +205,13 @@ def _policy(uid: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     diagnostics = policy_diagnostics(obj)
     if diagnostics:
         return _deny(uid, diagnostics, "DeviceExposurePolicy rejected")
+    return _allow(uid)
+
+
+def _ippool(uid: str, obj: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
+    diagnostics = ippool_diagnostics(obj, ctx.pools() if ctx.pools is not None else ())
+    if diagnostics:
+        return _deny(uid, diagnostics, "IPPool rejected")
     return _allow(uid)
 
 

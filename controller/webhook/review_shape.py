@@ -24,6 +24,7 @@ REVIEWED_KINDS = frozenset(
         "DeviceExposurePolicy",
         "NetworkTopologyRevision",
         "DeviceClass",
+        "IPPool",
     }
 )
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})

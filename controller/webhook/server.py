@@ -448,7 +448,10 @@ class WebhookServer:
         self.workers, self.backlog = workers, backlog
         self.tls = ReloadingTLS(cert_file, key_file)
         self.context = ReviewContext(
-            registry=registry, plugins=self._plugins, controller_users=controller_users
+            registry=registry,
+            plugins=self._plugins,
+            controller_users=controller_users,
+            pools=self._pools if cluster is not None else None,
         )
         self.host, self.port = host, port
         self._httpd: _Server | None = None
@@ -461,6 +464,11 @@ class WebhookServer:
             return load_builtin_plugins()
         plugins, _ = plugins_from_objects(self.cluster.list(r.NETWORK_PLUGINS).items)
         return plugins
+
+    def _pools(self) -> list[dict[str, Any]]:
+        """IPPools as the cluster has them now (an IPPool's subnets may overlap none)."""
+        assert self.cluster is not None
+        return self.cluster.list(r.IP_POOLS).items
 
     @property
     def rejected(self) -> int:

@@ -512,8 +512,8 @@ class Store(InProcessControllers):
             if field_validation != "Ignore":
                 warnings += [f'unknown field "{path}"' for path in unknown]
             schema.apply_defaults(dict(rt.schema), obj)
-            body = {k: v for k, v in obj.items() if k != "metadata"}
-            old_body = None if old is None else {k: v for k, v in old.items() if k != "metadata"}
+            body = _rule_view(obj)
+            old_body = None if old is None else _rule_view(old)
             root = dict(rt.schema)
             root["required"] = [r for r in rt.schema.get("required") or [] if r != "metadata"]
             root["properties"] = {
@@ -869,3 +869,14 @@ class Store(InProcessControllers):
             new.setdefault("spec", {})["nodeName"] = node
             self._put(rt, new, "MODIFIED", current)
             self._drain()
+
+
+def _rule_view(obj: Obj) -> Obj:
+    """The object as CRD validation sees it: as in Kubernetes, a root rule may read
+    ``self.metadata.name`` and ``self.metadata.generateName`` and nothing else of metadata."""
+    body = {k: v for k, v in obj.items() if k != "metadata"}
+    meta = obj.get("metadata") or {}
+    visible = {k: meta[k] for k in ("name", "generateName") if isinstance(meta.get(k), str)}
+    if visible:
+        body["metadata"] = visible
+    return body

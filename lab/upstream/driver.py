@@ -113,6 +113,12 @@ def node_agent_rbac() -> list[dict[str, Any]]:
             "resources": ["networkattachmentstatuses", "networkattachmentstatuses/status"],
             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
         },
+        # the chart's IPAM rules (design §5.7)
+        {
+            "apiGroups": [group],
+            "resources": ["ipallocations"],
+            "verbs": ["get", "list", "create", "delete"],
+        },
         {
             "apiGroups": ["resource.k8s.io"],
             "resources": ["resourceslices"],

@@ -49,6 +49,8 @@ def test_all_kinds_present() -> None:
         "NetworkTopology",
         "NetworkTopologyRevision",
         "NetworkAttachmentStatus",
+        "IPPool",
+        "IPAllocation",
     }
 
 

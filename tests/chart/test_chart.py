@@ -407,9 +407,15 @@ def _slice(node: str | None, driver: str = DRIVER) -> dict[str, Any]:
     }
 
 
-def _policy_decision(user: str, bound_node: str | None, obj: Any, old: Any) -> str:
+def _policy_decision(
+    user: str,
+    bound_node: str | None,
+    obj: Any,
+    old: Any,
+    name: str = "dra-multi-network-node-resourceslices",
+) -> str:
     """'skip' (not matched), 'allow', or 'deny', as the API server evaluates the policy."""
-    policy = find(render(), "ValidatingAdmissionPolicy")["spec"]
+    policy = find(render(), "ValidatingAdmissionPolicy", name)["spec"]
     extra = {} if bound_node is None else {"authentication.kubernetes.io/node-name": [bound_node]}
     request = {"userInfo": {"username": user, "extra": extra}}
     ctx: dict[str, Any] = {"request": request, "object": obj, "oldObject": old}
@@ -446,6 +452,41 @@ def test_policy_does_not_touch_other_writers() -> None:
     other = "system:serviceaccount:kube-system:other-driver"
     assert _policy_decision(other, None, _slice("n2", "gpu.example.com"), None) == "skip"
     assert _policy_decision("system:node:n1", "n1", _slice("n2"), None) == "skip"
+
+
+def _allocation(node: str) -> dict[str, Any]:
+    owner = {
+        "claimNamespace": "ns",
+        "claimName": "c",
+        "claimUID": "u",
+        "nodeName": node,
+        "operationID": "op",
+    }
+    return {
+        "apiVersion": "networking.dra-multi-network.schseba.github.io/v1alpha1",
+        "kind": "IPAllocation",
+        "metadata": {"name": "p-10-56-0-5"},
+        "spec": {"pool": "p", "address": "10.56.0.5", "owner": owner},
+    }
+
+
+@pytest.mark.adversarial
+@pytest.mark.parametrize(
+    ("bound", "obj", "old", "decision"),
+    [
+        ("n1", _allocation("n1"), None, "allow"),  # take an address for its own Pod
+        ("n1", None, _allocation("n1"), "allow"),  # release its own
+        ("n1", _allocation("n2"), None, "deny"),  # take one in another node's name
+        ("n1", None, _allocation("n2"), "deny"),  # free another node's address
+        (None, _allocation("n1"), None, "deny"),  # a credential not bound to a node
+    ],
+)
+def test_node_agent_takes_and_releases_only_its_own_addresses(
+    bound: str | None, obj: Any, old: Any, decision: str
+) -> None:
+    name = "dra-multi-network-node-ipallocations"
+    assert _policy_decision(NODE_USER, bound, obj, old, name) == decision
+    assert _policy_decision("system:serviceaccount:x:controller", None, obj, old, name) == "skip"
 
 
 @pytest.mark.parametrize(

@@ -10,19 +10,39 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 
 import pytest
 
 from dmn.api.cluster import ApiFailure, Cluster, connect
 from dmn.api.cluster import resources as r
+from dmn.api.ipam.allocator import AddressRequest
+from dmn.api.ipam.client import Allocation, AllocationClient, Owner
 from dmn.lab import manifests
 from dmn.lab.demo import NEGATIVE, TOPOLOGIES, wait_settled
 from dmn.lab.node import HOST_DEVICE_TOPOLOGY
 from dmn.lab.upstream import build
 from tests.e2e.conftest import Session, host_snapshot
+from tests.ipam import arbiter_checks
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e]
 WAIT = 120.0
+IPAM_POOL = {
+    "apiVersion": "networking.dra-multi-network.schseba.github.io/v1alpha1",
+    "kind": "IPPool",
+    "metadata": {"name": "e2e-ipam"},
+    "spec": {
+        "subnets": [
+            {
+                "cidr": "10.99.0.0/24",
+                "gateway": "10.99.0.1",
+                "ranges": [{"start": "10.99.0.10", "end": "10.99.0.199"}],
+            }
+        ]
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +163,60 @@ def test_a_second_up_is_refused_with_a_reason(control_plane: Session) -> None:
     )
     assert again.returncode == 1
     assert "error[E_LAB_RUNNING]" in again.stderr
+
+
+@pytest.mark.parametrize("check", arbiter_checks.ALL, ids=lambda c: c.__name__)
+def test_ipam_server_behaviour_the_lab_mirrors(
+    control_plane: Session, check: Callable[[Cluster, str], None]
+) -> None:
+    """tests/ipam/arbiter_checks.py on the real kube-apiserver (the lab runs the same)."""
+    admin = control_plane.lab.admin()
+    try:
+        check(admin, "e2e")
+    finally:
+        admin.close()
+
+
+def test_ipam_concurrent_creates_of_one_allocation_have_one_winner(control_plane: Session) -> None:
+    arbiter_checks.one_winner(control_plane.lab.admin, "e2e")
+
+
+def test_ipam_concurrent_requesters_get_distinct_addresses_and_counted(
+    control_plane: Session,
+) -> None:
+    """Requesters on threads allocate from one pool through the real API server; the
+    controller (chart RBAC) counts them in the pool's status."""
+    admin = control_plane.lab.admin()
+    try:
+        admin.create(r.IP_POOLS, IPAM_POOL)
+        results: list[object] = []
+        lock = threading.Lock()
+
+        def run(i: int) -> None:
+            with control_plane.lab.admin() as own:
+                got = AllocationClient(own).allocate(
+                    "e2e-ipam", AddressRequest(4), Owner("default", f"c{i}", f"uid-{i}", "n", "op")
+                )
+            with lock:
+                results.append(got)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        addresses = {got.address for got in results if isinstance(got, Allocation)}
+        assert len(addresses) == 8, results
+
+        def counted() -> dict[str, object] | None:
+            status = admin.get(r.IP_POOLS, "e2e-ipam").get("status") or {}
+            # the claims do not exist: the controller counts, then collects them
+            return status if "size" in status else None
+
+        status = wait_for(counted, timeout=WAIT, what="pool status")
+        assert status["size"] == 190
+    finally:
+        admin.close()
 
 
 def test_zz_kubeconfig_then_down_leaves_the_host_as_before(control_plane: Session) -> None:
