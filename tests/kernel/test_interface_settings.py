@@ -11,9 +11,7 @@ changes the settings itself, or puts another link at our link's ifindex.
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +28,7 @@ from dmn.host.sysctl import InterfaceSysctl
 from dmn.interpreter.loader import load_plugin_dir
 from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservation
 from dmn.vocabulary.terms import Access
+from tests.kernel.interface_readback import HOST_TUNED, features_in, sysctl_in
 from tests.kernel.node import Node, call
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, Done, World, drive, host_handle, link, world
@@ -39,7 +38,6 @@ pytestmark = pytest.mark.netns
 MOVE = "linux/link-move/v1"
 SYSCTL = "sysctl/interface/v1"
 FEATURES = "ethtool/features/v1"
-HOST_TUNED = Path(__file__).parent / "plugins/host-tuned/v1"
 
 SETTINGS = {
     "ipv4RpFilter": 2,
@@ -59,13 +57,6 @@ KEYS = {
     "ipv6Autoconf": ("ipv6", "autoconf"),
     "ipv6AddrGenMode": ("ipv6", "addr_gen_mode"),
 }
-_IOCTL_FEATURES = (
-    "import json, sys\n"
-    "from pyroute2.ethtool import Ethtool\n"
-    "e = Ethtool()\n"
-    "f = e.get_features(sys.argv[1])\n"
-    "print(json.dumps({k: v.enable for k, v in f.features.items() if k}))\n"
-)
 
 
 def _bind(plugin: Any, hook: str, c: Any) -> BoundProgram:
@@ -74,30 +65,8 @@ def _bind(plugin: Any, hook: str, c: Any) -> BoundProgram:
     return bound
 
 
-def sysctl_in(ns: str, family: str, name: str, key: str) -> int:
-    done = subprocess.run(
-        ["ip", "netns", "exec", ns, "cat", f"/proc/sys/net/{family}/conf/{name}/{key}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return int(done.stdout)
-
-
 def settings_in(ns: str, name: str) -> dict[str, int]:
     return {param: sysctl_in(ns, family, name, key) for param, (family, key) in KEYS.items()}
-
-
-def features_in(ns: str, name: str) -> dict[str, bool]:
-    """Every feature's active state by the ethtool ioctl, in a process inside ``ns``."""
-    done = subprocess.run(
-        ["ip", "netns", "exec", ns, sys.executable, "-c", _IOCTL_FEATURES, name],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    features: dict[str, bool] = json.loads(done.stdout)
-    return features
 
 
 @contextmanager
