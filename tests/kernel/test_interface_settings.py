@@ -11,6 +11,8 @@ changes the settings itself, or puts another link at our link's ifindex.
 
 from __future__ import annotations
 
+import errno
+import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,8 +23,10 @@ import pytest
 
 from dmn.engine.binder import bind_program
 from dmn.engine.bound import BoundProgram
+from dmn.host import ethtool as host_ethtool
 from dmn.host import sysctl as kernel_sysctl
 from dmn.host.errors import HostError
+from dmn.host.netlink_wire import NETLINK_GENERIC, NetlinkFailure, genl_family
 from dmn.host.netns import NamespaceRef
 from dmn.host.sysctl import InterfaceSysctl
 from dmn.interpreter.loader import load_plugin_dir
@@ -344,3 +348,27 @@ def test_the_runner_quarantines_settings_it_cannot_prove_ours(tmp_path: Path) ->
             assert settings_in(sandbox, "net1") == impostor
         finally:
             node.release_pins()
+
+
+def test_a_kernel_without_ethtool_netlink_is_refused_cleanly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """This kernel has the family; a kernel without one answers the family lookup with
+    ENOENT (asked here for a family no kernel has), which the opcode turns into
+    E_ETHTOOL_UNSUPPORTED before anything changes."""
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_GENERIC)
+    with sock, pytest.raises(NetlinkFailure) as missing:
+        genl_family(sock, "dmn-nofamily", "E_ETHTOOL")
+    assert missing.value.errno == errno.ENOENT
+
+    def absent(sock: socket.socket, name: str, code: str) -> int:
+        raise NetlinkFailure(code, errno.ENOENT, f"resolve {name}: no such family")
+
+    with moved_root() as (_, sandbox, moved):
+        baseline = features_in(sandbox, "net1")
+        monkeypatch.setattr(host_ethtool, "genl_family", absent)
+        ctx = _ctx(moved, {"features": {"rx-gro": True}})
+        with pytest.raises(ExecutorError) as refused:
+            EXECUTORS[FEATURES].capture(ctx)
+        assert refused.value.code == "E_ETHTOOL_UNSUPPORTED"
+        assert features_in(sandbox, "net1") == baseline
