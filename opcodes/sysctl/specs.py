@@ -11,25 +11,8 @@ path, and a key outside the allowlist is an unknown parameter (``E_UNKNOWN_FIELD
 a value outside its bounds a type error (``E_PARAM_TYPE``). Namespace-wide tables
 (``conf/all``, ``conf/default``) and non-interface sysctls are out of reach by construction.
 
-The kernel keys (``/proc/sys/net/<family>/conf/<link>/<key>``, Documentation/networking/
-ip-sysctl.rst), each bounded to the values the kernel gives a meaning:
-
-IPv4 — ``ipv4RpFilter`` ``rp_filter`` 0 off, 1 strict, 2 loose reverse-path filtering (the
-kernel applies the larger of this and ``conf/all``); ``ipv4ArpIgnore`` ``arp_ignore`` 0-3
-or 8 (which ARP requests to answer); ``ipv4ArpAnnounce`` ``arp_announce`` 0-2 (which source
-address ARP requests use); ``ipv4ArpFilter`` ``arp_filter``; ``ipv4ArpAccept`` ``arp_accept``
-0-2 (gratuitous ARP creates entries: 1 always, 2 only in the same subnet); ``ipv4ArpNotify``
-``arp_notify``; ``ipv4ProxyArp`` ``proxy_arp``; ``ipv4Forwarding`` ``forwarding``;
-``ipv4AcceptLocal`` ``accept_local``; ``ipv4AcceptRedirects`` ``accept_redirects``;
-``ipv4SendRedirects`` ``send_redirects``; ``ipv4LogMartians`` ``log_martians``.
-
-IPv6 — ``ipv6AcceptRa`` ``accept_ra`` 0 never, 1 unless forwarding, 2 even when forwarding;
-``ipv6Disable`` ``disable_ipv6``; ``ipv6Autoconf`` ``autoconf`` (SLAAC addresses);
-``ipv6Forwarding`` ``forwarding``; ``ipv6AcceptDad`` ``accept_dad`` 0-2; ``ipv6DadTransmits``
-``dad_transmits`` 0-10 probes; ``ipv6AddrGenMode`` ``addr_gen_mode`` 0 EUI-64, 1 none,
-2 stable privacy, 3 random; ``ipv6UseTempaddr`` ``use_tempaddr`` 0-2 (privacy addresses);
-``ipv6AcceptRedirects`` ``accept_redirects``; ``ipv6NdiscNotify`` ``ndisc_notify``.
-
+The kernel key of each parameter and its bounds are listed on
+:class:`InterfaceSysctlParameters` (and so in ``dmn opcodes`` and ``docs/opcodes.md``).
 Booleans are written 1/0. Undo writes back the recorded values, whatever they were.
 """
 
@@ -100,8 +83,23 @@ def _key(name: str) -> str:
 
 
 class InterfaceSysctlParameters(ParameterModel):
-    """Per-interface IPv4/IPv6 settings from a fixed allowlist, each optional (at least one is
-    set); booleans are written 1/0. See the family's documentation for each key's meaning."""
+    """Per-interface settings from a fixed allowlist, each optional (at least one is set),
+    each the file ``/proc/sys/net/<family>/conf/<interface>/<key>`` of the granted link
+    (Documentation/networking/ip-sysctl.rst); booleans are written 1/0, undo writes back the
+    recorded values. IPv4: ``ipv4RpFilter`` rp_filter (0 off, 1 strict, 2 loose reverse-path
+    filtering; the kernel applies the larger of this and conf/all), ``ipv4ArpIgnore``
+    arp_ignore (0-3 or 8: which ARP requests to answer), ``ipv4ArpAnnounce`` arp_announce
+    (0-2: which source address ARP requests use), ``ipv4ArpFilter`` arp_filter,
+    ``ipv4ArpAccept`` arp_accept (0-2: gratuitous ARP creates entries; 2 only in the same
+    subnet), ``ipv4ArpNotify`` arp_notify, ``ipv4ProxyArp`` proxy_arp, ``ipv4Forwarding``
+    forwarding, ``ipv4AcceptLocal`` accept_local, ``ipv4AcceptRedirects`` accept_redirects,
+    ``ipv4SendRedirects`` send_redirects, ``ipv4LogMartians`` log_martians. IPv6:
+    ``ipv6AcceptRa`` accept_ra (0 never, 1 unless forwarding, 2 even when forwarding),
+    ``ipv6Disable`` disable_ipv6, ``ipv6Autoconf`` autoconf (SLAAC addresses),
+    ``ipv6Forwarding`` forwarding, ``ipv6AcceptDad`` accept_dad (0-2), ``ipv6DadTransmits``
+    dad_transmits (0-10 probes), ``ipv6AddrGenMode`` addr_gen_mode (0 EUI-64, 1 none,
+    2 stable privacy, 3 random), ``ipv6UseTempaddr`` use_tempaddr (0-2: privacy addresses),
+    ``ipv6AcceptRedirects`` accept_redirects, ``ipv6NdiscNotify`` ndisc_notify."""
 
     ipv4RpFilter: ZeroToTwo | None = Field(None, description=_key("ipv4RpFilter"))
     ipv4ArpIgnore: ArpIgnore | None = Field(None, description=_key("ipv4ArpIgnore"))
