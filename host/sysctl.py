@@ -149,7 +149,13 @@ def _opened(
                 f"{exc.filename}: the kernel has no such setting for {name!r} "
                 "(its protocol may be disabled)",
             ) from exc
-        raise HostError("E_SYSCTL", f"{exc.filename}: {exc.strerror}") from exc
+        hint = (
+            " (/proc/sys is read-only in this process's mount namespace, as container "
+            "runtimes mount it for unprivileged containers)"
+            if exc.errno == errno.EROFS
+            else ""
+        )
+        raise HostError("E_SYSCTL", f"{exc.filename}: {exc.strerror}{hint}") from exc
     link = by_index(ipr, index)
     if link is None or link.name != name:
         for fd in fds:

@@ -11,9 +11,12 @@ changes the settings itself, or puts another link at our link's ifindex.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import socket
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -372,3 +375,36 @@ def test_a_kernel_without_ethtool_netlink_is_refused_cleanly(
             EXECUTORS[FEATURES].capture(ctx)
         assert refused.value.code == "E_ETHTOOL_UNSUPPORTED"
         assert features_in(sandbox, "net1") == baseline
+
+
+def test_a_read_only_proc_sys_is_refused_with_its_reason() -> None:
+    """Where /proc/sys is mounted read-only (a container runtime's default for an
+    unprivileged container; here a private mount namespace of the calling thread, which
+    the opening thread inherits), a write is E_SYSCTL naming why, and nothing changes."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    with moved_root() as (_, sandbox, moved):
+        before = sysctl_in(sandbox, "ipv4", "net1", "rp_filter")
+        ref = NamespaceRef.at(netns_path(sandbox))
+        index = moved.output().observations["ifIndex"]
+        assert isinstance(index, int)
+        outcome: list[BaseException | None] = []
+
+        def confined() -> None:
+            try:
+                assert libc.unshare(0x00000200 | 0x00020000) == 0  # CLONE_FS | CLONE_NEWNS
+                assert libc.mount(None, b"/", None, 0x4000 | (1 << 18), None) == 0  # private
+                for flags in (0x1000, 0x1000 | 0x20 | 0x1):  # bind, then remount,bind,ro
+                    assert libc.mount(b"/proc/sys", b"/proc/sys", None, flags, None) == 0
+                key = InterfaceSysctl("ipv4", "rp_filter")
+                kernel_sysctl.write_values(moved.ctx.env, ref, index, "net1", {key: 2})
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=confined)
+        thread.start()
+        thread.join()
+        (refused,) = outcome
+        assert isinstance(refused, HostError) and refused.code == "E_SYSCTL", refused
+        assert "read-only" in str(refused)
+        assert sysctl_in(sandbox, "ipv4", "net1", "rp_filter") == before
