@@ -24,17 +24,10 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field
 
+from dmn.opcodes.link_settings_contract import link_settings_spec
 from dmn.opcodes.parameter_types import ParameterModel
-from dmn.opcodes.spec import OpcodeSpec, PortSpec
-from dmn.vocabulary.terms import (
-    Access,
-    HandleType,
-    Hook,
-    LinkType,
-    RecoveryStrategy,
-    Reversibility,
-    ScopeKind,
-)
+from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.terms import LinkType
 
 FeatureName = Literal[
     "rx-checksum",
@@ -82,12 +75,10 @@ class FeaturesParameters(ParameterModel):
     features: Annotated[dict[FeatureName, bool], Field(min_length=1, max_length=len(FEATURE_NAMES))]
 
 
-_CONFIGURE_GRANTS = frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE})
 _ETHERNET = frozenset({LinkType.ETHERNET})
 
-FEATURES = OpcodeSpec(
+FEATURES = link_settings_spec(
     name="ethtool/features/v1",
-    boot_volatile=True,
     summary="Turn allowlisted offload features of a sandbox link on or off (ethtool netlink).",
     changes=(
         "Asks the kernel, over the ethtool netlink family, to turn the named features of a "
@@ -101,31 +92,8 @@ FEATURES = OpcodeSpec(
         "quarantined, never changed."
     ),
     parameters=FeaturesParameters,
-    inputs={
-        "interface": PortSpec(
-            HandleType.KERNEL_INTERFACE, _ETHERNET, ScopeKind.SANDBOX, Access.EXCLUSIVE_CONFIGURE
-        )
-    },
-    outputs={
-        "interface": PortSpec(
-            HandleType.KERNEL_INTERFACE,
-            _ETHERNET,
-            ScopeKind.SANDBOX,
-            grants=_CONFIGURE_GRANTS,
-            inherits="interface",
-        )
-    },
-    hooks=frozenset({Hook.CONNECT}),
-    reversibility=Reversibility.REVERSIBLE,
-    recovery=frozenset(
-        {
-            RecoveryStrategy.OBSERVE_AND_RECONCILE,
-            RecoveryStrategy.RESTORE_BEFORE_IMAGE,
-            RecoveryStrategy.QUARANTINE,
-        }
-    ),
-    requires=frozenset({"same-sandbox", "owned-link", "exclusive-grant"}),
-    postconditions=frozenset({"features-match"}),
+    link_types=_ETHERNET,
+    postcondition="features-match",
 )
 
 SPECS: tuple[OpcodeSpec, ...] = (FEATURES,)

@@ -24,17 +24,10 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, model_validator
 
+from dmn.opcodes.link_settings_contract import link_settings_spec
 from dmn.opcodes.parameter_types import ParameterModel
-from dmn.opcodes.spec import OpcodeSpec, PortSpec
-from dmn.vocabulary.terms import (
-    Access,
-    HandleType,
-    Hook,
-    LinkType,
-    RecoveryStrategy,
-    Reversibility,
-    ScopeKind,
-)
+from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.terms import LinkType
 
 
 def _arp_ignore(value: int) -> int:
@@ -140,12 +133,10 @@ class InterfaceSysctlParameters(ParameterModel):
         return out
 
 
-_CONFIGURE_GRANTS = frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE})
 _ANY_LINK = frozenset({LinkType.ETHERNET, LinkType.INFINIBAND})
 
-INTERFACE = OpcodeSpec(
+INTERFACE = link_settings_spec(
     name="sysctl/interface/v1",
-    boot_volatile=True,
     summary="Set allowlisted per-interface IPv4/IPv6 sysctls of a sandbox link.",
     changes=(
         "Writes the requested /proc/sys/net/{ipv4,ipv6}/conf/<link>/<key> settings of a link "
@@ -158,31 +149,8 @@ INTERFACE = OpcodeSpec(
         "another link at that ifindex is quarantined, never written."
     ),
     parameters=InterfaceSysctlParameters,
-    inputs={
-        "interface": PortSpec(
-            HandleType.KERNEL_INTERFACE, _ANY_LINK, ScopeKind.SANDBOX, Access.EXCLUSIVE_CONFIGURE
-        )
-    },
-    outputs={
-        "interface": PortSpec(
-            HandleType.KERNEL_INTERFACE,
-            _ANY_LINK,
-            ScopeKind.SANDBOX,
-            grants=_CONFIGURE_GRANTS,
-            inherits="interface",
-        )
-    },
-    hooks=frozenset({Hook.CONNECT}),
-    reversibility=Reversibility.REVERSIBLE,
-    recovery=frozenset(
-        {
-            RecoveryStrategy.OBSERVE_AND_RECONCILE,
-            RecoveryStrategy.RESTORE_BEFORE_IMAGE,
-            RecoveryStrategy.QUARANTINE,
-        }
-    ),
-    requires=frozenset({"same-sandbox", "owned-link", "exclusive-grant"}),
-    postconditions=frozenset({"sysctl-values-match"}),
+    link_types=_ANY_LINK,
+    postcondition="sysctl-values-match",
 )
 
 SPECS: tuple[OpcodeSpec, ...] = (INTERFACE,)
