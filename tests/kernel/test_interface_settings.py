@@ -36,7 +36,7 @@ from dmn.interpreter.loader import load_plugin_dir
 from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservation
 from dmn.vocabulary.terms import Access
 from tests.kernel.interface_readback import HOST_TUNED, features_in, sysctl_in
-from tests.kernel.node import Node, call
+from tests.kernel.node import Node, call, unprivileged_server
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, Done, World, drive, host_handle, link, world
 
@@ -408,3 +408,37 @@ def test_a_read_only_proc_sys_is_refused_with_its_reason() -> None:
         assert isinstance(refused, HostError) and refused.code == "E_SYSCTL", refused
         assert "read-only" in str(refused)
         assert sysctl_in(sandbox, "ipv4", "net1", "rp_filter") == before
+
+
+@pytest.mark.parametrize("agent", ["root", "unprivileged"])
+def test_host_tuned_through_the_runner_applies_and_undoes(tmp_path: Path, agent: str) -> None:
+    """host-tuned through the real binder, runner and journal, as root and as the
+    unprivileged agent (a child holding only the chart's capabilities): the settings read
+    back in the sandbox, and after removal the device is back with its features as before."""
+    plugin, diagnostics = load_plugin_dir(HOST_TUNED)
+    assert plugin is not None, diagnostics
+    server = unprivileged_server() if agent == "unprivileged" else None
+    with world() as w:
+        node = Node(tmp_path / "state", w.host, server=server)
+        try:
+            sandbox = w.sandbox()
+            root, _ = w.veth(w.host)
+            features = features_in(w.host, root)
+            handle = host_handle(w.ipr(w.host), root, Access.EXCLUSIVE_CONFIGURE)
+            config = {"ifName": "net1", "mode": "kernel", "rpFilter": 1, "acceptRa": 2}
+            c = call(config, "prep", allocation={"interface": (handle,)})
+            prepared = node.run("prep", _bind(plugin, "prepare", c))
+            ref = node.pin("conn", sandbox)
+            c = call(config, "conn", prepared=dict(prepared.exports), sandbox=ref)
+            node.run("conn", _bind(plugin, "connect", c), sandbox=ref)
+            assert sysctl_in(sandbox, "ipv4", "net1", "rp_filter") == 1
+            assert sysctl_in(sandbox, "ipv4", "net1", "arp_ignore") == 1
+            assert sysctl_in(sandbox, "ipv6", "net1", "accept_ra") == 2
+            assert sysctl_in(sandbox, "ipv6", "net1", "autoconf") == 0
+            live = features_in(sandbox, "net1")
+            assert (live["rx-gro"], live["tx-checksum-ip-generic"]) == (True, False)
+            node.cleanup("conn")
+            node.cleanup("prep")
+            assert features_in(w.host, root) == features
+        finally:
+            node.release_pins()
