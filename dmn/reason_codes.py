@@ -1024,6 +1024,58 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "The CDI spec file of a VFIO grant could not be written, or another file is at its path.",
         "Check the agent's CDI directory; a foreign file is never overwritten.",
     ),
+    _r(
+        "E_SYSCTL_KEY",
+        EXEC,
+        "A per-interface sysctl path was refused before it was built: the key is not ipv4/ipv6 "
+        "and [a-z][a-z0-9_]*, or the link's name would leave its conf directory or name a "
+        "namespace-wide table (all, default). Plugins reach only the sysctl/interface/v1 "
+        "allowlist; this is a bug or a tampered record.",
+        "Report it with the effect's record (`dmn journal show`).",
+    ),
+    _r(
+        "E_SYSCTL",
+        EXEC,
+        "Reading or writing a per-interface sysctl failed (the message carries the kernel's "
+        "error, e.g. a value the kernel refuses), or a value read back otherwise after undo.",
+        "Check the link's settings in the Pod's namespace and the kernel's limits for the key.",
+    ),
+    _r(
+        "E_SYSCTL_UNAVAILABLE",
+        EXEC,
+        "The kernel has no such per-interface sysctl for this link (IPv6 disabled on the node "
+        "or for the link type, or a key this kernel lacks).",
+        "Enable the protocol on the node, or drop the setting from the plugin.",
+    ),
+    _r(
+        "E_ETHTOOL",
+        EXEC,
+        "An ethtool netlink request failed (the message carries the errno), or features did not "
+        "read back as recorded after undo.",
+        "Check the link's features (`ethtool -k`) in the Pod's namespace.",
+    ),
+    _r(
+        "E_ETHTOOL_UNSUPPORTED",
+        EXEC,
+        "The node's kernel has no ethtool generic-netlink family (before Linux 5.6, or built "
+        "without CONFIG_ETHTOOL_NETLINK); ethtool/features/v1 cannot run there.",
+        "Run the node on a kernel with ethtool netlink, or drop the features effect.",
+    ),
+    _r(
+        "E_FEATURE_FIXED",
+        EXEC,
+        "An offload feature the plugin asks to change is fixed on this device (the driver "
+        "does not let it change, or the kernel never does); nothing was changed.",
+        "Drop the feature from the plugin's features map for this device kind, or ask for "
+        "the value the device has (`ethtool -k` marks it [fixed]).",
+    ),
+    _r(
+        "E_FEATURE_UNKNOWN",
+        EXEC,
+        "The node's kernel does not know an allowlisted offload feature name (an older kernel); "
+        "nothing was changed.",
+        "Drop the feature from the plugin, or run the node on a newer kernel.",
+    ),
     # ---- namespace pins
     _r(
         "E_NOT_A_NETNS",

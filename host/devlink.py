@@ -14,22 +14,22 @@ from __future__ import annotations
 import errno
 import re
 import socket
-import struct
 from dataclasses import dataclass
 
 from dmn.host.errors import HostError
 from dmn.host.netlink_wire import (
+    NETLINK_GENERIC,
     NetlinkFailure,
     as_int,
     as_text,
+    genl_family,
+    genl_header,
     text,
     transact,
     u16,
 )
 from dmn.host.netns import LinkEnvironment, netlink_sockets_in
 
-NETLINK_GENERIC = 16
-GENL_ID_CTRL, CTRL_CMD_GETFAMILY, CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME = 0x10, 3, 1, 2
 CMD_PORT_GET, CMD_ESWITCH_GET, CMD_ESWITCH_SET = 5, 29, 30
 ATTR_BUS_NAME, ATTR_DEV_NAME, ATTR_PORT_INDEX = 1, 2, 3
 ATTR_PORT_NETDEV_IFINDEX, ATTR_PORT_NETDEV_NAME, ATTR_ESWITCH_MODE, ATTR_PORT_FLAVOUR = 6, 7, 25, 77
@@ -63,18 +63,14 @@ class Devlink:
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        answers = transact(
-            sock, GENL_ID_CTRL, self._genl(CTRL_CMD_GETFAMILY) + text(CTRL_ATTR_FAMILY_NAME,
-            "devlink"), dump=False, code="E_DEVLINK", what="resolve devlink", skip=4,
-        )  # fmt: skip
-        family = answers[0].get(CTRL_ATTR_FAMILY_ID) if answers else None
+        family = genl_family(sock, "devlink", "E_DEVLINK")
         if family is None:
             raise HostError("E_DEVLINK", "the kernel has no devlink family")
-        self._family = as_int(family)
+        self._family = family
 
     @staticmethod
     def _genl(cmd: int) -> bytes:
-        return struct.pack("=BBH", cmd, 1, 0)
+        return genl_header(cmd)
 
     def close(self) -> None:
         self._sock.close()

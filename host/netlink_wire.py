@@ -1,10 +1,12 @@
-"""Netlink framing for the families pyroute2 does not speak here (RDMA, devlink generic netlink).
+"""Netlink framing for the families pyroute2 does not speak here (RDMA, devlink and ethtool
+generic netlink).
 
 Why by hand: the executors need a handful of requests, on sockets created inside a given
 namespace (:func:`dmn.host.netns.netlink_sockets_in`); a full library would bring a
 second event loop per namespace. Contract: :func:`transact` sends one request and returns the
 attributes of every answer, raising :class:`NetlinkFailure` (with the kernel's errno) on an
-error answer. Attributes are parsed flat (nested ones are left as bytes).
+error answer. Attributes are parsed flat (nested ones are left as bytes; :func:`items` keeps
+repeated ones, for a nest's entries).
 """
 
 from __future__ import annotations
@@ -51,15 +53,36 @@ def text(kind: int, value: str) -> bytes:
     return attr(kind, value.encode() + b"\0")
 
 
-def parse(body: bytes) -> dict[int, bytes]:
-    out: dict[int, bytes] = {}
+NLA_F_NESTED = 0x8000
+
+
+def nested(kind: int, payload: bytes) -> bytes:
+    """A nested attribute, flagged as such (families with strict validation require it)."""
+    return attr(kind | NLA_F_NESTED, payload)
+
+
+def flag(kind: int) -> bytes:
+    return attr(kind, b"")
+
+
+def items(body: bytes) -> list[tuple[int, bytes]]:
+    """Every attribute of ``body`` in order, repeated kinds included (type flags cleared)."""
+    out: list[tuple[int, bytes]] = []
     offset = 0
     while offset + 4 <= len(body):
         length, kind = struct.unpack_from("=HH", body, offset)
         if length < 4:
             break
-        out.setdefault(kind & 0x3FFF, body[offset + 4 : offset + length])
+        out.append((kind & 0x3FFF, body[offset + 4 : offset + length]))
         offset += (length + 3) & ~3
+    return out
+
+
+def parse(body: bytes) -> dict[int, bytes]:
+    """The first attribute of each kind in ``body``."""
+    out: dict[int, bytes] = {}
+    for kind, payload in items(body):
+        out.setdefault(kind, payload)
     return out
 
 
@@ -104,3 +127,24 @@ def transact(
                     return answers
                 raise NetlinkFailure(code, err, f"{what}: {os.strerror(err)}")
             answers.append(parse(body[skip:]))
+
+
+NETLINK_GENERIC = 16
+GENL_ID_CTRL, CTRL_CMD_GETFAMILY, CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME = 0x10, 3, 1, 2
+
+
+def genl_header(cmd: int, version: int = 1) -> bytes:
+    """The generic netlink family header of a request (command, version, reserved)."""
+    return struct.pack("=BBH", cmd, version, 0)
+
+
+def genl_family(sock: socket.socket, name: str, code: str) -> int | None:
+    """The id of the generic netlink family ``name`` (``CTRL_CMD_GETFAMILY``), None when the
+    kernel answers without one; an error answer raises :class:`NetlinkFailure` (``ENOENT``:
+    the kernel has no such family)."""
+    answers = transact(
+        sock, GENL_ID_CTRL, genl_header(CTRL_CMD_GETFAMILY) + text(CTRL_ATTR_FAMILY_NAME, name),
+        dump=False, code=code, what=f"resolve {name}", skip=4,
+    )  # fmt: skip
+    family = answers[0].get(CTRL_ATTR_FAMILY_ID) if answers else None
+    return as_int(family) if family is not None else None

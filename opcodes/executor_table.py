@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dmn.opcodes.bridge.executors import EXECUTORS as BRIDGE
 from dmn.opcodes.devlink.executors import EXECUTORS as DEVLINK
+from dmn.opcodes.ethtool.executors import EXECUTORS as ETHTOOL
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.ib.executors import EXECUTORS as IB
 from dmn.opcodes.linux.executors import EXECUTORS as LINUX
@@ -24,6 +25,7 @@ from dmn.opcodes.rdma.executors import EXECUTORS as RDMA
 from dmn.opcodes.representor.executors import EXECUTORS as REPRESENTOR
 from dmn.opcodes.share.executors import EXECUTORS as SHARE
 from dmn.opcodes.sriov.executors import EXECUTORS as SRIOV
+from dmn.opcodes.sysctl.executors import EXECUTORS as SYSCTL
 from dmn.opcodes.vfio.executors import EXECUTORS as VFIO
 
 
@@ -41,4 +43,6 @@ def default_executors() -> dict[str, Executor]:
         **DEVLINK,
         **OVS,
         **IB,
+        **SYSCTL,
+        **ETHTOOL,
     }

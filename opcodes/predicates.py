@@ -83,5 +83,9 @@ POSTCONDITIONS: Mapping[str, str] = MappingProxyType(
         "ovs-vswitchd gave the interface an OpenFlow port",
         "vf-settings-match": "the PF reports the VF's requested MAC, VLAN/QoS, spoof checking, "
         "trust, TX rates and link state",
+        "sysctl-values-match": "every requested per-interface sysctl of the link reads back as "
+        "requested",
+        "features-match": "every requested offload feature of the link is active or inactive "
+        "as requested",
     }
 )

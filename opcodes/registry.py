@@ -9,7 +9,8 @@ changes what the node exposes before a sandbox exists — ``share/hold-parent``,
 ``pci/driver-bind``, ``pci/function-reset``, ``devlink/eswitch-configure``,
 ``sriov/vf-configure``; ``connect`` holds
 everything that acts toward the verified sandbox — ``linux/*``, ``vfio/device-access``,
-``rdma/*``, ``ib/port-configure``, ``bridge/*``, ``ovs/port-attach``;
+``rdma/*``, ``ib/port-configure``, ``bridge/*``, ``ovs/port-attach``,
+``sysctl/interface``, ``ethtool/features``;
 ``representor/configure`` is legal in both because a representor is a host resource that a
 root may settle at prepare and a bridge operation finishes at connect.
 """
@@ -20,6 +21,7 @@ from functools import cache
 
 from dmn.opcodes.bridge import specs as bridge
 from dmn.opcodes.devlink import specs as devlink
+from dmn.opcodes.ethtool import specs as ethtool
 from dmn.opcodes.ib import specs as ib
 from dmn.opcodes.linux import specs as linux
 from dmn.opcodes.ovs import specs as ovs
@@ -29,6 +31,7 @@ from dmn.opcodes.representor import specs as representor
 from dmn.opcodes.share import specs as share
 from dmn.opcodes.spec import OpcodeRegistry, OpcodeSpec
 from dmn.opcodes.sriov import specs as sriov
+from dmn.opcodes.sysctl import specs as sysctl
 from dmn.opcodes.vfio import specs as vfio
 
 ALL_SPECS: tuple[OpcodeSpec, ...] = (
@@ -43,6 +46,8 @@ ALL_SPECS: tuple[OpcodeSpec, ...] = (
     *bridge.SPECS,
     *ovs.SPECS,
     *sriov.SPECS,
+    *sysctl.SPECS,
+    *ethtool.SPECS,
 )
 
 

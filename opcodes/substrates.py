@@ -159,6 +159,19 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         "representor's transmit counter, VLAN 200 ones do not (netdevsim has no VF netdev, "
         "so nothing flows from it); SIGKILL at every journal boundary of ovs-cni connect",
     ),
+    SubstrateRow(
+        ("sysctl/interface", "ethtool/features"),
+        ("opcodes/sysctl/", "opcodes/ethtool/"),
+        "host kernel, veth stand-ins in scratch namespaces: sysctl files opened inside the "
+        "sandbox's namespace by a thread that entered it, ethtool features over the ethtool "
+        "generic-netlink family (no binaries); values read back from the namespace, exact "
+        "restore; a tenant's rename is followed by ifindex (a foreign link given the old name "
+        "is never written), an impostor at the ifindex is quarantined (E_IDENTITY_MISMATCH), a "
+        "fixed feature is refused (E_FEATURE_FIXED); SIGKILL at every journal boundary of a "
+        "test plugin's connect. The hardware path of ethtool undo (a device refunded to the "
+        "host by a dying namespace) has no substrate here",
+        "IPv4/IPv6 conf keys of the allowlist; kernel offload feature names",
+    ),
 )
 
 

@@ -83,6 +83,20 @@ def test_effects_of_an_earlier_boot_undo_without_touching_this_boot() -> None:
                 {"mtu": 1400, "up": True},
                 effect="conf",
             )
+            tuned = drive(
+                env,
+                "sysctl/interface/v1",
+                {"interface": (configured.output(),)},
+                {"ipv4RpFilter": 2, "ipv6AcceptRa": 0},
+                effect="sysctl",
+            )
+            offloaded = drive(
+                env,
+                "ethtool/features/v1",
+                {"interface": (tuned.output(),)},
+                {"features": {"rx-gro": True}},
+                effect="offloads",
+            )
             held = drive(
                 env,
                 "share/hold-parent/v1",
@@ -102,7 +116,7 @@ def test_effects_of_an_earlier_boot_undo_without_touching_this_boot() -> None:
         # the reboot: the sandbox is gone; this boot's host has its own links and ifindexes
         baseline = w.snapshot(w.host)
         later = w.env()
-        for done in (child, configured, moved):
+        for done in (child, offloaded, tuned, configured, moved):
             ctx = EffectContext(
                 "op1",
                 done.ctx.effect_id,

@@ -1,4 +1,5 @@
-"""SIGKILL at every journal boundary of macvlan-cni and host-cni, with the real executors.
+"""SIGKILL at every journal boundary of macvlan-cni, host-cni and the host-tuned test plugin,
+with the real executors.
 
 For each boundary index the run (or the cleanup) happens in a forked child that kills itself
 exactly there; the parent then recovers from the journal alone (environment rebuilt from the
@@ -15,10 +16,14 @@ from typing import Any
 
 import pytest
 
+from dmn.engine.binder import bind_program
+from dmn.engine.bound import BoundProgram
 from dmn.host.rtnetlink.links import all_links
+from dmn.interpreter.loader import load_plugin_dir
 from dmn.vocabulary.terms import Access
 from tests.crash_fork_server import CrashForkServer, crash_fork_server
 from tests.crash_points import crash_points, effect_kinds
+from tests.kernel.interface_readback import HOST_TUNED, features_in
 from tests.kernel.node import Node, bind, call
 from tests.kernel.world import World, host_handle, world
 
@@ -60,13 +65,16 @@ def _crash_matrix(
     prepare: Callable[[str], Any],
     connect: Callable[[str], Any],
     owner: str | None = None,
+    facts: Callable[[], Any] | None = None,
 ) -> tuple[int, int]:
     """Kill the connect run, then the connect cleanup, at every boundary; check each time.
 
     With ``owner`` (a kernel-lab module's ``__name__``) the kill points are
     :func:`~tests.crash_points.crash_points` of a surveyed uninterrupted run, and the counts
-    returned are the survey's boundary counts."""
+    returned are the survey's boundary counts. ``facts`` reads more of the world that must
+    be as before after each cleanup (what the host snapshot does not show)."""
     baseline = w.snapshot(w.host)
+    baseline_facts = facts() if facts is not None else None
     sandbox_before = _sandbox_names(w, sandbox)
     run_points = cleanup_points = 0
     plan: dict[str, list[int]] = {}
@@ -97,6 +105,8 @@ def _crash_matrix(
                 r.cleanup(f"{op}-prep")
             assert _sandbox_names(w, sandbox) == sandbox_before, (phase, index, passed)
             assert w.snapshot(w.host) == baseline, (phase, index, passed)
+            if facts is not None:
+                assert facts() == baseline_facts, (phase, index, passed)
             node.pins.release(op, cleanup_verified=True)
             if plan:
                 assert passed, (phase, index)
@@ -186,3 +196,47 @@ def test_host_cni_crash_at_every_boundary(
 
     run_points, cleanup_points = _crash_matrix(server, node, w, sandbox, prepare, connect)
     assert run_points >= 8 and cleanup_points >= 4
+
+
+def test_interface_settings_crash_at_every_boundary(
+    server: CrashForkServer, node_world: tuple[Node, World]
+) -> None:
+    """The test plugin host-tuned (link-move of a veth stand-in, sysctl/interface/v1,
+    ethtool/features/v1): after every kill, recovery and cleanup the root is back in the
+    host with its offload features as before (features survive the namespace moves; the
+    per-interface sysctls are reset by the kernel on every move, so they are proven in
+    tests/kernel/test_interface_settings.py instead)."""
+    node, w = node_world
+    plugin, diagnostics = load_plugin_dir(HOST_TUNED)
+    assert plugin is not None, diagnostics
+    sandbox = w.sandbox()
+    host = w.ipr(w.host)
+    root, _ = w.veth(w.host, mtu=1450)
+    w.ipr(sandbox).link("add", ifname="keepme0", kind="veth", peer="keepme1")
+    handle = host_handle(host, root, Access.EXCLUSIVE_CONFIGURE)
+    config = {"ifName": "net1", "mode": "kernel"}
+
+    def bound(hook: str, c: Any) -> BoundProgram:
+        program = bind_program(plugin, hook, c)
+        assert isinstance(program, BoundProgram), [str(d) for d in program]
+        return program
+
+    def prepare(op: str) -> Any:
+        return bound("prepare", call(config, f"{op}-prep", allocation={"interface": (handle,)}))
+
+    def connect(op: str) -> Any:
+        def make(prepared: Any, ref: Any) -> Any:
+            c = call(config, f"{op}-conn", prepared=dict(prepared.exports), sandbox=ref)
+            return bound("connect", c)
+
+        return make
+
+    def features() -> dict[str, bool]:
+        return features_in(w.host, root)
+
+    assert features()["rx-gro"] is False and features()["tx-checksum-ip-generic"] is True
+    run_points, cleanup_points = _crash_matrix(
+        server, node, w, sandbox, prepare, connect, owner=__name__, facts=features
+    )
+    # three effects: before-image, apply, outcome each; undo: Undoing, undone each
+    assert run_points >= 9 and cleanup_points >= 6

@@ -43,6 +43,8 @@ VALID: dict[str, dict[str, Any]] = {
     "bridge/shared-uplink-vlan/v1": {"bridge": "tenant-br", "uplink": "uplink-a", "vlanId": 100},
     "ovs/port-attach/v1": {"bridge": "br-int", "tag": 100, "trunks": []},
     "sriov/vf-configure/v1": {"mac": "02:00:00:00:00:01", "vlan": 100, "qos": 3, "trust": True},
+    "sysctl/interface/v1": {"ipv4RpFilter": 2, "ipv4ArpIgnore": 8, "ipv6Disable": False},
+    "ethtool/features/v1": {"features": {"rx-gro": True, "tx-checksum-ip-generic": False}},
 }
 
 #: Values each field must refuse (beyond wrong JSON types, tested generically).
@@ -64,6 +66,9 @@ OUT_OF_RANGE: dict[str, list[Any]] = {
     "tagged": [[0], [4095], [1] * 65],
     "tag": [0, 4095],
     "trunks": [[0], [1, 1]],
+    "ipv4RpFilter": [-1, 3],
+    "ipv4ArpIgnore": [-1, 4, 7, 9],
+    "features": [{}, {"gro": True}, {"../rx-gro": True}, {"rx-gro": 1}],
 }
 
 REGISTRY = default_registry()

@@ -1,0 +1,1 @@
+"""Opcode family `ethtool`: pure specs (specs.py) beside native executors (executors.py)."""

@@ -1,0 +1,1 @@
+"""Opcode family `sysctl`: pure specs (specs.py) beside native executors (executors.py)."""
