@@ -52,6 +52,10 @@ REQUIRES: Mapping[str, str] = MappingProxyType(
         "device-node-identity": "the character device's major/minor match the allocated device",
         "vf-mapping-verified": "the VF index and its PF are verified from sysfs/rtnetlink to be "
         "the allocated function, and the PF's kernel identity is recorded",
+        "addresses-absent": "the link has none of the addresses to add (an address this "
+        "effect did not add is never adopted)",
+        "routes-absent": "no route with the destination, table and metric of a route to add "
+        "exists in the sandbox",
     }
 )
 
@@ -83,5 +87,9 @@ POSTCONDITIONS: Mapping[str, str] = MappingProxyType(
         "ovs-vswitchd gave the interface an OpenFlow port",
         "vf-settings-match": "the PF reports the VF's requested MAC, VLAN/QoS, spoof checking, "
         "trust, TX rates and link state",
+        "addresses-present": "every added address is on the link (none failed duplicate "
+        "address detection), with its kernel creation stamp recorded",
+        "routes-present": "every added route is in the sandbox with each recorded key and "
+        "attribute",
     }
 )

@@ -21,6 +21,7 @@ from functools import cache
 from dmn.opcodes.bridge import specs as bridge
 from dmn.opcodes.devlink import specs as devlink
 from dmn.opcodes.ib import specs as ib
+from dmn.opcodes.ip import specs as ip
 from dmn.opcodes.linux import specs as linux
 from dmn.opcodes.ovs import specs as ovs
 from dmn.opcodes.pci import specs as pci
@@ -43,6 +44,7 @@ ALL_SPECS: tuple[OpcodeSpec, ...] = (
     *bridge.SPECS,
     *ovs.SPECS,
     *sriov.SPECS,
+    *ip.SPECS,
 )
 
 

@@ -55,6 +55,8 @@ OWNERS: Mapping[str, str] = {
     "rdma/device-access/v1": "tests.kernel_lab.test_lab_rdma",
     "devlink/eswitch-configure/v1": "tests.kernel_lab.test_lab_devlink",
     "ib/port-configure/v1": "tests.kernel.test_ib_programs",
+    "ip/addresses/v1": "tests.kernel.test_program_crashes",
+    "ip/routes/v1": "tests.kernel.test_program_crashes",
 }  # share/hold-parent has none: macvlan (host) and ipvlan (lab) shares differ in the kernel
 
 

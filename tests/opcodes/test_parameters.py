@@ -43,6 +43,8 @@ VALID: dict[str, dict[str, Any]] = {
     "bridge/shared-uplink-vlan/v1": {"bridge": "tenant-br", "uplink": "uplink-a", "vlanId": 100},
     "ovs/port-attach/v1": {"bridge": "br-int", "tag": 100, "trunks": []},
     "sriov/vf-configure/v1": {"mac": "02:00:00:00:00:01", "vlan": 100, "qos": 3, "trust": True},
+    "ip/addresses/v1": {"addresses": ["10.0.0.2/24", "fd00::2/64"], "nodad": True},
+    "ip/routes/v1": {"routes": [{"destination": "10.2.0.0/16", "gateway": "10.0.0.1"}]},
 }
 
 #: Values each field must refuse (beyond wrong JSON types, tested generically).
@@ -64,6 +66,8 @@ OUT_OF_RANGE: dict[str, list[Any]] = {
     "tagged": [[0], [4095], [1] * 65],
     "tag": [0, 4095],
     "trunks": [[0], [1, 1]],
+    "addresses": [[], ["10.0.0.0/24"], ["10.0.0.2"], ["10.0.0.2/24"] * 2, ["x"] * 17],
+    "routes": [[], [{"destination": "10.2.0.1/16"}], [{"destination": "default"}]],
 }
 
 REGISTRY = default_registry()

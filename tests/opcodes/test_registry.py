@@ -45,6 +45,8 @@ VOCABULARY = {
     "bridge/shared-uplink-vlan/v1",
     "ovs/port-attach/v1",
     "sriov/vf-configure/v1",
+    "ip/addresses/v1",
+    "ip/routes/v1",
 }
 
 P, C = Hook.PREPARE, Hook.CONNECT
@@ -75,6 +77,8 @@ CONTRACT = {
     "bridge/shared-uplink-vlan/v1": ({C}, REV),
     "ovs/port-attach/v1": ({C}, REV),
     "sriov/vf-configure/v1": ({P}, REV),
+    "ip/addresses/v1": ({C}, REV),
+    "ip/routes/v1": ({C}, REV),
 }
 
 SPECS = sorted(ALL_SPECS, key=lambda s: s.name)
