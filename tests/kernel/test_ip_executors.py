@@ -44,14 +44,20 @@ def route_get(ns: str, destination: str) -> dict[str, Any]:
 
 
 def l3_state(ns: str) -> tuple[Any, Any, Any]:
-    """Addresses (without lifetimes) and routes of every family, to compare namespaces."""
+    """Addresses (without lifetimes) and routes of every family, to compare namespaces;
+    IPv6 link-local ones left out (the kernel adds them when a link comes up, whenever)."""
     addrs = sorted(
         (a["ifname"], i["local"], i["prefixlen"])
         for a in ip_json(ns, "addr")
         for i in a.get("addr_info", [])
+        if not i["local"].startswith("fe80:")
     )
-    v4 = ip_json(ns, "route", "show", "table", "all")
-    v6 = ip_json(ns, "-6", "route", "show", "table", "all")
+    v4 = ip_json(ns, "-4", "route", "show", "table", "all")
+    v6 = [
+        r
+        for r in ip_json(ns, "-6", "route", "show", "table", "all")
+        if not str(r.get("dst", "")).startswith("fe80:")
+    ]
     return addrs, v4, v6
 
 
