@@ -714,6 +714,23 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "not wanted by hand, then `dmn journal resolve` the effect.",
     ),
     _r(
+        "E_NEIGHBOUR_EXISTS",
+        EXEC,
+        "The link has a permanent or no-ARP neighbour entry for an address ip/neighbours "
+        "would add (or one appeared while adding); an entry the effect did not add is never "
+        "adopted. Nothing was changed.",
+        "Remove the entry from the plugin's parameters or find what else configures the link.",
+    ),
+    _r(
+        "E_NEIGHBOUR_NOT_OWNED",
+        EXEC,
+        "Undo of ip/neighbours left an entry in place that has another MAC address or state "
+        "than recorded: someone changed it. The entries proven ours were deleted; the effect "
+        "is quarantined.",
+        "Inspect the link's neighbours (`dmn journal show` names the entry), remove what is "
+        "not wanted by hand, then `dmn journal resolve` the effect.",
+    ),
+    _r(
         "E_IFINDEX_TAKEN",
         EXEC,
         "No free ifindex could be chosen for a link about to be created (eight random picks "

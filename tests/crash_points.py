@@ -57,6 +57,7 @@ OWNERS: Mapping[str, str] = {
     "ib/port-configure/v1": "tests.kernel.test_ib_programs",
     "ip/addresses/v1": "tests.kernel.test_program_crashes",
     "ip/routes/v1": "tests.kernel.test_program_crashes",
+    "ip/neighbours/v1": "tests.kernel.test_program_crashes",
 }  # share/hold-parent has none: macvlan (host) and ipvlan (lab) shares differ in the kernel
 
 

@@ -44,11 +44,17 @@ from dmn.host.rtnetlink.addresses import (
     delete_address,
     link_addresses,
 )
-from dmn.host.rtnetlink.link_identity import NAMESPACE_LOST
 from dmn.opcodes.effect_handles import Outputs, environment
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
 from dmn.opcodes.ip import specs
-from dmn.opcodes.ip.granted_link import captured, continued, proven, proven_or_refused
+from dmn.opcodes.ip.granted_link import (
+    captured,
+    continued,
+    proven,
+    proven_for_recovery,
+    proven_for_undo,
+    proven_or_refused,
+)
 from dmn.opcodes.spec import OpcodeSpec
 
 _log = logging.getLogger("dmn.opcodes.ip.executors")
@@ -173,12 +179,10 @@ class IpAddresses:
 
     def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
         env = environment(ctx)
-        try:
-            ref, link = proven(env, before)
-        except HostError:
+        proof = proven_for_recovery(env, before)
+        if proof is None:
             return RecoveryObservation.UNCERTAIN
-        if link is None:
-            return RecoveryObservation.UNCERTAIN
+        ref, link = proof
         live = _by_key(link_addresses(env.rtnl(ref), link.index))
         wanted = _wanted(before)
         present = sum(1 for iface in wanted if _key(iface) in live)
@@ -190,16 +194,10 @@ class IpAddresses:
 
     def undo(self, ctx: EffectContext, before: Any, outputs: Outputs) -> None:
         env = environment(ctx)
-        try:
-            ref, link = proven(env, before)
-        except HostError as exc:
-            if exc.code not in NAMESPACE_LOST:
-                raise
-            _log.info("effect=%s event=undo-noop reason=%s", ctx.effect_id, exc.code)
+        proof = proven_for_undo(env, before, ctx.effect_id)
+        if proof is None:
             return
-        if link is None:
-            _log.warning("effect=%s event=undo-skip reason=link-gone", ctx.effect_id)
-            return
+        ref, link = proof
         ipr = env.rtnl(ref)
         live = link_addresses(ipr, link.index)
         by_key = _by_key(live)

@@ -7,10 +7,12 @@ from collections.abc import Mapping
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.ip import specs
 from dmn.opcodes.ip.addresses import IpAddresses
+from dmn.opcodes.ip.neighbours import IpNeighbours
 from dmn.opcodes.ip.routes import IpRoutes
 
 EXECUTORS: Mapping[str, Executor] = {
     specs.IP_ADDRESSES.name: IpAddresses(),
     specs.IP_ROUTES.name: IpRoutes(),
+    specs.IP_NEIGHBOURS.name: IpNeighbours(),
 }
 """Every ``ip/*`` executor by opcode name, for the runner's executor registry."""

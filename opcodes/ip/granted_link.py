@@ -13,15 +13,25 @@ quarantined, nothing touched).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from dmn.host.errors import HostError
 from dmn.host.netns import LinkEnvironment, NamespaceRef
-from dmn.host.rtnetlink.link_identity import IDENTITY_KEY, prove, record_identity, recorded
+from dmn.host.rtnetlink.link_identity import (
+    IDENTITY_KEY,
+    NAMESPACE_LOST,
+    prove,
+    record_identity,
+    recorded,
+)
 from dmn.host.rtnetlink.links import LinkState
 from dmn.opcodes.effect_handles import environment, link_handle, locate_input, single
 from dmn.opcodes.executor import EffectContext, ExecutorError
 from dmn.vocabulary.handles import Handle, Observation
 from dmn.vocabulary.terms import ScopeKind
+
+_log = logging.getLogger("dmn.opcodes.ip.executors")
 
 
 def captured(ctx: EffectContext) -> tuple[LinkEnvironment, NamespaceRef, LinkState, dict[str, Any]]:
@@ -53,6 +63,35 @@ def proven_or_refused(env: LinkEnvironment, before: Any) -> tuple[NamespaceRef, 
     ref, link = proven(env, before)
     if link is None:
         raise ExecutorError("E_LINK_CHANGED", "the captured link is gone from its namespace")
+    return ref, link
+
+
+def proven_for_recovery(env: LinkEnvironment, before: Any) -> tuple[NamespaceRef, LinkState] | None:
+    """:func:`proven` for recover: None (the outcome is Uncertain) when the namespace cannot
+    be opened, another link holds the ifindex or the link is gone."""
+    try:
+        ref, link = proven(env, before)
+    except HostError:
+        return None
+    return None if link is None else (ref, link)
+
+
+def proven_for_undo(
+    env: LinkEnvironment, before: Any, effect_id: str
+) -> tuple[NamespaceRef, LinkState] | None:
+    """:func:`proven` for undo: None when there is nothing left to undo — the namespace is
+    destroyed or of an earlier boot (what was configured in it died with it), or the link
+    is gone from it (what was configured on it left with it)."""
+    try:
+        ref, link = proven(env, before)
+    except HostError as exc:
+        if exc.code not in NAMESPACE_LOST:
+            raise
+        _log.info("effect=%s event=undo-noop reason=%s", effect_id, exc.code)
+        return None
+    if link is None:
+        _log.warning("effect=%s event=undo-skip reason=link-gone", effect_id)
+        return None
     return ref, link
 
 

@@ -268,7 +268,50 @@ class IpRoutesParameters(ParameterModel):
         return self
 
 
+def _check_mac(value: str) -> str:
+    octets = value.split(":")
+    if int(octets[0], 16) & 1:
+        raise ValueError(f"{value!r} is a multicast MAC address")
+    if value == "00:00:00:00:00:00":
+        raise ValueError(f"{value!r} is the zero MAC address")
+    return value
+
+
+UnicastMac = Annotated[
+    str, Field(pattern=r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$"), AfterValidator(_check_mac)
+]
+"""An Ethernet unicast MAC address, lower case (``02:00:00:00:00:01``)."""
+
+MAX_NEIGHBOURS = 16
+
+
+class Neighbour(ParameterModel):
+    """One static neighbour: its IP ``address`` (a host address) and its ``lladdr``."""
+
+    address: HostAddress
+    lladdr: UnicastMac
+
+
+class IpNeighboursParameters(ParameterModel):
+    """Permanent neighbour entries on the link (1-16, IPv4 and IPv6), each an ``address``
+    (a host address) and the ``lladdr`` (an Ethernet unicast MAC, lower case) it resolves
+    to; no address twice."""
+
+    neighbours: list[Neighbour] = Field(min_length=1, max_length=MAX_NEIGHBOURS)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> IpNeighboursParameters:
+        seen: set[IpAddress] = set()
+        for entry in self.neighbours:
+            ip = address_of(entry.address)
+            if ip in seen:
+                raise ValueError(f"neighbour {ip} is listed twice")
+            seen.add(ip)
+        return self
+
+
 _ANY_LINK = frozenset({LinkType.ETHERNET, LinkType.INFINIBAND})
+_ETHERNET = frozenset({LinkType.ETHERNET})
 _CONNECT = frozenset({Hook.CONNECT})
 _RECOVERY = frozenset(
     {
@@ -345,4 +388,42 @@ IP_ROUTES = OpcodeSpec(
     postconditions=frozenset({"routes-present"}),
 )
 
-SPECS: tuple[OpcodeSpec, ...] = (IP_ADDRESSES, IP_ROUTES)
+IP_NEIGHBOURS = OpcodeSpec(
+    name="ip/neighbours/v1",
+    boot_volatile=True,
+    summary="Add permanent neighbour entries on a sandbox Ethernet link the call configures.",
+    changes=(
+        "Adds a permanent neighbour entry (IP address to MAC address) for each listed "
+        "neighbour on the granted Ethernet link inside the Pod's namespace, over an entry "
+        "the kernel learned by itself. Refused, with nothing changed, when the link has a "
+        "permanent or no-ARP entry for one of the addresses."
+    ),
+    undo=(
+        "Deletes exactly the entries it added, each matched by the link's recorded identity "
+        "in the recorded namespace, the address, the MAC address and the permanent state; "
+        "an entry someone removed is left removed, one changed by someone else is left in "
+        "place and the effect quarantined."
+    ),
+    parameters=IpNeighboursParameters,
+    inputs={
+        "interface": PortSpec(
+            HandleType.KERNEL_INTERFACE, _ETHERNET, ScopeKind.SANDBOX, Access.EXCLUSIVE_CONFIGURE
+        )
+    },
+    outputs={
+        "interface": PortSpec(
+            HandleType.KERNEL_INTERFACE,
+            _ETHERNET,
+            ScopeKind.SANDBOX,
+            grants=_CONFIGURE_GRANTS,
+            inherits="interface",
+        )
+    },
+    hooks=_CONNECT,
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=_RECOVERY,
+    requires=frozenset({"same-sandbox", "owned-link", "exclusive-grant", "neighbours-absent"}),
+    postconditions=frozenset({"neighbours-present"}),
+)
+
+SPECS: tuple[OpcodeSpec, ...] = (IP_ADDRESSES, IP_ROUTES, IP_NEIGHBOURS)

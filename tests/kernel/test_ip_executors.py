@@ -43,9 +43,10 @@ def route_get(ns: str, destination: str) -> dict[str, Any]:
     return dict(found[0])
 
 
-def l3_state(ns: str) -> tuple[Any, Any, Any]:
-    """Addresses (without lifetimes) and routes of every family, to compare namespaces;
-    IPv6 link-local ones left out (the kernel adds them when a link comes up, whenever)."""
+def l3_state(ns: str) -> tuple[Any, Any, Any, Any]:
+    """Addresses (without lifetimes), routes of every family and configured neighbour
+    entries, to compare namespaces; IPv6 link-local ones left out (the kernel adds them when
+    a link comes up, whenever), as are the neighbours the kernel learns."""
     addrs = sorted(
         (a["ifname"], i["local"], i["prefixlen"])
         for a in ip_json(ns, "addr")
@@ -58,7 +59,11 @@ def l3_state(ns: str) -> tuple[Any, Any, Any]:
         for r in ip_json(ns, "-6", "route", "show", "table", "all")
         if not str(r.get("dst", "")).startswith("fe80:")
     ]
-    return addrs, v4, v6
+    neigh = sorted(
+        (n["dev"], n["dst"], n.get("lladdr", ""), tuple(n.get("state", ())))
+        for n in ip_json(ns, "neigh", "show", "nud", "permanent")
+    )
+    return addrs, v4, v6, neigh
 
 
 def child(w: World, sandbox: str, parent_handle: Handle, op: str) -> tuple[Any, Done]:
@@ -307,3 +312,80 @@ def test_undo_after_the_sandbox_is_gone_is_a_no_op() -> None:
             EXECUTORS[done.kind].undo(
                 dataclasses.replace(done.ctx, env=fresh), done.before, done.observed.outputs
             )
+
+
+def neighbours(ns: str) -> dict[str, tuple[str, list[str]]]:
+    return {
+        n["dst"]: (n.get("lladdr", ""), n.get("state", []))
+        for n in ip_json(ns, "neigh", "show", "dev", "net1")
+    }
+
+
+def test_permanent_neighbours_resolve_without_discovery_and_undo_removes_them() -> None:
+    with world() as w:
+        sandboxes, children = _two_children(w)
+        (env, mk), (env2, mk2) = children
+        sb = sandboxes[0]
+        for e, m, me, op in ((env, mk, 2, "op0"), (env2, mk2, 3, "op1")):
+            drive(
+                e,
+                ADDRESSES,
+                {"interface": (m.output(),)},
+                {"addresses": [f"10.60.0.{me}/24", f"fd60::{me}/64"], "nodad": True},
+                op,
+                "addr",
+            )
+        peer_mac = str(mk2.output().observations["mac"])
+        done = drive(
+            env,
+            "ip/neighbours/v1",
+            {"interface": (mk.output(),)},
+            {
+                "neighbours": [
+                    {"address": "10.60.0.3", "lladdr": peer_mac},
+                    {"address": "fd60::3", "lladdr": peer_mac},
+                ]
+            },
+            "op0",
+            "neigh",
+        )
+        entries = neighbours(sb)
+        assert entries["10.60.0.3"] == (peer_mac, ["PERMANENT"])
+        assert entries["fd60::3"] == (peer_mac, ["PERMANENT"])
+        assert ping(sb, "10.60.0.3") and ping(sb, "fd60::3")  # no discovery needed: permanent
+        assert neighbours(sb)["10.60.0.3"] == (peer_mac, ["PERMANENT"])
+        done.undo()
+        entries = neighbours(sb)
+        assert "10.60.0.3" not in entries and "fd60::3" not in entries
+
+
+def test_a_learned_neighbour_is_written_over_a_configured_one_refuses() -> None:
+    with world() as w:
+        sandboxes, children = _two_children(w)
+        (env, mk), (env2, mk2) = children
+        sb = sandboxes[0]
+        for e, m, me, op in ((env, mk, 2, "op0"), (env2, mk2, 3, "op1")):
+            drive(
+                e,
+                ADDRESSES,
+                {"interface": (m.output(),)},
+                {"addresses": [f"10.61.0.{me}/24"]},
+                op,
+                "a",
+            )
+        assert ping(sb, "10.61.0.3")  # the kernel learns the peer
+        assert neighbours(sb)["10.61.0.3"][1] != ["PERMANENT"]
+        parameters = {"neighbours": [{"address": "10.61.0.3", "lladdr": "02:00:00:00:61:03"}]}
+        done = drive(env, "ip/neighbours/v1", {"interface": (mk.output(),)}, parameters)
+        assert neighbours(sb)["10.61.0.3"] == ("02:00:00:00:61:03", ["PERMANENT"])
+        done.undo()
+        subprocess.run(
+            ["ip", "netns", "exec", sb, "ip", "neigh", "add", "10.61.0.3", "lladdr",
+             "02:00:00:00:61:09", "nud", "permanent", "dev", "net1"],
+            check=True,
+        )  # fmt: skip
+        ex = EXECUTORS["ip/neighbours/v1"]
+        ctx = EffectContext("op", "n", {"interface": (mk.output(),)}, parameters, env)
+        with pytest.raises(ExecutorError) as refused:
+            ex.capture(ctx)
+        assert refused.value.code == "E_NEIGHBOUR_EXISTS"

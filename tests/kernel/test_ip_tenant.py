@@ -248,3 +248,27 @@ def test_through_the_runner_an_unprovable_address_quarantines_only_its_effect(
     assert states["create"][0] is EffectState.UNDONE
     assert by_name(w.ipr(sb), "net1") is None
     node.cleanup("t-prep")
+
+
+def test_a_neighbour_entry_changed_by_the_tenant_is_left_and_quarantined() -> None:
+    with world() as w:
+        sb, env, _, _, rts = attached(w)
+        done = drive(
+            env,
+            "ip/neighbours/v1",
+            {"interface": (rts.output(),)},
+            {
+                "neighbours": [
+                    {"address": "10.70.0.1", "lladdr": "02:00:00:00:70:01"},
+                    {"address": "fd70::1", "lladdr": "02:00:00:00:70:01"},
+                ]
+            },
+            "op",
+            "neigh",
+        )
+        tenant(sb, "neigh", "replace", "10.70.0.1", "lladdr", "02:00:00:00:70:99", "nud",
+               "permanent", "dev", "net1")  # fmt: skip
+        assert refused(done) == "E_NEIGHBOUR_NOT_OWNED"
+        left = {n["dst"]: n.get("lladdr") for n in ip_json(sb, "neigh", "show", "dev", "net1")}
+        assert left.get("10.70.0.1") == "02:00:00:00:70:99"  # the tenant's
+        assert "fd70::1" not in left  # ours: deleted

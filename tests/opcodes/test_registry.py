@@ -47,6 +47,7 @@ VOCABULARY = {
     "sriov/vf-configure/v1",
     "ip/addresses/v1",
     "ip/routes/v1",
+    "ip/neighbours/v1",
 }
 
 P, C = Hook.PREPARE, Hook.CONNECT
@@ -79,6 +80,7 @@ CONTRACT = {
     "sriov/vf-configure/v1": ({P}, REV),
     "ip/addresses/v1": ({C}, REV),
     "ip/routes/v1": ({C}, REV),
+    "ip/neighbours/v1": ({C}, REV),
 }
 
 SPECS = sorted(ALL_SPECS, key=lambda s: s.name)
