@@ -20,6 +20,7 @@ from dmn.opcodes.ip.specs import (
     MAX_ADDRESSES,
     MAX_ROUTES,
     IpAddressesParameters,
+    IpNeighboursParameters,
     IpRoutesParameters,
 )
 
@@ -241,3 +242,29 @@ def test_the_test_plugin_is_clean(tmp_path: Path) -> None:
     root = _copy_plugin(tmp_path, (PLUGIN / "connect.yaml").read_text())
     result = lint.lint_paths([str(root)], include_builtins=False)
     assert result.diagnostics == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        ({"address": "10.0.0.9", "lladdr": "03:00:00:00:00:09"}, "multicast MAC"),
+        ({"address": "10.0.0.9", "lladdr": "00:00:00:00:00:00"}, "zero MAC"),
+        ({"address": "10.0.0.9", "lladdr": "02:AA:00:00:00:09"}, "should match pattern"),
+        ({"address": "10.0.0.9/24", "lladdr": "02:00:00:00:00:09"}, "takes no prefix"),
+        ({"address": "ff02::1", "lladdr": "02:00:00:00:00:09"}, "multicast"),
+        ({"address": "10.0.0.9", "lladdr": "02:00:00:00:00:09", "dev": "x"}, "Extra inputs"),
+    ],
+)
+def test_bad_neighbours_are_refused_with_the_reason(entry: dict[str, Any], why: str) -> None:
+    problem = _problem(IpNeighboursParameters, {"neighbours": [entry]})
+    assert problem is not None and why in problem, problem
+
+
+def test_a_neighbour_listed_twice_or_too_many_is_refused() -> None:
+    entry = {"address": "fd00::9", "lladdr": "02:00:00:00:00:09"}
+    twice = [entry, {**entry, "address": "fd00:0::9"}]
+    problem = _problem(IpNeighboursParameters, {"neighbours": twice})
+    assert problem is not None and "listed twice" in problem
+    many = [{"address": f"10.0.0.{i + 1}", "lladdr": entry["lladdr"]} for i in range(17)]
+    problem = _problem(IpNeighboursParameters, {"neighbours": many})
+    assert problem is not None and "at most 16" in problem
