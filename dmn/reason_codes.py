@@ -714,6 +714,23 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "not wanted by hand, then `dmn journal resolve` the effect.",
     ),
     _r(
+        "E_RULE_EXISTS",
+        EXEC,
+        "A policy routing rule of the family holds a priority ip/rules would use (or one "
+        "appeared while adding); a rule the effect did not add is never adopted. Nothing was "
+        "changed.",
+        "Choose other priorities or find what else configures the sandbox's rules.",
+    ),
+    _r(
+        "E_RULE_NOT_OWNED",
+        EXEC,
+        "Undo of ip/rules left a rule in place that holds a recorded priority with other "
+        "attributes: someone changed it. The rules proven ours were deleted; the effect is "
+        "quarantined.",
+        "Inspect the sandbox's rules (`dmn journal show` names the rule), remove what is not "
+        "wanted by hand, then `dmn journal resolve` the effect.",
+    ),
+    _r(
         "E_NEIGHBOUR_EXISTS",
         EXEC,
         "The link has a permanent or no-ARP neighbour entry for an address ip/neighbours "

@@ -56,6 +56,7 @@ REQUIRES: Mapping[str, str] = MappingProxyType(
         "effect did not add is never adopted)",
         "routes-absent": "no route with the destination, table and metric of a route to add "
         "exists in the sandbox",
+        "rules-absent": "no rule of the family holds a priority of a rule to add",
         "neighbours-absent": "the link has no permanent or no-ARP neighbour entry for an "
         "address to add (a learned one is the kernel's cache and is written over)",
     }
@@ -93,6 +94,7 @@ POSTCONDITIONS: Mapping[str, str] = MappingProxyType(
         "address detection), with its kernel creation stamp recorded",
         "routes-present": "every added route is in the sandbox with each recorded key and "
         "attribute",
+        "rules-present": "every added rule is in the sandbox with each recorded attribute",
         "neighbours-present": "every added neighbour entry is on the link, permanent, with "
         "the requested MAC address",
     }

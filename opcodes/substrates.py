@@ -37,7 +37,7 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         "host kernel (veth stand-ins, ping)",
     ),
     SubstrateRow(
-        ("ip/addresses", "ip/routes", "ip/neighbours"),
+        ("ip/addresses", "ip/routes", "ip/neighbours", "ip/rules"),
         ("opcodes/ip/",),
         "host kernel (macvlan and veth stand-ins in scratch namespaces; ping and `ip route "
         "get` inside the sandbox; a tenant with CAP_NET_ADMIN re-adding, changing and "

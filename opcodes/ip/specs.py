@@ -21,7 +21,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from dmn.opcodes.parameter_types import ParameterModel
 from dmn.opcodes.spec import OpcodeSpec, PortSpec
@@ -310,6 +310,63 @@ class IpNeighboursParameters(ParameterModel):
         return self
 
 
+MAX_RULES = 16
+RulePriority = Annotated[int, Field(ge=1, le=32765)]
+"""A rule priority; 0 (``local``), 32766 (``main``) and 32767 (``default``) are the
+kernel's own rules."""
+
+
+class Rule(ParameterModel):
+    """One policy routing rule: ``priority`` (1-32765, free in the sandbox), ``from`` and/or
+    ``to`` (prefixes with no host bits set, one family), ``table`` (as a route's) and
+    ``iif``/``oif`` (match the granted interface as the input or output link)."""
+
+    model_config = ConfigDict(**{**ParameterModel.model_config, "serialize_by_alias": True})
+
+    priority: RulePriority
+    from_: RouteDestination | None = Field(default=None, alias="from")
+    to: RouteDestination | None = None
+    table: RouteTable
+    iif: bool = False
+    oif: bool = False
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Rule:
+        if self.table in RESERVED_TABLES:
+            raise ValueError(f"table {self.table} is the kernel's own (253 default, 255 local)")
+        prefixes = [p for p in (self.from_, self.to) if p is not None]
+        if not prefixes:
+            raise ValueError(f"rule {self.priority}: set from and/or to (they give the family)")
+        if "default" in prefixes:
+            raise ValueError(f"rule {self.priority}: from/to take a prefix, not 'default'")
+        if len({ipaddress.ip_network(p).version for p in prefixes}) != 1:
+            raise ValueError(f"rule {self.priority}: from and to must be of one family")
+        return self
+
+    @property
+    def version(self) -> int:
+        prefix = self.from_ if self.from_ is not None else self.to
+        assert prefix is not None  # the validator requires one
+        return ipaddress.ip_network(prefix).version
+
+
+class IpRulesParameters(ParameterModel):
+    """Policy routing rules (1-16) sending matching traffic to a table; no two of one family
+    share a priority."""
+
+    rules: list[Rule] = Field(min_length=1, max_length=MAX_RULES)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> IpRulesParameters:
+        seen: set[tuple[int, int]] = set()
+        for rule in self.rules:
+            key = (rule.version, rule.priority)
+            if key in seen:
+                raise ValueError(f"two IPv{key[0]} rules with priority {key[1]}")
+            seen.add(key)
+        return self
+
+
 _ANY_LINK = frozenset({LinkType.ETHERNET, LinkType.INFINIBAND})
 _ETHERNET = frozenset({LinkType.ETHERNET})
 _CONNECT = frozenset({Hook.CONNECT})
@@ -426,4 +483,30 @@ IP_NEIGHBOURS = OpcodeSpec(
     postconditions=frozenset({"neighbours-present"}),
 )
 
-SPECS: tuple[OpcodeSpec, ...] = (IP_ADDRESSES, IP_ROUTES, IP_NEIGHBOURS)
+IP_RULES = OpcodeSpec(
+    name="ip/rules/v1",
+    boot_volatile=True,
+    summary="Add policy routing rules in the sandbox, matching the granted link by name.",
+    changes=(
+        "Adds each listed policy routing rule (priority, from/to prefixes, table, and "
+        "optionally the granted link as input or output interface, by its name at capture) "
+        "to the Pod's namespace, with protocol `static`. Refused, with nothing changed, when "
+        "a rule of the family holds one of the priorities."
+    ),
+    undo=(
+        "Deletes exactly the rules it added, each matched by every recorded attribute, in the "
+        "recorded namespace while the link proves to be the recorded one; a rule someone "
+        "removed is left removed, one changed by someone else is left in place and the "
+        "effect quarantined."
+    ),
+    parameters=IpRulesParameters,
+    inputs=_INTERFACE_IN,
+    outputs=_INTERFACE_OUT,
+    hooks=_CONNECT,
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=_RECOVERY,
+    requires=frozenset({"same-sandbox", "owned-link", "exclusive-grant", "rules-absent"}),
+    postconditions=frozenset({"rules-present"}),
+)
+
+SPECS: tuple[OpcodeSpec, ...] = (IP_ADDRESSES, IP_ROUTES, IP_NEIGHBOURS, IP_RULES)

@@ -46,7 +46,8 @@ def route_get(ns: str, destination: str) -> dict[str, Any]:
 def l3_state(ns: str) -> tuple[Any, Any, Any, Any]:
     """Addresses (without lifetimes), routes of every family and configured neighbour
     entries, to compare namespaces; IPv6 link-local ones left out (the kernel adds them when
-    a link comes up, whenever), as are the neighbours the kernel learns."""
+    a link comes up, whenever), as are the neighbours the kernel learns; and the policy
+    routing rules."""
     addrs = sorted(
         (a["ifname"], i["local"], i["prefixlen"])
         for a in ip_json(ns, "addr")
@@ -63,7 +64,8 @@ def l3_state(ns: str) -> tuple[Any, Any, Any, Any]:
         (n["dev"], n["dst"], n.get("lladdr", ""), tuple(n.get("state", ())))
         for n in ip_json(ns, "neigh", "show", "nud", "permanent")
     )
-    return addrs, v4, v6, neigh
+    rules = [ip_json(ns, "-4", "rule"), ip_json(ns, "-6", "rule")]
+    return addrs, v4, v6, (neigh, rules)
 
 
 def child(w: World, sandbox: str, parent_handle: Handle, op: str) -> tuple[Any, Done]:
@@ -389,3 +391,50 @@ def test_a_learned_neighbour_is_written_over_a_configured_one_refuses() -> None:
         with pytest.raises(ExecutorError) as refused:
             ex.capture(ctx)
         assert refused.value.code == "E_NEIGHBOUR_EXISTS"
+
+
+def test_rules_steer_lookups_into_their_table_and_undo_removes_exactly_them() -> None:
+    with world() as w:
+        sandboxes, children = _two_children(w)
+        env, mk = children[0]
+        sb = sandboxes[0]
+        baseline = l3_state(sb)
+        addrs = drive(
+            env,
+            ADDRESSES,
+            {"interface": (mk.output(),)},
+            {"addresses": ["10.62.0.2/24", "fd62::2/64"], "nodad": True},
+        )
+        routes = drive(
+            env,
+            ROUTES,
+            {"interface": (addrs.output(),)},
+            {
+                "routes": [
+                    {"destination": "10.63.0.0/16", "gateway": "10.62.0.1", "table": 100},
+                    {"destination": "fd63::/48", "gateway": "fd62::1", "table": 100},
+                ]
+            },
+        )
+        rules = drive(
+            env,
+            "ip/rules/v1",
+            {"interface": (routes.output(),)},
+            {
+                "rules": [
+                    {"priority": 1000, "to": "10.63.0.0/16", "table": 100, "oif": True},
+                    {"priority": 1000, "from": "fd62::/64", "table": 100},
+                ]
+            },
+        )
+        mine = [r for r in ip_json(sb, "-4", "rule") if r["priority"] == 1000]
+        assert [(r["dst"], r["table"], r.get("oif")) for r in mine] == [
+            ("10.63.0.0", "100", "net1")
+        ]
+        got = ip_json(sb, "route", "get", "10.63.1.1", "oif", "net1")
+        assert got[0]["gateway"] == "10.62.0.1"  # the route is only in table 100
+        got6 = ip_json(sb, "-6", "route", "get", "fd63::1", "from", "fd62::2")
+        assert got6[0]["gateway"] == "fd62::1"
+        for done in (rules, routes, addrs):
+            done.undo()
+        assert l3_state(sb) == baseline

@@ -272,3 +272,27 @@ def test_a_neighbour_entry_changed_by_the_tenant_is_left_and_quarantined() -> No
         left = {n["dst"]: n.get("lladdr") for n in ip_json(sb, "neigh", "show", "dev", "net1")}
         assert left.get("10.70.0.1") == "02:00:00:00:70:99"  # the tenant's
         assert "fd70::1" not in left  # ours: deleted
+
+
+def test_a_rule_changed_by_the_tenant_is_left_and_quarantined() -> None:
+    with world() as w:
+        sb, env, _, _, rts = attached(w)
+        done = drive(
+            env,
+            "ip/rules/v1",
+            {"interface": (rts.output(),)},
+            {
+                "rules": [
+                    {"priority": 900, "from": "10.70.0.0/24", "table": 100},
+                    {"priority": 901, "from": "fd70::/64", "table": 100, "iif": True},
+                ]
+            },
+            "op",
+            "rules",
+        )
+        tenant(sb, "rule", "del", "priority", "900")
+        tenant(sb, "rule", "add", "priority", "900", "from", "10.70.0.0/24", "table", "101",
+               "protocol", "static")  # fmt: skip
+        assert refused(done) == "E_RULE_NOT_OWNED"
+        assert [r["table"] for r in ip_json(sb, "-4", "rule") if r["priority"] == 900] == ["101"]
+        assert not [r for r in ip_json(sb, "-6", "rule") if r["priority"] == 901]

@@ -22,6 +22,7 @@ from dmn.opcodes.ip.specs import (
     IpAddressesParameters,
     IpNeighboursParameters,
     IpRoutesParameters,
+    IpRulesParameters,
 )
 
 PLUGIN = Path(__file__).resolve().parents[1] / "kernel/plugins/macvlan-l3/v1"
@@ -268,3 +269,31 @@ def test_a_neighbour_listed_twice_or_too_many_is_refused() -> None:
     many = [{"address": f"10.0.0.{i + 1}", "lladdr": entry["lladdr"]} for i in range(17)]
     problem = _problem(IpNeighboursParameters, {"neighbours": many})
     assert problem is not None and "at most 16" in problem
+
+
+@pytest.mark.parametrize(
+    ("rule", "why"),
+    [
+        ({"priority": 100, "table": 100}, "set from and/or to"),
+        ({"priority": 100, "from": "10.0.0.1/24", "table": 100}, "host bits"),
+        ({"priority": 100, "from": "10.0.0.0/24", "to": "fd00::/64", "table": 100}, "one family"),
+        ({"priority": 0, "from": "10.0.0.0/24", "table": 100}, "greater than or equal to 1"),
+        ({"priority": 32766, "from": "10.0.0.0/24", "table": 100}, "less than or equal"),
+        ({"priority": 100, "from": "10.0.0.0/24", "table": 255}, "kernel's own"),
+        ({"priority": 100, "from": "default", "table": 100}, "not 'default'"),
+        ({"priority": 100, "from": "10.0.0.0/24", "table": 100, "iif": "net1"}, "valid boolean"),
+    ],
+)
+def test_bad_rules_are_refused_with_the_reason(rule: dict[str, Any], why: str) -> None:
+    problem = _problem(IpRulesParameters, {"rules": [rule]})
+    assert problem is not None and why in problem, problem
+
+
+def test_rules_of_one_family_need_distinct_priorities_and_round_trip_by_alias() -> None:
+    rule = {"priority": 100, "from": "10.0.0.0/24", "table": 100}
+    problem = _problem(IpRulesParameters, {"rules": [rule, {**rule, "table": 101}]})
+    assert problem is not None and "priority 100" in problem
+    both = {"rules": [rule, {"priority": 100, "to": "fd00::/64", "table": 100}]}
+    model = IpRulesParameters.model_validate_json(json.dumps(both), strict=True)
+    again = IpRulesParameters.model_validate_json(model.model_dump_json(), strict=True)
+    assert again == model and '"from"' in model.model_dump_json()

@@ -45,6 +45,7 @@ VALID: dict[str, dict[str, Any]] = {
     "sriov/vf-configure/v1": {"mac": "02:00:00:00:00:01", "vlan": 100, "qos": 3, "trust": True},
     "ip/addresses/v1": {"addresses": ["10.0.0.2/24", "fd00::2/64"], "nodad": True},
     "ip/routes/v1": {"routes": [{"destination": "10.2.0.0/16", "gateway": "10.0.0.1"}]},
+    "ip/rules/v1": {"rules": [{"priority": 100, "from": "10.0.0.0/24", "table": 100}]},
     "ip/neighbours/v1": {"neighbours": [{"address": "10.0.0.9", "lladdr": "02:00:00:00:00:09"}]},
 }
 

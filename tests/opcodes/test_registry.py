@@ -48,6 +48,7 @@ VOCABULARY = {
     "ip/addresses/v1",
     "ip/routes/v1",
     "ip/neighbours/v1",
+    "ip/rules/v1",
 }
 
 P, C = Hook.PREPARE, Hook.CONNECT
@@ -81,6 +82,7 @@ CONTRACT = {
     "ip/addresses/v1": ({C}, REV),
     "ip/routes/v1": ({C}, REV),
     "ip/neighbours/v1": ({C}, REV),
+    "ip/rules/v1": ({C}, REV),
 }
 
 SPECS = sorted(ALL_SPECS, key=lambda s: s.name)
