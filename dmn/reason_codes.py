@@ -681,6 +681,74 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "`dmn journal resolve` the effect.",
     ),
     _r(
+        "E_ADDRESS_EXISTS",
+        EXEC,
+        "The link already has an address ip/addresses would add (or it appeared while "
+        "adding); an address the effect did not add is never adopted. Nothing was changed.",
+        "Remove the address from the plugin's parameters or find what else configures the link.",
+    ),
+    _r(
+        "E_ADDRESS_NOT_OWNED",
+        EXEC,
+        "Undo of ip/addresses left an address in place it cannot prove it added: its kernel "
+        "creation stamp differs from the recorded one (someone deleted and re-added it), or "
+        "it is the IPv4 primary of a secondary address that is not ours. The addresses "
+        "proven ours were deleted; the effect is quarantined.",
+        "Inspect the link (`dmn journal show` names the addresses), remove what is not "
+        "wanted by hand, then `dmn journal resolve` the effect.",
+    ),
+    _r(
+        "E_ROUTE_EXISTS",
+        EXEC,
+        "A route with the destination, table and metric of a route ip/routes would add "
+        "exists (or appeared while adding); a route the effect did not add is never adopted. "
+        "Nothing was changed.",
+        "Choose another metric or table, or find what else configures the sandbox's routes.",
+    ),
+    _r(
+        "E_ROUTE_NOT_OWNED",
+        EXEC,
+        "Undo of ip/routes left a route in place that has the recorded key but other "
+        "attributes (gateway, source, link, scope or protocol): someone changed it. The "
+        "routes proven ours were deleted; the effect is quarantined.",
+        "Inspect the sandbox's routes (`dmn journal show` names the route), remove what is "
+        "not wanted by hand, then `dmn journal resolve` the effect.",
+    ),
+    _r(
+        "E_RULE_EXISTS",
+        EXEC,
+        "A policy routing rule of the family holds a priority ip/rules would use (or one "
+        "appeared while adding); a rule the effect did not add is never adopted. Nothing was "
+        "changed.",
+        "Choose other priorities or find what else configures the sandbox's rules.",
+    ),
+    _r(
+        "E_RULE_NOT_OWNED",
+        EXEC,
+        "Undo of ip/rules left a rule in place that holds a recorded priority with other "
+        "attributes: someone changed it. The rules proven ours were deleted; the effect is "
+        "quarantined.",
+        "Inspect the sandbox's rules (`dmn journal show` names the rule), remove what is not "
+        "wanted by hand, then `dmn journal resolve` the effect.",
+    ),
+    _r(
+        "E_NEIGHBOUR_EXISTS",
+        EXEC,
+        "The link has a permanent or no-ARP neighbour entry for an address ip/neighbours "
+        "would add (or one appeared while adding); an entry the effect did not add is never "
+        "adopted. Nothing was changed.",
+        "Remove the entry from the plugin's parameters or find what else configures the link.",
+    ),
+    _r(
+        "E_NEIGHBOUR_NOT_OWNED",
+        EXEC,
+        "Undo of ip/neighbours left an entry in place that has another MAC address or state "
+        "than recorded: someone changed it. The entries proven ours were deleted; the effect "
+        "is quarantined.",
+        "Inspect the link's neighbours (`dmn journal show` names the entry), remove what is "
+        "not wanted by hand, then `dmn journal resolve` the effect.",
+    ),
+    _r(
         "E_IFINDEX_TAKEN",
         EXEC,
         "No free ifindex could be chosen for a link about to be created (eight random picks "

@@ -18,6 +18,7 @@ from dmn.opcodes.devlink.executors import EXECUTORS as DEVLINK
 from dmn.opcodes.ethtool.executors import EXECUTORS as ETHTOOL
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.ib.executors import EXECUTORS as IB
+from dmn.opcodes.ip.executors import EXECUTORS as IP
 from dmn.opcodes.linux.executors import EXECUTORS as LINUX
 from dmn.opcodes.ovs.executors import EXECUTORS as OVS
 from dmn.opcodes.pci.executors import EXECUTORS as PCI
@@ -45,4 +46,5 @@ def default_executors() -> dict[str, Executor]:
         **IB,
         **SYSCTL,
         **ETHTOOL,
+        **IP,
     }

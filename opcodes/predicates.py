@@ -52,6 +52,13 @@ REQUIRES: Mapping[str, str] = MappingProxyType(
         "device-node-identity": "the character device's major/minor match the allocated device",
         "vf-mapping-verified": "the VF index and its PF are verified from sysfs/rtnetlink to be "
         "the allocated function, and the PF's kernel identity is recorded",
+        "addresses-absent": "the link has none of the addresses to add (an address this "
+        "effect did not add is never adopted)",
+        "routes-absent": "no route with the destination, table and metric of a route to add "
+        "exists in the sandbox",
+        "rules-absent": "no rule of the family holds a priority of a rule to add",
+        "neighbours-absent": "the link has no permanent or no-ARP neighbour entry for an "
+        "address to add (a learned one is the kernel's cache and is written over)",
     }
 )
 
@@ -87,5 +94,12 @@ POSTCONDITIONS: Mapping[str, str] = MappingProxyType(
         "requested",
         "features-match": "every requested offload feature of the link is active or inactive "
         "as requested",
+        "addresses-present": "every added address is on the link (none failed duplicate "
+        "address detection), with its kernel creation stamp recorded",
+        "routes-present": "every added route is in the sandbox with each recorded key and "
+        "attribute",
+        "rules-present": "every added rule is in the sandbox with each recorded attribute",
+        "neighbours-present": "every added neighbour entry is on the link, permanent, with "
+        "the requested MAC address",
     }
 )

@@ -23,6 +23,7 @@ from dmn.opcodes.bridge import specs as bridge
 from dmn.opcodes.devlink import specs as devlink
 from dmn.opcodes.ethtool import specs as ethtool
 from dmn.opcodes.ib import specs as ib
+from dmn.opcodes.ip import specs as ip
 from dmn.opcodes.linux import specs as linux
 from dmn.opcodes.ovs import specs as ovs
 from dmn.opcodes.pci import specs as pci
@@ -48,6 +49,7 @@ ALL_SPECS: tuple[OpcodeSpec, ...] = (
     *sriov.SPECS,
     *sysctl.SPECS,
     *ethtool.SPECS,
+    *ip.SPECS,
 )
 
 

@@ -37,6 +37,14 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         "host kernel (veth stand-ins, ping)",
     ),
     SubstrateRow(
+        ("ip/addresses", "ip/routes", "ip/neighbours", "ip/rules"),
+        ("opcodes/ip/",),
+        "host kernel (macvlan and veth stand-ins in scratch namespaces; ping and `ip route "
+        "get` inside the sandbox; a tenant with CAP_NET_ADMIN re-adding, changing and "
+        "replacing before undo)",
+        "IPv4 and IPv6",
+    ),
+    SubstrateRow(
         ("linux/create-ipvlan", "linux/create-vlan", "linux/create-bond", "linux/attach-master"),
         ("opcodes/linux/",),
         "lab kernel (veth stand-ins, ping)",

@@ -57,6 +57,10 @@ OWNERS: Mapping[str, str] = {
     "ib/port-configure/v1": "tests.kernel.test_ib_programs",
     "sysctl/interface/v1": "tests.kernel.test_program_crashes",  # a test plugin's line
     "ethtool/features/v1": "tests.kernel.test_program_crashes",
+    "ip/addresses/v1": "tests.kernel.test_program_crashes",
+    "ip/routes/v1": "tests.kernel.test_program_crashes",
+    "ip/neighbours/v1": "tests.kernel.test_program_crashes",
+    "ip/rules/v1": "tests.kernel.test_program_crashes",
 }  # share/hold-parent has none: macvlan (host) and ipvlan (lab) shares differ in the kernel
 
 

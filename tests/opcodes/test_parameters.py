@@ -45,6 +45,10 @@ VALID: dict[str, dict[str, Any]] = {
     "sriov/vf-configure/v1": {"mac": "02:00:00:00:00:01", "vlan": 100, "qos": 3, "trust": True},
     "sysctl/interface/v1": {"ipv4RpFilter": 2, "ipv4ArpIgnore": 8, "ipv6Disable": False},
     "ethtool/features/v1": {"features": {"rx-gro": True, "tx-checksum-ip-generic": False}},
+    "ip/addresses/v1": {"addresses": ["10.0.0.2/24", "fd00::2/64"], "nodad": True},
+    "ip/routes/v1": {"routes": [{"destination": "10.2.0.0/16", "gateway": "10.0.0.1"}]},
+    "ip/rules/v1": {"rules": [{"priority": 100, "from": "10.0.0.0/24", "table": 100}]},
+    "ip/neighbours/v1": {"neighbours": [{"address": "10.0.0.9", "lladdr": "02:00:00:00:00:09"}]},
 }
 
 #: Values each field must refuse (beyond wrong JSON types, tested generically).
@@ -69,6 +73,8 @@ OUT_OF_RANGE: dict[str, list[Any]] = {
     "ipv4RpFilter": [-1, 3],
     "ipv4ArpIgnore": [-1, 4, 7, 9],
     "features": [{}, {"gro": True}, {"../rx-gro": True}, {"rx-gro": 1}],
+    "addresses": [[], ["10.0.0.0/24"], ["10.0.0.2"], ["10.0.0.2/24"] * 2, ["x"] * 17],
+    "routes": [[], [{"destination": "10.2.0.1/16"}], [{"destination": "default"}]],
 }
 
 REGISTRY = default_registry()

@@ -47,6 +47,10 @@ VOCABULARY = {
     "sriov/vf-configure/v1",
     "sysctl/interface/v1",
     "ethtool/features/v1",
+    "ip/addresses/v1",
+    "ip/routes/v1",
+    "ip/neighbours/v1",
+    "ip/rules/v1",
 }
 
 P, C = Hook.PREPARE, Hook.CONNECT
@@ -79,6 +83,10 @@ CONTRACT = {
     "sriov/vf-configure/v1": ({P}, REV),
     "sysctl/interface/v1": ({C}, REV),
     "ethtool/features/v1": ({C}, REV),
+    "ip/addresses/v1": ({C}, REV),
+    "ip/routes/v1": ({C}, REV),
+    "ip/neighbours/v1": ({C}, REV),
+    "ip/rules/v1": ({C}, REV),
 }
 
 SPECS = sorted(ALL_SPECS, key=lambda s: s.name)

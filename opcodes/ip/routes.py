@@ -1,0 +1,81 @@
+"""Executor of ``ip/routes/v1``: routes added through a granted sandbox link.
+
+A route is known by the kernel's key (family, table, destination prefix, metric) and its
+attributes (gateway, preferred source, output link, scope, protocol, type); the
+before-image records every one of them for each route, with the link's ifindex in the
+recorded namespace as the output link, and the kernel deletes a route only when every
+attribute the request names matches. The lifecycle (refuse a taken key, take back on
+failure, undo only what matches every attribute, ``E_ROUTE_EXISTS`` /
+``E_ROUTE_NOT_OWNED``) is :class:`~dmn.opcodes.ip.keyed_entries.KeyedEntries`'; a kernel
+refusal of a gateway the link cannot reach is ``E_NETLINK_101``.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Hashable
+from typing import Any
+
+from dmn.host.rtnetlink.links import LinkState
+from dmn.host.rtnetlink.routes import (
+    RTPROT_STATIC,
+    RouteEntry,
+    add_route,
+    delete_route,
+    routes_of,
+)
+from dmn.opcodes.executor import EffectContext
+from dmn.opcodes.ip import specs
+from dmn.opcodes.ip.keyed_entries import KeyedEntries
+from dmn.opcodes.spec import OpcodeSpec
+
+
+def entry_of(route: specs.Route, oif: int) -> RouteEntry:
+    """The kernel route a validated parameter entry asks for, through link ``oif``."""
+    network = route.network()
+    return RouteEntry(
+        family=int(socket.AF_INET if route.version == 4 else socket.AF_INET6),
+        table=route.resolved_table(),
+        destination=str(network.network_address),
+        prefixlen=network.prefixlen,
+        metric=route.resolved_metric(),
+        gateway=str(specs.address_of(route.gateway)) if route.gateway else "",
+        source=str(specs.address_of(route.source)) if route.source else "",
+        oif=oif,
+        scope=route.resolved_scope(),
+        protocol=RTPROT_STATIC,
+    )
+
+
+class IpRoutes(KeyedEntries[RouteEntry]):
+    """``ip/routes/v1``."""
+
+    spec: OpcodeSpec = specs.IP_ROUTES
+    what = "route"
+    exists_code = "E_ROUTE_EXISTS"
+    not_owned_code = "E_ROUTE_NOT_OWNED"
+
+    def wanted(self, ctx: EffectContext, link: LinkState) -> list[RouteEntry]:
+        parameters = specs.IpRoutesParameters.model_validate(ctx.parameters)
+        return [entry_of(route, link.index) for route in parameters.routes]
+
+    def from_json(self, data: dict[str, Any]) -> RouteEntry:
+        return RouteEntry.from_json(data)
+
+    def live(
+        self, ipr: Any, link: LinkState, entries: list[RouteEntry]
+    ) -> dict[Hashable, RouteEntry]:
+        out: dict[Hashable, RouteEntry] = {}
+        for family in sorted({r.family for r in entries}):
+            for entry in routes_of(ipr, family):
+                out.setdefault(entry.key, entry)
+        return out
+
+    def add(self, ipr: Any, entry: RouteEntry, over: RouteEntry | None) -> None:
+        add_route(ipr, entry)
+
+    def delete(self, ipr: Any, entry: RouteEntry) -> bool:
+        return delete_route(ipr, entry)
+
+    def describe(self, entry: RouteEntry) -> str:
+        return entry.describe()
