@@ -1,0 +1,105 @@
+"""Hostile input to every ``dmn`` command (issue 39): files that are not regular files,
+huge files, bad state directories and random argument vectors and bytes. Every case runs
+the real command in a child process with a memory ceiling, and must end with a reason code
+and a documented exit status — never a traceback, never a hang, never an unbounded read."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPOLOGY = ROOT / "examples" / "topologies" / "shared-macvlan.yaml"
+#: Address space a command may use: a read of /dev/zero or a 4-GiB file breaks it.
+MEMORY_CEILING = 1536 * 1024 * 1024
+
+pytestmark = pytest.mark.adversarial
+
+
+def _ceiling() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CEILING, MEMORY_CEILING))
+
+
+def dmn(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``dmn ARGV`` in a child with the memory ceiling; a hang fails the test by timeout."""
+    return subprocess.run(
+        [sys.executable, "-m", "dmn", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=_ceiling,
+    )
+
+
+def assert_clean_refusal(proc: subprocess.CompletedProcess[str], status: int, code: str) -> None:
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    assert proc.returncode == status, proc.stderr + proc.stdout
+    assert f"[{code}]" in proc.stderr + proc.stdout or f'"{code}"' in proc.stdout, proc.stderr
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "pipe.yaml"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.fixture
+def huge(tmp_path: Path) -> Path:
+    """A 4-GiB sparse file: costs no disk, and reading it would cost 4 GiB."""
+    path = tmp_path / "huge.yaml"
+    with path.open("wb") as f:
+        f.truncate(4 << 30)
+    return path
+
+
+@pytest.mark.parametrize("command", ["lint", "compile", "explain"])
+@pytest.mark.parametrize("target", ["fifo", "/dev/zero", "/dev/urandom", "dir", "huge"])
+def test_a_file_that_cannot_be_read_in_bounds_is_refused(
+    command: str, target: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """``dmn compile /dev/zero`` read 8 GB, ``explain`` of a FIFO blocked for ever."""
+    if target in ("fifo", "huge"):
+        path = str(request.getfixturevalue(target))
+    elif target == "dir":
+        path = str(tmp_path)
+    else:
+        path = target
+    if command == "lint" and target == "dir":
+        pytest.skip("lint reads a directory's YAML files")
+    proc = dmn(command, path, "--format", "json")
+    expected = "E_LIMIT" if target == "huge" else "E_IO"
+    assert_clean_refusal(proc, 1 if target == "huge" else 2, expected)
+    (diag,) = json.loads(proc.stdout)
+    assert diag["code"] == expected and diag["file"] == path
+
+
+@pytest.mark.parametrize("command", ["lint", "compile", "explain"])
+@pytest.mark.parametrize("entry", ["fifo", "huge"])
+def test_a_plugins_directory_with_such_an_entry_is_refused(
+    command: str, entry: str, request: pytest.FixtureRequest
+) -> None:
+    """``--plugins DIR`` read every ``*.yaml`` under DIR: a FIFO there hung lint too."""
+    bad = request.getfixturevalue(entry)
+    proc = dmn(command, str(TOPOLOGY), "--plugins", str(bad.parent), "--format", "json")
+    assert_clean_refusal(
+        proc, 1 if entry == "huge" else 2, "E_LIMIT" if entry == "huge" else "E_IO"
+    )
+    assert str(bad) in {d["file"] for d in json.loads(proc.stdout)}
+
+
+def test_a_directory_loop_under_plugins_ends(tmp_path: Path) -> None:
+    loop = tmp_path / "plugins" / "a"
+    loop.mkdir(parents=True)
+    (loop / "up").symlink_to("..")
+    proc = dmn("compile", str(TOPOLOGY), "--plugins", str(tmp_path / "plugins"))
+    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 0, proc.stderr
