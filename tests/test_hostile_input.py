@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rocksdict import Options, Rdict
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = ROOT / "examples" / "topologies" / "shared-macvlan.yaml"
@@ -103,3 +104,79 @@ def test_a_directory_loop_under_plugins_ends(tmp_path: Path) -> None:
     proc = dmn("compile", str(TOPOLOGY), "--plugins", str(tmp_path / "plugins"))
     assert "Traceback" not in proc.stderr
     assert proc.returncode == 0, proc.stderr
+
+
+JOURNAL_COMMANDS = {
+    "show": ["show"],
+    "resolve": ["resolve", "--operation", "op", "--effect", "e", "--reason", "by hand"],
+    "forget": ["forget"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(JOURNAL_COMMANDS))
+@pytest.mark.parametrize("where", ["missing", "a file", "under a file", "/dev/null"])
+def test_journal_commands_on_a_state_dir_without_a_journal_create_nothing(
+    command: str, where: str, tmp_path: Path
+) -> None:
+    """``resolve``/``forget`` on a mistyped path created an empty journal there and exited
+    0 (``resolve`` said E_JOURNAL_NOT_QUARANTINED); a state dir that is a file gave a
+    traceback."""
+    (tmp_path / "afile").write_text("x")
+    state = {
+        "missing": tmp_path / "typo",
+        "a file": tmp_path / "afile",
+        "under a file": tmp_path / "afile" / "state",
+        "/dev/null": Path("/dev/null"),
+    }[where]
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    proc = dmn("journal", *JOURNAL_COMMANDS[command], "--state-dir", str(state))
+    assert_clean_refusal(proc, 1, "E_JOURNAL_MISSING")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def _flushed_journal(state: Path) -> list[Path]:
+    """A journal with one operation, its records in a table file (not only the WAL)."""
+    code = (
+        "import sys; from dmn.agent.journal.store import JournalStore;"
+        "from dmn.engine.runner import Runner;"
+        "from tests.journal.programs import child_program;"
+        "from tests.journal.world import World, world_executors;"
+        "s = JournalStore.open(sys.argv[1]);"
+        "Runner(s, world_executors(World())).run('op', 'att/x', child_program());"
+        "s.close()"
+    )
+    subprocess.run([sys.executable, "-c", code, str(state)], cwd=ROOT, check=True, timeout=120)
+    db = Rdict(str(state / "journal.db"), Options(raw_mode=True))
+    db.flush()
+    db.close()
+    tables = sorted((state / "journal.db").glob("*.sst"))
+    assert tables
+    return tables
+
+
+@pytest.mark.parametrize("command", sorted(JOURNAL_COMMANDS))
+@pytest.mark.parametrize("damage", ["missing table", "damaged table"])
+def test_journal_commands_on_a_damaged_journal_say_corrupt(
+    command: str, damage: str, tmp_path: Path
+) -> None:
+    """A missing table file read as "schema version 0" (E_JOURNAL_SCHEMA); now every
+    command names the damage, E_JOURNAL_CORRUPT, and changes nothing."""
+    for table in _flushed_journal(tmp_path):
+        if damage == "missing table":
+            table.unlink()
+        else:
+            data = bytearray(table.read_bytes())
+            for i in range(64, len(data) - 64, 7):
+                data[i] ^= 0x55
+            table.write_bytes(data)
+    proc = dmn("journal", *JOURNAL_COMMANDS[command], "--state-dir", str(tmp_path))
+    assert_clean_refusal(proc, 1, "E_JOURNAL_CORRUPT")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_journal_show_failure_with_format_json_is_a_json_diagnostic(tmp_path: Path) -> None:
+    proc = dmn("journal", "show", "--state-dir", str(tmp_path), "--format", "json")
+    assert_clean_refusal(proc, 1, "E_JOURNAL_MISSING")
+    (diag,) = json.loads(proc.stdout)
+    assert diag["code"] == "E_JOURNAL_MISSING" and proc.stderr == ""
