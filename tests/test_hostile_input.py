@@ -180,3 +180,86 @@ def test_journal_show_failure_with_format_json_is_a_json_diagnostic(tmp_path: Pa
     assert_clean_refusal(proc, 1, "E_JOURNAL_MISSING")
     (diag,) = json.loads(proc.stdout)
     assert diag["code"] == "E_JOURNAL_MISSING" and proc.stderr == ""
+
+
+LINK_TUNE = ROOT / "examples" / "plugins" / "link-tune" / "v1"
+MTU_LINE = "      mtu: {type: integer, minimum: 576, maximum: 9000}\n"
+
+
+def _plugin(tmp_path: Path, properties: str) -> tuple[Path, int]:
+    """The link-tune example plugin with ``properties`` (YAML lines) in place of its ``mtu``
+    property line; the plugin directory and the 1-based line the first one lands on."""
+    target = tmp_path / "link-tune" / "v1"
+    target.mkdir(parents=True)
+    text = (LINK_TUNE / "plugin.yaml").read_text()
+    assert MTU_LINE in text
+    (target / "plugin.yaml").write_text(text.replace(MTU_LINE, properties))
+    (target / "connect.yaml").write_text((LINK_TUNE / "connect.yaml").read_text())
+    return target, text[: text.index(MTU_LINE)].count("\n") + 1
+
+
+@pytest.mark.parametrize(
+    ("properties", "code", "column", "needle"),
+    [
+        (
+            "      mtu: {type: integer, minimum: 576, maximum: 9000}\n"
+            "      tag: {type: string, minLength: 400000000}\n",
+            "E_LIMIT",
+            None,
+            "string length 400000000",
+        ),
+        (
+            "      mtu: {type: integer, minimum: 576, maximum: 9223372036854775808}\n",
+            "E_LIMIT",
+            51,
+            "outside int64",
+        ),
+        (
+            "      mtu: {type: integer, enum: [-9223372036854775809]}\n",
+            "E_LIMIT",
+            None,
+            "outside int64",
+        ),
+        (
+            "      mtu: {type: integer, minimum: 576, maximum: 9000, default: 99999}\n",
+            "E_SCHEMA",
+            66,
+            "default 99999 is greater than the maximum 9000",
+        ),
+        (
+            "      mtu: {type: integer, minimum: 576, maximum: 9000}\n"
+            "      tags: {type: array, items: {type: string}, maxItems: 400000000}\n",
+            "E_LIMIT",
+            None,
+            "item count 400000000",
+        ),
+    ],
+)
+def test_schema_numbers_are_bounded_at_the_field(
+    tmp_path: Path, properties: str, code: str, column: int | None, needle: str
+) -> None:
+    """A 1-KB plugin whose ``minLength: 400000000`` cost lint 1.6 GB, an int64 overflow
+    (a traceback), a ``default`` its own ``maximum`` refuses (accepted, compiled into the
+    revision): each is one diagnostic at its keyword, under the memory ceiling."""
+    plugin, line = _plugin(tmp_path, properties)
+    proc = dmn("lint", str(plugin), "--format", "json")
+    assert_clean_refusal(proc, 1, code)
+    (diag,) = json.loads(proc.stdout)
+    assert diag["code"] == code and needle in diag["message"], diag
+    assert diag["file"].endswith("plugin.yaml") and diag["line"] in (line, line + 1)
+    if column is not None:
+        assert diag["column"] == column
+
+
+def test_many_costly_patterns_are_refused_each_within_bounds(tmp_path: Path) -> None:
+    """100 distinct ``\\pL{300}`` patterns cost lint 20 s and 395 MB (each accepted under
+    RE2's 8-MiB default); each is now E_PATTERN at its own field."""
+    properties = "      mtu: {type: integer, minimum: 576, maximum: 9000}\n" + "".join(
+        f"      p{i}: {{type: string, pattern: '\\pL{{300}}{'x' * i}'}}\n" for i in range(100)
+    )
+    plugin, line = _plugin(tmp_path, properties)
+    proc = dmn("lint", str(plugin), "--format", "json")
+    assert_clean_refusal(proc, 1, "E_PATTERN")
+    diags = json.loads(proc.stdout)
+    assert {d["code"] for d in diags} == {"E_PATTERN"}
+    assert sorted(d["line"] for d in diags) == list(range(line + 1, line + 101))
