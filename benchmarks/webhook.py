@@ -4,7 +4,7 @@ Measures, in one run, against the real :class:`WebhookServer` on loopback with a
 CA (no API server: builtin plugins):
 
 * ``kept-alive``: reviews of an example topology over one kept-alive HTTPS connection, as
-  the API server sends them (each connection is parked between reviews);
+  the API server sends them (each connection waits in the reception thread between reviews);
 * ``new connection``: the same review on a fresh connection each time (TCP and TLS
   handshake included), what a client without keep-alive pays;
 * ``kept-alive, Nagle on``: the kept-alive row with ``TCP_NODELAY`` off on the server's

@@ -19,6 +19,8 @@ import importlib.metadata
 import sys
 from collections.abc import Sequence
 
+from dmn.cli.command_line import report_usage_error, requested_format
+
 LAB_PACKAGES = ("dmn.cli.lab", "dmn.lab")
 """What a product-only installation leaves out: ``dmn lab``'s command and the lab itself."""
 LAB_NOT_INSTALLED = (
@@ -65,8 +67,11 @@ def dispatch(name: str, argv: Sequence[str]) -> int:
     """Run sub-command ``name``; 2 if it is unknown or not available in this build."""
     entry = COMMANDS.get(name)
     if entry is None:
-        sys.stderr.write(f"dmn: unknown command {name!r}\n{_usage()}\n")
-        return 2
+        fmt = requested_format(argv)
+        status = report_usage_error("dmn", f"unknown command {name!r}", fmt)
+        if fmt != "json":
+            sys.stderr.write(_usage() + "\n")
+        return status
     module_name = entry[0]
     try:
         module = importlib.import_module(module_name)

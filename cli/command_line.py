@@ -108,11 +108,12 @@ def requested_format(argv: Sequence[str]) -> str | None:
     return found
 
 
-def usage_diagnostic(message: str) -> dict[str, str | int]:
-    """The JSON object of a usage error: the keys (and place-less values) of every
-    ``--format json`` diagnostic (``Diagnostic.to_json`` of a diagnostic without a span)."""
+def error_diagnostic(code: str, message: str) -> dict[str, str | int]:
+    """The JSON object of an error that has no place in a document: the keys (and
+    place-less values) of every ``--format json`` diagnostic (``Diagnostic.to_json`` of a
+    diagnostic without a span)."""
     return {
-        "code": USAGE_CODE,
+        "code": code,
         "severity": "error",
         "file": "",
         "line": 1,
@@ -122,13 +123,25 @@ def usage_diagnostic(message: str) -> dict[str, str | int]:
     }
 
 
+def usage_diagnostic(message: str) -> dict[str, str | int]:
+    """The JSON object of a usage error (see :func:`error_diagnostic`)."""
+    return error_diagnostic(USAGE_CODE, message)
+
+
+def report_error(prog: str, code: str, message: str, fmt: str | None, status: int) -> int:
+    """Print one reason-coded error as the command's callers expect it — a JSON array with
+    one diagnostic on stdout when JSON was asked for, else one line on stderr — and return
+    ``status``."""
+    if fmt == "json":
+        sys.stdout.write(json.dumps([error_diagnostic(code, message)], indent=2) + "\n")
+    else:
+        sys.stderr.write(f"{prog}: error[{code}]: {message}\n")
+    return status
+
+
 def report_usage_error(prog: str, message: str, fmt: str | None) -> int:
     """Print one usage error as the command's callers expect it; returns exit status 2."""
-    if fmt == "json":
-        sys.stdout.write(json.dumps([usage_diagnostic(message)], indent=2) + "\n")
-    else:
-        sys.stderr.write(f"{prog}: error[{USAGE_CODE}]: {message}\n")
-    return USAGE_EXIT
+    return report_error(prog, USAGE_CODE, message, fmt, USAGE_EXIT)
 
 
 def run_command(

@@ -88,14 +88,16 @@ def load_topology_inputs(topology: str, plugin_dirs: list[str], fmt: str) -> Top
     """Read a topology file and the plugins it may use (builtins plus ``plugin_dirs``).
 
     Returns the plugins, the NetworkTopology documents, the diagnostics found so far and the
-    sources for rendering; or the exit status (2) after printing an unreadable-input error.
+    sources for rendering; or the exit status (:attr:`LintResult.exit_code`) after printing
+    why the topology or a plugin could not be read.
     Shared by ``dmn compile`` and ``dmn explain``.
     """
     file = Path(topology)
     data, io = read_file(file)
-    if data is None:
-        _emit(LintResult(io, [str(file)], {}), fmt)
-        return 2
+    if data is None:  # E_IO exits 2, E_LIMIT (too large) 1, as in dmn lint
+        unread = LintResult(io, [str(file)], {})
+        _emit(unread, fmt)
+        return unread.exit_code
     sources = {str(file): data.decode("utf-8", errors="replace")}
     plugins: dict[str, Plugin] = load_builtin_plugins()
     diagnostics: list[Diagnostic] = []

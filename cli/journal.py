@@ -8,13 +8,15 @@ fences, share references, reservations and namespace pins. An undecodable record
 the rest is shown and the record is listed under "corrupt records" (with a warning
 ``error[E_JOURNAL_CORRUPT]`` on stderr per record). Exit codes: 0 shown, 1 the journal could
 not be opened or read (reason codes E_JOURNAL_MISSING, E_JOURNAL_SCHEMA, E_JOURNAL_CORRUPT
-for the schema marker, E_JOURNAL), 2 usage.
+for the schema marker or a table file RocksDB cannot read, E_JOURNAL), 2 usage; with
+``--format json`` the error is a JSON array with one diagnostic on stdout.
 
 ``resolve --operation OP --effect ID|INDEX --reason TEXT`` marks a Quarantined effect resolved
 after manual action (the reason is kept in the effect's record); ``forget`` drops terminal
 records (Removed attachments, Released preparations, Undone operations nobody names). Both
 write, so both take the writer lock: while an agent holds the journal they are refused with
-``E_JOURNAL_HELD`` and change nothing. Exit codes: 0 done, 1 refused or failed (reason code
+``E_JOURNAL_HELD`` and change nothing, and neither creates a journal: a state dir without
+one is ``E_JOURNAL_MISSING``. Exit codes: 0 done, 1 refused or failed (reason code
 on stderr, e.g. E_JOURNAL_HELD, E_JOURNAL_NOT_QUARANTINED), 2 usage.
 """
 
@@ -26,7 +28,7 @@ import sys
 from typing import Any
 
 from dmn.agent.journal.store import JournalError, JournalStore
-from dmn.cli.command_line import CommandParser, add_format_option, run_command
+from dmn.cli.command_line import CommandParser, add_format_option, report_error, run_command
 
 
 def _parser() -> CommandParser:
@@ -103,14 +105,15 @@ def run(argv: list[str]) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "show":
         return _show(args)
+    prog = f"dmn journal {args.command}"
     if args.command == "resolve" and not args.reason.strip():
-        sys.stderr.write("dmn journal resolve: error[E_USAGE]: --reason is empty\n")
-        return 2
+        return report_error(prog, "E_USAGE", "--reason is empty", None, 2)
     try:
-        store = JournalStore.open(args.state_dir)
+        store = JournalStore.open(args.state_dir, create=False)
     except JournalError as exc:
-        sys.stderr.write(f"dmn journal {args.command}: error[{exc.code}]: {exc}\n")
-        return 1
+        return report_error(prog, exc.code, str(exc), None, 1)
+    except Exception as exc:  # the state dir is no directory, unwritable; RocksDB refuses
+        return report_error(prog, "E_JOURNAL", _cannot_open(args.state_dir, exc), None, 1)
     try:
         if args.command == "resolve":
             op = store.resolve_effect(args.operation, args.effect, args.reason)
@@ -118,27 +121,33 @@ def _dispatch(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(f"forgot {store.forget_terminal()} terminal records\n")
     except JournalError as exc:
-        sys.stderr.write(f"dmn journal {args.command}: error[{exc.code}]: {exc}\n")
-        return 1
+        return report_error(prog, exc.code, str(exc), None, 1)
     finally:
         store.close()
     return 0
 
 
+def _cannot_open(state_dir: str, exc: Exception) -> str:
+    detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return f"cannot open the journal in {state_dir}: {detail.splitlines()[0] if detail else exc!r}"
+
+
 def _show(args: argparse.Namespace) -> int:
+    prog = "dmn journal"
     try:
         store = JournalStore.open_read_only(args.state_dir)
     except JournalError as exc:
-        sys.stderr.write(f"dmn journal: error[{exc.code}]: {exc}\n")
-        return 1
+        return report_error(prog, exc.code, str(exc), args.format, 1)
     except Exception as exc:  # RocksDB refuses to open: corrupt or not a journal
-        sys.stderr.write(f"dmn journal: error[E_JOURNAL]: cannot open {args.state_dir}: {exc}\n")
-        return 1
+        return report_error(prog, "E_JOURNAL", _cannot_open(args.state_dir, exc), args.format, 1)
     try:
         dump = store.dump()
     except JournalError as exc:  # a record that cannot be decoded: name it, no traceback
-        sys.stderr.write(f"dmn journal: error[{exc.code}]: {exc}\n")
-        return 1
+        return report_error(prog, exc.code, str(exc), args.format, 1)
+    except Exception as exc:  # RocksDB fails a read: a missing or corrupt table file
+        return report_error(
+            prog, "E_JOURNAL_CORRUPT", _cannot_open(args.state_dir, exc), args.format, 1
+        )
     finally:
         store.close()
     for c in dump["corrupt"]:

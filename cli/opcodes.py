@@ -1,8 +1,9 @@
 """``dmn opcodes [NAME] [--format markdown|json]``: the opcode reference from the specs.
 
 ``NAME`` is an opcode (``linux/link-move/v1``) or a family (``linux``); without it every
-opcode is listed. Exit 0 on success, 1 when ``NAME`` matches no opcode (``E_UNKNOWN_OPCODE``),
-2 on usage errors (:mod:`dmn.cli.command_line`).
+opcode is listed. Exit 0 on success, 2 when ``NAME`` matches no opcode (``E_UNKNOWN_OPCODE``:
+a bad argument, the exit status of every usage error and of ``dmn schema UNKNOWN``; a JSON
+diagnostic on stdout with ``--format json``), 2 on usage errors (:mod:`dmn.cli.command_line`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import json
 import sys
 
-from dmn.cli.command_line import CommandParser, add_format_option, run_command
+from dmn.cli.command_line import CommandParser, add_format_option, report_error, run_command
 from dmn.opcodes.reference import describe, render_document, render_markdown
 from dmn.opcodes.registry import default_registry
 from dmn.opcodes.spec import OpcodeSpec
@@ -43,11 +44,9 @@ def _describe(args: argparse.Namespace) -> int:
     specs = select(args.name)
     if not specs:
         known = ", ".join(default_registry().names())
-        sys.stderr.write(
-            f"dmn opcodes: error[E_UNKNOWN_OPCODE]: no opcode or family {args.name!r} "
-            f"(known: {known})\n"
-        )
-        return 1
+        message = f"no opcode or family {args.name!r} (known: {known})"
+        fmt = "json" if args.format == "json" else None
+        return report_error("dmn opcodes", "E_UNKNOWN_OPCODE", message, fmt, 2)
     entries = [describe(s) for s in specs]
     if args.format == "json":
         payload = entries[0] if args.name is not None and len(entries) == 1 else entries

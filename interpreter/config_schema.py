@@ -39,6 +39,16 @@ The subset (every keyword not listed is an error, ``E_UNKNOWN_FIELD``):
   ``forbiddenWhen`` on a ``required`` property, and either keyword below the root are
   ``E_SCHEMA``.
 
+Bounds (``E_LIMIT`` at the keyword): a schema's numbers become the checker's allocations
+(it builds values at a string's ``minLength`` to try an opcode's parameter model —
+``minLength: 400000000`` took 1.6 GB), so ``minLength``/``maxLength`` are at most
+:data:`MAX_SCHEMA_LENGTH`, ``minItems``/``maxItems`` at most :data:`MAX_SCHEMA_ITEMS`,
+integers (``minimum``, ``maximum``, ``enum``, ``default``) are int64 as in Kubernetes (a
+larger one raised ``OverflowError``), an ``enum`` has at most :data:`MAX_ENUM` values and an
+object at most :data:`MAX_PROPERTIES` properties. A ``default`` must satisfy its own
+property (``E_SCHEMA`` at ``default``): ``maximum: 9000, default: 99999`` was accepted and
+the revision carried ``mtu: 99999``.
+
 Validation (:func:`validate_config`) is strict: no coercion (``"1"`` is not an
 integer, ``1`` is not a boolean), unknown keys are ``E_UNKNOWN_FIELD``, missing
 required keys and out-of-range values are ``E_SCHEMA`` with the field path. A key
@@ -63,6 +73,64 @@ from dmn.vocabulary.ifname import ifname_problem, is_ifname_field
 
 #: pydantic error type of a pattern RE2 refuses; reported as ``E_PATTERN``
 PATTERN_ERROR_TYPE = "pattern_not_re2"
+#: pydantic error type of a schema number or size over its bound; reported as ``E_LIMIT``
+LIMIT_ERROR_TYPE = "schema_limit"
+
+#: Bounds of a schema's own numbers and sizes (see the module doc).
+MAX_SCHEMA_LENGTH = 65536
+MAX_SCHEMA_ITEMS = 4096
+MAX_ENUM = 1024
+MAX_PROPERTIES = 256
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _at_most(bound: int, what: str) -> Any:
+    """A field validator: a non-negative size keyword at most ``bound``."""
+
+    def check(value: int | None) -> int | None:
+        if value is not None and value > bound:
+            raise PydanticCustomError(
+                LIMIT_ERROR_TYPE,
+                "{what} {value} is over the limit of {bound}",
+                {"what": what, "value": value, "bound": bound},
+            )
+        return value
+
+    return check
+
+
+def _int64(value: Any) -> Any:
+    """A field validator: integers (alone or in a list) are int64, as in Kubernetes."""
+    values = value if isinstance(value, list) else [value]
+    for v in values:
+        if isinstance(v, int) and not INT64_MIN <= v <= INT64_MAX:
+            raise PydanticCustomError(
+                LIMIT_ERROR_TYPE, "integer {value} is outside int64", {"value": v}
+            )
+    return value
+
+
+def _enum_size(value: list[Any] | None) -> list[Any] | None:
+    if value is not None and len(value) > MAX_ENUM:
+        raise PydanticCustomError(
+            LIMIT_ERROR_TYPE,
+            "enum has {n} values; the limit is {bound}",
+            {"n": len(value), "bound": MAX_ENUM},
+        )
+    return value
+
+
+def _default_fits(prop: Any) -> None:
+    """A property's ``default`` is a value the property itself accepts."""
+    default = getattr(prop, "default", None)
+    if default is None:
+        return
+    if isinstance(prop, ArraySchema):
+        _, errs = _validate(prop, default, "default")
+    else:
+        errs = _validate_scalar(prop, default, "default")
+    if errs:
+        raise PydanticCustomError("default_invalid", "default {msg}", {"msg": errs[0].message})
 
 
 class _Strict(BaseModel):
@@ -85,6 +153,11 @@ class StringSchema(_Property):
     enum: list[str] | None = Field(default=None, min_length=1)
     default: str | None = None
 
+    _lengths = field_validator("min_length", "max_length")(
+        _at_most(MAX_SCHEMA_LENGTH, "string length")
+    )
+    _enum_bound = field_validator("enum")(_enum_size)
+
     @field_validator("pattern")
     @classmethod
     def _linear_time(cls, pattern: str | None) -> str | None:
@@ -104,6 +177,8 @@ class StringSchema(_Property):
             and self.min_length > self.max_length
         ):
             raise ValueError("minLength is greater than maxLength")
+        if self.pattern is None or pattern_problem(self.pattern) is None:
+            _default_fits(self)
         return self
 
 
@@ -114,10 +189,14 @@ class IntegerSchema(_Property):
     enum: list[int] | None = Field(default=None, min_length=1)
     default: int | None = None
 
+    _int64_bound = field_validator("minimum", "maximum", "enum", "default")(_int64)
+    _enum_bound = field_validator("enum")(_enum_size)
+
     @model_validator(mode="after")
     def _coherent(self) -> IntegerSchema:
         if self.minimum is not None and self.maximum is not None and self.minimum > self.maximum:
             raise ValueError("minimum is greater than maximum")
+        _default_fits(self)
         return self
 
 
@@ -137,12 +216,35 @@ class ArraySchema(_Property):
     unique_items: bool | None = Field(default=None, alias="uniqueItems")
     default: list[Any] | None = None
 
+    _items_bound = field_validator("min_items", "max_items")(
+        _at_most(MAX_SCHEMA_ITEMS, "item count")
+    )
+
+    @model_validator(mode="after")
+    def _coherent(self) -> ArraySchema:
+        low, high = self.min_items, self.max_items
+        if low is not None and high is not None and low > high:
+            raise ValueError("minItems is greater than maxItems")
+        _default_fits(self)
+        return self
+
 
 class ObjectSchema(_Property):
     type: Literal["object"]
     additional_properties: Literal[False] = Field(alias="additionalProperties")
     properties: dict[str, PropertySchema] = Field(default_factory=dict)
     required: list[str] = Field(default_factory=list)
+
+    @field_validator("properties")
+    @classmethod
+    def _few_enough(cls, properties: dict[str, Any]) -> dict[str, Any]:
+        if len(properties) > MAX_PROPERTIES:
+            raise PydanticCustomError(
+                LIMIT_ERROR_TYPE,
+                "{n} properties; the limit is {bound}",
+                {"n": len(properties), "bound": MAX_PROPERTIES},
+            )
+        return properties
 
     @model_validator(mode="after")
     def _required_known(self) -> ObjectSchema:

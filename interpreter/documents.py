@@ -53,7 +53,7 @@ from pydantic import (
     model_validator,
 )
 
-from dmn.interpreter.config_schema import PATTERN_ERROR_TYPE, ObjectSchema
+from dmn.interpreter.config_schema import LIMIT_ERROR_TYPE, PATTERN_ERROR_TYPE, ObjectSchema
 from dmn.interpreter.diagnostics import Code, Diagnostic
 from dmn.interpreter.source import Path, SourceMap, YamlDocument, path_text
 from dmn.vocabulary.terms import (
@@ -383,10 +383,14 @@ def validation_diagnostics(
             code = Code.E_UNKNOWN_FIELD
             message = f"unknown field {path[-1]!r}" if path else "unknown field"
             span = source.key_span(path)
-        elif kind == PATTERN_ERROR_TYPE:
-            code = Code.E_PATTERN
+        elif kind in (PATTERN_ERROR_TYPE, LIMIT_ERROR_TYPE):
+            code = Code.E_PATTERN if kind == PATTERN_ERROR_TYPE else Code.E_LIMIT
             message = str(err["msg"])
             span = source.span(path)
+        elif kind == "default_invalid":
+            code = Code.E_SCHEMA
+            message = str(err["msg"])
+            span = source.span((*path, "default")) or source.span(path)
         elif kind == "missing":
             code = Code.E_SCHEMA
             message = f"required field {path[-1]!r} is missing" if path else "missing value"

@@ -182,7 +182,7 @@ def lint_paths(
         ctx.plugins.update(load_builtin_plugins())
     for d in plugin_dirs:
         plugins, diags = load_plugins(d)
-        diagnostics += [x for x in diags if x.code is Code.E_IO]
+        diagnostics += diags  # a --plugins file's own errors, not only "plugin not found" later
         ctx.plugins.update(plugins)
     files, diags = _expand(paths)
     diagnostics += diags

@@ -85,4 +85,5 @@ def test_journal_accepts_both_spellings(tmp_path: Path, capsys: pytest.CaptureFi
     # no journal there: the same reason-coded failure either way, never a usage error
     for spelling in (["--format", "json"], ["--format=json"]):
         assert main(["journal", "show", "--state-dir", str(tmp_path), *spelling]) == 1
-        assert "E_JOURNAL_MISSING" in capsys.readouterr().err
+        (diag,) = json.loads(capsys.readouterr().out)
+        assert diag["code"] == "E_JOURNAL_MISSING"

@@ -23,7 +23,7 @@ def test_subpackages_live_under_one_namespace() -> None:
 
 def test_unknown_command_is_a_usage_error(capsys) -> None:
     assert dispatch("no-such-command", []) == 2
-    assert "unknown command" in capsys.readouterr().err
+    assert "dmn: error[E_USAGE]: unknown command 'no-such-command'" in capsys.readouterr().err
 
 
 def test_help_exits_zero(capsys) -> None:

@@ -173,6 +173,20 @@ def _version(raw: bytes | None) -> int:
     return version
 
 
+def _damage(exc: Exception) -> bool:
+    """RocksDB's own verdict that a file of the database is missing or damaged."""
+    return str(exc).startswith("Corruption")
+
+
+def _open_error(db_dir: Path, exc: Exception) -> JournalError:
+    """Why RocksDB refused to open ``db_dir``: :class:`JournalCorruptError` for a missing or
+    damaged table file (a missing one once read as "schema version 0"), else
+    :class:`JournalError`."""
+    if _damage(exc):
+        return JournalCorruptError(f"journal {db_dir} is damaged: {exc}")
+    return JournalError(f"cannot open journal {db_dir}: {exc}")
+
+
 def _split(raw: bytes) -> list[str]:
     try:
         return keys.split(raw)
@@ -298,9 +312,15 @@ class JournalStore:
     # ------------------------------------------------------------------ opening
 
     @classmethod
-    def open(cls, state_dir: str | os.PathLike[str]) -> JournalStore:
-        """Open (creating if needed) the journal under ``state_dir`` as its single writer."""
+    def open(cls, state_dir: str | os.PathLike[str], *, create: bool = True) -> JournalStore:
+        """Open (creating if needed) the journal under ``state_dir`` as its single writer.
+
+        With ``create=False`` (the operator's ``dmn journal`` commands) a state dir without
+        a journal is :class:`JournalMissingError` and nothing is created: a mistyped path
+        once got a new empty journal and "forgot 0 terminal records", exit 0."""
         root = Path(state_dir)
+        if not create and not (root / DB_DIR / "CURRENT").is_file():
+            raise JournalMissingError(f"no journal at {root} (expected {root / DB_DIR})")
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         lock_fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
@@ -329,7 +349,7 @@ class JournalStore:
             try:
                 db = Rdict(str(db_dir), _options())
             except Exception as exc:
-                raise JournalError(f"cannot open journal {db_dir}: {exc}") from exc
+                raise _open_error(db_dir, exc) from exc
             finally:
                 os.umask(old_umask)
             _chmod_private(db_dir)
@@ -363,7 +383,9 @@ class JournalStore:
         try:
             db = Rdict(str(db_dir), Options(raw_mode=True), access_type=AccessType.read_only())
             store = cls(db, root, read_only=True)
-        except Exception:
+        except Exception as exc:
+            if _damage(exc):  # do not fall back to a secondary instance: it opens, reads nothing
+                raise _open_error(db_dir, exc) from None
             secondary = tempfile.mkdtemp(prefix="dmn-journal-secondary-")
             try:
                 db = Rdict(
@@ -378,6 +400,11 @@ class JournalStore:
             store = cls(db, root, read_only=True, secondary_dir=secondary)
         try:
             version = cls._stored_version(db, db_dir)
+            if version == 0:  # open() writes the marker first: none readable is damage
+                raise JournalCorruptError(
+                    f"journal {db_dir} has no readable schema marker (a table file missing or "
+                    "unreadable?); refusing to show it"
+                )
             cls._check_version(version, db_dir)
             if version < SCHEMA_VERSION:
                 store._migrated = store._migration(version)
@@ -408,7 +435,7 @@ class JournalStore:
         try:
             db = Rdict(str(db_dir), Options(raw_mode=True), access_type=AccessType.read_only())
         except Exception as exc:
-            raise JournalError(f"cannot open journal {db_dir}: {exc}") from exc
+            raise _open_error(db_dir, exc) from exc
         probe = cls(db, db_dir.parent, read_only=True)
         try:
             version = cls._stored_version(db, db_dir)
@@ -757,11 +784,22 @@ class JournalStore:
         key first, then the keys that go with it): a Removed attachment or Released
         preparation whose operations are all Undone (or gone), with those operations; an
         Undone operation no record names. Quarantined, Completed and unfinished
-        operations, and records naming them, are kept."""
+        operations, and records naming them, are kept.
+
+        Only what is proven terminal: an operation whose record exists but cannot be decoded
+        is not "gone" (it may be Quarantined: ``dmn journal forget`` once dropped a
+        preparation naming one), and while any preparation or attachment record is
+        undecodable no Undone operation counts as unnamed."""
         ops = {op.operation_id: op for op in self.operations()}
+        unreadable, unknown = self._unreadable_operations()
 
         def undone(op_ids: Sequence[str]) -> bool:
-            return all(i not in ops or ops[i].state is OperationState.UNDONE for i in op_ids)
+            return all(
+                ops[i].state is OperationState.UNDONE
+                if i in ops
+                else i not in unreadable and not unknown
+                for i in op_ids
+            )
 
         def op_keys(op_id: str) -> list[bytes]:
             op = ops.get(op_id)
@@ -787,6 +825,7 @@ class JournalStore:
                 heads.append((keys.attachment_key(att.identity), att.operations))
             else:
                 live.update(att.operations)
+        names_unknown = any(k.startswith((b"prep/", b"att/")) for k in self.corrupt)
         claimed: set[str] = set(live)
         units: list[list[bytes]] = []
         for key, op_ids in heads:
@@ -794,9 +833,22 @@ class JournalStore:
             claimed.update(mine)
             units.append([key, *(k for i in mine for k in op_keys(i))])
         for op_id, op in ops.items():
-            if op.state is OperationState.UNDONE and op_id not in claimed:
+            if op.state is OperationState.UNDONE and op_id not in claimed and not names_unknown:
                 units.append(op_keys(op_id))
         return units
+
+    def _unreadable_operations(self) -> tuple[set[str], bool]:
+        """The ids of operations with an undecodable record seen so far, and whether some
+        such record's key names no id at all (then no absent operation is proven gone)."""
+        ids: set[str] = set()
+        unknown = False
+        for k in list(self.corrupt):
+            if k.startswith(b"op/"):
+                try:
+                    ids.add(_split(k)[1])
+                except (JournalCorruptError, IndexError):
+                    unknown = True
+        return ids, unknown
 
     def forget_terminal(self) -> int:
         """Drop every unit :meth:`terminal_records` names in one commit; returns how many

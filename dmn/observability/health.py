@@ -7,6 +7,10 @@ and answer 200 when all hold, else 503, with one line per condition (``[+]name o
 why. A condition that raises counts as failing. ``/healthz`` is an alias of ``/livez``.
 
 The server runs in a daemon thread; ``stop()`` shuts it down. Tests bind it to 127.0.0.1.
+It is a :class:`~dmn.observability.bounded_http.BoundedHTTPServer` (two workers, 64
+connections, small requests): the port is often reachable from the Pod network, and a
+thread per connection with no read deadline (the stdlib ``ThreadingHTTPServer`` it was)
+let idle clients pile up threads without bound.
 """
 
 from __future__ import annotations
@@ -15,12 +19,25 @@ import argparse
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import BaseHTTPRequestHandler
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
+from dmn.observability.bounded_http import BoundedHTTPServer, BufferedRequestHandler, Limits
+
 log = logging.getLogger(__name__)
+
+#: What clients of the probe and metrics port may hold: requests are bodiless GETs.
+LIMITS = Limits(
+    workers=2,
+    max_connections=64,
+    header_timeout=10.0,
+    request_timeout=10.0,
+    idle_timeout=60.0,
+    max_head=16 * 1024,
+    max_body=16 * 1024,
+    max_buffered=1024 * 1024,
+)
 
 Condition = Callable[[], tuple[bool, str]]
 
@@ -56,15 +73,11 @@ class HealthServer:
         self.registry = registry
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(BufferedRequestHandler):
             def do_GET(self) -> None:
                 server._answer(self)
 
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("health request %s", format % args)
-
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = BoundedHTTPServer((host, port), Handler, LIMITS, name="health")
         self._thread: threading.Thread | None = None
 
     @property

@@ -340,6 +340,9 @@ def test_corrupt_records_are_reason_coded_never_a_traceback(
     before = _files(tmp_path / DB_DIR)  # inspection and refusals leave the files as they were
     if key == keys.SCHEMA:  # no journal without a schema: show and the writer refuse
         assert journal_cli(["show", "--state-dir", str(tmp_path), "--format", "json"]) == 1
+        (diag,) = json.loads(capsys.readouterr().out)  # JSON was asked: the failure too
+        assert diag["code"] == "E_JOURNAL_CORRUPT" and needle in diag["message"]
+        assert journal_cli(["show", "--state-dir", str(tmp_path)]) == 1
         err = capsys.readouterr().err
         assert "error[E_JOURNAL_CORRUPT]" in err and needle in err and "Traceback" not in err
         with pytest.raises(JournalCorruptError):
@@ -378,7 +381,7 @@ def test_cli_bad_inputs_exit_cleanly(tmp_path: Path) -> None:
     cases = [
         (["show", "--state-dir", str(tmp_path / "none")], 1, "E_JOURNAL_MISSING"),
         (["show", "--state-dir", str(tmp_path / "afile")], 1, "E_JOURNAL_MISSING"),
-        (["show", "--state-dir", str(tmp_path / "garbage")], 1, "error[E_JOURNAL]"),
+        (["show", "--state-dir", str(tmp_path / "garbage")], 1, "error[E_JOURNAL_CORRUPT]"),
         (["show", "--state-dir", str(tmp_path), "--format", "yaml"], 2, "invalid choice"),
         (["show"], 2, "--state-dir"),
         ([], 2, "required"),
@@ -493,3 +496,50 @@ def test_retention_collects_terminal_records_by_age_and_count(tmp_path: Path) ->
         assert [a.identity.pod_uid for a in store.attachments()] == ["pod-live"]
         assert store.collect_terminal(keep, now=9999.0) == 0  # live records are never collected
         assert store.get_attachment(live.identity) is not None
+
+
+@pytest.mark.adversarial
+def test_forget_keeps_a_preparation_whose_quarantined_operation_record_is_corrupt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only what is proven terminal is dropped: with the operation record of a Released
+    preparation's Quarantined operation undecodable (the quarantined effect itself
+    intact), ``forget`` once took the operation for gone and dropped the preparation —
+    the only record left naming the Quarantined effect's claim."""
+    with JournalStore.open(tmp_path) as store:
+        world = World()
+        runner = Runner(store, world_executors(world))
+        world.fail = {"apply": "up", "undo": "mtu"}
+        runner.run("stuck", "prep/claim-p/fp", child_program("c3"))
+        world.fail = {"apply": "up"}
+        runner.run("failed", "prep/claim-r/fp", child_program("c2"))
+        with store.batch() as b:
+            for claim, op in (("claim-p", "stuck"), ("claim-r", "failed")):
+                b.put_preparation(
+                    PreparationRecord(claim, "fp", state=PreparationState.RELEASED, operations=[op])
+                )
+    db = Rdict(str(tmp_path / DB_DIR), Options(raw_mode=True))
+    db[keys.operation_key("stuck")] = b"{not json"
+    db.close()
+    assert _cli("forget", "--state-dir", str(tmp_path)) == 0
+    assert "forgot 1 terminal records" in capsys.readouterr().out  # claim-r with "failed"
+    with JournalStore.open_read_only(tmp_path) as store:
+        assert store.get_preparation("claim-p", "fp") is not None
+        assert store.get_preparation("claim-r", "fp") is None
+        assert keys.operation_key("stuck") in store.corrupt or store.operations() == []
+
+
+@pytest.mark.adversarial
+def test_forget_keeps_lone_undone_operations_while_a_record_that_may_name_them_is_corrupt(
+    tmp_path: Path,
+) -> None:
+    with JournalStore.open(tmp_path) as store:
+        world = World()
+        world.fail = {"apply": "up"}
+        Runner(store, world_executors(world)).run("failed", "att/a", child_program("c2"))
+    db = Rdict(str(tmp_path / DB_DIR), Options(raw_mode=True))
+    db[keys.key("att", "node", "boot", "pod", "sandbox")] = b"\xff garbage"
+    db.close()
+    assert _cli("forget", "--state-dir", str(tmp_path)) == 0
+    with JournalStore.open_read_only(tmp_path) as store:
+        assert store.load_operation("failed") is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -14,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dmn.agent.journal.store import JournalStore
 from dmn.engine.runner import Runner
+from dmn.observability import health as health_module
 from dmn.observability.health import HealthServer
 from dmn.observability.json_logs import JsonFormatter, fields_of
 from tests.journal.programs import child_program
@@ -142,3 +144,25 @@ def test_two_servers_do_not_share_a_port(port: int) -> None:
     finally:
         a.stop()
         b.stop()
+
+
+@pytest.mark.adversarial
+def test_idle_and_trickling_clients_do_not_stop_the_probes() -> None:
+    """More idle connections than the server has workers, and clients trickling a request
+    head, do not stop ``/livez`` (the stdlib server it was gave each a thread, with no
+    read deadline); the oldest that never completed a request are closed for new ones."""
+    server = HealthServer("127.0.0.1", 0, liveness={"ok": lambda: (True, "")}).start()
+    held: list[socket.socket] = []
+    try:
+        for i in range(health_module.LIMITS.max_connections + 10):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+            if i % 2:
+                sock.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\nX-Pad: aaa")
+            held.append(sock)
+        assert _get(server.port, "/livez")[0] == 200
+        held[0].settimeout(30)
+        assert held[0].recv(1) == b""  # closed to make room
+    finally:
+        for sock in held:
+            sock.close()
+        server.stop()

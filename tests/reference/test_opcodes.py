@@ -69,8 +69,11 @@ def test_family_and_all(capsys) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_unknown_name_is_a_reason_coded_error(capsys) -> None:  # type: ignore[no-untyped-def]
-    assert run(["linux/teleport/v1"]) == 1
+    assert run(["linux/teleport/v1"]) == 2  # a bad argument: exit 2, as dmn schema UNKNOWN
     assert "error[E_UNKNOWN_OPCODE]" in capsys.readouterr().err
+    assert run(["linux/teleport/v1", "--format", "json"]) == 2
+    (diag,) = json.loads(capsys.readouterr().out)  # nothing was printed on failure before
+    assert diag["code"] == "E_UNKNOWN_OPCODE" and "linux/teleport/v1" in diag["message"]
 
 
 def test_docs_reference_is_the_generated_page_and_drift_is_reported(tmp_path) -> None:  # type: ignore[no-untyped-def]

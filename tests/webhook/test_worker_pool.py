@@ -1,11 +1,14 @@
-"""The webhook serves connections on a bounded worker pool (issue 13, deliverable 8).
+"""The webhook serves connections on a bounded worker pool (issue 13, deliverable 8) that
+idle or trickling clients cannot hold (issue 39).
 
-Before: one thread per connection (ThreadingHTTPServer), so stalled clients that never
-finish their TLS handshake each pinned a thread, without bound. Now: ``workers`` threads
-and ``backlog`` waiting connections; a connection beyond that is closed at once and
-counted, no thread is started for it, and the server serves again when the stalled
-clients go away. Idle kept-alive connections are parked between requests and hold no
-worker.
+Before issue 13: one thread per connection (ThreadingHTTPServer), so stalled clients that
+never finished their TLS handshake each pinned a thread, without bound. Before issue 39:
+``workers`` threads, each reading its own connection's handshake and request under a 30-s
+per-read timeout, so eight idle TCP connections stopped every review and ``/healthz``, and a
+client trickling a byte now and then held a worker for ever. Now one reception thread reads
+every connection to a whole request under deadlines, workers only answer, and a bounded
+number of connections is kept (the longest-open one that completed no request is closed
+for a new one). Tests use real TLS sockets against the real server.
 """
 
 from __future__ import annotations
@@ -45,9 +48,15 @@ def _server(tmp_path: Path, **pool: int) -> WebhookServer:
 
 
 def _stalled(url: str) -> socket.socket:
-    """A TCP connection that never starts its TLS handshake (holds a worker until timeout)."""
+    """A TCP connection that never starts its TLS handshake."""
     host, port = url.removeprefix("https://").split(":")
     return socket.create_connection((host, int(port)), timeout=30)
+
+
+def _tls(url: str, ca_file: Path) -> ssl.SSLSocket:
+    """A TLS connection, handshake done, no request sent."""
+    ctx = ssl.create_default_context(cafile=str(ca_file))
+    return ctx.wrap_socket(_stalled(url), server_hostname="127.0.0.1")
 
 
 def _workers(url: str) -> int:
@@ -57,78 +66,201 @@ def _workers(url: str) -> int:
     return sum(1 for t in threading.enumerate() if t.name.startswith(prefix))
 
 
-def test_connections_beyond_workers_and_backlog_are_closed_not_threaded(
-    tmp_path: Path,
-) -> None:
-    server = _server(tmp_path, workers=2, backlog=1)
-    url = server.start()
-    held: list[socket.socket] = []
-    try:
-        before = _workers(url)
-        held = [_stalled(url) for _ in range(3)]  # two served (stalled), one waiting
-        extra = [_stalled(url) for _ in range(5)]  # nothing left: closed at once
-        wait_for(lambda: server.rejected == 5, timeout=30, interval=0.02)
-        for s in extra:
-            s.settimeout(30)
-            assert s.recv(1) == b""  # the server closed it without serving
+def _review_body() -> tuple[str, str]:
+    request = req("NetworkTopology", G, "CREATE", example("vfio"))
+    body = json.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    )
+    return str(request["uid"]), body
+
+
+class _Trickler:
+    """Clients that each send a request head one byte at a time, a byte every ``pause``
+    seconds, for ever (slowloris); ``ended`` counts those the server closed."""
+
+    def __init__(self, socks: list[ssl.SSLSocket], pause: float = 0.2) -> None:
+        self.socks, self.pause = socks, pause
+        self.ended = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        head = b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nX-Pad: " + b"a" * 10**6
+        alive = list(self.socks)
+        i = 0
+        while alive and not self._stop.wait(self.pause):
+            for s in list(alive):
+                try:
+                    s.sendall(head[i : i + 1])
+                except OSError:
+                    alive.remove(s)
+                    self.ended += 1
+            i += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        for s in self.socks:
             s.close()
-        assert _workers(url) - before <= 2
-        for s in held:
-            s.close()  # the stalled clients go: the workers serve again
-        # the workers notice the closed clients on their own time; until they do, a new
-        # connection is one beyond the pool and is closed (a CI run posted too early)
-        resp = wait_for(
-            lambda: _post_or_none(server, tmp_path / "ca.crt"), timeout=30, interval=0.1
-        )
-        assert "allowed" in resp
+
+
+def test_idle_and_trickling_connections_hold_no_worker(tmp_path: Path) -> None:
+    """Eight TCP connections that never start TLS, and eight TLS connections trickling a
+    request head, against two workers: reviews and ``/healthz`` on new connections are
+    answered meanwhile, and the worker threads stay two. Before, the first two of them held
+    both workers (30-s read timeouts, renewed by every trickled byte) and the review timed
+    out."""
+    server = _server(tmp_path, workers=2)
+    url = server.start()
+    ca = tmp_path / "ca.crt"
+    idle = [_stalled(url) for _ in range(8)]
+    trickler = _Trickler([_tls(url, ca) for _ in range(8)])
+    try:
+        for _ in range(3):
+            uid, body = _review_body()
+            resp, _ = post(server, ca, json.loads(body)["request"])
+            assert resp["uid"] == uid and "allowed" in resp
+            conn = _https(url, ca)
+            assert _healthz(conn) == 200
+            conn.close()
+        assert _workers(url) <= 2
+        assert trickler.ended == 0  # the slow clients were only outlasted, within deadlines
     finally:
-        for s in held:
+        trickler.stop()
+        for s in idle:
             s.close()
         server.stop()
 
 
-def test_a_served_connection_is_parked_and_a_waiting_one_takes_the_worker(
+def test_a_trickling_client_is_closed_at_the_header_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deadline, not a per-read timeout: a client sending a byte every 0.1 s never lets a
+    read time out, and is closed anyway once its head is not complete in time."""
+    monkeypatch.setattr(server_module, "HEADER_TIMEOUT", 1.0)
+    server = _server(tmp_path)
+    url = server.start()
+    trickler = _Trickler([_tls(url, tmp_path / "ca.crt")], pause=0.1)
+    try:
+        wait_for(lambda: trickler.ended == 1, timeout=30, interval=0.05)
+    finally:
+        trickler.stop()
+        server.stop()
+
+
+def test_a_connection_that_says_nothing_is_closed_at_the_header_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_module, "HEADER_TIMEOUT", 0.5)
+    server = _server(tmp_path)
+    url = server.start()
+    silent = _stalled(url)
+    handshaken = _tls(url, tmp_path / "ca.crt")
+    try:
+        silent.settimeout(30)
+        assert _ended(silent)
+        handshaken.settimeout(30)
+        assert _ended(handshaken)
+    finally:
+        silent.close()
+        handshaken.close()
+        server.stop()
+
+
+def test_a_body_slower_than_the_request_deadline_is_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_module, "REQUEST_TIMEOUT", 1.0)
+    server = _server(tmp_path)
+    url = server.start()
+    sock = _tls(url, tmp_path / "ca.crt")
+    try:
+        sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        sock.settimeout(30)
+        assert _ended(sock)
+    finally:
+        sock.close()
+        server.stop()
+
+
+def test_a_body_over_the_limit_is_refused_unread_and_the_connection_closed(
     tmp_path: Path,
 ) -> None:
-    """With a new connection waiting for the only worker, the served keep-alive connection
-    is not closed (before, it was, with ``Connection: close``, to free its worker): it is
-    parked, the waiting connection gets the worker, and the parked one is served again
-    once the worker is free."""
-    server = _server(tmp_path, workers=1, backlog=1)
+    server = _server(tmp_path)
     url = server.start()
-    host, port = url.removeprefix("https://").split(":")
-    ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
-    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=30)
-    waiting: socket.socket | None = None
+    sock = _tls(url, tmp_path / "ca.crt")
     try:
-        conn.connect()  # the only worker serves this connection
-        waiting = _stalled(url)  # accepted, waits for the worker
-        assert _httpd_waiting(server) == 1
-        request = req("NetworkTopology", G, "CREATE", example("vfio"))
-        body = json.dumps(
-            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+        length = server_module.MAX_BODY + 1
+        sock.sendall(
+            f"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode()
         )
-        conn.request("POST", "/validate", body, {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        assert resp.getheader("Connection") != "close"
-        assert json.loads(resp.read())["response"]["uid"] == request["uid"]
-        assert conn.sock is not None
+        sock.settimeout(30)
+        answer = b""
+        while chunk := _recv(sock):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400 ")
+        assert b"too large" in answer
+    finally:
+        sock.close()
+        server.stop()
+
+
+def test_pipelined_requests_are_each_answered(tmp_path: Path) -> None:
+    server = _server(tmp_path)
+    url = server.start()
+    sock = _tls(url, tmp_path / "ca.crt")
+    try:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 3)
+        sock.settimeout(30)
+        answer = b""
+        while answer.count(b"HTTP/1.1 200 ") < 3:
+            chunk = _recv(sock)
+            assert chunk, answer
+            answer += chunk
+    finally:
+        sock.close()
+        server.stop()
+
+
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(65536)
+    except (ssl.SSLError, ConnectionError):
+        return b""
+
+
+def test_beyond_the_connection_limit_the_oldest_unproven_connection_is_closed(
+    tmp_path: Path,
+) -> None:
+    """With the server full, a new connection closes the longest-open one that has not
+    completed a request — not the kept-alive client that has — and is served."""
+    server = _server(tmp_path, max_connections=3)
+    url = server.start()
+    ca = tmp_path / "ca.crt"
+    kept = _kept_alive(url, ca)
+    first, second = _stalled(url), _stalled(url)
+    try:
         httpd = server._httpd
         assert httpd is not None
-        wait_for(lambda: httpd.waiting == 0 and len(httpd.parking) == 1, timeout=30, interval=0.02)
-        waiting.close()  # the stalled client goes: its worker is free again
-        assert _healthz(conn) == 200
+        wait_for(lambda: len(httpd.reception) == 3, timeout=30, interval=0.02)
+        resp = wait_for(lambda: _post_or_none(server, ca), timeout=30, interval=0.1)
+        assert "allowed" in resp
+        first.settimeout(30)
+        assert _ended(first)
+        assert server.rejected >= 1
+        assert _healthz(kept) == 200
     finally:
-        conn.close()
-        if waiting is not None:
-            waiting.close()
+        kept.close()
+        first.close()
+        second.close()
         server.stop()
 
 
-def _httpd_waiting(server: WebhookServer) -> int:
-    httpd = server._httpd
-    assert httpd is not None
-    return wait_for(lambda: httpd.waiting, timeout=30, interval=0.02)
+def _https(url: str, ca_file: Path) -> http.client.HTTPSConnection:
+    host, port = url.removeprefix("https://").split(":")
+    ctx = ssl.create_default_context(cafile=str(ca_file))
+    return http.client.HTTPSConnection(host, int(port), context=ctx, timeout=30)
 
 
 def _post_or_none(server: WebhookServer, ca_file: Path) -> dict[str, object] | None:
@@ -142,6 +274,8 @@ def _post_or_none(server: WebhookServer, ca_file: Path) -> dict[str, object] | N
 def test_pool_size_is_checked() -> None:
     with pytest.raises(ValueError):
         WebhookServer(None, default_registry(), cert_file="x", key_file="y", workers=0)
+    with pytest.raises(ValueError):
+        WebhookServer(None, default_registry(), cert_file="x", key_file="y", max_connections=0)
 
 
 def test_stop_ends_kept_alive_connections_so_the_workers_exit(tmp_path: Path) -> None:
@@ -239,7 +373,7 @@ def test_idle_kept_alive_connections_hold_no_worker(tmp_path: Path) -> None:
     a new connection waited for a read timeout (30 s) — kube-apiserver, which keeps many
     webhook connections open, saw a review time out at 10 s during a rollout, and
     kubelet's readiness probe could time out the same way."""
-    server = _server(tmp_path, workers=2, backlog=4)
+    server = _server(tmp_path, workers=2)
     url = server.start()
     idle: list[http.client.HTTPSConnection] = []
     try:
@@ -270,34 +404,7 @@ def test_a_parked_connection_is_closed_after_the_idle_timeout(
         assert _ended(conn.sock)  # closed by the server once idle past the timeout
         httpd = server._httpd
         assert httpd is not None
-        assert len(httpd.parking) == 0
+        wait_for(lambda: len(httpd.reception) == 0, timeout=30, interval=0.02)
     finally:
         conn.close()
-        server.stop()
-
-
-def test_beyond_the_parking_limit_the_longest_parked_connection_is_closed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A tenant opening idle connections without end costs descriptors, not threads, and
-    only up to the limit: the oldest parked connection is closed, the newer ones serve."""
-    monkeypatch.setattr(server_module, "MAX_PARKED", 2)
-    server = _server(tmp_path)
-    url = server.start()
-    conns: list[http.client.HTTPSConnection] = []
-    try:
-        httpd = server._httpd
-        assert httpd is not None
-        for parked in (1, 2, 2):
-            conns.append(_kept_alive(url, tmp_path / "ca.crt"))
-            wait_for(lambda n=parked: len(httpd.parking) == n, timeout=30, interval=0.02)
-        oldest = conns[0].sock
-        assert oldest is not None
-        oldest.settimeout(30)
-        assert _ended(oldest)
-        for conn in conns[1:]:
-            assert _healthz(conn) == 200
-    finally:
-        for conn in conns:
-            conn.close()
         server.stop()
