@@ -172,6 +172,11 @@ class _Report:
         return any(d.severity is Severity.ERROR for d in self.items)
 
 
+#: A topology's name, as a plugin's (a DNS label starting with a letter): the revision
+#: (``<name>-<digest>``) and the DeviceClasses (``<name>-<root>[-<digest>]``) are named from it.
+TOPOLOGY_NAME = re.compile(r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?", re.ASCII)
+
+
 def _shape(topology: Mapping[str, Any], report: _Report) -> NetworkTopology | None:
     try:
         return NetworkTopology.model_validate(dict(topology))
@@ -244,9 +249,19 @@ def compile_topology(
     if model is None:
         return CompileResult(None, tuple(report.items))
     meta = topology.get("metadata") or {}
-    name = str(meta.get("name", ""))
-    if not name:
+    raw_name = meta.get("name") if isinstance(meta, Mapping) else None
+    name = raw_name if isinstance(raw_name, str) else ""
+    if raw_name is None:
         report.add(Code.E_SCHEMA, "metadata.name is required", "metadata")
+    elif not TOPOLOGY_NAME.fullmatch(name):
+        report.add(
+            Code.E_NAME_INVALID,
+            f"metadata.name {str(raw_name)[:80]!r} is not a DNS label (1-63 lower-case "
+            "letters, digits and '-', starting with a letter): it names the revision and the "
+            "DeviceClasses",
+            "metadata.name",
+        )
+        name = ""
     topo_uid = uid if uid is not None else str(meta.get("uid", ""))
     raw_steps = list(topology["spec"]["steps"])
     budget = set(model.spec.effect_budget.allow)
