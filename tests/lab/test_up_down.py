@@ -52,7 +52,7 @@ def test_detached_round_trip_and_restart_keeps_state(state_dir: Path) -> None:
 
     # the kubeconfig works for the official client as-is
     with Cluster(connect(kubeconfig=str(state.kubeconfig))) as cluster:
-        assert len(cluster.list(r.CUSTOM_RESOURCE_DEFINITIONS).items) == 5
+        assert len(cluster.list(r.CUSTOM_RESOURCE_DEFINITIONS).items) == 7
         assert {p["metadata"]["name"] for p in cluster.list(r.NETWORK_PLUGINS).items} >= {
             "host-cni",
             "macvlan-cni",
