@@ -1,10 +1,11 @@
 """The contract of an opcode that changes settings of one link in the call's sandbox.
 
-Why shared: ``sysctl/interface`` and ``ethtool/features`` (and any later per-interface
-setting) take the same input — a KernelInterface in the verified sandbox that the call may
-ExclusiveConfigure — hand the same handle on, run in ``connect``, are undone from their
-before-image and recover by observing, restoring or quarantining; only their parameters,
-link types and postcondition differ. Pure: imports no native library (spec modules use it).
+Why shared: ``sysctl/interface``, ``ethtool/features`` and the ``ip/*`` opcodes (and any
+later per-interface setting) take the same input — a KernelInterface in the verified
+sandbox that the call may ExclusiveConfigure — hand the same handle on, run in ``connect``,
+are undone from their before-image and recover by observing, restoring or quarantining;
+only their parameters, link types, an optional precondition and the postcondition differ.
+Pure: imports no native library (spec modules use it).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def link_settings_spec(
     parameters: type[BaseModel],
     link_types: frozenset[LinkType],
     postcondition: str,
+    precondition: str | None = None,
 ) -> OpcodeSpec:
     """A Reversible ``connect`` opcode over the ``interface`` port, continued as output."""
     return OpcodeSpec(
@@ -67,6 +69,9 @@ def link_settings_spec(
                 RecoveryStrategy.QUARANTINE,
             }
         ),
-        requires=frozenset({"same-sandbox", "owned-link", "exclusive-grant"}),
+        requires=frozenset(
+            {"same-sandbox", "owned-link", "exclusive-grant"}
+            | ({precondition} if precondition is not None else set())
+        ),
         postconditions=frozenset({postcondition}),
     )

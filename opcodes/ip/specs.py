@@ -23,16 +23,11 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
+from dmn.opcodes.link_settings_contract import link_settings_spec
 from dmn.opcodes.parameter_types import ParameterModel
-from dmn.opcodes.spec import OpcodeSpec, PortSpec
+from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary.terms import (
-    Access,
-    HandleType,
-    Hook,
     LinkType,
-    RecoveryStrategy,
-    Reversibility,
-    ScopeKind,
 )
 
 IpInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
@@ -369,33 +364,8 @@ class IpRulesParameters(ParameterModel):
 
 _ANY_LINK = frozenset({LinkType.ETHERNET, LinkType.INFINIBAND})
 _ETHERNET = frozenset({LinkType.ETHERNET})
-_CONNECT = frozenset({Hook.CONNECT})
-_RECOVERY = frozenset(
-    {
-        RecoveryStrategy.OBSERVE_AND_RECONCILE,
-        RecoveryStrategy.RESTORE_BEFORE_IMAGE,
-        RecoveryStrategy.QUARANTINE,
-    }
-)
-_CONFIGURE_GRANTS = frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE})
-_INTERFACE_IN = {
-    "interface": PortSpec(
-        HandleType.KERNEL_INTERFACE, _ANY_LINK, ScopeKind.SANDBOX, Access.EXCLUSIVE_CONFIGURE
-    )
-}
-_INTERFACE_OUT = {
-    "interface": PortSpec(
-        HandleType.KERNEL_INTERFACE,
-        _ANY_LINK,
-        ScopeKind.SANDBOX,
-        grants=_CONFIGURE_GRANTS,
-        inherits="interface",
-    )
-}
-
-IP_ADDRESSES = OpcodeSpec(
+IP_ADDRESSES = link_settings_spec(
     name="ip/addresses/v1",
-    boot_volatile=True,
     summary="Add IPv4/IPv6 addresses to a sandbox link the call exclusively configures.",
     changes=(
         "Adds each listed address (with its prefix; IPv6 optionally without duplicate "
@@ -410,18 +380,13 @@ IP_ADDRESSES = OpcodeSpec(
         "quarantined."
     ),
     parameters=IpAddressesParameters,
-    inputs=_INTERFACE_IN,
-    outputs=_INTERFACE_OUT,
-    hooks=_CONNECT,
-    reversibility=Reversibility.REVERSIBLE,
-    recovery=_RECOVERY,
-    requires=frozenset({"same-sandbox", "owned-link", "exclusive-grant", "addresses-absent"}),
-    postconditions=frozenset({"addresses-present"}),
+    link_types=_ANY_LINK,
+    precondition="addresses-absent",
+    postcondition="addresses-present",
 )
 
-IP_ROUTES = OpcodeSpec(
+IP_ROUTES = link_settings_spec(
     name="ip/routes/v1",
-    boot_volatile=True,
     summary="Add IPv4/IPv6 routes through a sandbox link the call exclusively configures.",
     changes=(
         "Adds each listed route (destination, optional gateway, preferred source, metric, "
@@ -436,18 +401,13 @@ IP_ROUTES = OpcodeSpec(
         "removed, one changed by someone else is left in place and the effect quarantined."
     ),
     parameters=IpRoutesParameters,
-    inputs=_INTERFACE_IN,
-    outputs=_INTERFACE_OUT,
-    hooks=_CONNECT,
-    reversibility=Reversibility.REVERSIBLE,
-    recovery=_RECOVERY,
-    requires=frozenset({"same-sandbox", "owned-link", "exclusive-grant", "routes-absent"}),
-    postconditions=frozenset({"routes-present"}),
+    link_types=_ANY_LINK,
+    precondition="routes-absent",
+    postcondition="routes-present",
 )
 
-IP_NEIGHBOURS = OpcodeSpec(
+IP_NEIGHBOURS = link_settings_spec(
     name="ip/neighbours/v1",
-    boot_volatile=True,
     summary="Add permanent neighbour entries on a sandbox Ethernet link the call configures.",
     changes=(
         "Adds a permanent neighbour entry (IP address to MAC address) for each listed "
@@ -462,30 +422,13 @@ IP_NEIGHBOURS = OpcodeSpec(
         "place and the effect quarantined."
     ),
     parameters=IpNeighboursParameters,
-    inputs={
-        "interface": PortSpec(
-            HandleType.KERNEL_INTERFACE, _ETHERNET, ScopeKind.SANDBOX, Access.EXCLUSIVE_CONFIGURE
-        )
-    },
-    outputs={
-        "interface": PortSpec(
-            HandleType.KERNEL_INTERFACE,
-            _ETHERNET,
-            ScopeKind.SANDBOX,
-            grants=_CONFIGURE_GRANTS,
-            inherits="interface",
-        )
-    },
-    hooks=_CONNECT,
-    reversibility=Reversibility.REVERSIBLE,
-    recovery=_RECOVERY,
-    requires=frozenset({"same-sandbox", "owned-link", "exclusive-grant", "neighbours-absent"}),
-    postconditions=frozenset({"neighbours-present"}),
+    link_types=_ETHERNET,
+    precondition="neighbours-absent",
+    postcondition="neighbours-present",
 )
 
-IP_RULES = OpcodeSpec(
+IP_RULES = link_settings_spec(
     name="ip/rules/v1",
-    boot_volatile=True,
     summary="Add policy routing rules in the sandbox, matching the granted link by name.",
     changes=(
         "Adds each listed policy routing rule (priority, from/to prefixes, table, and "
@@ -500,13 +443,9 @@ IP_RULES = OpcodeSpec(
         "effect quarantined."
     ),
     parameters=IpRulesParameters,
-    inputs=_INTERFACE_IN,
-    outputs=_INTERFACE_OUT,
-    hooks=_CONNECT,
-    reversibility=Reversibility.REVERSIBLE,
-    recovery=_RECOVERY,
-    requires=frozenset({"same-sandbox", "owned-link", "exclusive-grant", "rules-absent"}),
-    postconditions=frozenset({"rules-present"}),
+    link_types=_ANY_LINK,
+    precondition="rules-absent",
+    postcondition="rules-present",
 )
 
 SPECS: tuple[OpcodeSpec, ...] = (IP_ADDRESSES, IP_ROUTES, IP_NEIGHBOURS, IP_RULES)
