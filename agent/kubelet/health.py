@@ -15,13 +15,19 @@ and reads it as Unknown once ``health_check_timeout_seconds`` (we send
 (pkg/kubelet/cm/dra/healthinfo.go), so a quiet stream would turn every device Unknown. A
 hung agent therefore shows as Unknown within the timeout; a dead one ends the stream and
 the kubelet drops the driver's health at once.
+
+The handlers are coroutines served by the ``grpc.aio`` server (see
+:mod:`dmn.agent.kubelet.bounds`): a stream waits on the board without holding a thread,
+and at most ``max_streams`` streams are open at once (more are refused with
+RESOURCE_EXHAUSTED), so idle or never-reading watchers cannot starve other calls.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
-from collections.abc import Iterator, Sequence
-from functools import partial
+from collections.abc import AsyncIterator, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -50,7 +56,8 @@ class HealthBoard:
     """Serving state plus the latest device health list, with change notification.
 
     ``version`` moves only when the list's content (health, message, timestamps) changes,
-    so republishing an equal list wakes no stream."""
+    so republishing an equal list wakes no stream. Streams wait on an asyncio event of
+    their own (:meth:`subscribe`), set from whichever thread changes the board."""
 
     def __init__(self, services: Sequence[str], timeout_seconds: int = HEALTH_TIMEOUT_SECONDS):
         self.services = set(services) | {""}
@@ -60,6 +67,31 @@ class HealthBoard:
         self.devices: tuple[DeviceHealth, ...] = ()
         self.version = 0
         self.cond = threading.Condition()
+        self._waiters: dict[asyncio.Event, asyncio.AbstractEventLoop] = {}
+        #: open health streams of every version (changed only on the serving loop)
+        self.streams = 0
+
+    def subscribe(self) -> asyncio.Event:
+        """An event set on every change; call from the event loop that awaits it."""
+        event = asyncio.Event()
+        with self.cond:
+            self._waiters[event] = asyncio.get_running_loop()
+        return event
+
+    def unsubscribe(self, event: asyncio.Event) -> None:
+        with self.cond:
+            self._waiters.pop(event, None)
+
+    def _notify(self) -> None:
+        self.cond.notify_all()
+        for event, loop in self._waiters.items():
+            with contextlib.suppress(RuntimeError):  # that loop is already closed
+                loop.call_soon_threadsafe(event.set)
+
+    def snapshot(self) -> tuple[bool, int, tuple[DeviceHealth, ...]]:
+        """(closed, version, devices), read together."""
+        with self.cond:
+            return self.closed, self.version, self.devices
 
     def publish(self, devices: Sequence[DeviceHealth]) -> None:
         with self.cond:
@@ -67,26 +99,26 @@ class HealthBoard:
                 return
             self.devices = tuple(devices)
             self.version += 1
-            self.cond.notify_all()
+            self._notify()
 
     def set_serving(self, serving: bool) -> None:
         with self.cond:
             self.serving = serving
-            self.cond.notify_all()
+            self._notify()
 
     def close(self) -> None:
         with self.cond:
             self.closed = True
-            self.cond.notify_all()
+            self._notify()
 
 
 class HealthServicer(gh_grpc.HealthServicer):
     def __init__(self, board: HealthBoard) -> None:
         self.board = board
 
-    def Check(self, request: Any, context: grpc.ServicerContext) -> Any:
+    async def Check(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         if request.service not in self.board.services:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service}")
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service}")
         status = (
             gh_pb.HealthCheckResponse.SERVING
             if self.board.serving
@@ -113,23 +145,40 @@ class _HealthStream:
 
     pb: ModuleType
 
-    def __init__(self, board: HealthBoard, resend: float = RESEND_SECONDS) -> None:
+    def __init__(
+        self, board: HealthBoard, resend: float = RESEND_SECONDS, max_streams: int = 16
+    ) -> None:
         self.board = board
         self.resend = resend
+        self.max_streams = max_streams
 
-    def _changed_since(self, seen: int) -> bool:
-        return self.board.version != seen or self.board.closed
-
-    def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        seen = -1
-        while context.is_active():
-            with self.board.cond:
-                self.board.cond.wait_for(partial(self._changed_since, seen), self.resend)
-                if self.board.closed:
+    async def NodeWatchResources(
+        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        if self.board.streams >= self.max_streams:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"at most {self.max_streams} health streams may be open at once",
+            )
+        self.board.streams += 1
+        changed = self.board.subscribe()
+        try:
+            seen = -1
+            while True:
+                changed.clear()
+                closed, version, devices = self.board.snapshot()
+                if not closed and version == seen:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), self.resend)
+                    closed, version, devices = self.board.snapshot()
+                if closed:
                     return
-                seen, devices = self.board.version, self.board.devices
-            # on a change and, without one, every ``resend`` seconds (see the module doc)
-            yield _snapshot(self.pb, devices, self.board.timeout_seconds)
+                seen = version
+                # on a change and, without one, every ``resend`` seconds (see the module doc)
+                yield _snapshot(self.pb, devices, self.board.timeout_seconds)
+        finally:
+            self.board.unsubscribe(changed)
+            self.board.streams -= 1
 
 
 class ResourceHealthV1Servicer(_HealthStream, dra_health_v1_pb2_grpc.DRAResourceHealthServicer):
