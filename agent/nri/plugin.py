@@ -52,7 +52,7 @@ from dmn.agent.nri.handler import (
     PodSandbox,
     call_with_deadline,
 )
-from dmn.agent.nri.transport import MuxTransport, TtrpcClient, TtrpcServer
+from dmn.agent.nri.transport import MuxTransport, TrunkBounds, TtrpcClient, TtrpcServer
 from dmn.agent.nri.ttrpc_frame import Code, TtrpcError
 from dmn.agent.protos import nri_api_pb2 as api
 from dmn.observability.metrics import NRI_CONNECTS, NRI_RECONNECTS
@@ -111,6 +111,8 @@ class PluginConfig:
     registration_timeout: float = DEFAULT_REGISTRATION_TIMEOUT
     workers: int = 4
     use_env_socket: bool = True
+    # stalled frames, undrained writes, request floods (see dmn.agent.nri.transport)
+    trunk: TrunkBounds = field(default_factory=TrunkBounds)
 
     def __post_init__(self) -> None:
         check_plugin_name(self.name)
@@ -265,7 +267,7 @@ class NriPlugin:
         NRI_CONNECTS.inc()
         if self.stats.connects > 1:
             NRI_RECONNECTS.inc()
-        transport = MuxTransport(reader, writer)
+        transport = MuxTransport(reader, writer, self.config.trunk)
         self._transport = transport
         self._synced.clear()
         self._sync_pods, self._sync_containers = [], []

@@ -11,6 +11,15 @@ socket keeps being served. Blocking coordinator work runs in a thread pool
 
 Writes of one ttrpc message are emitted as one ``writer.write`` of all its mux frames, so
 frames of two messages never interleave on the trunk.
+
+Bounds (issue 39), so a runtime that stalls, floods or stops reading costs a reconnect,
+never unbounded memory or a hung plugin (:class:`TrunkBounds`): frames are bounded in
+size by the framing modules (mux and ttrpc both refuse a header announcing more than the
+Go peer's maximum before buffering it); a frame started and not finished within
+``frame_timeout`` ends the trunk; a write the peer does not drain within
+``write_timeout`` ends the trunk; more than ``max_in_flight`` unanswered requests end the
+trunk (the Go mux likewise closes a trunk whose read queue overflows). An idle trunk
+with no partial frame may stay idle forever: the runtime sends only when it has events.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from dmn.agent.nri import mux
@@ -42,31 +52,74 @@ log = logging.getLogger(__name__)
 Sink = Callable[[bytes], None]
 
 
+class TrunkStalled(TtrpcProtocolError):
+    """The peer left a frame unfinished, or our writes undrained, for too long."""
+
+
+@dataclass(frozen=True)
+class TrunkBounds:
+    frame_timeout: float = 10.0
+    write_timeout: float = 10.0
+    max_in_flight: int = 64
+
+    def __post_init__(self) -> None:
+        if self.frame_timeout <= 0 or self.write_timeout <= 0 or self.max_in_flight < 1:
+            raise ValueError("trunk bounds must be positive")
+
+
 class MuxTransport:
     """One trunk socket; reassembles each logical connection and hands bytes to its sink."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        bounds: TrunkBounds | None = None,
+    ) -> None:
         self._reader = reader
         self._writer = writer
+        self.bounds = bounds or TrunkBounds()
         self._demux = mux.Demultiplexer()
         self._sinks: dict[int, Sink] = {}
+        self._partial: list[Callable[[], int]] = [lambda: self._demux.pending]
         self.closed = asyncio.Event()
         self.error: BaseException | None = None
 
-    def attach(self, conn_id: int, sink: Sink) -> None:
+    def attach(self, conn_id: int, sink: Sink, pending: Callable[[], int] | None = None) -> None:
+        """Route ``conn_id``'s bytes to ``sink``; ``pending`` counts the bytes it holds of
+        an unfinished frame (the frame deadline covers them too)."""
         self._sinks[conn_id] = sink
+        if pending is not None:
+            self._partial.append(pending)
 
     async def send(self, conn_id: int, data: bytes) -> None:
         if self.closed.is_set():
             raise TtrpcError(Code.UNAVAILABLE, "connection closed")
         self._writer.write(mux.encode(conn_id, data))
-        await self._writer.drain()
+        try:
+            await asyncio.wait_for(self._writer.drain(), self.bounds.write_timeout)
+        except TimeoutError:
+            self.fail(TrunkStalled(f"peer did not read for {self.bounds.write_timeout}s"))
+            raise TtrpcError(Code.UNAVAILABLE, "peer does not read") from None
+
+    def _mid_frame(self) -> bool:
+        return any(pending() for pending in self._partial)
+
+    async def _read(self) -> bytes:
+        if not self._mid_frame():
+            return await self._reader.read(65536)
+        try:
+            return await asyncio.wait_for(self._reader.read(65536), self.bounds.frame_timeout)
+        except TimeoutError:
+            raise TrunkStalled(
+                f"peer left a frame unfinished for {self.bounds.frame_timeout}s"
+            ) from None
 
     async def run(self) -> None:
         """Read the trunk until EOF or error; always ends with the transport closed."""
         try:
             while True:
-                data = await self._reader.read(65536)
+                data = await self._read()
                 if not data:
                     break
                 for conn_id, payload in self._demux.feed(data):
@@ -74,10 +127,19 @@ class MuxTransport:
                     if sink is not None:
                         sink(payload)
         except (OSError, mux.MuxProtocolError, TtrpcProtocolError) as exc:
-            self.error = exc
-            log.warning("nri trunk failed error=%s", exc)
+            self.fail(exc)
         finally:
             self.close()
+
+    def fail(self, exc: BaseException) -> None:
+        """End the trunk for a broken or abusive peer (the plugin reconnects)."""
+        if self.error is None:
+            self.error = exc
+            log.warning("nri trunk failed error=%s", exc)
+        # abort, not close: close() keeps the socket open until a peer that does not read
+        # has taken our buffered bytes, i.e. forever
+        self._writer.transport.abort()
+        self.close()
 
     def close(self) -> None:
         if not self.closed.is_set():
@@ -106,10 +168,14 @@ class TtrpcServer:
         self._frames = FrameReader()
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_stream = 0
-        transport.attach(conn_id, self._feed)
+        transport.attach(conn_id, self._feed, lambda: self._frames.pending)
 
     def _feed(self, data: bytes) -> None:
         for frame in self._frames.feed(data):
+            if len(self._tasks) >= self._transport.bounds.max_in_flight:
+                raise TtrpcProtocolError(
+                    f"more than {self._transport.bounds.max_in_flight} requests unanswered"
+                )
             if frame.type != TYPE_REQUEST:
                 # Unary-only server: data frames would belong to streams we never opened.
                 log.debug(
@@ -175,7 +241,7 @@ class TtrpcClient:
         self._frames = FrameReader()
         self._next_stream = 1
         self._pending: dict[int, asyncio.Future[bytes]] = {}
-        transport.attach(conn_id, self._feed)
+        transport.attach(conn_id, self._feed, lambda: self._frames.pending)
 
     def _feed(self, data: bytes) -> None:
         for frame in self._frames.feed(data):

@@ -109,6 +109,11 @@ class FrameReader:
             del self._buf[:end]
         return frames
 
+    @property
+    def pending(self) -> int:
+        """Bytes buffered towards an unfinished frame."""
+        return len(self._buf)
+
 
 def encode_request(service: str, method: str, payload: bytes, timeout_nano: int = 0) -> bytes:
     return ttrpc_request_pb2.Request(
