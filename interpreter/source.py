@@ -16,14 +16,24 @@ parsing (:data:`MAX_BYTES`); then one streaming pass over the parser's events (n
 recursion, no alias expansion) checks nesting depth, node count and aliases and reports
 the first bound crossed at its exact line and column (``E_LIMIT``) — nothing is composed
 after such a structural error, so no cascade of secondary errors follows it. Bytes that
-are not UTF-8 are ``E_SYNTAX`` at the line and column of the first bad byte. An integer
-literal with more digits than Python converts is ``E_LIMIT`` (not "a string").
+are not UTF-8 are ``E_SYNTAX`` at the line and column of the first bad byte, and so is a
+character YAML does not allow (NUL and the other C0/C1 controls, lone surrogates): the
+parser itself would report those at no position. An integer literal with more digits than
+Python converts is ``E_LIMIT`` (not "a string").
+
+Aliases: the node count is of the document *with aliases expanded* (an alias adds the
+size of its anchor's subtree), so an alias bomb is ``E_LIMIT`` at the alias that crosses
+the bound, before anything is composed. A value reached through an alias is the anchor's
+node (the composer shares it), so its own position would be the anchor's, the same for
+every use; instead every path under an alias is placed at that alias (``*name``), where
+the path enters the shared value — two uses of a bad anchor give two positions.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +77,8 @@ class NodeInfo:
     #: For a scalar spread over several source lines (block ``|``/``>`` scalars, folded
     #: plain or quoted ones): its value and the source (line, column) of each character.
     chars: tuple[str, tuple[tuple[int, int], ...]] | None = None
+    #: The value was reached through an alias; ``span`` is that alias's position.
+    via_alias: bool = False
 
 
 @dataclass(slots=True)
@@ -101,6 +113,8 @@ class SourceMap:
         if info is None:
             return self.span(path)
         base = info.span
+        if info.via_alias:  # the text is at the anchor; the path enters it at the alias
+            return base
         if info.chars is not None:
             value, positions = info.chars
             offset = sum(len(text) + 1 for text in value.split("\n")[: line - 1]) + column - 1
@@ -221,13 +235,43 @@ def _scalar_positions(
 
 
 class _Converter:
-    def __init__(self, file: str, diagnostics: list[Diagnostic], text: str = "") -> None:
+    """Composed nodes -> plain data plus the :class:`SourceMap`.
+
+    ``alias_spans`` are the positions of the document's alias events in document order
+    (from :func:`_event_pass`); the converter walks the nodes in the same order, and a node
+    met a second time outside an alias expansion is the next alias's use."""
+
+    def __init__(
+        self,
+        file: str,
+        diagnostics: list[Diagnostic],
+        text: str = "",
+        alias_spans: tuple[SourceSpan, ...] = (),
+    ) -> None:
         self.file = file
         self.lines = text.splitlines()
         self.diagnostics = diagnostics
         self.count = 0
         self.source = SourceMap(file)
         self.too_large = False
+        self._alias_spans = alias_spans
+        self._next_alias = 0
+        self._seen: set[int] = set()
+        #: while converting an alias's expansion: where that alias is
+        self._via: SourceSpan | None = None
+
+    def _alias_use(self, node: Any) -> SourceSpan | None:
+        """The alias position when ``node`` is met again outside an expansion, else None
+        (and ``node`` is remembered)."""
+        if self._via is not None:
+            return None
+        if id(node) not in self._seen:
+            self._seen.add(id(node))
+            return None
+        if self._next_alias < len(self._alias_spans):
+            self._next_alias += 1
+            return self._alias_spans[self._next_alias - 1]
+        return self.mark(node)
 
     def mark(self, node: Any) -> SourceSpan:
         m = node.start_mark
@@ -237,6 +281,16 @@ class _Converter:
         self.diagnostics.append(Diagnostic.at(code, message, span, path_text(path)))
 
     def convert(self, node: Any, path: Path, key_span: SourceSpan | None) -> Any:
+        alias = self._alias_use(node)
+        if alias is None:
+            return self._convert(node, path, key_span)
+        self._via = alias
+        try:
+            return self._convert(node, path, key_span)
+        finally:
+            self._via = None
+
+    def _convert(self, node: Any, path: Path, key_span: SourceSpan | None) -> Any:
         self.count += 1
         if self.count > MAX_NODES:
             if not self.too_large:
@@ -248,16 +302,19 @@ class _Converter:
                     path,
                 )
             return None
-        span = self.mark(node)
+        via = self._via
+        span = self.mark(node) if via is None else via
         tag = str(getattr(node.tag, "value", node.tag))
         kind = type(node).__name__
         style = getattr(node, "style", None) if kind == "ScalarNode" else None
         chars = None
-        if kind == "ScalarNode" and self.lines and isinstance(node.value, str):
+        if via is None and kind == "ScalarNode" and self.lines and isinstance(node.value, str):
             positions = _scalar_positions(self.lines, node, node.value)
             if positions is not None:
                 chars = (node.value, positions)
-        self.source.nodes[path] = NodeInfo(span=span, key_span=key_span, style=style, chars=chars)
+        self.source.nodes[path] = NodeInfo(
+            span=span, key_span=key_span, style=style, chars=chars, via_alias=via is not None
+        )
         if kind == "MappingNode":
             if tag != _MAP:
                 self.error(Code.E_SCHEMA, f"unsupported YAML tag {tag}", span, path)
@@ -265,15 +322,16 @@ class _Converter:
         if kind == "SequenceNode":
             if tag != _SEQ:
                 self.error(Code.E_SCHEMA, f"unsupported YAML tag {tag}", span, path)
-            return [self.convert(item, (*path, i), None) for i, item in enumerate(node.value)]
+            return [self.convert(item, (*path, i), self._via) for i, item in enumerate(node.value)]
         return self.scalar(node, tag, span, path)
 
     def mapping(self, node: Any, path: Path) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            kspan = self.mark(key_node)
+            kspan = self._alias_use(key_node) or self._via or self.mark(key_node)
             if type(key_node).__name__ != "ScalarNode":
                 self.error(Code.E_SCHEMA, "mapping keys must be plain strings", kspan, path)
+                self._pass_over(key_node)
                 continue
             key_tag = str(getattr(key_node.tag, "value", key_node.tag))
             key_value = self.scalar(key_node, key_tag, kspan, path)
@@ -288,6 +346,22 @@ class _Converter:
                 continue
             out[key] = self.convert(value_node, (*path, key), kspan)
         return out
+
+    def _pass_over(self, node: Any) -> None:
+        """Account for the aliases inside a node that is not converted (a collection used
+        as a key), so later aliases keep their positions."""
+        stack = [node]
+        while stack:
+            here = stack.pop()
+            if type(here).__name__ == "MappingNode":
+                items = [part for pair in here.value for part in pair]
+            elif type(here).__name__ == "SequenceNode":
+                items = list(here.value)
+            else:
+                continue
+            for item in reversed(items):  # popped in document order
+                if self._alias_use(item) is None:
+                    stack.append(item)
 
     def scalar(self, node: Any, tag: str, span: SourceSpan, path: Path) -> Any:
         raw = str(node.value)
@@ -377,20 +451,24 @@ def load_yaml_documents(
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             return [], [_encoding_error(raw, exc, file)]
+    unprintable = _unprintable_problem(text, file)
+    if unprintable is not None:
+        return [], [unprintable]
     yaml = _composer()
-    bound = _bounds_problem(yaml, text, file)
+    bound, alias_spans = _event_pass(yaml, text, file)
     if bound is not None:
         return [], [bound]
     documents: list[YamlDocument] = []
     try:
         for index, node in enumerate(yaml.compose_all(io.StringIO(text))):
+            aliases = alias_spans[index] if index < len(alias_spans) else ()
             if node is None or (
                 type(node).__name__ == "ScalarNode"
                 and str(getattr(node.tag, "value", node.tag)) == _NULL
                 and node.value == ""
             ):
                 continue
-            conv = _Converter(file, diagnostics, text)
+            conv = _Converter(file, diagnostics, text, aliases)
             data = conv.convert(node, (), None)
             documents.append(YamlDocument(data=data, source=conv.source, index=index))
     except RecursionError:
@@ -432,38 +510,85 @@ def _encoding_error(data: bytes, exc: UnicodeDecodeError, file: str) -> Diagnost
     )
 
 
-def _bounds_problem(yaml: YAML, text: str, file: str) -> Diagnostic | None:
-    """The first nesting, node-count or alias bound crossed, at its position; None when the
-    text stays within them. Streams the parser's events: no recursion, no alias expansion.
-    A syntax error ends the pass silently — composing reports it with its position."""
+def _event_pass(
+    yaml: YAML, text: str, file: str
+) -> tuple[Diagnostic | None, list[tuple[SourceSpan, ...]]]:
+    """One streaming pass over the parser's events (no recursion, no alias expansion).
+
+    Returns the first nesting, node-count or alias bound crossed, at its position (None
+    when the text stays within them), and the positions of each document's aliases in
+    document order. Nodes are counted with aliases expanded: an alias adds its anchor's
+    subtree size. A syntax error ends the pass silently — composing reports it with its
+    position."""
     depth = nodes = aliases = 0
+    sizes: dict[str, int] = {}
+    open_nodes: list[tuple[str | None, int]] = []  # (anchor, node count before it)
+    documents: list[tuple[SourceSpan, ...]] = []
+    spans: list[SourceSpan] = []
+
+    def span(event: Any) -> SourceSpan:
+        mark = event.start_mark
+        return SourceSpan(file, int(mark.line) + 1, int(mark.column) + 1)
 
     def at(event: Any, message: str) -> Diagnostic:
-        mark = event.start_mark
-        return Diagnostic.at(
-            Code.E_LIMIT, message, SourceSpan(file, int(mark.line) + 1, int(mark.column) + 1)
-        )
+        return Diagnostic.at(Code.E_LIMIT, message, span(event))
 
     try:
         for event in yaml.parse(io.StringIO(text)):
             name = type(event).__name__
             if name == "DocumentStartEvent":
                 depth = nodes = aliases = 0
+                sizes, open_nodes, spans = {}, [], []
+            elif name == "DocumentEndEvent":
+                documents.append(tuple(spans))
             elif name in ("MappingStartEvent", "SequenceStartEvent"):
                 depth += 1
+                open_nodes.append((event.anchor, nodes))
                 nodes += 1
                 if depth > MAX_DEPTH:
-                    return at(event, f"document nests deeper than {MAX_DEPTH} levels")
+                    return at(event, f"document nests deeper than {MAX_DEPTH} levels"), []
             elif name in ("MappingEndEvent", "SequenceEndEvent"):
                 depth -= 1
+                anchor, before = open_nodes.pop()
+                if anchor is not None:
+                    sizes[anchor] = nodes - before
             elif name == "ScalarEvent":
                 nodes += 1
+                if event.anchor is not None:
+                    sizes[event.anchor] = 1
             elif name == "AliasEvent":
                 aliases += 1
+                spans.append(span(event))
                 if aliases > MAX_ALIASES:
-                    return at(event, f"document uses more than {MAX_ALIASES} aliases")
+                    return at(event, f"document uses more than {MAX_ALIASES} aliases"), []
+                nodes += sizes.get(event.anchor, 1)
+                if nodes > MAX_NODES:
+                    return at(
+                        event, f"document has more than {MAX_NODES} nodes (aliases expanded)"
+                    ), []
             if nodes > MAX_NODES:
-                return at(event, f"document has more than {MAX_NODES} nodes")
+                return at(event, f"document has more than {MAX_NODES} nodes"), []
     except Exception:  # ruamel raises many types for bad input; composing reports them
+        return None, documents
+    return None, documents
+
+
+#: Characters YAML 1.2 allows in a stream (its c-printable production); the parser
+#: rejects the others without a position.
+_UNPRINTABLE = re.compile(
+    "[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
+)
+
+
+def _unprintable_problem(text: str, file: str) -> Diagnostic | None:
+    """``E_SYNTAX`` at the line and column of the first character YAML does not allow."""
+    found = _UNPRINTABLE.search(text)
+    if found is None:
         return None
-    return None
+    at = found.start()
+    line_start = text.rfind("\n", 0, at) + 1
+    return Diagnostic.at(
+        Code.E_SYNTAX,
+        f"character U+{ord(found.group()):04X} is not allowed in YAML",
+        SourceSpan(file, text.count("\n", 0, at) + 1, at - line_start + 1),
+    )
