@@ -42,19 +42,25 @@ ROUTE = {"destination": "10.96.0.0/12", "gateway": "10.56.0.1"}
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def lab() -> Iterator[LabApiServer]:
+    """The lab API server with the CRDs and two pools: "dual" (10.56.0.0/24 with a route,
+    fd56::/64) and "tiny" (two addresses)."""
     with LabApiServer(bookmark_interval=0.5) as server, Cluster(connect(url=server.url)) as c:
         for path in sorted(CRD_DIR.glob("*.yaml")):
             c.create(r.CUSTOM_RESOURCE_DEFINITIONS, yaml.safe_load(path.read_text()))
         c.create(
             r.IP_POOLS,
             pool(
-                "dual",
-                v4(routes=[ROUTE]),
-                subnet("fd56::/64", ranges=[("fd56::10", "fd56::ff")]),
+                "dual", v4(routes=[ROUTE]), subnet("fd56::/64", ranges=[("fd56::10", "fd56::ff")])
             ),
         )
         c.create(r.IP_POOLS, pool("tiny", subnet("10.57.0.0/30")))
+        yield server
+
+
+@pytest.fixture(scope="module")
+def cluster(lab: LabApiServer) -> Iterator[Cluster]:
+    with Cluster(connect(url=lab.url)) as c:
         yield c
 
 
