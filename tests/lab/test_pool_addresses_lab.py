@@ -1,13 +1,15 @@
 """The node agent's real path for ``ip/pool-addresses`` on the embedded lab: a topology of
 macvlan-cni (builtin root) and the ip-pool test plugin (an administrator's Operation step
-on the root's interface); a Pod's ``net1`` gets an address of each family of the IPPool
-"dual" with no manual step, the IPAllocation objects name the claim the agent verified and
-this node, and deleting the Pod releases them and leaves the node's links as before."""
+on the root's interface), or macvlan-cni alone with its optional ``pool``; a Pod's
+``net1`` gets an address of each family of the IPPool "dual" with no manual step, the
+IPAllocation objects name the claim the agent verified and this node, and deleting the Pod
+releases them and leaves the node's links as before."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,7 +57,35 @@ TOPOLOGY = {
 }
 
 
-def test_a_pods_net1_gets_pool_addresses_from_the_agent(tmp_path: Path) -> None:
+#: The same through macvlan-cni's own optional ``pool`` (its guarded ip/pool-addresses).
+BUILTIN_TOPOLOGY = {
+    "apiVersion": GROUP,
+    "kind": "NetworkTopology",
+    "metadata": {"name": "pooled-macvlan"},
+    "spec": {
+        "effectBudget": TOPOLOGY["spec"]["effectBudget"],  # type: ignore[index]
+        "steps": [
+            {
+                "id": "net1",
+                "kind": "Allocation",
+                "pluginRef": {"name": "macvlan-cni"},
+                "config": {
+                    "mode": "bridge",
+                    "ifName": "net1",
+                    "mtu": 1500,
+                    "up": True,
+                    "pool": "dual",
+                },
+            }
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize("topology", [TOPOLOGY, BUILTIN_TOPOLOGY], ids=["operation", "builtin"])
+def test_a_pods_net1_gets_pool_addresses_from_the_agent(
+    tmp_path: Path, topology: dict[str, Any]
+) -> None:
     found, problems = load_plugins(str(PLUGIN))
     assert problems == []
     lab = LabCluster(StateDir(tmp_path / "lab"), links="netns")
@@ -71,7 +101,7 @@ def test_a_pods_net1_gets_pool_addresses_from_the_agent(tmp_path: Path) -> None:
                 subnet("fd56::/64", ranges=[("fd56::10", "fd56::ff")]),
             )
         )
-        cluster.apply(TOPOLOGY)
+        cluster.apply(topology)
         (result,) = wait_settled(cluster, ["pooled-macvlan"], 60)
         assert result.ready == "True", result
         (device_class,) = result.device_classes
