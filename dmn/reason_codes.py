@@ -1615,6 +1615,21 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Nothing to do for the releasing owner; its address is already gone.",
     ),
     _r(
+        "E_IPAM_UNAVAILABLE",
+        IPAM,
+        "The node could not reach the API server (or it failed the request) while "
+        "allocating, finding or releasing an address: nothing was decided.",
+        "Check the node agent's API server connection; recovery retries the effect.",
+    ),
+    _r(
+        "E_IPAM_NOT_CONFIGURED",
+        IPAM,
+        "An ip/pool-addresses effect ran without an IPPool allocation client or without a "
+        "ResourceClaim the node agent verified (addresses are allocated only for one).",
+        "Run it through the node agent (which gives both); a test gives them in its "
+        "DeviceEnvironment.",
+    ),
+    _r(
         "E_UPSTREAM_BUILD",
         CLI,
         "Building the pinned upstream components failed.",

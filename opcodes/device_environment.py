@@ -26,6 +26,7 @@ from typing import Any
 
 from dmn.host.netns import LinkEnvironment
 from dmn.host.netns_sysfs import MountedNetnsSysfs, NetnsSysfs
+from dmn.opcodes.address_pools import AddressPools, ClaimOwner
 from dmn.opcodes.effect_records import EffectRecords
 
 SYSFS = Path("/sys")
@@ -135,6 +136,13 @@ class DeviceEnvironment(LinkEnvironment):
     effect_records: EffectRecords | None = None
     """The journal's effect records, read-only (:mod:`dmn.opcodes.effect_records`); None
     where nothing journals (an executor that needs it then refuses)."""
+    address_pools: AddressPools | None = None
+    """The IPPool allocation port (:mod:`dmn.opcodes.address_pools`), built by the agent
+    from its cluster connection; None where there is none (``ip/pool-addresses`` refuses)."""
+    claim_owner: ClaimOwner | None = None
+    """The ResourceClaim the agent verified for this run and the node's name: who holds
+    the addresses a run allocates. None for cleanup and recovery (they read the owner from
+    the before-image) and where no claim was verified."""
 
     @classmethod
     def extend(
@@ -193,3 +201,11 @@ def netns_sysfs(env: Any) -> NetnsSysfs:
 
 def effect_records(env: Any) -> EffectRecords | None:
     return env.effect_records if isinstance(env, DeviceEnvironment) else None
+
+
+def address_pools(env: Any) -> AddressPools | None:
+    return env.address_pools if isinstance(env, DeviceEnvironment) else None
+
+
+def claim_owner(env: Any) -> ClaimOwner | None:
+    return env.claim_owner if isinstance(env, DeviceEnvironment) else None

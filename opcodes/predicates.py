@@ -57,6 +57,9 @@ REQUIRES: Mapping[str, str] = MappingProxyType(
         "routes-absent": "no route with the destination, table and metric of a route to add "
         "exists in the sandbox",
         "rules-absent": "no rule of the family holds a priority of a rule to add",
+        "pool-owner-verified": "the allocations' owner is the ResourceClaim the node agent "
+        "verified and this node (never configuration), journaled with the pool and the "
+        "effect before any allocation is created",
         "neighbours-absent": "the link has no permanent or no-ARP neighbour entry for an "
         "address to add (a learned one is the kernel's cache and is written over)",
     }
@@ -99,6 +102,9 @@ POSTCONDITIONS: Mapping[str, str] = MappingProxyType(
         "routes-present": "every added route is in the sandbox with each recorded key and "
         "attribute",
         "rules-present": "every added rule is in the sandbox with each recorded attribute",
+        "pool-addresses-present": "the owner holds one allocation of the pool per pool "
+        "family, each address is on the link with its kernel creation stamp recorded, and "
+        "every pool route is in the sandbox as recorded",
         "neighbours-present": "every added neighbour entry is on the link, permanent, with "
         "the requested MAC address",
     }

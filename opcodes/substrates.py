@@ -45,6 +45,14 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         "IPv4 and IPv6",
     ),
     SubstrateRow(
+        ("ip/pool-addresses",),
+        ("opcodes/ip/",),
+        "host kernel (macvlan and veth stand-ins in scratch namespaces) against the lab API "
+        "server's IPPool and IPAllocation objects (real creates arbitrate; a tenant removing "
+        "and replacing the address; SIGKILL at every boundary)",
+        "IPv4 and IPv6",
+    ),
+    SubstrateRow(
         ("linux/create-ipvlan", "linux/create-vlan", "linux/create-bond", "linux/attach-master"),
         ("opcodes/linux/",),
         "lab kernel (veth stand-ins, ping)",

@@ -61,6 +61,7 @@ OWNERS: Mapping[str, str] = {
     "ip/routes/v1": "tests.kernel.test_program_crashes",
     "ip/neighbours/v1": "tests.kernel.test_program_crashes",
     "ip/rules/v1": "tests.kernel.test_program_crashes",
+    "ip/pool-addresses/v1": "tests.kernel.test_ip_pool_crashes",
 }  # share/hold-parent has none: macvlan (host) and ipvlan (lab) shares differ in the kernel
 
 

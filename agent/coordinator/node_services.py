@@ -30,6 +30,8 @@ from dmn.agent.coordinator.reconcile import ReconcileLoop
 from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
 from dmn.agent.journal.store import JournalStore, Retention
 from dmn.api.cluster import Cluster
+from dmn.api.ipam.client import AllocationClient
+from dmn.api.ipam.node_pools import ClusterAddressPools
 from dmn.engine.effect_records import JournalEffectRecords
 from dmn.engine.mutation_lock import MutationLockTimeout, NodeMutationLock
 from dmn.engine.runner import BoundaryHook, Runner
@@ -75,17 +77,29 @@ class NodeServices:
         journal = JournalStore.open(config.state_dir)
         records = JournalEffectRecords(journal)  # the runner's own journal: see its contract
         mutation = NodeMutationLock()
+        # ip/pool-addresses allocates, finds and releases through the agent's own connection
+        pools = ClusterAddressPools(AllocationClient(cluster))
         runner = Runner(
             journal,
             executors if executors is not None else default_executors(),
             env_factory=lambda op: device_environment(
-                pins, config.cdi_root, ovsdb_remote=config.ovsdb_remote, records=records
+                pins,
+                config.cdi_root,
+                ovsdb_remote=config.ovsdb_remote,
+                records=records,
+                address_pools=pools,
             ),
             boundary=boundary,
             lock=mutation,
         )
         operations = NodeOperations(
-            runner, pins, config.cdi_root, boundary, config.ovsdb_remote, records=records
+            runner,
+            pins,
+            config.cdi_root,
+            boundary,
+            config.ovsdb_remote,
+            records=records,
+            address_pools=pools,
         )
         claims = ClaimVerifier(config, cluster, devices, known, objects)
         lock = NodeLock(mutation, journal)

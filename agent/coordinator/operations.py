@@ -24,6 +24,7 @@ from dmn.engine.mutation_lock import MutationLockTimeout
 from dmn.engine.runner import BoundaryHook, Runner, RunResult
 from dmn.host.pins import NamespacePins
 from dmn.interpreter.loader import Plugin
+from dmn.opcodes.address_pools import AddressPools, ClaimOwner
 from dmn.opcodes.device_environment import CDI_ROOT, OVSDB_REMOTE, DeviceEnvironment
 from dmn.opcodes.effect_records import EffectRecords
 
@@ -55,13 +56,17 @@ def device_environment(
     grants: StepGrants | None = None,
     ovsdb_remote: str = OVSDB_REMOTE,
     records: EffectRecords | None = None,
+    address_pools: AddressPools | None = None,
+    claim_owner: ClaimOwner | None = None,
 ) -> DeviceEnvironment:
     """The executors' environment for one run: the pins' namespaces (this attachment's
     sandbox), the node's CDI directory and OVSDB endpoint (node facts: flags, never config),
     what the device's policy allows — its drivers (``hardware.allowedDrivers``) and the
-    bridges of the step (``allowedHostBridges``/``allowedOvsBridges``) — and the journal's
-    read-only effect records (shared-reference executors count from them). Cleanup and
-    recovery get no drivers and no bridges: they only restore what the journal recorded."""
+    bridges of the step (``allowedHostBridges``/``allowedOvsBridges``) — the journal's
+    read-only effect records (shared-reference executors count from them), the IPPool
+    allocation port over the agent's cluster connection and the ResourceClaim the agent
+    verified for this run (who holds the addresses it allocates). Cleanup and recovery get
+    no drivers, no bridges and no claim: they only restore what the journal recorded."""
     base = pins.link_environment(attachment)
     grants = grants or StepGrants()
     try:
@@ -73,6 +78,8 @@ def device_environment(
             ovs_bridge_grants=dict(grants.ovs_bridges),
             ovsdb_remote=ovsdb_remote,
             effect_records=records,
+            address_pools=address_pools,
+            claim_owner=claim_owner,
         )
     finally:
         base.close()
@@ -87,8 +94,10 @@ class NodeOperations:
         boundary: BoundaryHook | None = None,
         ovsdb_remote: str = OVSDB_REMOTE,
         records: EffectRecords | None = None,
+        address_pools: AddressPools | None = None,
     ) -> None:
         self.runner = runner
+        self.address_pools = address_pools
         self.pins = pins
         self.cdi_root = cdi_root
         self.ovsdb_remote = ovsdb_remote
@@ -100,6 +109,7 @@ class NodeOperations:
         attachment: str | None = None,
         allowed_drivers: Iterable[str] = (),
         grants: StepGrants | None = None,
+        claim_owner: ClaimOwner | None = None,
     ) -> DeviceEnvironment:
         return device_environment(
             self.pins,
@@ -109,6 +119,8 @@ class NodeOperations:
             grants=grants,
             ovsdb_remote=self.ovsdb_remote,
             records=self.records,
+            address_pools=self.address_pools,
+            claim_owner=claim_owner,
         )
 
     def boundary(self, name: str) -> None:
@@ -137,12 +149,13 @@ class NodeOperations:
         sync_end: bool = True,
         allowed_drivers: Iterable[str] = (),
         grants: StepGrants | None = None,
+        claim_owner: ClaimOwner | None = None,
     ) -> RunResult:
         """Run one bound program in a fresh device environment and record ``op`` in ``done``
         (so a later failure undoes it too); a result that is not ok becomes a Refusal with
         the runner's code, else ``failed[0]``, prefixed by ``failed[1]``. ``sync_end=False``:
         the caller's next synced commit makes the end record durable (see the runner)."""
-        env = self.environment(attachment, allowed_drivers, grants)
+        env = self.environment(attachment, allowed_drivers, grants, claim_owner)
         try:
             result = self.runner.run(
                 op, scope, program, digests=digests, env=env, sync_end=sync_end

@@ -86,6 +86,7 @@ from dmn.engine.mutation_lock import claim_key, device_key
 from dmn.engine.runner import RunRefused
 from dmn.host.netns import NamespaceRef, identity_of
 from dmn.host.pins import NamespacePins, PinError
+from dmn.opcodes.address_pools import ClaimOwner
 from dmn.opcodes.granted_nodes import DeviceNode, decode
 from dmn.vocabulary.handles import Handle, Scope
 from dmn.vocabulary.terms import HandleType, ScopeKind
@@ -341,8 +342,14 @@ class SandboxAttachmentService:
             outputs: list[dict[str, Any]] = []
             device_status: list[list[dict[str, Any]]] = []
             try:
-                for prep, verified, revision in plan:
-                    exports = self._connect(att, ref, prep, verified, revision, done, deadline)
+                for (prep, verified, revision), claim in zip(plan, rec.claims, strict=True):
+                    # who holds the addresses a connect allocates: the claim verified above
+                    owner = ClaimOwner(
+                        claim.namespace, claim.name, claim.claim_uid, self.config.node_name
+                    )
+                    exports = self._connect(
+                        att, ref, prep, verified, revision, done, deadline, owner
+                    )
                     outputs.extend(status_outputs(exports, verified))
                     device_status.append(device_entries(self.config.driver, verified, exports))
                 _in_time(deadline, sandbox_id, "before Ready")
@@ -405,6 +412,7 @@ class SandboxAttachmentService:
         revision: Mapping[str, Any],
         done: list[str],
         deadline: HookDeadline | None = None,
+        owner: ClaimOwner | None = None,
     ) -> dict[str, Mapping[str, tuple[Handle, ...]]]:
         spec = revision["spec"]
         steps = {str(s["id"]): s for s in spec["normalizedSpec"]["steps"]}
@@ -455,6 +463,7 @@ class SandboxAttachmentService:
                 sync_end=False,  # durable with the next step's intent or the Ready commit
                 allowed_drivers=drivers,
                 grants=grants,
+                claim_owner=owner,
             )
             exports[step_id] = result.exports
         return exports

@@ -265,6 +265,11 @@ class AllocationClient:
         subnet = plan.subnets[held.family]
         return Allocation(held, subnet.prefix_length, subnet.gateway, subnet.routes)
 
+    def pool_plan(self, pool: str) -> PoolPlan | Refused:
+        """The pool as allocation sees it (its subnets, gateways, routes), or why it cannot
+        hand out addresses (unknown, invalid, terminating)."""
+        return self._plan(pool)
+
     def _plan(self, pool: str) -> PoolPlan | Refused:
         try:
             obj = self.cluster.get(r.IP_POOLS, pool)

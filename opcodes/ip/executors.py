@@ -8,6 +8,7 @@ from dmn.opcodes.executor import Executor
 from dmn.opcodes.ip import specs
 from dmn.opcodes.ip.addresses import IpAddresses
 from dmn.opcodes.ip.neighbours import IpNeighbours
+from dmn.opcodes.ip.pool_addresses import IpPoolAddresses
 from dmn.opcodes.ip.routes import IpRoutes
 from dmn.opcodes.ip.rules import IpRules
 
@@ -16,5 +17,6 @@ EXECUTORS: Mapping[str, Executor] = {
     specs.IP_ROUTES.name: IpRoutes(),
     specs.IP_NEIGHBOURS.name: IpNeighbours(),
     specs.IP_RULES.name: IpRules(),
+    specs.IP_POOL_ADDRESSES.name: IpPoolAddresses(),
 }
 """Every ``ip/*`` executor by opcode name, for the runner's executor registry."""

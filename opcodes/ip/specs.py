@@ -18,6 +18,7 @@ reports it as ``E_PARAM_TYPE`` at the parameter, never as a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from typing import Annotated, Literal
 
@@ -448,4 +449,56 @@ IP_RULES = link_settings_spec(
     postcondition="rules-present",
 )
 
-SPECS: tuple[OpcodeSpec, ...] = (IP_ADDRESSES, IP_ROUTES, IP_NEIGHBOURS, IP_RULES)
+PoolName = Annotated[
+    str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+]
+"""An IPPool's name (a DNS label)."""
+
+
+class IpPoolAddressesParameters(ParameterModel):
+    """``pool``: the IPPool the link's addresses come from (a DNS label); ``address``: an
+    optional static address (no prefix) from one of the pool's reserved ranges, taken for its
+    family instead of the next free one (the allocator refuses one outside them)."""
+
+    pool: PoolName
+    address: HostAddress | None = None
+
+
+IP_POOL_ADDRESSES = dataclasses.replace(
+    link_settings_spec(
+        name="ip/pool-addresses/v1",
+        summary="Give a sandbox link an address per family of an IPPool, and the pool's routes.",
+        changes=(
+            "Creates one IPAllocation per family of the named IPPool (the next free address, "
+            "or the static address asked for) owned by the verified ResourceClaim, this node "
+            "and this effect; adds each address with the pool's prefix length to the granted "
+            "link inside the Pod's namespace and the pool's routes through it (protocol "
+            "`static`). The pool's gateway is no default route: the Pod keeps its own. The "
+            "intent (pool, owner, effect) is journaled before any allocation is created. "
+            "Refused, with nothing changed, when the pool is unknown, invalid or exhausted, "
+            "the static address is outside its reserved ranges or taken, the link has the "
+            "address or a route's key is taken."
+        ),
+        undo=(
+            "Deletes exactly the routes and addresses it added (addresses proven by the "
+            "link's recorded identity and their kernel creation stamps), then deletes each "
+            "IPAllocation by name and UID. An address someone re-added keeps its allocation "
+            "and the effect is quarantined; after a crash the owner's allocations are found "
+            "by owner and effect and released."
+        ),
+        parameters=IpPoolAddressesParameters,
+        link_types=_ANY_LINK,
+        precondition="pool-owner-verified",
+        postcondition="pool-addresses-present",
+    ),
+    # the allocations live in the API server, not in the running kernel: a reboot keeps them
+    boot_volatile=False,
+)
+
+SPECS: tuple[OpcodeSpec, ...] = (
+    IP_ADDRESSES,
+    IP_ROUTES,
+    IP_NEIGHBOURS,
+    IP_RULES,
+    IP_POOL_ADDRESSES,
+)

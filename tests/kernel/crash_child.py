@@ -26,7 +26,9 @@ from dmn.engine.runner import Runner
 from dmn.host.netns import LinkEnvironment, NamespaceRef
 from dmn.host.netns_sysfs import RecordedNetnsSysfs
 from dmn.host.pins import NamespacePins
+from dmn.opcodes.address_pools import ClaimOwner
 from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment, OvsBridgeGrant
+from tests.kernel.node import ipam_facts
 from tests.kernel.world import EXECUTORS
 
 
@@ -59,8 +61,20 @@ def child(req: dict[str, Any]) -> int:
         trees = {(int(d), int(i)): Path(t) for d, i, t in req["sysfs_views"]}
         device["netns_sysfs"] = RecordedNetnsSysfs(trees)
 
+    if req.get("ipam_url"):
+        device.update(ipam_facts(req["ipam_url"]))
+    owner = ClaimOwner.from_json(req["claim_owner"]) if req.get("claim_owner") else None
+
     def env(sandbox: NamespaceRef | None) -> LinkEnvironment:
         host = NamespaceRef.at(req["host"])
+        if req.get("ipam_url"):
+            return DeviceEnvironment(
+                host=host,
+                sandbox=sandbox,
+                pins=pins.list,
+                claim_owner=owner if sandbox is not None else None,
+                **device,
+            )
         if grants or device:
             return DeviceEnvironment(
                 host=host, sandbox=sandbox, pins=pins.list, bridge_grants=grants, **device

@@ -18,6 +18,9 @@ from typing import Any
 import yaml
 
 from dmn.agent.journal.store import JournalStore
+from dmn.api.cluster import Cluster, connect
+from dmn.api.ipam.client import AllocationClient
+from dmn.api.ipam.node_pools import ClusterAddressPools
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram
 from dmn.engine.effect_records import JournalEffectRecords
@@ -26,6 +29,7 @@ from dmn.host.netns import LinkEnvironment, NamespaceRef, identity_of
 from dmn.host.netns_sysfs import RecordedNetnsSysfs
 from dmn.host.pins import NamespacePins
 from dmn.interpreter.loader import load_builtin_plugins
+from dmn.opcodes.address_pools import ClaimOwner
 from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment, OvsBridgeGrant
 from dmn.vocabulary.handles import Handle, Scope
 from dmn.vocabulary.terms import ScopeKind
@@ -82,6 +86,10 @@ class Node:
     # run and clean up in this server's child instead of this process: with
     # :func:`unprivileged_server`, the executors hold only the chart's capabilities
     server: CrashForkServer | None = None
+    # the lab API server the IPPool port talks to, and the verified claim a run is for
+    # (recovery and cleanup get the port only: they read the owner from the before-image)
+    ipam_url: str | None = None
+    claim_owner: ClaimOwner | None = None
 
     @property
     def pins(self) -> NamespacePins:
@@ -97,6 +105,11 @@ class Node:
         the journal's read-only effect records, as the agent's does."""
         env = self.pins.link_environment()
         env.sandbox = sandbox
+        if self.ipam_url is not None:
+            ipam_env = DeviceEnvironment.extend(env, **ipam_facts(self.ipam_url))
+            ipam_env.claim_owner = self.claim_owner if sandbox is not None else None
+            env.close()
+            return ipam_env
         if (
             not self.bridge_grants
             and not self.allowed_drivers
@@ -252,6 +265,8 @@ class Node:
                 "ovs_grants": [g.to_json() for g in self.ovs_grants],
                 "ovsdb_remote": self.ovsdb_remote,
                 "sysfs_views": self.views_json(),
+                "ipam_url": self.ipam_url,
+                "claim_owner": self.claim_owner.to_json() if self.claim_owner else None,
             }
         )
         names = out.read_text().split() if out.exists() else []
@@ -259,6 +274,12 @@ class Node:
             assert reply["exit"] == 0, f"crash child failed: {reply}"
             return []
         return names
+
+
+def ipam_facts(url: str) -> dict[str, Any]:
+    """The IPPool port over the API server at ``url`` (its connection lives as long as the
+    process: a test's or a crash child's)."""
+    return {"address_pools": ClusterAddressPools(AllocationClient(Cluster(connect(url=url))))}
 
 
 def sandbox_scope(ref: NamespaceRef) -> Scope:

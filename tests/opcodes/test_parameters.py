@@ -49,6 +49,7 @@ VALID: dict[str, dict[str, Any]] = {
     "ip/routes/v1": {"routes": [{"destination": "10.2.0.0/16", "gateway": "10.0.0.1"}]},
     "ip/rules/v1": {"rules": [{"priority": 100, "from": "10.0.0.0/24", "table": 100}]},
     "ip/neighbours/v1": {"neighbours": [{"address": "10.0.0.9", "lladdr": "02:00:00:00:00:09"}]},
+    "ip/pool-addresses/v1": {"pool": "macvlan-v4", "address": "10.56.0.240"},
 }
 
 #: Values each field must refuse (beyond wrong JSON types, tested generically).

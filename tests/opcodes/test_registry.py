@@ -51,6 +51,7 @@ VOCABULARY = {
     "ip/routes/v1",
     "ip/neighbours/v1",
     "ip/rules/v1",
+    "ip/pool-addresses/v1",
 }
 
 P, C = Hook.PREPARE, Hook.CONNECT
@@ -87,6 +88,7 @@ CONTRACT = {
     "ip/routes/v1": ({C}, REV),
     "ip/neighbours/v1": ({C}, REV),
     "ip/rules/v1": ({C}, REV),
+    "ip/pool-addresses/v1": ({C}, REV),
 }
 
 SPECS = sorted(ALL_SPECS, key=lambda s: s.name)

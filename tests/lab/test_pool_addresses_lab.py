@@ -1,0 +1,138 @@
+"""The node agent's real path for ``ip/pool-addresses`` on the embedded lab: a topology of
+macvlan-cni (builtin root) and the ip-pool test plugin (an administrator's Operation step
+on the root's interface), or macvlan-cni alone with its optional ``pool``; a Pod's
+``net1`` gets an address of each family of the IPPool "dual" with no manual step, the
+IPAllocation objects name the claim the agent verified and this node, and deleting the Pod
+releases them and leaves the node's links as before."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dmn.api.builtin_plugins import plugin_object
+from dmn.api.cluster import resources as r
+from dmn.interpreter.loader import load_plugins
+from dmn.lab.cluster import LabCluster
+from dmn.lab.demo import wait_settled
+from dmn.lab.node import NODE_NAME
+from dmn.lab.pod_demo import NAMESPACE, claim_template, pod_manifest
+from dmn.lab.pods import LabPods
+from dmn.lab.state_dir import StateDir
+from tests.ipam.pools import pool, subnet, v4
+from tests.lab.test_admin_plugin import _links
+
+pytestmark = pytest.mark.netns
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = ROOT / "tests" / "kernel" / "plugins" / "ip-pool" / "v1"
+GROUP = "networking.dra-multi-network.schseba.github.io/v1alpha1"
+TOPOLOGY = {
+    "apiVersion": GROUP,
+    "kind": "NetworkTopology",
+    "metadata": {"name": "pooled-macvlan"},
+    "spec": {
+        "effectBudget": {
+            "allow": ["share/hold-parent/v1", "linux/create-macvlan/v2", "ip/pool-addresses/v1"]
+        },
+        "steps": [
+            {
+                "id": "net1",
+                "kind": "Allocation",
+                "pluginRef": {"name": "macvlan-cni"},
+                "config": {"mode": "bridge", "ifName": "net1", "mtu": 1500, "up": True},
+            },
+            {
+                "id": "addr",
+                "kind": "Operation",
+                "pluginRef": {"name": "ip-pool"},
+                "config": {},
+                "inputs": {"interface": {"from": "net1.interface"}},
+            },
+        ],
+    },
+}
+
+
+#: The same through macvlan-cni's own optional ``pool`` (its guarded ip/pool-addresses).
+BUILTIN_TOPOLOGY = {
+    "apiVersion": GROUP,
+    "kind": "NetworkTopology",
+    "metadata": {"name": "pooled-macvlan"},
+    "spec": {
+        "effectBudget": TOPOLOGY["spec"]["effectBudget"],  # type: ignore[index]
+        "steps": [
+            {
+                "id": "net1",
+                "kind": "Allocation",
+                "pluginRef": {"name": "macvlan-cni"},
+                "config": {
+                    "mode": "bridge",
+                    "ifName": "net1",
+                    "mtu": 1500,
+                    "up": True,
+                    "pool": "dual",
+                },
+            }
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize("topology", [TOPOLOGY, BUILTIN_TOPOLOGY], ids=["operation", "builtin"])
+def test_a_pods_net1_gets_pool_addresses_from_the_agent(
+    tmp_path: Path, topology: dict[str, Any]
+) -> None:
+    found, problems = load_plugins(str(PLUGIN))
+    assert problems == []
+    lab = LabCluster(StateDir(tmp_path / "lab"), links="netns")
+    lab.start()
+    try:
+        cluster = lab.client()
+        cluster.apply(plugin_object(found["ip-pool"]))
+        route = {"destination": "10.96.0.0/12", "gateway": "10.56.0.1"}
+        cluster.apply(
+            pool(
+                "dual",
+                v4(routes=[route]),
+                subnet("fd56::/64", ranges=[("fd56::10", "fd56::ff")]),
+            )
+        )
+        cluster.apply(topology)
+        (result,) = wait_settled(cluster, ["pooled-macvlan"], 60)
+        assert result.ready == "True", result
+        (device_class,) = result.device_classes
+        cluster.apply(claim_template("pooled-macvlan", device_class))
+        before = _links(lab)
+        short = tempfile.TemporaryDirectory(prefix="dmnp-")
+        pods = LabPods(lab, Path(short.name))
+        pods.start()
+        try:
+            pods.run(pod_manifest("pooled-a", "pooled-macvlan"))
+            shown = pods.exec(NAMESPACE, "pooled-a", ["ip", "-o", "addr", "show", "net1"])
+            assert shown.returncode == 0, shown.stderr
+            held = cluster.list(r.IP_ALLOCATIONS).items
+            addresses = sorted(o["spec"]["address"] for o in held)
+            assert len(addresses) == 2, held
+            for address in addresses:
+                assert f" {address}/" in shown.stdout, (address, shown.stdout)
+            owners = {
+                (o["spec"]["owner"]["claimNamespace"], o["spec"]["owner"]["nodeName"]) for o in held
+            }
+            assert owners == {(NAMESPACE, NODE_NAME)}
+            claims = cluster.list(r.RESOURCE_CLAIMS, NAMESPACE).items
+            uids = {c["metadata"]["uid"] for c in claims}
+            assert {o["spec"]["owner"]["claimUID"] for o in held} <= uids
+            routes = pods.exec(NAMESPACE, "pooled-a", ["ip", "route", "show", "10.96.0.0/12"])
+            assert "via 10.56.0.1 dev net1" in routes.stdout, routes.stdout
+            pods.delete(NAMESPACE, "pooled-a")
+            assert cluster.list(r.IP_ALLOCATIONS).items == []
+            assert _links(lab) == before
+        finally:
+            pods.stop()
+            short.cleanup()
+    finally:
+        lab.stop()
