@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from dmn.interpreter.checker.limits import MAX_SCENARIOS
+from dmn.interpreter.checker.limits import MAX_SCENARIO_CANDIDATES, MAX_SCENARIOS
 from dmn.interpreter.config_schema import enumerable_values
 from dmn.interpreter.expressions import (
     BoolOp,
@@ -96,13 +96,15 @@ def _scenarios(ctx: _PluginContext, guards: Iterable[Expr]) -> list[Scenario] | 
     total = 1
     for c in choices:
         total *= len(c)
-        if total > MAX_SCENARIOS:
+        if total > MAX_SCENARIO_CANDIDATES:
             return None
     out: list[Scenario] = []
     for combo in itertools.product(*choices):
         scenario = {k: v for k, v in zip(fields, combo, strict=True) if v is not None}
         if ctx.possible(scenario, fields):
             out.append(scenario)
+            if len(out) > MAX_SCENARIOS:
+                return None
     return out
 
 
