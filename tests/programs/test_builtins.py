@@ -307,6 +307,46 @@ def _mutated(tmp_path: Path, name: str, file: str, old: str, new: str) -> list[C
             "member: {from: effects.create.interface}",
             Code.E_ACCESS,
         ),
+        # addressing (issue 38): scenarios still decided with presence guards in play — the
+        # addresses effect may not read the IPoIB link, which exists only for infiniband
+        (
+            "host-cni",
+            "connect.yaml",
+            "      addresses: {from: call.config.addresses}",
+            "      addresses: {from: call.config.addresses}\n"
+            "  - id: wrong\n"
+            "    kind: ip/routes/v1\n"
+            "    when: 'call.config.routes != null'\n"
+            "    inputs:\n"
+            "      interface: {from: effects.ib-state.interface}\n"
+            "    parameterBindings:\n"
+            "      routes: {from: call.config.routes}",
+            Code.E_REF_UNRESOLVED,
+        ),
+        # a guard reads top-level fields only
+        (
+            "macvlan-cni",
+            "connect.yaml",
+            "when: 'call.config.sysctls != null'",
+            "when: 'call.config.sysctls.ipv4RpFilter == 1'",
+            Code.E_REF_UNRESOLVED,
+        ),
+        # a list that may repeat an address binds a parameter that refuses repeats
+        (
+            "vlan-cni",
+            "plugin.yaml",
+            "        uniqueItems: true\n        items: {type: string, format: ip-interface}",
+            "        items: {type: string, format: ip-interface}",
+            Code.E_PARAM_TYPE,
+        ),
+        # a sysctl bound beyond the opcode's allowlist
+        (
+            "bond-cni",
+            "connect.yaml",
+            "ipv4RpFilter: {from: call.config.sysctls.ipv4RpFilter}",
+            "rpFilter: {from: call.config.sysctls.ipv4RpFilter}",
+            Code.E_UNKNOWN_FIELD,
+        ),
     ],
 )
 def test_broken_copies_are_rejected(
