@@ -117,7 +117,8 @@ _NAME = r"(?!" + _RESERVED + r")" + _WORD
 _DOT = r"\s*\.\s*"
 _INDEX = r"(?:\s*\[\s*[0-9]{1,4}\s*\])?"
 #: What the expression parser accepts as a ``from:`` reference (``grammar/effects.lark`` and
-#: its classification of names), as one anchored regular expression: ``call.config.<field>``,
+#: its classification of names), as one anchored regular expression: ``call.config.<field>``
+#: (or ``.<field>.<member>``),
 #: ``call.inputs|prepared.<port>[i]``, ``call.allocation[.<port>][i]``, ``call.sandbox``,
 #: ``effects.<id>.<port>[i]`` or a forEach variable. A property test holds it to the parser.
 REFERENCE_PATTERN = (
@@ -126,6 +127,10 @@ REFERENCE_PATTERN = (
     + r"(?:config"
     + _DOT
     + _NAME
+    + r"(?:"
+    + _DOT
+    + _NAME
+    + r")?"
     + r"|(?:inputs|prepared)"
     + _DOT
     + _NAME

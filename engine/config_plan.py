@@ -104,6 +104,15 @@ def _on(guard: str | None, config: Mapping[str, Any]) -> bool:
     return guard is None or holds(guard, config)
 
 
+def _config_value(config: Mapping[str, Any], ref: ConfigRef) -> Any:
+    """The validated config's value at ``ref`` (a field, or a member of an object field);
+    None when absent (validated config holds no nulls)."""
+    value = config.get(ref.field)
+    if ref.member is None or not isinstance(value, Mapping):
+        return value if ref.member is None else None
+    return value.get(ref.member)
+
+
 def _planned(hook: str, index: int, effect: Effect, config: Mapping[str, Any]) -> PlannedEffect:
     parameters: dict[str, JSONValue] = dict(effect.parameters or {})
     bound: dict[str, str] = {}
@@ -113,11 +122,11 @@ def _planned(hook: str, index: int, effect: Effect, config: Mapping[str, Any]) -
         parsed, problems = parse_reference(ref.from_)
         if not isinstance(parsed, ConfigRef) or problems:
             foreign.append(name)
-        elif parsed.field in config:
-            parameters[name] = config[parsed.field]
-            bound[name] = parsed.field
+        elif (value := _config_value(config, parsed)) is not None:
+            parameters[name] = value
+            bound[name] = parsed.path
         else:
-            absent[name] = parsed.field
+            absent[name] = parsed.path
     return PlannedEffect(
         hook=hook,
         index=index,

@@ -15,12 +15,20 @@ The subset (every keyword not listed is an error, ``E_UNKNOWN_FIELD``):
     (``pattern`` is an RE2 full-match pattern, matched in linear time — a pattern RE2
     does not accept is ``E_PATTERN``, see :mod:`dmn.interpreter.patterns`; ``enum`` a
     non-empty list of distinct strings),
+  - ``{type: string, format, default?}``: a network value (``ip-address``,
+    ``ip-interface``, ``ip-prefix``, ``ip-route-destination``, ``mac-address``) checked by
+    the rule the ``ip/*`` opcodes apply (:mod:`dmn.interpreter.value_formats`); a format
+    fixes the values, so it takes no ``pattern``, ``enum``, ``minLength`` or ``maxLength``,
   - ``{type: integer, minimum?, maximum?, enum?, default?}``,
   - ``{type: boolean, default?}``,
-  - ``{type: array, items: <string|integer|boolean property>, minItems?, maxItems?,
-    uniqueItems?, default?}``,
-  - ``{type: object, additionalProperties: false, properties, required?}`` (nested,
-    same rules as the root);
+  - ``{type: array, items: <string|integer|boolean|object property>, minItems?,
+    maxItems?, uniqueItems?, default?}`` — an array of objects must declare ``maxItems``;
+    ``uniqueItems`` compares formatted items by their identity (the address of an
+    ``ip-interface``, the kernel's key of an ``ip-route``), other items by value,
+  - ``{type: object, additionalProperties: false, properties, required?, minProperties?,
+    format?}`` (nested, same rules as the root; ``format: ip-route`` adds the route rules
+    across its ``destination``/``gateway``/``source``/``table``/``scope``, reported at the
+    object);
 
 * every property may carry ``description``;
 * a property of the root object may carry ``requiredWhen: <guard>`` and/or
@@ -49,6 +57,9 @@ object at most :data:`MAX_PROPERTIES` properties. A ``default`` must satisfy its
 property (``E_SCHEMA`` at ``default``): ``maximum: 9000, default: 99999`` was accepted and
 the revision carried ``mtu: 99999``.
 
+A list over its ``maxItems`` is refused whole (one diagnostic at the list), without looking
+at its items.
+
 Validation (:func:`validate_config`) is strict: no coercion (``"1"`` is not an
 integer, ``1`` is not a boolean), unknown keys are ``E_UNKNOWN_FIELD``, missing
 required keys and out-of-range values are ``E_SCHEMA`` with the field path. A key
@@ -69,6 +80,13 @@ from pydantic_core import PydanticCustomError
 from dmn.interpreter.diagnostics import Code, Diagnostic
 from dmn.interpreter.guards import holds
 from dmn.interpreter.patterns import full_match, pattern_problem
+from dmn.interpreter.value_formats import (
+    ObjectFormat,
+    StringFormat,
+    identity,
+    object_problem,
+    string_problem,
+)
 from dmn.vocabulary.ifname import ifname_problem, is_ifname_field
 
 #: pydantic error type of a pattern RE2 refuses; reported as ``E_PATTERN``
@@ -151,6 +169,7 @@ class StringSchema(_Property):
     max_length: int | None = Field(default=None, alias="maxLength", ge=0)
     pattern: str | None = None
     enum: list[str] | None = Field(default=None, min_length=1)
+    format: StringFormat | None = None
     default: str | None = None
 
     _lengths = field_validator("min_length", "max_length")(
@@ -169,6 +188,21 @@ class StringSchema(_Property):
 
     @model_validator(mode="after")
     def _coherent(self) -> StringSchema:
+        if self.format is not None:
+            others = [
+                key
+                for key, value in (
+                    ("pattern", self.pattern),
+                    ("enum", self.enum),
+                    ("minLength", self.min_length),
+                    ("maxLength", self.max_length),
+                )
+                if value is not None
+            ]
+            if others:
+                raise ValueError(
+                    f"format {self.format!r} fixes the values; it takes no {', '.join(others)}"
+                )
         if self.enum is not None and len(set(self.enum)) != len(self.enum):
             raise ValueError("enum values must be distinct")
         if (
@@ -210,7 +244,7 @@ ScalarSchema = StringSchema | IntegerSchema | BooleanSchema
 
 class ArraySchema(_Property):
     type: Literal["array"]
-    items: StringSchema | IntegerSchema | BooleanSchema = Field(discriminator="type")
+    items: StringSchema | IntegerSchema | BooleanSchema | ObjectSchema = Field(discriminator="type")
     min_items: int | None = Field(default=None, alias="minItems", ge=0)
     max_items: int | None = Field(default=None, alias="maxItems", ge=0)
     unique_items: bool | None = Field(default=None, alias="uniqueItems")
@@ -225,6 +259,8 @@ class ArraySchema(_Property):
         low, high = self.min_items, self.max_items
         if low is not None and high is not None and low > high:
             raise ValueError("minItems is greater than maxItems")
+        if isinstance(self.items, ObjectSchema) and high is None:
+            raise ValueError("an array of objects needs maxItems (a bound on what a config holds)")
         _default_fits(self)
         return self
 
@@ -234,6 +270,8 @@ class ObjectSchema(_Property):
     additional_properties: Literal[False] = Field(alias="additionalProperties")
     properties: dict[str, PropertySchema] = Field(default_factory=dict)
     required: list[str] = Field(default_factory=list)
+    min_properties: int | None = Field(default=None, alias="minProperties", ge=0)
+    format: ObjectFormat | None = None
 
     @field_validator("properties")
     @classmethod
@@ -251,12 +289,18 @@ class ObjectSchema(_Property):
         unknown = [r for r in self.required if r not in self.properties]
         if unknown:
             raise ValueError(f"required names unknown properties: {', '.join(unknown)}")
+        if self.min_properties is not None and self.min_properties > len(self.properties):
+            raise ValueError(
+                f"minProperties {self.min_properties} is more than the "
+                f"{len(self.properties)} properties"
+            )
         return self
 
 
 AnyProperty = StringSchema | IntegerSchema | BooleanSchema | ArraySchema | ObjectSchema
 PropertySchema = Annotated[AnyProperty, Field(discriminator="type")]
 ObjectSchema.model_rebuild()
+ArraySchema.model_rebuild()
 
 #: The schema every plugin config is described by.
 ConfigSchema = ObjectSchema
@@ -329,6 +373,10 @@ def _validate_scalar(
         bad(f"{value!r} is longer than {schema.max_length} characters")
     if schema.pattern is not None and not full_match(schema.pattern, value):
         bad(f"{value!r} does not match the pattern {schema.pattern!r}")
+    if schema.format is not None:
+        problem = string_problem(schema.format, value)
+        if problem is not None:
+            bad(f"not an {schema.format}: {problem}")
     return errs
 
 
@@ -354,30 +402,58 @@ def _validate(schema: AnyProperty, value: Any, path: str) -> tuple[Any, list[Dia
                 )
             )
         if schema.max_items is not None and len(value) > schema.max_items:
-            errs.append(
+            # the items of an over-long list are not looked at: the list is refused whole
+            return list(value), [
                 Diagnostic(
                     code=Code.E_SCHEMA,
                     message=f"has {len(value)} items, more than {schema.max_items}",
                     path=path,
                 )
-            )
+            ]
+        items: list[Any] = []
+        clean: list[bool] = []
         for i, item in enumerate(value):
-            errs += _validate_scalar(schema.items, item, _join(path, i))
+            normalised, sub = _validate(schema.items, item, _join(path, i))
+            items.append(normalised)
+            clean.append(not sub)
+            errs += sub
         if schema.unique_items:
-            seen: list[Any] = []
-            for i, item in enumerate(value):
-                # bool is not int here: [1, true] holds two distinct values
-                if any(type(item) is type(s) and item == s for s in seen):
-                    errs.append(
-                        Diagnostic(
-                            code=Code.E_SCHEMA,
-                            message=f"item {item!r} repeats an earlier item (uniqueItems)",
-                            path=_join(path, i),
-                        )
-                    )
-                seen.append(item)
-        return list(value), errs
+            errs += _repeats(schema.items, items, clean, path)
+        return items, errs
     return value, _validate_scalar(schema, value, path)
+
+
+def _repeats(
+    items_schema: AnyProperty, items: list[Any], clean: list[bool], path: str
+) -> list[Diagnostic]:
+    """``uniqueItems``: an item equal to an earlier one — by its format's identity for
+    formatted items (the same address in two spellings), else by value and type."""
+    fmt = getattr(items_schema, "format", None)
+    errs: list[Diagnostic] = []
+    seen: list[Any] = []
+    for i, item in enumerate(items):
+        if not clean[i]:
+            continue
+        key = identity(fmt, item) if fmt is not None else None
+        # bool is not int here: [1, true] holds two distinct values
+        mark = ("identity", key) if key is not None else ("value", type(item), item)
+        if mark in seen:
+            what = f"{fmt} " if key is not None else ""
+            errs.append(
+                Diagnostic(
+                    code=Code.E_SCHEMA,
+                    message=f"item {item!r} repeats an earlier {what}item (uniqueItems)",
+                    path=_join(path, i),
+                )
+            )
+        seen.append(mark)
+    return errs
+
+
+def value_problems(prop: AnyProperty, value: Any, path: str = "") -> list[Diagnostic]:
+    """Why ``value`` is not a value of property ``prop`` (below the root: no conditional
+    presence, no interface-name rule); empty when it is."""
+    return _validate(prop, value, path)[1]
 
 
 def _validate_object(
@@ -418,6 +494,22 @@ def _validate_object(
     for name, prop in schema.properties.items():
         if name not in value and prop.type != "object" and prop.default is not None:
             out[name] = prop.default
+    if schema.min_properties is not None and len(value) < schema.min_properties:
+        errs.append(
+            Diagnostic(
+                code=Code.E_SCHEMA,
+                message=f"has {len(value)} fields, fewer than {schema.min_properties}",
+                path=path,
+            )
+        )
+    if schema.format is not None and not errs:
+        problem = object_problem(schema.format, out)
+        if problem is not None:
+            errs.append(
+                Diagnostic(
+                    code=Code.E_SCHEMA, message=f"not an {schema.format}: {problem}", path=path
+                )
+            )
     if root:  # guards read call.config.<field>: top-level fields only
         errs += _conditional_presence(schema, value, out, path)
         errs += _interface_names(out, errs, path)

@@ -46,10 +46,19 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class ConfigRef(Node):
+    """``call.config.<field>``, or ``call.config.<field>.<member>``: a property of a
+    top-level object field (a parameter binding may read one; a guard may not)."""
+
     field: str
+    member: str | None = None
 
     def text(self) -> str:
-        return f"call.config.{self.field}"
+        return f"call.config.{self.path}"
+
+    @property
+    def path(self) -> str:
+        """The field's path below ``config`` (``sysctls.ipv4RpFilter``)."""
+        return self.field if self.member is None else f"{self.field}.{self.member}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,9 +322,9 @@ class _Builder:
             area = parts[1]
             rest = parts[2:]
             if area == "config":
-                if len(rest) != 1 or index is not None:
-                    raise unresolved("expected call.config.<field>")
-                return ConfigRef(span, rest[0])
+                if len(rest) not in (1, 2) or index is not None:
+                    raise unresolved("expected call.config.<field> or call.config.<field>.<member>")
+                return ConfigRef(span, rest[0], rest[1] if len(rest) == 2 else None)
             if area == "inputs":
                 if len(rest) != 1:
                     raise unresolved("expected call.inputs.<port>")
@@ -454,7 +463,7 @@ def evaluate(expr: Expr, config: Mapping[str, Any]) -> Any:
         return expr.value
     if isinstance(expr, ListLiteral):
         return [item.value for item in expr.items]
-    if isinstance(expr, ConfigRef):
+    if isinstance(expr, ConfigRef) and expr.member is None:
         return config.get(expr.field)
     if isinstance(expr, REFERENCE_TYPES):
         raise GuardError(f"{expr.text()} cannot be read in a guard", expr)

@@ -25,7 +25,9 @@ from dmn.interpreter.config_schema import (
     IntegerSchema,
     ObjectSchema,
     StringSchema,
+    value_problems,
 )
+from dmn.interpreter.value_formats import sample
 
 #: Stand-ins for "no bound given" when sampling config ranges.
 UNBOUNDED_INT = 2**63 - 1
@@ -116,7 +118,25 @@ def _clean(message: str) -> str:
 
 
 def config_samples(prop: AnyProperty) -> list[Any]:
-    """Boundary values a config property admits (see module docstring)."""
+    """Boundary values a config property admits (see module docstring).
+
+    A formatted string (``format: ip-interface``, ...) is sampled by valid values of both
+    families; an object by its required properties alone, by each optional one added alone
+    (its first and its last sample) and by all of them — every candidate the property
+    itself refuses (a route through a gateway in ``link`` scope) dropped, because no valid
+    config holds it. An array of formatted strings or of objects holds distinct items when
+    it declares ``uniqueItems`` (a config cannot hold the same address twice) and the same
+    item repeated when it does not (a config can)."""
+    if isinstance(prop, ArraySchema) and _structured(prop.items):
+        return _structured_array_samples(prop)
+    if isinstance(prop, StringSchema) and prop.format is not None:
+        return [sample(prop.format, 0, 4), sample(prop.format, 0, 6)]
+    if isinstance(prop, ObjectSchema):
+        return [*_object_samples(prop, 0, 4), *_object_samples(prop, 0, 6)] or [{}]
+    return _plain_samples(prop)
+
+
+def _plain_samples(prop: AnyProperty) -> list[Any]:
     if isinstance(prop, BooleanSchema):
         return [False, True]
     if isinstance(prop, IntegerSchema):
@@ -132,13 +152,63 @@ def config_samples(prop: AnyProperty) -> list[Any]:
         longest = prop.max_length if prop.max_length is not None else UNBOUNDED_LENGTH
         return ["a" * shortest, "a" * longest]
     if isinstance(prop, ArraySchema):
-        items = config_samples(prop.items)
+        items = _plain_samples(prop.items)
         lo = prop.min_items or 0
         hi = prop.max_items if prop.max_items is not None else max(lo, 1)
         return [[items[0]] * lo, [items[-1]] * hi]
+    return [{}]  # pragma: no cover
+
+
+def _structured(prop: AnyProperty) -> bool:
+    return isinstance(prop, ObjectSchema) or (
+        isinstance(prop, StringSchema) and prop.format is not None
+    )
+
+
+def _indexed_samples(prop: AnyProperty, index: int, family: int) -> list[Any]:
+    """Valid samples of ``prop``, distinct from those of another ``index``."""
+    if isinstance(prop, StringSchema) and prop.format is not None:
+        return [sample(prop.format, index, family)]
     if isinstance(prop, ObjectSchema):
-        return [{}]
-    return []  # pragma: no cover
+        return _object_samples(prop, index, family)
+    if isinstance(prop, ArraySchema) and _structured(prop.items):
+        return _structured_array_samples(prop)
+    return _plain_samples(prop)
+
+
+def _object_samples(schema: ObjectSchema, index: int, family: int) -> list[dict[str, Any]]:
+    each = {name: _indexed_samples(prop, index, family) for name, prop in schema.properties.items()}
+    if any(not values for values in each.values()):
+        return []
+    base = {name: each[name][0] for name in schema.required}
+    candidates = [base]
+    for name in schema.properties:
+        if name not in schema.required:
+            candidates += [{**base, name: each[name][0]}, {**base, name: each[name][-1]}]
+    candidates += [
+        {name: values[0] for name, values in each.items()},
+        {name: values[-1] for name, values in each.items()},
+    ]
+    out: list[dict[str, Any]] = []
+    for candidate in candidates:
+        if candidate not in out and not value_problems(schema, candidate):
+            out.append(candidate)
+    return out
+
+
+def _structured_array_samples(prop: ArraySchema) -> list[list[Any]]:
+    lo = prop.min_items or 0
+    hi = prop.max_items if prop.max_items is not None else max(lo, 1)
+    out: list[list[Any]] = []
+    for family in (4, 6):
+        per_index = [_indexed_samples(prop.items, k, family) for k in range(max(hi, 1))]
+        for variant in range(min(len(v) for v in per_index)):
+            if prop.unique_items:
+                items = [per_index[k][variant] for k in range(hi)]
+            else:
+                items = [per_index[0][variant]] * hi
+            out += [items[:lo], items]
+    return out or [[]]
 
 
 def describe(prop: AnyProperty) -> str:
@@ -152,6 +222,13 @@ def describe(prop: AnyProperty) -> str:
     if isinstance(prop, StringSchema):
         if prop.enum is not None:
             return f"string one of {prop.enum}"
+        if prop.format is not None:
+            return f"string of format {prop.format}"
         longest = prop.max_length if prop.max_length is not None else "unbounded"
         return f"string of length {prop.min_length or 0}..{longest}"
+    if isinstance(prop, ArraySchema):
+        bound = prop.max_items if prop.max_items is not None else "unbounded"
+        return f"array of {prop.min_items or 0}..{bound} {describe(prop.items)}"
+    if isinstance(prop, ObjectSchema) and prop.format is not None:
+        return f"object of format {prop.format}"
     return prop.type

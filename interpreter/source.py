@@ -421,13 +421,20 @@ def _pure_composer() -> YAML:
     return YAML(typ="safe", pure=True)
 
 
-def _yaml_error_span(file: str, exc: Exception) -> SourceSpan:
+def _yaml_error_span(file: str, exc: Exception, text: str) -> SourceSpan:
+    """Where the parser stopped, kept inside the document: at the end of the stream the
+    scanner's mark may sit on a line after the last one (text without a final newline),
+    which then reads as one past the end of the last line."""
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     if mark is not None:
         try:
-            return SourceSpan(file, int(mark.line) + 1, int(mark.column) + 1)
+            line, column = int(mark.line) + 1, int(mark.column) + 1
         except (TypeError, ValueError):
-            pass
+            return SourceSpan(file, 1, 1)
+        lines = text.split("\n")
+        if line > len(lines):
+            line, column = len(lines), len(lines[-1]) + 1
+        return SourceSpan(file, line, min(column, len(lines[line - 1]) + 1))
     return SourceSpan(file, 1, 1)
 
 
@@ -478,7 +485,7 @@ def load_yaml_documents(
     except Exception as exc:  # ruamel raises many unrelated types for bad input
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0] if str(exc) else ""
         message = f"invalid YAML: {problem}" if problem else f"invalid YAML ({type(exc).__name__})"
-        diagnostics.append(Diagnostic.at(Code.E_SYNTAX, message, _yaml_error_span(file, exc)))
+        diagnostics.append(Diagnostic.at(Code.E_SYNTAX, message, _yaml_error_span(file, exc, text)))
     return documents, diagnostics
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dmn.interpreter.checker.context import _PluginContext
 from dmn.interpreter.checker.guard_checks import _check_guard
-from dmn.interpreter.config_schema import ObjectSchema
+from dmn.interpreter.config_schema import AnyProperty, ArraySchema, ObjectSchema
 from dmn.interpreter.diagnostics import Code
 from dmn.interpreter.source import ExpressionSpans, Path
 
@@ -34,8 +34,15 @@ def _check_conditional_presence(ctx: _PluginContext) -> None:
             if expr is not None:
                 table[name] = expr
                 ctx.guards.append(expr)
-        if isinstance(prop, ObjectSchema):
-            _no_nested_presence(ctx, prop, (*root, name))
+        _nested(ctx, prop, (*root, name))
+
+
+def _nested(ctx: _PluginContext, prop: AnyProperty, base: Path) -> None:
+    """Objects below a property: its own properties, or an array's object items."""
+    if isinstance(prop, ObjectSchema):
+        _no_nested_presence(ctx, prop, base)
+    elif isinstance(prop, ArraySchema) and isinstance(prop.items, ObjectSchema):
+        _no_nested_presence(ctx, prop.items, (*base, "items"))
 
 
 def _no_nested_presence(ctx: _PluginContext, schema: ObjectSchema, base: Path) -> None:
@@ -53,5 +60,4 @@ def _no_nested_presence(ctx: _PluginContext, schema: ObjectSchema, base: Path) -
                     ctx.plugin.source.key_span(path),
                     path,
                 )
-        if isinstance(prop, ObjectSchema):
-            _no_nested_presence(ctx, prop, (*base, "properties", name))
+        _nested(ctx, prop, (*base, "properties", name))

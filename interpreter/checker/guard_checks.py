@@ -143,6 +143,14 @@ def _check_guard(ctx: _PluginContext, text: str, span_of: SpanFn, path: Path) ->
                 path,
             )
             ok = False
+        elif ref.member is not None:
+            ctx.error(
+                Code.E_REF_UNRESOLVED,
+                f"{ref.text()}: a guard reads top-level config fields only",
+                ref.span,
+                path,
+            )
+            ok = False
         elif ctx.prop(ref.field) is None:
             ctx.error(
                 Code.E_REF_UNRESOLVED,

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
 from dmn.interpreter.checker.program_state import _Obligation, _ProgramBase
+from dmn.interpreter.config_schema import ObjectSchema
 from dmn.interpreter.diagnostics import Code
 from dmn.interpreter.documents import Effect
 from dmn.interpreter.expressions import ConfigRef, parse_reference
@@ -27,6 +30,18 @@ _PREDICATE_WORD = {"requires": "precondition", "postconditions": "postcondition"
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 24 else text[:21] + "..."
+
+
+def _model_rule(model: type[BaseModel], name: str, value: Any) -> str | None:
+    """A rule of the whole parameter model (no address twice, no two routes with one key)
+    that ``value`` breaks when the model is validated with this parameter alone; a missing
+    other parameter stops pydantic before the model's own rules, so it is never reported.
+    The caller keeps a rule only when another sample of the field passes it (a rule every
+    sample breaks is about the other parameters: ``qos`` needs ``vlan``)."""
+    for fname, message in model_error(model, {name: value}):
+        if fname == "":
+            return message
+    return None
 
 
 class _ParameterChecks(_ProgramBase):
@@ -94,10 +109,19 @@ class _ParameterChecks(_ProgramBase):
                 clean = False
                 continue
             prop = ctx.prop(parsed.field)
+            member_optional = False
+            if prop is not None and parsed.member is not None:
+                parent = prop
+                prop = parent.properties.get(parsed.member) if parent.type == "object" else None
+                member_optional = (
+                    isinstance(parent, ObjectSchema)
+                    and parsed.member not in parent.required
+                    and getattr(prop, "default", None) is None
+                )
             if prop is None:
                 ctx.error(
                     Code.E_REF_UNRESOLVED,
-                    f"{parsed.text()}: configSchema has no field {parsed.field!r}",
+                    f"{parsed.text()}: configSchema has no field {parsed.path!r}",
                     parsed.span,
                     self.path(*rel),
                 )
@@ -105,12 +129,16 @@ class _ParameterChecks(_ProgramBase):
                 continue
             code = Code.E_IFNAME if is_ifname_field(name) else Code.E_PARAM_TYPE
             failed = False
-            for value in config_samples(prop):
-                why = field_error(model, name, value)
+            samples = config_samples(prop)
+            rules = [_model_rule(model, name, value) for value in samples]
+            if all(rule is not None for rule in rules):
+                rules = [None] * len(samples)  # a rule across parameters, not of this value
+            for value, rule in zip(samples, rules, strict=True):
+                why = field_error(model, name, value) or rule
                 if why is not None:
                     ctx.error(
                         code,
-                        f"parameter {name!r} bound to call.config.{parsed.field} "
+                        f"parameter {name!r} bound to {parsed.text()} "
                         f"({describe(prop)}) would reject {_short(value)}: {why}",
                         parsed.span,
                         self.path(*rel),
@@ -119,6 +147,18 @@ class _ParameterChecks(_ProgramBase):
                     break
             if failed:
                 clean = False
+                continue
+            if member_optional:
+                partial = True
+                if fields[name].is_required():
+                    ctx.error(
+                        Code.E_PARAM_TYPE,
+                        f"parameter {name!r} is required but {parsed.text()} may be absent "
+                        f"(list {parsed.member!r} in the required of {parsed.field!r})",
+                        parsed.span,
+                        self.path(*rel),
+                    )
+                    clean = False
                 continue
             if ctx.optional(parsed.field):
                 partial = True

@@ -56,6 +56,7 @@ from dmn.opcodes.ip.granted_link import (
     proven_or_refused,
 )
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.ip_values import IpInterface, interface_of
 
 _log = logging.getLogger("dmn.opcodes.ip.executors")
 
@@ -66,19 +67,19 @@ space-separated — the record undo proves ownership by."""
 Key = tuple[str, int]
 
 
-def _key(iface: specs.IpInterface) -> Key:
+def _key(iface: IpInterface) -> Key:
     return (str(iface.ip), iface.network.prefixlen)
 
 
-def _wanted(before: Any) -> list[specs.IpInterface]:
-    return [specs.interface_of(value) for value in before["addresses"]]
+def _wanted(before: Any) -> list[IpInterface]:
+    return [interface_of(value) for value in before["addresses"]]
 
 
 def _by_key(live: tuple[InterfaceAddress, ...]) -> dict[Key, InterfaceAddress]:
     return {(a.address, a.prefixlen): a for a in live}
 
 
-def _refuse_present(live: tuple[InterfaceAddress, ...], wanted: list[specs.IpInterface]) -> None:
+def _refuse_present(live: tuple[InterfaceAddress, ...], wanted: list[IpInterface]) -> None:
     have = {a.address: a for a in live}
     for iface in wanted:
         found = have.get(str(iface.ip))
@@ -134,7 +135,7 @@ class IpAddresses:
         ipr = env.rtnl(ref)
         wanted = _wanted(before)
         _refuse_present(link_addresses(ipr, link.index), wanted)
-        added: list[specs.IpInterface] = []
+        added: list[IpInterface] = []
         try:
             for iface in wanted:
                 add_address(ipr, link.index, iface, bool(before.get("nodad")))
@@ -147,7 +148,7 @@ class IpAddresses:
                 ) from exc
             raise
 
-    def _take_back(self, ipr: Any, index: int, added: list[specs.IpInterface]) -> None:
+    def _take_back(self, ipr: Any, index: int, added: list[IpInterface]) -> None:
         """Delete what this apply added before it failed (no one else can have added these
         between the add and now: each was refused had it been present)."""
         for iface in reversed(added):

@@ -27,6 +27,7 @@ from dmn.opcodes.executor import EffectContext
 from dmn.opcodes.ip import specs
 from dmn.opcodes.ip.keyed_entries import KeyedEntries
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.ip_values import address_of
 
 
 class IpNeighbours(KeyedEntries[NeighbourEntry]):
@@ -41,7 +42,7 @@ class IpNeighbours(KeyedEntries[NeighbourEntry]):
         parameters = specs.IpNeighboursParameters.model_validate(ctx.parameters)
         out = []
         for entry in parameters.neighbours:
-            ip = specs.address_of(entry.address)
+            ip = address_of(entry.address)
             family = int(socket.AF_INET if ip.version == 4 else socket.AF_INET6)
             out.append(NeighbourEntry(family, link.index, str(ip), entry.lladdr))
         return out

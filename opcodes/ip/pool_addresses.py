@@ -56,6 +56,7 @@ from dmn.opcodes.ip.granted_link import (
     proven_or_refused,
 )
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary import ip_values
 
 _log = logging.getLogger("dmn.opcodes.ip.executors")
 
@@ -89,10 +90,10 @@ def _route(destination: str, gateway: str | None, oif: int) -> RouteEntry:
     v4 = network.version == 4
     return RouteEntry(
         family=_family(network.version),
-        table=specs.MAIN_TABLE,
+        table=ip_values.MAIN_TABLE,
         destination=str(network.network_address),
         prefixlen=network.prefixlen,
-        metric=0 if v4 else specs.IPV6_DEFAULT_METRIC,
+        metric=0 if v4 else ip_values.IPV6_DEFAULT_METRIC,
         gateway=str(ipaddress.ip_address(gateway)) if gateway else "",
         oif=oif,
         scope=0 if gateway or not v4 else 253,
@@ -128,7 +129,7 @@ def _prefix(before: Any, family: int) -> int:
     raise ExecutorError("E_IPAM_FAMILY_MISMATCH", f"no IPv{family} subnet was recorded")
 
 
-def _interface(before: Any, lease: PoolLease) -> specs.IpInterface:
+def _interface(before: Any, lease: PoolLease) -> ip_values.IpInterface:
     return ipaddress.ip_interface(f"{lease.address}/{_prefix(before, lease.family)}")
 
 

@@ -28,6 +28,7 @@ from dmn.opcodes.executor import EffectContext
 from dmn.opcodes.ip import specs
 from dmn.opcodes.ip.keyed_entries import KeyedEntries
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.ip_values import address_of
 
 
 def entry_of(route: specs.Route, oif: int) -> RouteEntry:
@@ -39,8 +40,8 @@ def entry_of(route: specs.Route, oif: int) -> RouteEntry:
         destination=str(network.network_address),
         prefixlen=network.prefixlen,
         metric=route.resolved_metric(),
-        gateway=str(specs.address_of(route.gateway)) if route.gateway else "",
-        source=str(specs.address_of(route.source)) if route.source else "",
+        gateway=str(address_of(route.gateway)) if route.gateway else "",
+        source=str(address_of(route.source)) if route.source else "",
         oif=oif,
         scope=route.resolved_scope(),
         protocol=RTPROT_STATIC,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
@@ -27,109 +28,67 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from dmn.opcodes.link_settings_contract import link_settings_spec
 from dmn.opcodes.parameter_types import ParameterModel
 from dmn.opcodes.spec import OpcodeSpec
-from dmn.vocabulary.terms import (
-    LinkType,
+from dmn.vocabulary.ip_values import (
+    DESTINATION_LENGTH,
+    HOST_ADDRESS_LENGTH,
+    INTERFACE_ADDRESS_LENGTH,
+    MAX_TABLE,
+    RESERVED_TABLES,
+    IpAddress,
+    IpInterface,
+    IpNetwork,
+    address_of,
+    destination_problem,
+    host_address_problem,
+    interface_address_problem,
+    interface_of,
+    route_key,
+    route_network,
+    route_problem,
+    route_version,
+    unicast_mac_problem,
 )
-
-IpInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
-IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+from dmn.vocabulary.terms import LinkType
 
 MAX_ADDRESSES = 16
 MAX_ROUTES = 32
-MAIN_TABLE = 254
-RESERVED_TABLES = frozenset({0, 253, 255})
-"""unspec, ``default`` and ``local``: the kernel's own tables are never written."""
-MAX_TABLE = 65535
-IPV6_DEFAULT_METRIC = 1024
-"""The metric the kernel gives an IPv6 route added without one (IPv4: 0); a route's metric
-is part of its key, so the executor always sends it."""
 
 
-def _unusable(address: IpAddress) -> str | None:
-    if address.is_unspecified:
-        return "is the unspecified address"
-    if address.is_loopback:
-        return "is a loopback address"
-    if address.is_multicast:
-        return "is a multicast address"
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.is_link_local:
-            return "is an IPv6 link-local address (the kernel makes those)"
-        if address.ipv4_mapped is not None:
-            return "is an IPv4-mapped IPv6 address"
-    elif address == ipaddress.IPv4Address("255.255.255.255"):
-        return "is the limited broadcast address"
-    return None
+def _raising(problem_of: Callable[[object], str | None]) -> Callable[[str], str]:
+    """A pydantic after-validator from a :mod:`dmn.vocabulary.ip_values` rule."""
 
-
-def _check_host_address(value: str) -> str:
-    """A single host address, no prefix (a gateway or a preferred source)."""
-    if "/" in value:
-        raise ValueError(f"{value!r}: a host address takes no prefix length")
-    try:
-        address = ipaddress.ip_address(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not an IPv4 or IPv6 address") from None
-    problem = _unusable(address)
-    if problem is not None:
-        raise ValueError(f"{value!r} {problem}")
-    return value
-
-
-def _check_interface_address(value: str) -> str:
-    """A host address with its prefix length, as a link carries it."""
-    _, slash, prefix = value.partition("/")
-    if not slash or not prefix.isdigit():
-        raise ValueError(f"{value!r}: write the address with its prefix length (10.0.0.2/24)")
-    try:
-        iface = ipaddress.ip_interface(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not an IPv4 or IPv6 address with a prefix") from None
-    problem = _unusable(iface.ip)
-    if problem is not None:
-        raise ValueError(f"{value!r} {problem}")
-    net = iface.network
-    # /31, /32, /127, /128 have no network or broadcast address to avoid (RFC 3021, 6164)
-    if net.num_addresses > 2:
-        if iface.ip == net.network_address:
-            raise ValueError(f"{value!r} is the network address of {net}, not a host address")
-        if isinstance(net, ipaddress.IPv4Network) and iface.ip == net.broadcast_address:
-            raise ValueError(f"{value!r} is the broadcast address of {net}")
-    return value
-
-
-def _check_destination(value: str) -> str:
-    """``default`` or a network prefix with no host bits set."""
-    if value == "default":
+    def check(value: str) -> str:
+        problem = problem_of(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
-    if "/" not in value:
-        raise ValueError(f"{value!r}: write a prefix (10.2.0.0/16) or 'default'")
-    try:
-        ipaddress.ip_network(value, strict=False)
-    except ValueError:
-        raise ValueError(f"{value!r} is not an IPv4 or IPv6 prefix") from None
-    try:
-        net = ipaddress.ip_network(value)
-    except ValueError:
-        raise ValueError(f"{value!r} has host bits set (a prefix ends in zero bits)") from None
-    if net.network_address.is_multicast or net.network_address.is_loopback:
-        raise ValueError(f"{value!r} is a multicast or loopback prefix")
-    return value
+
+    return check
+
+
+_check_host_address = _raising(host_address_problem)
+_check_interface_address = _raising(interface_address_problem)
+_check_destination = _raising(destination_problem)
 
 
 InterfaceAddress = Annotated[
-    str, Field(min_length=3, max_length=64), AfterValidator(_check_interface_address)
+    str,
+    Field(min_length=INTERFACE_ADDRESS_LENGTH[0], max_length=INTERFACE_ADDRESS_LENGTH[1]),
+    AfterValidator(_check_interface_address),
 ]
 """A host address with its prefix length (``10.0.0.2/24``, ``fd00::2/64``)."""
 
 HostAddress = Annotated[
-    str, Field(min_length=2, max_length=45), AfterValidator(_check_host_address)
+    str,
+    Field(min_length=HOST_ADDRESS_LENGTH[0], max_length=HOST_ADDRESS_LENGTH[1]),
+    AfterValidator(_check_host_address),
 ]
 """One IPv4 or IPv6 host address without a prefix (a gateway, a preferred source)."""
 
 RouteDestination = Annotated[
-    str, Field(min_length=3, max_length=64), AfterValidator(_check_destination)
+    str,
+    Field(min_length=DESTINATION_LENGTH[0], max_length=DESTINATION_LENGTH[1]),
+    AfterValidator(_check_destination),
 ]
 """``default``, or a network prefix with no host bits set (``10.2.0.0/16``)."""
 
@@ -138,16 +97,6 @@ RouteTable = Annotated[int, Field(ge=1, le=MAX_TABLE)]
 the kernel's own and refused."""
 
 RouteMetric = Annotated[int, Field(ge=0, le=2**32 - 1)]
-
-
-def interface_of(value: str) -> IpInterface:
-    """The parsed form of a validated :data:`InterfaceAddress`."""
-    return ipaddress.ip_interface(value)
-
-
-def address_of(value: str) -> IpAddress:
-    """The parsed form of a validated :data:`HostAddress`."""
-    return ipaddress.ip_address(value)
 
 
 class IpAddressesParameters(ParameterModel):
@@ -195,44 +144,27 @@ class Route(ParameterModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> Route:
-        if self.table is not None and self.table in RESERVED_TABLES:
-            raise ValueError(f"table {self.table} is the kernel's own (253 default, 255 local)")
-        versions = {address_of(v).version for v in (self.gateway, self.source) if v is not None}
-        if self.destination == "default":
-            if self.gateway is None:
-                raise ValueError("a default route needs a gateway (or write 0.0.0.0/0 or ::/0)")
-        else:
-            versions.add(ipaddress.ip_network(self.destination).version)
-        if len(versions) != 1:
-            raise ValueError(
-                f"route to {self.destination}: destination, gateway and source "
-                "must be of one family"
-            )
-        if self.scope is not None and versions == {6}:
-            raise ValueError("scope applies to IPv4 routes only (the kernel ignores it for IPv6)")
-        if self.scope == "link" and self.gateway is not None:
-            raise ValueError("a route through a gateway cannot have link scope")
+        problem = route_problem(self.destination, self.gateway, self.source, self.table, self.scope)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     @property
     def version(self) -> int:
-        if self.destination != "default":
-            return ipaddress.ip_network(self.destination).version
-        assert self.gateway is not None  # the validator requires it
-        return address_of(self.gateway).version
+        return route_version(self.destination, self.gateway)
 
     def network(self) -> IpNetwork:
-        if self.destination == "default":
-            return ipaddress.ip_network("0.0.0.0/0" if self.version == 4 else "::/0")
-        return ipaddress.ip_network(self.destination)
+        return route_network(self.destination, self.gateway)
+
+    def key(self) -> tuple[IpNetwork, int, int]:
+        """The kernel's key of the route: destination, table and metric."""
+        return route_key(self.destination, self.gateway, self.table, self.metric)
 
     def resolved_metric(self) -> int:
-        if self.metric is not None:
-            return self.metric
-        return 0 if self.version == 4 else IPV6_DEFAULT_METRIC
+        return self.key()[2]
 
     def resolved_table(self) -> int:
-        return MAIN_TABLE if self.table is None else self.table
+        return self.key()[1]
 
     def resolved_scope(self) -> int:
         if self.version == 6:
@@ -257,20 +189,14 @@ class IpRoutesParameters(ParameterModel):
     def _distinct(self) -> IpRoutesParameters:
         seen: set[tuple[IpNetwork, int, int]] = set()
         for route in self.routes:
-            key = (route.network(), route.resolved_table(), route.resolved_metric())
+            key = route.key()
             if key in seen:
                 raise ValueError(f"two routes to {key[0]} in table {key[1]} with metric {key[2]}")
             seen.add(key)
         return self
 
 
-def _check_mac(value: str) -> str:
-    octets = value.split(":")
-    if int(octets[0], 16) & 1:
-        raise ValueError(f"{value!r} is a multicast MAC address")
-    if value == "00:00:00:00:00:00":
-        raise ValueError(f"{value!r} is the zero MAC address")
-    return value
+_check_mac = _raising(unicast_mac_problem)
 
 
 UnicastMac = Annotated[

@@ -55,6 +55,7 @@ from dmn.interpreter.config_schema import (
 from dmn.interpreter.diagnostics import Diagnostic, Severity
 from dmn.interpreter.documents import InputPort
 from dmn.interpreter.loader import Plugin, load_builtin_plugins
+from dmn.interpreter.parameters import config_samples
 from dmn.opcodes.device_environment import BridgeGrant, OvsBridgeGrant
 from dmn.opcodes.registry import default_registry
 from dmn.vocabulary.handles import Handle, Scope
@@ -144,10 +145,20 @@ def _strings(prop: StringSchema) -> tuple[list[Any], list[Any]]:
 
 def _value(prop: Any) -> st.SearchStrategy[Any]:
     """Mostly values the property admits, now and then one it refuses."""
+    structured = isinstance(prop, ObjectSchema) or getattr(prop, "format", None) is not None
+    if isinstance(prop, ArraySchema) and (
+        isinstance(prop.items, ObjectSchema) or getattr(prop.items, "format", None) is not None
+    ):
+        # network values: the checker's own valid samples, now and then a refused item
+        good_lists = st.sampled_from(config_samples(prop))
+        bad_lists = st.sampled_from([["10.0.0.0/24"], [{"destination": "10.0.0.1/8"}], []])
+        return _chance(4).flatmap(lambda refuse: bad_lists if refuse else good_lists)
     if isinstance(prop, ArraySchema):
         return st.lists(_value(prop.items), max_size=3, unique=bool(prop.unique_items))
-    if isinstance(prop, ObjectSchema):
-        return st.just({})
+    if structured:
+        return _chance(4).flatmap(
+            lambda refuse: st.just({}) if refuse else st.sampled_from(config_samples(prop))
+        )
     good: st.SearchStrategy[Any]
     if isinstance(prop, StringSchema):
         fitting, refused = _strings(prop)

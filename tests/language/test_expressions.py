@@ -30,6 +30,7 @@ from dmn.interpreter.source import ExpressionSpans, load_yaml_documents
     ("text", "expected"),
     [
         ("call.config.ifName", ConfigRef(None, "ifName")),
+        ("call.config.sysctls.ipv4RpFilter", ConfigRef(None, "sysctls", "ipv4RpFilter")),
         ("call.inputs.members", InputRef(None, "members")),
         ("call.inputs.members[1]", InputRef(None, "members", 1)),
         ("call.prepared.parent", PreparedRef(None, "parent")),
@@ -57,7 +58,7 @@ def test_references_are_typed(text: str, expected: object) -> None:
         ("call.foo", Code.E_REF_UNRESOLVED),
         ("call", Code.E_REF_UNRESOLVED),
         ("call.config", Code.E_REF_UNRESOLVED),
-        ("call.config.a.b", Code.E_REF_UNRESOLVED),
+        ("call.config.a.b.c", Code.E_REF_UNRESOLVED),
         ("call.sandbox.x", Code.E_REF_UNRESOLVED),
         ("effects.a", Code.E_REF_UNRESOLVED),
         ("foo.bar", Code.E_REF_UNRESOLVED),

@@ -30,6 +30,7 @@ from dmn.interpreter.diagnostics import Diagnostic
 from dmn.interpreter.documents import NetworkPlugin
 from dmn.interpreter.expressions import GuardError, evaluate, parse_guard, parse_reference
 from dmn.interpreter.loader import Plugin, load_builtin_plugins, load_text, plugin_from_descriptor
+from dmn.interpreter.parameters import config_samples
 from dmn.opcodes.registry import default_registry
 from dmn.vocabulary.handles import Handle, NamespaceIdentity, Scope
 from dmn.vocabulary.terms import Access, HandleType, LinkType, ScopeKind
@@ -214,6 +215,8 @@ def sample(prop: Any, name: str) -> Any:
     if isinstance(prop, StringSchema):
         if prop.enum:
             return prop.enum[0]
+        if prop.format is not None:
+            return config_samples(prop)[0]
         if name.lower().endswith("ifname"):
             return "net1"
         if name.lower().endswith("mac"):
@@ -222,6 +225,8 @@ def sample(prop: Any, name: str) -> Any:
     if isinstance(prop, ArraySchema):
         return [sample(prop.items, name)] * (prop.min_items or 0)
     if isinstance(prop, ObjectSchema):
+        if prop.min_properties:
+            return config_samples(prop)[0]
         return {k: sample(v, k) for k, v in prop.properties.items() if k in prop.required}
     return None
 

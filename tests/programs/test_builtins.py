@@ -188,7 +188,9 @@ def test_shared_parent_roots(name: str, mode: str, plugins: dict[str, Plugin]) -
     assert [e.kind for e in _effects(plugin, "prepare")] == ["share/hold-parent/v1"]
     kind = name.removesuffix("-cni")
     # one effect creates the child directly in the sandbox, named, sized and set up there
-    assert [e.kind for e in _effects(plugin, "connect")] == [f"linux/create-{kind}/v2"]
+    plan = plan_for_config(plugin, {"ifName": "net1", "mtu": 1500, "up": False})
+    assert isinstance(plan, ConfigPlan)
+    assert [e.kind for e in plan.hook("connect")] == [f"linux/create-{kind}/v2"]
     assert _outputs(plugin, {"ifName": "net1", "mtu": 1500, "up": False}) == {"interface"}
 
 
@@ -255,8 +257,8 @@ def _mutated(tmp_path: Path, name: str, file: str, old: str, new: str) -> list[C
         (
             "vlan-cni",
             "plugin.yaml",
-            "allowedEffects: [linux/create-vlan/v1, linux/link-configure/v1]",
-            "allowedEffects: [linux/create-vlan/v1]",
+            "allowedEffects: [linux/create-vlan/v1, linux/link-configure/v1,",
+            "allowedEffects: [linux/create-vlan/v1,",
             Code.E_EFFECT_DENIED,
         ),
         (
@@ -305,6 +307,46 @@ def _mutated(tmp_path: Path, name: str, file: str, old: str, new: str) -> list[C
             "member: {from: effects.create.interface}",
             Code.E_ACCESS,
         ),
+        # addressing (issue 38): scenarios still decided with presence guards in play — the
+        # addresses effect may not read the IPoIB link, which exists only for infiniband
+        (
+            "host-cni",
+            "connect.yaml",
+            "      addresses: {from: call.config.addresses}",
+            "      addresses: {from: call.config.addresses}\n"
+            "  - id: wrong\n"
+            "    kind: ip/routes/v1\n"
+            "    when: 'call.config.routes != null'\n"
+            "    inputs:\n"
+            "      interface: {from: effects.ib-state.interface}\n"
+            "    parameterBindings:\n"
+            "      routes: {from: call.config.routes}",
+            Code.E_REF_UNRESOLVED,
+        ),
+        # a guard reads top-level fields only
+        (
+            "macvlan-cni",
+            "connect.yaml",
+            "when: 'call.config.sysctls != null'",
+            "when: 'call.config.sysctls.ipv4RpFilter == 1'",
+            Code.E_REF_UNRESOLVED,
+        ),
+        # a list that may repeat an address binds a parameter that refuses repeats
+        (
+            "vlan-cni",
+            "plugin.yaml",
+            "        uniqueItems: true\n        items: {type: string, format: ip-interface}",
+            "        items: {type: string, format: ip-interface}",
+            Code.E_PARAM_TYPE,
+        ),
+        # a sysctl bound beyond the opcode's allowlist
+        (
+            "bond-cni",
+            "connect.yaml",
+            "ipv4RpFilter: {from: call.config.sysctls.ipv4RpFilter}",
+            "rpFilter: {from: call.config.sysctls.ipv4RpFilter}",
+            Code.E_UNKNOWN_FIELD,
+        ),
     ],
 )
 def test_broken_copies_are_rejected(
@@ -341,3 +383,116 @@ def test_configuring_the_shared_parent_is_a_shared_parent_mutation(
         assert sorted(got) == [Code.E_EFFECT_DENIED, Code.E_SHARED_PARENT_MUTATION]
     else:
         assert got == [Code.E_EFFECT_DENIED]  # a sandbox link, but not an allowed effect
+
+
+# ---------------------------------------------------------------- addressing (issue 38)
+
+#: plugin -> (a config without addressing, the effect the ip/sysctl effects continue from)
+ADDRESSED = {
+    "macvlan-cni": ({"ifName": "net1", "mtu": 1500, "up": True}, "create"),
+    "ipvlan-cni": ({"ifName": "net1", "mtu": 1500, "up": True}, "create"),
+    "host-cni": ({"mode": "kernel", "ifName": "net1", "mtu": 1500, "up": True}, "state"),
+    "sriov-cni": ({"mode": "kernel", "ifName": "net1", "mtu": 1500, "up": True}, "state"),
+    "bond-cni": (
+        {
+            "ifName": "bond0",
+            "mtu": 1500,
+            "up": True,
+            "mode": "active-backup",
+            "monitorIntervalMs": 100,
+            "failOverMac": "active",
+        },
+        "state",
+    ),
+    "vlan-cni": ({"ifName": "net1.10", "mtu": 1500, "up": True, "vlanId": 10}, "state"),
+}
+ADDRESSING = {
+    "sysctls": {"ipv4RpFilter": 2, "ipv6AcceptRa": 0, "ipv4ArpNotify": True},
+    "addresses": ["10.0.0.2/24", "fd00::2/64"],
+    "routes": [
+        {"destination": "10.9.0.0/16", "gateway": "10.0.0.1", "metric": 10},
+        {"destination": "default", "gateway": "fd00::1"},
+    ],
+}
+
+
+def _connect_plan(plugin: Plugin, config: dict[str, Any]) -> ConfigPlan:
+    plan = plan_for_config(plugin, config)
+    assert isinstance(plan, ConfigPlan), plan
+    return plan
+
+
+@pytest.mark.parametrize("name", sorted(ADDRESSED))
+def test_a_config_without_addressing_runs_as_before(name: str, plugins: dict[str, Plugin]) -> None:
+    base, _ = ADDRESSED[name]
+    ids = [e.id for e in _connect_plan(plugins[name], base).hook("connect")]
+    assert not {"sysctls", "addresses", "routes"} & set(ids), ids
+
+
+@pytest.mark.parametrize("name", sorted(ADDRESSED))
+def test_addressing_config_adds_sysctls_addresses_routes_on_the_link(
+    name: str, plugins: dict[str, Plugin]
+) -> None:
+    base, last_link = ADDRESSED[name]
+    plan = _connect_plan(plugins[name], {**base, **ADDRESSING})
+    planned = {e.id: e for e in plan.hook("connect")}
+    ids = list(planned)
+    assert ids[-3:] == ["sysctls", "addresses", "routes"], ids
+    assert ids.index(last_link) < ids.index("sysctls")
+    assert planned["addresses"].parameters == {"addresses": ADDRESSING["addresses"]}
+    assert planned["routes"].parameters == {"routes": ADDRESSING["routes"]}
+    assert planned["sysctls"].parameters == ADDRESSING["sysctls"]
+    for effect_id in ("sysctls", "addresses", "routes"):
+        effect = planned[effect_id].effect
+        assert effect is not None
+        assert effect.inputs is not None
+        ref = effect.inputs["interface"]
+        assert not isinstance(ref, list) and ref.from_ == f"effects.{last_link}.interface"
+    # each one alone is planned alone
+    for key in ADDRESSING:
+        alone = _connect_plan(plugins[name], {**base, key: ADDRESSING[key]})
+        assert [e.id for e in alone.hook("connect")][-1] == key
+
+
+@pytest.mark.parametrize("name", sorted(ADDRESSED))
+@pytest.mark.parametrize(
+    ("extra", "path", "why"),
+    [
+        ({"addresses": ["10.0.0.0/24"]}, "addresses[0]", "network address"),
+        ({"addresses": []}, "addresses", "fewer than 1"),
+        (
+            {"addresses": [f"10.0.{i // 250}.{i % 250 + 1}/16" for i in range(17)]},
+            "addresses",
+            "more than 16",
+        ),
+        (
+            {"routes": [{"destination": "10.9.0.0/16", "gateway": "fd00::1"}]},
+            "routes[0]",
+            "one family",
+        ),
+        ({"routes": [{"destination": "10.9.0.1/16"}]}, "routes[0].destination", "host bits"),
+        (
+            {"routes": [{"destination": "10.9.0.0/16", "via": "10.0.0.1"}]},
+            "routes[0].via",
+            "unknown",
+        ),
+        ({"sysctls": {}}, "sysctls", "fewer than 1"),
+        ({"sysctls": {"ipv4ArpIgnore": 5}}, "sysctls.ipv4ArpIgnore", "not one of"),
+        ({"sysctls": {"forwarding": 1}}, "sysctls.forwarding", "unknown"),
+    ],
+)
+def test_bad_addressing_is_refused_at_the_field(
+    name: str, extra: dict[str, Any], path: str, why: str, plugins: dict[str, Plugin]
+) -> None:
+    base, _ = ADDRESSED[name]
+    schema = plugins[name].descriptor.spec.config_schema
+    _, errs = validate_config(schema, {**base, **extra})
+    assert [d.path for d in errs] == [f"config.{path}"], errs
+    assert why in errs[0].message, errs
+
+
+@pytest.mark.parametrize("name", ["host-cni", "sriov-cni"])
+def test_addressing_is_forbidden_in_vfio_mode(name: str, plugins: dict[str, Plugin]) -> None:
+    schema = plugins[name].descriptor.spec.config_schema
+    _, errs = validate_config(schema, {"mode": "vfio", "addresses": ["10.0.0.2/24"]})
+    assert [(d.path, "must be absent" in d.message) for d in errs] == [("config.addresses", True)]
