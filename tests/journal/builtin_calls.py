@@ -55,6 +55,14 @@ SHARED = _h("ens1f0", HandleType.SHARED_PARENT, frozenset({Access.CREATE_CHILD})
 
 ETH = {"ifName": "net1", "mtu": 1500, "up": True}
 
+# The optional network settings every link-making connect program takes (sysctls, then
+# addresses, then routes on the interface it made or moved).
+ADDRESSED = {
+    "sysctls": {"ipv4RpFilter": 2, "ipv6AcceptRa": 0},
+    "addresses": ["10.0.0.2/24", "fd00::2/64"],
+    "routes": [{"destination": "10.1.0.0/16", "gateway": "10.0.0.1", "metric": 100}],
+}
+
 # (label, plugin, hook, config, call keyword arguments)
 SCENARIOS: list[tuple[str, str, str, dict[str, Any], dict[str, Any]]] = [
     (
@@ -164,6 +172,63 @@ SCENARIOS: list[tuple[str, str, str, dict[str, Any], dict[str, Any]]] = [
     ("macvlan-connect", "macvlan-cni", "connect", ETH, {"prepared": {"parent": (SHARED,)}}),
     ("ipvlan-prepare", "ipvlan-cni", "prepare", ETH, {"allocation": {"parent": (PARENT,)}}),
     ("ipvlan-connect", "ipvlan-cni", "connect", ETH, {"prepared": {"parent": (SHARED,)}}),
+    (
+        "macvlan-addressed-connect",
+        "macvlan-cni",
+        "connect",
+        {**ETH, **ADDRESSED, "pool": "tenant-a"},
+        {"prepared": {"parent": (SHARED,)}},
+    ),
+    (
+        "ipvlan-addressed-connect",
+        "ipvlan-cni",
+        "connect",
+        {**ETH, **ADDRESSED},
+        {"prepared": {"parent": (SHARED,)}},
+    ),
+    (
+        "host-kernel-addressed-connect",
+        "host-cni",
+        "connect",
+        {"mode": "kernel", **ETH, **ADDRESSED},
+        {"prepared": {"interface": (iface("ens2"),)}},
+    ),
+    (
+        "sriov-kernel-addressed-connect",
+        "sriov-cni",
+        "connect",
+        {"mode": "kernel", **ETH, **ADDRESSED},
+        {"prepared": {"interface": (iface("ens1f0v1"),)}},
+    ),
+    (
+        "bond-addressed-connect",
+        "bond-cni",
+        "connect",
+        {
+            "ifName": "bond0",
+            "mtu": 1500,
+            "up": True,
+            "mode": "active-backup",
+            "monitorIntervalMs": 100,
+            "failOverMac": "active",
+            **ADDRESSED,
+        },
+        {
+            "inputs": {
+                "members": (
+                    sandbox_iface("net1", Access.ATTACH_MEMBER),
+                    sandbox_iface("net2", Access.ATTACH_MEMBER),
+                )
+            }
+        },
+    ),
+    (
+        "vlan-addressed-connect",
+        "vlan-cni",
+        "connect",
+        {"ifName": "net1.10", "mtu": 1500, "up": True, "vlanId": 10, **ADDRESSED},
+        {"inputs": {"parent": (sandbox_iface("net1", Access.CREATE_CHILD),)}},
+    ),
     (
         "bond-connect",
         "bond-cni",
