@@ -114,6 +114,12 @@ class Provenance:
 
 Observation = str | int | bool
 
+IP_ADDRESSES = "ipAddresses"
+"""Observation key of an interface handle an addressing effect continued: the addresses it
+added, ``address/prefix`` each in canonical form, space-separated. What the node reports as
+the claim's ``networkData.ips`` is read from these recorded outcomes, never from the link (a
+tenant can add addresses of its own)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Handle:

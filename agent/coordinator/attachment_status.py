@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from dmn.agent.coordinator.network_data import network_data
 from dmn.agent.coordinator.verify import VerifiedClaim
 from dmn.agent.journal.records import AttachmentIdentity
 from dmn.api.attachment import NetworkAttachmentStatus
 from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, Conflict, NotFound
 from dmn.api.cluster import resources as r
+from dmn.engine.journal import EffectRecord
 from dmn.vocabulary.handles import Handle
 
 log = logging.getLogger(__name__)
@@ -217,8 +219,10 @@ def device_entries(
     driver: str,
     verified: VerifiedClaim,
     exports: Mapping[str, Mapping[str, tuple[Handle, ...]]],
+    records: Sequence[EffectRecord] = (),
 ) -> list[dict[str, Any]]:
-    """ResourceClaim ``status.devices`` entries of a Ready attachment's roots."""
+    """ResourceClaim ``status.devices`` entries of a Ready attachment's roots; ``records``
+    (the connect's journaled effects, every step in order) supply ``networkData``."""
     entries = []
     for root in verified.roots:
         res = root.result
@@ -238,12 +242,9 @@ def device_entries(
         }
         if res.share_id:
             entry["shareID"] = res.share_id
-        names = [
-            h.observations.get("ifName")
-            for handles in exports.get(root.step, {}).values()
-            for h in handles[:1]
-        ]
-        if names and isinstance(names[0], str):
-            entry["networkData"] = {"interfaceName": names[0]}
+        exported = [h for handles in exports.get(root.step, {}).values() for h in handles[:1]]
+        data = network_data(exported[0], records) if exported else None
+        if data is not None:
+            entry["networkData"] = data
         entries.append(entry)
     return entries

@@ -81,7 +81,7 @@ from dmn.agent.journal.store import JournalStore
 from dmn.agent.nri.handler import HookDeadline
 from dmn.api.cluster import Cluster
 from dmn.engine.binder import Call
-from dmn.engine.journal import Fence
+from dmn.engine.journal import EffectRecord, Fence
 from dmn.engine.mutation_lock import claim_key, device_key
 from dmn.engine.runner import RunRefused
 from dmn.host.netns import NamespaceRef, identity_of
@@ -347,11 +347,13 @@ class SandboxAttachmentService:
                     owner = ClaimOwner(
                         claim.namespace, claim.name, claim.claim_uid, self.config.node_name
                     )
-                    exports = self._connect(
+                    exports, records = self._connect(
                         att, ref, prep, verified, revision, done, deadline, owner
                     )
                     outputs.extend(status_outputs(exports, verified))
-                    device_status.append(device_entries(self.config.driver, verified, exports))
+                    device_status.append(
+                        device_entries(self.config.driver, verified, exports, records)
+                    )
                 _in_time(deadline, sandbox_id, "before Ready")
             except (Refusal, RunRefused, PinError) as exc:
                 cleaned = self.operations.undo(reversed(done), sync_end=False)  # batch below
@@ -413,7 +415,10 @@ class SandboxAttachmentService:
         done: list[str],
         deadline: HookDeadline | None = None,
         owner: ClaimOwner | None = None,
-    ) -> dict[str, Mapping[str, tuple[Handle, ...]]]:
+    ) -> tuple[dict[str, Mapping[str, tuple[Handle, ...]]], list[EffectRecord]]:
+        """Run each step's connect; each step's exports, and every step's journaled
+        effects in order (what the claim's ``networkData`` is reported from: an operation
+        step may address a root's interface)."""
         spec = revision["spec"]
         steps = {str(s["id"]): s for s in spec["normalizedSpec"]["steps"]}
         roots = {root.step: root for root in verified.roots}
@@ -421,6 +426,7 @@ class SandboxAttachmentService:
             zip((root.step for root in verified.roots), prep.operations, strict=True)
         )
         exports: dict[str, Mapping[str, tuple[Handle, ...]]] = {}
+        records: list[EffectRecord] = []
         sandbox = Scope(ScopeKind.SANDBOX, ref.identity)
         for step_id in spec["order"]:
             step = steps[step_id]
@@ -466,7 +472,9 @@ class SandboxAttachmentService:
                 claim_owner=owner,
             )
             exports[step_id] = result.exports
-        return exports
+            record = self.journal.load_operation(op)
+            records.extend(record.effects if record is not None else ())
+        return exports, records
 
     def gate(self, namespace: str, pod_name: str, pod_uid: str, sandbox_id: str) -> None:
         """Refuse (:class:`Refusal`) unless this exact sandbox is Ready, for Pods with our

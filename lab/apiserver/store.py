@@ -51,6 +51,7 @@ from .selectors import FieldRequirement, Requirement, fields_match, labels_match
 from .strategy import (
     FOREGROUND,
     check_preconditions,
+    drop_deallocated_status_devices,
     finalizers_of,
     grace_period,
     group_of,
@@ -636,6 +637,8 @@ class Store(InProcessControllers):
                 prepared["status"] = copy.deepcopy(new["status"])
             else:
                 prepared.pop("status", None)
+            if (rt.group, rt.plural) == ("resource.k8s.io", "resourceclaims"):
+                drop_deallocated_status_devices(prepared, current)
             return prepared
         prepared = copy.deepcopy(new)
         meta = meta_of(prepared)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import ipaddress
 import re
 from typing import Any
 
@@ -286,6 +287,105 @@ def _request_names(claim: Obj) -> set[str]:
     return names
 
 
+NETWORK_INTERFACE_NAME_MAX = 256
+NETWORK_HARDWARE_ADDRESS_MAX = 128
+NETWORK_IPS_MAX = 16
+
+
+def _interface_address_problem(value: Any) -> str | None:
+    """Go's ``IsValidInterfaceAddress``: an address with its prefix, in canonical form."""
+    if not isinstance(value, str):
+        return "must be a valid address in CIDR form, (e.g. 10.9.8.7/24 or 2001:db8::1/64)"
+    try:
+        iface = ipaddress.ip_interface(value)
+    except ValueError:
+        return "must be a valid address in CIDR form, (e.g. 10.9.8.7/24 or 2001:db8::1/64)"
+    if "/" not in value:
+        return "must be a valid address in CIDR form, (e.g. 10.9.8.7/24 or 2001:db8::1/64)"
+    if str(iface) != value:
+        return f"must be in canonical form ({str(iface)!r})"
+    return None
+
+
+def _validate_network_data(data: Any, path: str) -> list[Cause]:
+    causes: list[Cause] = []
+    if not isinstance(data, dict):
+        return causes
+    if len(str(data.get("interfaceName") or "").encode()) > NETWORK_INTERFACE_NAME_MAX:
+        causes.append(errors.too_long(f"{path}.interfaceName", NETWORK_INTERFACE_NAME_MAX))
+    if len(str(data.get("hardwareAddress") or "").encode()) > NETWORK_HARDWARE_ADDRESS_MAX:
+        causes.append(errors.too_long(f"{path}.hardwareAddress", NETWORK_HARDWARE_ADDRESS_MAX))
+    ips = data.get("ips") or []
+    if len(ips) > NETWORK_IPS_MAX:
+        causes.append(errors.too_many(f"{path}.ips", len(ips), NETWORK_IPS_MAX))
+        return causes
+    seen: set[str] = set()
+    for i, value in enumerate(ips):
+        problem = _interface_address_problem(value)
+        if problem is not None:
+            causes.append(errors.invalid(f"{path}.ips[{i}]", value, problem))
+        elif value in seen:
+            causes.append(errors.duplicate(f"{path}.ips[{i}]", value))
+        seen.add(str(value))
+    return causes
+
+
+def _device_key(entry: Obj) -> tuple[str, str, str, str]:
+    """driver, pool, device and shareID: what names one allocated device (share)."""
+    return (
+        str(entry.get("driver", "")),
+        str(entry.get("pool", "")),
+        str(entry.get("device", "")),
+        str(entry.get("shareID") or ""),
+    )
+
+
+def _allocated_device_ids(allocation: Any) -> set[tuple[str, str, str, str]]:
+    results = (
+        ((allocation.get("devices") or {}).get("results") or [])
+        if isinstance(allocation, dict)
+        else []
+    )
+    return {_device_key(r) for r in results if isinstance(r, dict)}
+
+
+def drop_deallocated_status_devices(claim: Obj, old: Obj) -> None:
+    """What a status write of a ResourceClaim loses before validation, as upstream: the
+    ``status.devices`` entries of devices the old claim had allocated and the new one no
+    longer has (stale entries go with a deallocation; clients need not remove them)."""
+    status = claim.get("status")
+    if not isinstance(status, dict) or not status.get("devices"):
+        return
+    gone = _allocated_device_ids((old.get("status") or {}).get("allocation")) - (
+        _allocated_device_ids(status.get("allocation"))
+    )
+    if not gone:
+        return
+    kept = [e for e in status["devices"] if not isinstance(e, dict) or _device_key(e) not in gone]
+    if kept:
+        status["devices"] = kept
+    else:
+        status.pop("devices")
+
+
+def validate_claim_device_status(claim: Obj) -> list[Cause]:
+    """``status.devices``: each entry names an allocated device of the claim (with its
+    shareID), and its ``networkData`` keeps the API's limits."""
+    status = claim.get("status") or {}
+    allocated = _allocated_device_ids(status.get("allocation"))
+    causes: list[Cause] = []
+    for i, entry in enumerate(status.get("devices") or []):
+        if not isinstance(entry, dict):
+            continue
+        path = f"status.devices[{i}]"
+        key = _device_key(entry)
+        if key not in allocated:
+            device = "/".join(key[:3]) + (f"/{key[3]}" if key[3] else "")
+            causes.append(errors.invalid(path, device, "must be an allocated device in the claim"))
+        causes += _validate_network_data(entry.get("networkData"), f"{path}.networkData")
+    return causes
+
+
 def validate_resource_claim_update(claim: Obj, old: Obj) -> list[Cause]:
     """The Go-side update rules of ``resource.k8s.io`` ResourceClaims the lab reproduces.
 
@@ -297,6 +397,7 @@ def validate_resource_claim_update(claim: Obj, old: Obj) -> list[Cause]:
     causes: list[Cause] = []
     if claim.get("spec") != old.get("spec"):
         causes.append(errors.invalid("spec", claim.get("spec"), "field is immutable"))
+    causes += validate_claim_device_status(claim)
     status = claim.get("status") or {}
     old_status = old.get("status") or {}
     allocation, old_allocation = status.get("allocation"), old_status.get("allocation")

@@ -56,6 +56,7 @@ from dmn.opcodes.ip.granted_link import (
     proven_or_refused,
 )
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.handles import IP_ADDRESSES
 from dmn.vocabulary.ip_values import IpInterface, interface_of
 
 _log = logging.getLogger("dmn.opcodes.ip.executors")
@@ -175,7 +176,8 @@ class IpAddresses:
             if found.dad_failed:
                 problems.append(f"{iface} failed duplicate address detection")
             stamps[_key(iface)] = found.created
-        out = continued(ctx, env, ref, link, {STAMPS: encode_stamps(stamps)})
+        added = " ".join(str(iface) for iface in _wanted(before))
+        out = continued(ctx, env, ref, link, {STAMPS: encode_stamps(stamps), IP_ADDRESSES: added})
         return Observed(not problems, {"interface": (out,)}, "; ".join(problems))
 
     def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:

@@ -57,13 +57,12 @@ from dmn.opcodes.ip.granted_link import (
 )
 from dmn.opcodes.spec import OpcodeSpec
 from dmn.vocabulary import ip_values
+from dmn.vocabulary.handles import IP_ADDRESSES
 
 _log = logging.getLogger("dmn.opcodes.ip.executors")
 
 LEASES = "ipamLeases"
 """Observation key of the output handle: each lease as ``name@uid=pool/family/address``."""
-ADDRESSES = "ipAddresses"
-"""Observation key of the output handle: the addresses added, ``address/prefix`` each."""
 
 Key = tuple[str, int]
 
@@ -288,7 +287,7 @@ class IpPoolAddresses:
             {
                 STAMPS: encode_stamps(stamps),
                 LEASES: " ".join(lease.encode() for lease in leases),
-                ADDRESSES: " ".join(str(_interface(before, lease)) for lease in leases),
+                IP_ADDRESSES: " ".join(str(_interface(before, lease)) for lease in leases),
             },
         )
         return Observed(not problems, {"interface": (out,)}, "; ".join(problems))

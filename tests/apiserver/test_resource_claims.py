@@ -91,3 +91,52 @@ def test_spec_is_immutable(claims: client.ResourceV1Api, ns: str) -> None:
             _content_type="application/merge-patch+json",
         )
     assert causes(err.value) == [("spec", "FieldValueInvalid")]
+
+
+def _entry(**network: object) -> dict:
+    return {"driver": "dra.example.com", "pool": "node-1", "device": "vf-0", "networkData": network}
+
+
+def test_device_status_names_an_allocated_device_and_keeps_network_data_limits(
+    claims: client.ResourceV1Api, ns: str
+) -> None:
+    """As upstream: an entry for a device the claim was not allocated is invalid; networkData
+    ips are unique canonical CIDRs, at most 16; names and addresses keep their lengths."""
+    with pytest.raises(ApiException) as err:
+        patch_status(claims, ns, {"devices": [_entry(interfaceName="net1")]})
+    assert causes(err.value) == [("status.devices[0]", "FieldValueInvalid")]
+    good = _entry(
+        interfaceName="net1",
+        ips=["10.0.0.2/24", "fd00::2/64"],
+        hardwareAddress="02:42:ac:11:00:02",
+    )
+    patch_status(claims, ns, {"allocation": ALLOCATION, "devices": [good]})
+    bad = _entry(
+        interfaceName="n" * 257,
+        hardwareAddress="a" * 129,
+        ips=["10.0.0.2/24", "10.0.0.2/24", "10.0.0.3", "FD00::2/64", "nope"],
+    )
+    with pytest.raises(ApiException) as err:
+        patch_status(claims, ns, {"devices": [bad]})
+    assert causes(err.value) == [
+        ("status.devices[0].networkData.interfaceName", "FieldValueTooLong"),
+        ("status.devices[0].networkData.hardwareAddress", "FieldValueTooLong"),
+        ("status.devices[0].networkData.ips[1]", "FieldValueDuplicate"),
+        ("status.devices[0].networkData.ips[2]", "FieldValueInvalid"),
+        ("status.devices[0].networkData.ips[3]", "FieldValueInvalid"),
+        ("status.devices[0].networkData.ips[4]", "FieldValueInvalid"),
+    ]
+    many = _entry(ips=[f"192.0.2.{i}/24" for i in range(17)])
+    with pytest.raises(ApiException) as err:
+        patch_status(claims, ns, {"devices": [many]})
+    assert causes(err.value) == [("status.devices[0].networkData.ips", "FieldValueTooMany")]
+
+
+def test_a_deallocation_drops_the_stale_device_status(
+    claims: client.ResourceV1Api, ns: str
+) -> None:
+    entry = _entry(interfaceName="net1", ips=["10.0.0.2/24"])
+    patch_status(claims, ns, {"allocation": ALLOCATION, "devices": [entry]})
+    patch_status(claims, ns, {"allocation": None})
+    claim = claims.read_namespaced_resource_claim_status("c", ns)
+    assert claim.status is None or not claim.status.devices

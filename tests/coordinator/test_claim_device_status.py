@@ -13,6 +13,7 @@ from dmn.api.cluster import resources as r
 from dmn.lab.apiserver import LabApiServer
 
 ENTRY = {"driver": "d.example", "pool": "p", "device": "dev0"}
+REQUEST = {"name": "net", "exactly": {"deviceClassName": "dc"}}
 
 
 @pytest.fixture
@@ -37,9 +38,14 @@ def test_entries_are_written_to_an_existing_claim(cluster: Cluster) -> None:
     cluster.create(
         r.RESOURCE_CLAIMS,
         {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-         "metadata": {"name": "here", "namespace": "default"}, "spec": {"devices": {}}},
+         "metadata": {"name": "here", "namespace": "default"},
+         "spec": {"devices": {"requests": [REQUEST]}}},
         "default",
     )  # fmt: skip
+    allocation = {"devices": {"results": [{"request": "net", **ENTRY}]}}
+    claim = cluster.get(r.RESOURCE_CLAIMS, "here", "default")
+    claim["status"] = {"allocation": allocation}
+    cluster.replace(r.RESOURCE_CLAIMS, claim, status=True)
     ClaimDeviceStatus(cluster).write("default", "here", [ENTRY])
     claim = cluster.get(r.RESOURCE_CLAIMS, "here", "default")
     assert claim["status"]["devices"] == [ENTRY]

@@ -120,7 +120,9 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
                 "devices"
             ]
             assert (status["device"], status["shareID"]) == (result["device"], result["shareID"])
-            assert status["networkData"] == {"interfaceName": "net1"}
+            # the MAC it was created with; not the address the test added by hand (the node
+            # reports what its journal recorded, never what a tenant put on the link)
+            assert status["networkData"] == {"interfaceName": "net1", "hardwareAddress": net1.mac}
             assert status["conditions"][0]["type"] == "Ready"
             assert nas["status"]["outputs"] == [
                 {

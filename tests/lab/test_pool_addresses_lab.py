@@ -24,6 +24,7 @@ from dmn.lab.pods import LabPods
 from dmn.lab.state_dir import StateDir
 from tests.ipam.pools import pool, subnet, v4
 from tests.lab.test_admin_plugin import _links
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.netns
 
@@ -82,6 +83,15 @@ BUILTIN_TOPOLOGY = {
 }
 
 
+def _network_data(cluster: Any) -> dict[str, Any] | None:
+    for claim in cluster.list(r.RESOURCE_CLAIMS, NAMESPACE).items:
+        for entry in (claim.get("status") or {}).get("devices") or []:
+            data = entry.get("networkData") or {}
+            if data.get("ips"):
+                return dict(data)
+    return None
+
+
 @pytest.mark.parametrize("topology", [TOPOLOGY, BUILTIN_TOPOLOGY], ids=["operation", "builtin"])
 def test_a_pods_net1_gets_pool_addresses_from_the_agent(
     tmp_path: Path, topology: dict[str, Any]
@@ -126,6 +136,16 @@ def test_a_pods_net1_gets_pool_addresses_from_the_agent(
             claims = cluster.list(r.RESOURCE_CLAIMS, NAMESPACE).items
             uids = {c["metadata"]["uid"] for c in claims}
             assert {o["spec"]["owner"]["claimUID"] for o in held} <= uids
+            # the claim tells the workload what it got: net1, its MAC and the addresses the
+            # journal recorded (prefix lengths as on the link)
+            cidrs = sorted(w.split()[3] for w in shown.stdout.splitlines() if " inet" in w)
+            cidrs = [c for c in cidrs if c.split("/")[0] in addresses]
+            link = pods.exec(NAMESPACE, "pooled-a", ["ip", "-o", "link", "show", "net1"])
+            mac = link.stdout.split("link/ether ")[1].split()[0]
+            data = wait_for(lambda: _network_data(cluster), timeout=15, what="networkData")
+            assert data["interfaceName"] == "net1", data
+            assert sorted(data["ips"]) == cidrs and len(cidrs) == 2, (data, shown.stdout)
+            assert data["hardwareAddress"] == mac, data
             routes = pods.exec(NAMESPACE, "pooled-a", ["ip", "route", "show", "10.96.0.0/12"])
             assert "via 10.56.0.1 dev net1" in routes.stdout, routes.stdout
             pods.delete(NAMESPACE, "pooled-a")

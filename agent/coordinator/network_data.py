@@ -1,0 +1,91 @@
+"""The ``networkData`` of a claim's device status, from what the journal recorded.
+
+Kubernetes lets a driver say what a device became in the Pod (KEP-4817): the interface name,
+its addresses in CIDR form and its hardware address. The node reports what the connect
+operation's own effects recorded as their verified outcome — the interface the step exported
+and every address an addressing effect added to that same interface — never what the link
+shows now: a tenant with CAP_NET_ADMIN can add addresses, rename or re-MAC the link, and
+that must not become the cluster's record of what the network gave it.
+
+The result obeys the API server's rules for the field (``interfaceName`` at most 256
+bytes, ``hardwareAddress`` at most 128, ``ips`` at most 16 unique canonical CIDRs), so a
+report can never make the whole status write invalid.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from dmn.engine.journal import EffectRecord
+from dmn.vocabulary.handles import IP_ADDRESSES, Handle
+
+log = logging.getLogger(__name__)
+
+INTERFACE_NAME_MAX = 256
+HARDWARE_ADDRESS_MAX = 128
+IPS_MAX = 16
+
+
+def _canonical(text: str) -> str | None:
+    try:
+        return str(ipaddress.ip_interface(text))
+    except ValueError:
+        return None
+
+
+def _latest(exported: Handle, records: Sequence[EffectRecord]) -> Handle:
+    """The last recorded outcome of the exported interface (later effects refresh it)."""
+    latest = exported
+    for record in records:
+        for handles in record.outputs.values():
+            for h in handles:
+                if h.inventory_id == exported.inventory_id and h.scope == exported.scope:
+                    latest = h
+    return latest
+
+
+def recorded_addresses(exported: Handle, records: Iterable[EffectRecord]) -> list[str]:
+    """Every address the operation's effects recorded adding to the exported interface, in
+    effect order, canonical and without repeats."""
+    out: list[str] = []
+    for record in records:
+        for handles in record.outputs.values():
+            for h in handles:
+                if h.inventory_id != exported.inventory_id or h.scope != exported.scope:
+                    continue
+                text = h.observations.get(IP_ADDRESSES)
+                if not isinstance(text, str):
+                    continue
+                for item in text.split():
+                    cidr = _canonical(item)
+                    if cidr is not None and cidr not in out:
+                        out.append(cidr)
+    return out
+
+
+def network_data(exported: Handle, records: Sequence[EffectRecord]) -> dict[str, Any] | None:
+    """``networkData`` for a device whose step exported ``exported``; None when the step
+    exported no network interface (a VFIO function, an RDMA device)."""
+    latest = _latest(exported, records)
+    name = latest.observations.get("ifName")
+    if not isinstance(name, str) or not name or len(name.encode()) > INTERFACE_NAME_MAX:
+        return None
+    data: dict[str, Any] = {"interfaceName": name}
+    mac = latest.observations.get("mac")
+    if isinstance(mac, str) and mac and len(mac.encode()) <= HARDWARE_ADDRESS_MAX:
+        data["hardwareAddress"] = mac
+    ips = recorded_addresses(exported, records)
+    if len(ips) > IPS_MAX:
+        log.warning(
+            "event=network-data-truncated interface=%s addresses=%d reported=%d",
+            name,
+            len(ips),
+            IPS_MAX,
+        )
+        ips = ips[:IPS_MAX]
+    if ips:
+        data["ips"] = ips
+    return data
