@@ -57,6 +57,7 @@ from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.node_objects import NodeObjects
 from dmn.agent.coordinator.operations import NodeOperations, short_digest
 from dmn.agent.coordinator.pod_claims import pod_claims
+from dmn.agent.coordinator.pod_network_status import PodNetworkStatus, status_entries
 from dmn.agent.coordinator.status_writer import StatusWriter
 from dmn.agent.coordinator.step_grants import StepGrants
 from dmn.agent.coordinator.verify import (
@@ -132,6 +133,7 @@ class SandboxAttachmentService:
         self.boot_id = boot_id
         self.reporter = AttachmentReporter(cluster, config.node_name)
         self.claim_status = ClaimDeviceStatus(cluster)
+        self.pod_network_status = PodNetworkStatus(cluster)
         # status is reporting, never authority: written off the hook path, in order
         self.status = StatusWriter()
         # a hook's fresh API reads that do not depend on each other go out together (never
@@ -382,8 +384,19 @@ class SandboxAttachmentService:
                 b.put_attachment(rec)
             self.operations.boundary("after-ready")
             self.status.submit(self.reporter.phase, att, "Ready", outputs=outputs)
+            network_status: list[dict[str, Any]] = []
             for claim, entries in zip(rec.claims, device_status, strict=True):
                 self.status.submit(self.claim_status.write, claim.namespace, claim.name, entries)
+                network_status += status_entries(claim.namespace, claim.name, entries)
+            if network_status:
+                self.status.submit(
+                    self.pod_network_status.write,
+                    namespace,
+                    pod_name,
+                    pod_uid,
+                    [f"{c.namespace}/{c.name}" for c in rec.claims],
+                    network_status,
+                )
             log.info("event=ready pod=%s sandbox=%s operations=%d", pod_uid, sandbox_id, len(ops))
             return True
 

@@ -150,7 +150,7 @@ def node_agent_rbac() -> list[dict[str, Any]]:
             ],
         },
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
         {
             "apiGroups": ["", "events.k8s.io"],
             "resources": ["events"],

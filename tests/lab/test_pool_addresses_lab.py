@@ -7,6 +7,7 @@ releases them and leaves the node's links as before."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,12 @@ BUILTIN_TOPOLOGY = {
 }
 
 
+def _network_status(cluster: Any, pod: str) -> list[dict[str, Any]] | None:
+    meta = cluster.get(r.PODS, pod, NAMESPACE)["metadata"]
+    value = (meta.get("annotations") or {}).get("k8s.v1.cni.cncf.io/network-status")
+    return json.loads(value) if value else None
+
+
 def _network_data(cluster: Any) -> dict[str, Any] | None:
     for claim in cluster.list(r.RESOURCE_CLAIMS, NAMESPACE).items:
         for entry in (claim.get("status") or {}).get("devices") or []:
@@ -146,6 +153,11 @@ def test_a_pods_net1_gets_pool_addresses_from_the_agent(
             assert data["interfaceName"] == "net1", data
             assert sorted(data["ips"]) == cidrs and len(cidrs) == 2, (data, shown.stdout)
             assert data["hardwareAddress"] == mac, data
+            # and the Pod says so where tools written for Multus look
+            status = wait_for(lambda: _network_status(cluster, "pooled-a"), timeout=15)
+            assert [(e["interface"], sorted(e["ips"]), e["mac"]) for e in status] == [
+                ("net1", addresses, mac)
+            ], status
             routes = pods.exec(NAMESPACE, "pooled-a", ["ip", "route", "show", "10.96.0.0/12"])
             assert "via 10.56.0.1 dev net1" in routes.stdout, routes.stdout
             pods.delete(NAMESPACE, "pooled-a")
