@@ -25,6 +25,7 @@ from dmn.agent.kubelet.handler import (
     PrepareResult,
     UnprepareResult,
 )
+from dmn.agent.node_events import NodeEventReporter, claim_object, pod_object, reason_of
 from dmn.agent.nri.handler import (
     Container,
     ContainerAdjustment,
@@ -34,7 +35,6 @@ from dmn.agent.nri.handler import (
     PodSandbox,
     current_deadline,
 )
-from dmn.agent.refusal_events import RefusalReporter, claim_object, pod_object, reason_of
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +47,11 @@ class DraAdapter:
     def __init__(
         self,
         preparation: PreparationService,
-        reporter: RefusalReporter | None = None,
+        reporter: NodeEventReporter | None = None,
         attachments: SandboxAttachmentService | None = None,
     ) -> None:
         self.preparation = preparation
-        self.reporter = reporter or RefusalReporter(None, "")
+        self.reporter = reporter or NodeEventReporter(None, "")
         # NodeUnprepare first tears down attachments whose sandbox the runtime stopped
         # without telling us (SandboxAttachmentService.stop_released)
         self.attachments = attachments
@@ -125,11 +125,11 @@ class NriAdapter:
         self,
         attachments: SandboxAttachmentService,
         reconcile: ReconcileLoop,
-        reporter: RefusalReporter | None = None,
+        reporter: NodeEventReporter | None = None,
     ) -> None:
         self.attachments = attachments
         self.reconcile = reconcile
-        self.reporter = reporter or RefusalReporter(None, "")
+        self.reporter = reporter or NodeEventReporter(None, "")
 
     def _refuse(self, request: str, pod: PodSandbox, exc: Refusal | JournalError) -> HookRefused:
         obj = pod_object(pod.namespace, pod.name, pod.uid)
@@ -156,9 +156,15 @@ class NriAdapter:
 
     def stop_pod_sandbox(self, pod: PodSandbox) -> None:
         try:
-            self.attachments.stop_pod(pod.uid, pod.id)
+            detached = self.attachments.stop_pod(pod.uid, pod.id)
         except (Refusal, JournalError) as exc:
             raise self._refuse("StopPodSandbox", pod, exc) from exc
+        if detached:
+            self.reporter.noticed(
+                pod_object(pod.namespace, pod.name, pod.uid),
+                "Detached",
+                f"sandbox {pod.id[:12]}: every network attached to it was removed",
+            )
 
     def remove_pod_sandbox(self, pod: PodSandbox) -> None:
         try:

@@ -36,9 +36,9 @@ from dmn.agent.kubelet.server import (
     DEFAULT_REGISTRY_DIR,
     KubeletPluginServer,
 )
+from dmn.agent.node_events import NodeEventReporter
 from dmn.agent.nri.plugin import NriPlugin, PluginConfig, PluginThread
 from dmn.agent.readiness import Readiness
-from dmn.agent.refusal_events import RefusalReporter
 from dmn.agent.slices import NodeSlicePublisher
 from dmn.agent.slices.device_health import device_health
 from dmn.api.cluster import Cluster
@@ -83,7 +83,7 @@ class NodeAgent:
         self.nri: NriAdapter | None = None
         self.kubelet: KubeletPluginServer | None = None
         self.plugin: PluginThread | None = None
-        self.reporter = RefusalReporter(cluster, config.node_name)
+        self.reporter = NodeEventReporter(cluster, config.node_name)
         self.api_reachable = ApiReachability(cluster)
         self._health: dict[str, DeviceHealth] = {}
         self._health_lock = threading.Lock()
@@ -150,6 +150,7 @@ class NodeAgent:
             self.objects.start()
             self.services = self._open_services()
             self.reporter.start()
+            self.services.attachments.events = self.reporter
             self.dra = DraAdapter(
                 self.services.preparation, self.reporter, self.services.attachments
             )

@@ -52,6 +52,29 @@ def status_entries(
     return out
 
 
+MESSAGE_MAX = 1024
+
+
+def attached_message(
+    claims: Sequence[tuple[str, str]], devices: Sequence[Sequence[Mapping[str, Any]]]
+) -> str:
+    """The ``Attached`` Event's message: per claim, each device's interface and addresses
+    (or its pool/device when it has no interface), at most :data:`MESSAGE_MAX` characters."""
+    parts = []
+    for (namespace, name), entries in zip(claims, devices, strict=True):
+        got = []
+        for device in entries:
+            data = device.get("networkData") or {}
+            if data.get("interfaceName"):
+                ips = ", ".join(data.get("ips") or ()) or "no address"
+                got.append(f"{data['interfaceName']} ({ips})")
+            else:
+                got.append(f"{device.get('pool')}/{device.get('device')}")
+        parts.append(f"claim {namespace}/{name}: {'; '.join(got) or 'nothing'}")
+    text = "attached " + " | ".join(parts)
+    return text if len(text) <= MESSAGE_MAX else text[: MESSAGE_MAX - 1] + "…"
+
+
 def merged(existing: str | None, names: set[str], ours: Sequence[Mapping[str, Any]]) -> str:
     """The annotation value: other writers' entries as they were, then ours. A value that
     is not a JSON list of objects is replaced (it describes nothing a reader could use)."""

@@ -57,7 +57,11 @@ from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.node_objects import NodeObjects
 from dmn.agent.coordinator.operations import NodeOperations, short_digest
 from dmn.agent.coordinator.pod_claims import pod_claims
-from dmn.agent.coordinator.pod_network_status import PodNetworkStatus, status_entries
+from dmn.agent.coordinator.pod_network_status import (
+    PodNetworkStatus,
+    attached_message,
+    status_entries,
+)
 from dmn.agent.coordinator.status_writer import StatusWriter
 from dmn.agent.coordinator.step_grants import StepGrants
 from dmn.agent.coordinator.verify import (
@@ -79,6 +83,7 @@ from dmn.agent.journal.records import (
     RevisionRef,
 )
 from dmn.agent.journal.store import JournalStore
+from dmn.agent.node_events import NodeEventReporter, pod_object
 from dmn.agent.nri.handler import HookDeadline
 from dmn.api.cluster import Cluster
 from dmn.engine.binder import Call
@@ -134,6 +139,8 @@ class SandboxAttachmentService:
         self.reporter = AttachmentReporter(cluster, config.node_name)
         self.claim_status = ClaimDeviceStatus(cluster)
         self.pod_network_status = PodNetworkStatus(cluster)
+        #: Normal Events (Attached) about the Pod; the node agent sets its reporter
+        self.events: NodeEventReporter | None = None
         # status is reporting, never authority: written off the hook path, in order
         self.status = StatusWriter()
         # a hook's fresh API reads that do not depend on each other go out together (never
@@ -388,6 +395,12 @@ class SandboxAttachmentService:
             for claim, entries in zip(rec.claims, device_status, strict=True):
                 self.status.submit(self.claim_status.write, claim.namespace, claim.name, entries)
                 network_status += status_entries(claim.namespace, claim.name, entries)
+            if self.events is not None:
+                self.events.noticed(
+                    pod_object(namespace, pod_name, pod_uid),
+                    "Attached",
+                    attached_message([(c.namespace, c.name) for c in rec.claims], device_status),
+                )
             if network_status:
                 self.status.submit(
                     self.pod_network_status.write,
@@ -514,8 +527,9 @@ class SandboxAttachmentService:
         if self._pod_claims(namespace, pod_name, pod_uid):
             raise Refusal("E_NOT_READY", f"sandbox {sandbox_id} is not attached")
 
-    def stop_pod(self, pod_uid: str, sandbox_id: str) -> None:
-        """Durably invalidate Ready, fence the attachment's scope, then tear it down.
+    def stop_pod(self, pod_uid: str, sandbox_id: str) -> bool:
+        """Durably invalidate Ready, fence the attachment's scope, then tear it down; True
+        when this call tore an attachment down (False: none, or removed before).
 
         A failed teardown is a retryable :class:`Refusal`; the record stays Removing and
         RemovePodSandbox (or the reconcile loop) finishes it.
@@ -524,10 +538,10 @@ class SandboxAttachmentService:
         with self.owning(identity, f"stop {sandbox_id}") as rec:
             if rec is None:
                 self._tombstone(identity, "stopped")
-                return
+                return False
             if rec.state is AttachmentState.REMOVED:
                 self.release_leftover_pin(rec)
-                return
+                return False
             att = attachment_id(identity)
             rec.state = AttachmentState.REMOVING
             self._invalidate(rec, att, "sandbox stopped")
@@ -535,6 +549,7 @@ class SandboxAttachmentService:
             self.status.submit(self.reporter.phase, att, "CleanupPending")
             log.info("event=invalidated pod=%s sandbox=%s", pod_uid, sandbox_id)
             self.remove(rec)
+            return True
 
     def stop_released(self, claim_uid: str) -> list[AttachmentIdentity]:
         """Tear down Ready attachments of ``claim_uid`` whose sandbox the runtime stopped

@@ -4,7 +4,7 @@ Why: NetworkAttachmentStatus objects and ResourceClaim ``status.devices`` are re
 never authority (the journal governs attach and cleanup), yet writing them took four to six
 API round trips inside every RunPodSandbox and StopPodSandbox hook — most of the hook's time
 (issue 15 profile). NRI hooks are serialised runtime-wide, so that time was the node's
-Pod-start capacity. As for refusal Events (:mod:`dmn.agent.refusal_events`), a runtime hook
+Pod-start capacity. As for refusal Events (:mod:`dmn.agent.node_events`), a runtime hook
 must not wait on the API server.
 
 Contract:

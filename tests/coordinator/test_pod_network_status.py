@@ -11,6 +11,7 @@ import pytest
 from dmn.agent.coordinator.pod_network_status import (
     NETWORK_STATUS,
     PodNetworkStatus,
+    attached_message,
     merged,
     status_entries,
 )
@@ -115,3 +116,13 @@ def test_another_pod_of_the_same_name_or_a_gone_pod_is_left_alone(cluster: Clust
         cluster.get(r.PODS, "p", "default")["metadata"].get("annotations") or {}
     )
     PodNetworkStatus(cluster).write("default", "gone", "uid", ["default/fast-net"], ours)
+
+
+def test_the_attached_message_names_each_claims_interfaces_and_addresses() -> None:
+    vfio = {"driver": "d.example", "pool": "node-1", "device": "vf1"}
+    message = attached_message([("a", "fast"), ("a", "dpdk")], [[DEVICE], [vfio]])
+    assert message == (
+        "attached claim a/fast: net1 (10.0.0.2/24, fd00::2/64) | claim a/dpdk: node-1/vf1"
+    )
+    long = attached_message([("a", "x" * 2000)], [[DEVICE]])
+    assert len(long) == 1024 and long.endswith("…")

@@ -84,6 +84,14 @@ BUILTIN_TOPOLOGY = {
 }
 
 
+def _event(cluster: Any, pod: str, reason: str) -> dict[str, Any] | None:
+    for event in cluster.list(r.EVENTS, NAMESPACE).items:
+        involved = event.get("involvedObject") or {}
+        if involved.get("name") == pod and event.get("reason") == reason:
+            return dict(event)
+    return None
+
+
 def _network_status(cluster: Any, pod: str) -> list[dict[str, Any]] | None:
     meta = cluster.get(r.PODS, pod, NAMESPACE)["metadata"]
     value = (meta.get("annotations") or {}).get("k8s.v1.cni.cncf.io/network-status")
@@ -160,7 +168,13 @@ def test_a_pods_net1_gets_pool_addresses_from_the_agent(
             ], status
             routes = pods.exec(NAMESPACE, "pooled-a", ["ip", "route", "show", "10.96.0.0/12"])
             assert "via 10.56.0.1 dev net1" in routes.stdout, routes.stdout
+            attached = wait_for(lambda: _event(cluster, "pooled-a", "Attached"), timeout=15)
+            assert attached["type"] == "Normal", attached
+            for address in addresses:
+                assert f"{address}/" in attached["message"], attached["message"]
             pods.delete(NAMESPACE, "pooled-a")
+            detached = wait_for(lambda: _event(cluster, "pooled-a", "Detached"), timeout=15)
+            assert detached["type"] == "Normal", detached
             assert cluster.list(r.IP_ALLOCATIONS).items == []
             assert _links(lab) == before
         finally:

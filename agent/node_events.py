@@ -1,13 +1,16 @@
-"""Refusals and failures of the node agent as metrics and Kubernetes Events.
+"""The node agent's Kubernetes Events: refusals and failures, attachments and removals.
 
-The kubelet and NRI adapters call :meth:`RefusalReporter.refused` for every request the
+The kubelet and NRI adapters call :meth:`NodeEventReporter.refused` for every request the
 coordinator refuses or fails: the ``dmn_refusals_total{request, code}`` counter is bumped at
 once, and a ``Warning`` Event whose reason is the reason code is written about the object the
 request concerns — the ResourceClaim for NodePrepare/NodeUnprepare, the Pod for sandbox and
-container hooks — so ``kubectl describe`` shows why. Events are written by a background
-thread from a bounded queue: a runtime hook must answer within its deadline and must never
-wait on the API server; when the queue is full the Event is dropped and counted, never the
-refusal itself.
+container hooks — so ``kubectl describe`` shows why. :meth:`NodeEventReporter.noticed` writes
+the ``Normal`` ones (``Attached`` with the interfaces and addresses a Pod got, ``Detached``
+when they were removed), so a Pod's events tell its network's story either way.
+
+Events are written by a background thread from a bounded queue: a runtime hook must answer
+within its deadline and must never wait on the API server; when the queue is full the Event
+is dropped and counted, never the refusal itself.
 """
 
 from __future__ import annotations
@@ -51,18 +54,18 @@ def reason_of(error: str) -> str:
     )
 
 
-_Refusal = tuple[Mapping[str, Any], str, str]  # the object, the reason code, the message
+_Event = tuple[Mapping[str, Any], str, str, str]  # the object, type, reason, message
 
 
-class RefusalReporter:
+class NodeEventReporter:
     def __init__(self, cluster: Cluster | None, node_name: str) -> None:
         self.recorder = EventRecorder(cluster, COMPONENT, node_name) if cluster else None
-        self._events: SerialWorker[_Refusal] = SerialWorker(
+        self._events: SerialWorker[_Event] = SerialWorker(
             "refusal-events", self._write, QUEUE_SIZE, start_on_put=False
         )
         self.dropped = 0
 
-    def start(self) -> RefusalReporter:
+    def start(self) -> NodeEventReporter:
         if self.recorder is not None:
             self._events.start()
         return self
@@ -85,15 +88,22 @@ class RefusalReporter:
         )
         if self.recorder is None:
             return
-        if not self._events.offer((obj, code, f"{request}: {message}")):
+        if not self._events.offer((obj, "Warning", code, f"{request}: {message}")):
+            self.dropped += 1
+
+    def noticed(self, obj: Mapping[str, Any], reason: str, message: str) -> None:
+        """Queue a ``Normal`` Event about ``obj`` (never blocks, never raises)."""
+        if self.recorder is None:
+            return
+        if not self._events.offer((obj, "Normal", reason, message)):
             self.dropped += 1
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every queued Event was written (tests); False on timeout."""
         return self._events.flush(timeout)
 
-    def _write(self, refusal: _Refusal) -> None:
+    def _write(self, event: _Event) -> None:
         assert self.recorder is not None
-        obj, code, message = refusal
-        if self.recorder.record(obj, "Warning", code, message) is not None:
-            EVENTS_RECORDED.labels(kind=str(obj.get("kind")), reason=code).inc()
+        obj, type_, reason, message = event
+        if self.recorder.record(obj, type_, reason, message) is not None:
+            EVENTS_RECORDED.labels(kind=str(obj.get("kind")), reason=reason).inc()
