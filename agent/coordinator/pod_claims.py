@@ -177,4 +177,25 @@ def _decide(
     for name in mine:
         if name not in names:
             raise Refusal("E_NOT_RESERVED", f"claim {name} is not reserved for this Pod")
-    return sorted(reserved, key=lambda c: str(c["metadata"]["name"]))
+    order = _spec_order(pod)
+    return sorted(
+        reserved,
+        key=lambda c: (order.get(str(c["metadata"]["name"]), len(order)), c["metadata"]["name"]),
+    )
+
+
+def _spec_order(pod: dict[str, Any]) -> dict[str, int]:
+    """Claim name → position of its entry in ``spec.resourceClaims`` (a template's claim by
+    the name ``status.resourceClaimStatuses`` records for that entry): the order a Pod's
+    claims are attached in, which decides who keeps a contested interface name."""
+    generated = {
+        str(x.get("name")): str(x.get("resourceClaimName"))
+        for x in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        if x.get("resourceClaimName")
+    }
+    order: dict[str, int] = {}
+    for i, entry in enumerate((pod.get("spec") or {}).get("resourceClaims") or []):
+        name = entry.get("resourceClaimName") or generated.get(str(entry.get("name")))
+        if name and str(name) not in order:
+            order[str(name)] = i
+    return order

@@ -53,6 +53,7 @@ from dmn.agent.coordinator.attachment_status import (
 from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import operation_inputs
+from dmn.agent.coordinator.interface_names import IFNAME_KEY, distinct_interface_names
 from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.node_objects import NodeObjects
 from dmn.agent.coordinator.operations import NodeOperations, short_digest
@@ -350,14 +351,17 @@ class SandboxAttachmentService:
             done: list[str] = []
             outputs: list[dict[str, Any]] = []
             device_status: list[list[dict[str, Any]]] = []
+            names = distinct_interface_names([_step_configs(rev) for _, _, rev in plan])
             try:
-                for (prep, verified, revision), claim in zip(plan, rec.claims, strict=True):
+                for (prep, verified, revision), claim, renames in zip(
+                    plan, rec.claims, names, strict=True
+                ):
                     # who holds the addresses a connect allocates: the claim verified above
                     owner = ClaimOwner(
                         claim.namespace, claim.name, claim.claim_uid, self.config.node_name
                     )
                     exports, records = self._connect(
-                        att, ref, prep, verified, revision, done, deadline, owner
+                        att, ref, prep, verified, revision, done, deadline, owner, renames
                     )
                     outputs.extend(status_outputs(exports, verified))
                     device_status.append(
@@ -441,6 +445,7 @@ class SandboxAttachmentService:
         done: list[str],
         deadline: HookDeadline | None = None,
         owner: ClaimOwner | None = None,
+        renames: Mapping[str, str] | None = None,
     ) -> tuple[dict[str, Mapping[str, tuple[Handle, ...]]], list[EffectRecord]]:
         """Run each step's connect; each step's exports, and every step's journaled
         effects in order (what the claim's ``networkData`` is reported from: an operation
@@ -458,6 +463,9 @@ class SandboxAttachmentService:
             step = steps[step_id]
             _in_time(deadline, att, f"before step {step_id}")
             op = f"conn-{att[4:20]}-{short_digest(prep.claim_uid)[:8]}-{step_id}"
+            config = dict(step.get("config") or {})
+            if renames and step_id in renames:
+                config[IFNAME_KEY] = renames[step_id]  # another claim of the Pod has it
             drivers: tuple[str, ...] = ()
             grants: StepGrants | None = None
             if step_id in roots:
@@ -467,7 +475,7 @@ class SandboxAttachmentService:
                 if prepared_rec is None:
                     raise Refusal("E_NOT_PREPARED", f"root {step_id} has no prepare record")
                 call = Call(
-                    config=dict(step.get("config") or {}),
+                    config=config,
                     operation_id=op,
                     prepared=dict(prepared_rec.result),
                     sandbox=sandbox,
@@ -479,7 +487,7 @@ class SandboxAttachmentService:
                 # the bridges of the policy that exposed the consumed device, never config
                 grants = verified.operations[step_id].grants
                 call = Call(
-                    config=dict(step.get("config") or {}),
+                    config=config,
                     operation_id=op,
                     inputs=operation_inputs(step.get("inputs") or {}, exports),
                     sandbox=sandbox,
@@ -759,3 +767,10 @@ def _names_namespace(path: str, dev: int, inode: int) -> bool:
     except OSError:
         return True  # unreadable is no proof that it is gone
     return (st.st_dev, st.st_ino) == (dev, inode)
+
+
+def _step_configs(revision: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The revision's steps in execution order with their configuration."""
+    spec = revision["spec"]
+    steps = {str(s["id"]): s for s in spec["normalizedSpec"]["steps"]}
+    return [(str(sid), steps[sid].get("config") or {}) for sid in spec["order"]]

@@ -331,3 +331,47 @@ def test_unprepare_after_a_runtime_restart_tears_down_the_stopped_sandbox(
     (prep,) = node.services.journal.preparations(meta["uid"])
     assert prep.state is PreparationState.RELEASED
     assert snapshot(node.host_ns) == baseline
+
+
+def test_two_claims_of_one_class_get_distinct_names_in_the_pods_order(node: LabNode) -> None:
+    """Both claims' topology says ``ifName: net1``: the claim the Pod lists first keeps it,
+    the other becomes ``net2`` (the Pod's order, not the claims' names, decides), the
+    claims' status says so, and removal takes both away."""
+    baseline = snapshot(node.host_ns)
+    first, second = node.claim("zz-first"), node.claim("aa-second")
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "two-claims", "namespace": "default"},
+        "spec": {
+            "nodeName": NODE_NAME,
+            "containers": [{"name": "app", "image": "busybox"}],
+            "resourceClaims": [
+                {"name": "a", "resourceClaimName": "zz-first"},
+                {"name": "b", "resourceClaimName": "aa-second"},
+            ],
+        },
+    }
+    pod = node.cluster.create(r.PODS, body, "default")
+    claims = ClaimService(node.cluster, NODE_NAME).allocate([first, second], pod=pod)
+    for c in claims:
+        meta = c["metadata"]
+        assert node.services.preparation.prepare(meta["namespace"], meta["name"], meta["uid"])
+    pod_uid = pod["metadata"]["uid"]
+    with scratch_netns("dmc2n") as sandbox:
+        sb = LabPod("sb-two", pod_uid, "two-claims", "default", netns_path(sandbox))
+        node.runtime.run_pod_sandbox(sb)
+        assert names(sandbox) == ["lo", "net1", "net2"]
+        assert node.services.attachments.status.flush()
+        reported = {
+            c["metadata"]["name"]: c["status"]["devices"][0]["networkData"]["interfaceName"]
+            for c in node.cluster.list(r.RESOURCE_CLAIMS, "default").items
+            if c["metadata"]["name"] in ("zz-first", "aa-second")
+        }
+        assert reported == {"zz-first": "net1", "aa-second": "net2"}
+        node.runtime.stop_pod_sandbox("sb-two")
+        node.runtime.remove_pod_sandbox("sb-two")
+        assert names(sandbox) == ["lo"]
+    for c in claims:
+        node.services.preparation.unprepare(c["metadata"]["uid"])
+    assert snapshot(node.host_ns) == baseline
