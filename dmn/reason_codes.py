@@ -372,6 +372,14 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Remove driver config from the claim itself.",
     ),
     _r(
+        "E_CLAIM_CONFIG",
+        AGENT,
+        "The claim configures this driver with something other than one valid "
+        "WorkloadParameters per request (another kind, a class-origin one, a bad value type, "
+        "or a field set twice).",
+        "Configure only WorkloadParameters in the claim; everything else is the topology's.",
+    ),
+    _r(
         "E_CLAIM_UID",
         AGENT,
         "The claim's UID differs from the one kubelet asked for (recreated under the same name).",
@@ -884,6 +892,14 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "The bridge alias has no allowedHostBridges grant, or the granted bridge is missing, "
         "has no VLAN filtering, another MAC (a new incarnation) or is down.",
         "Fix the policy grant or the bridge; the effect is refused.",
+    ),
+    _r(
+        "E_WORKLOAD_PARAMETER",
+        AGENT,
+        "The claim's WorkloadParameters set a field its root plugin does not declare "
+        "workloadSettable, or a value the plugin's configSchema rejects.",
+        "Set only the plugin's workload-settable fields (dmn explain shows them), with valid "
+        "values.",
     ),
     _r(
         "E_VLAN_DENIED",

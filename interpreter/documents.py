@@ -293,6 +293,10 @@ OutputPorts = Annotated[dict[str, OutputPort], AfterValidator(_port_count)]
 _PORTS_EXTRA: dict[str, Any] = {"maxProperties": _MAX_PORTS}
 
 
+#: A top-level configSchema property named by the plugin contract (``workloadSettable``).
+ConfigFieldName = Annotated[str, Field(min_length=1, max_length=63)]
+
+
 class PluginSpec(_Strict):
     """The plugin contract: what checking reads and what the NetworkPlugin CRD's
     ``spec`` is generated from (one model; ``dmn.api.plugin`` adds only the status)."""
@@ -317,6 +321,17 @@ class PluginSpec(_Strict):
     config_schema: ObjectSchema = Field(
         alias="configSchema",
         json_schema_extra={CRD_SCHEMA: {"maxProperties": 8, "type": "object", **_PRESERVE}},
+    )
+    workload_settable: Annotated[list[ConfigFieldName], AfterValidator(_unique)] | None = Field(
+        default=None,
+        alias="workloadSettable",
+        max_length=8,
+        description=(
+            "Top-level config fields of scalar type a workload may set for its own claim "
+            "(ResourceClaim config of kind WorkloadParameters), for example a static address "
+            "or an interface name; every other field only the administrator's topology sets."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "set"},
     )
     allocation: InputPorts | None = Field(default=None, json_schema_extra=_PORTS_EXTRA)
     inputs: InputPorts | None = Field(default=None, json_schema_extra=_PORTS_EXTRA)

@@ -351,7 +351,7 @@ class SandboxAttachmentService:
             done: list[str] = []
             outputs: list[dict[str, Any]] = []
             device_status: list[list[dict[str, Any]]] = []
-            names = distinct_interface_names([_step_configs(rev) for _, _, rev in plan])
+            names = distinct_interface_names([_step_configs(rev, v) for _, v, rev in plan])
             try:
                 for (prep, verified, revision), claim, renames in zip(
                     plan, rec.claims, names, strict=True
@@ -463,7 +463,9 @@ class SandboxAttachmentService:
             step = steps[step_id]
             _in_time(deadline, att, f"before step {step_id}")
             op = f"conn-{att[4:20]}-{short_digest(prep.claim_uid)[:8]}-{step_id}"
-            config = dict(step.get("config") or {})
+            # a root connects with what it was verified with (the claim's workload
+            # parameters over the topology's config); an Operation with the topology's
+            config = dict(roots[step_id].config if step_id in roots else step.get("config") or {})
             if renames and step_id in renames:
                 config[IFNAME_KEY] = renames[step_id]  # another claim of the Pod has it
             drivers: tuple[str, ...] = ()
@@ -769,8 +771,15 @@ def _names_namespace(path: str, dev: int, inode: int) -> bool:
     return (st.st_dev, st.st_ino) == (dev, inode)
 
 
-def _step_configs(revision: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """The revision's steps in execution order with their configuration."""
+def _step_configs(
+    revision: Mapping[str, Any], verified: VerifiedClaim
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """The revision's steps in execution order with the configuration each connects with (a
+    root's with the claim's workload parameters)."""
     spec = revision["spec"]
     steps = {str(s["id"]): s for s in spec["normalizedSpec"]["steps"]}
-    return [(str(sid), steps[sid].get("config") or {}) for sid in spec["order"]]
+    roots = {root.step: root for root in verified.roots}
+    return [
+        (str(sid), roots[sid].config if sid in roots else steps[sid].get("config") or {})
+        for sid in spec["order"]
+    ]

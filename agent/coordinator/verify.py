@@ -32,9 +32,11 @@ from dmn.agent.coordinator.step_grants import StepGrants, check_step, granting_r
 from dmn.agent.personas.model import Persona, PersonaSet
 from dmn.agent.slices import node_allocation_check
 from dmn.api.root_config import TopologyRootConfiguration
+from dmn.api.workload_parameters import WORKLOAD_PARAMETERS_KIND, WorkloadParameters
 from dmn.interpreter.canonical_json import sha256_digest
 from dmn.interpreter.checker import check_plugin
-from dmn.interpreter.diagnostics import has_errors
+from dmn.interpreter.config_schema import validate_config
+from dmn.interpreter.diagnostics import Severity, has_errors
 from dmn.interpreter.loader import Plugin
 from dmn.interpreter.pinned_plugins import plugin_from_pin
 from dmn.opcodes.registry import default_registry
@@ -66,6 +68,8 @@ class DriverResult:
     consumed: Mapping[str, str]
     root: TopologyRootConfiguration
     index: int  # position in status.allocation.devices.results (for field paths)
+    #: the claim's WorkloadParameters for this request (checked against the plugin later)
+    workload: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -150,10 +154,17 @@ def driver_results(claim: Mapping[str, Any], driver: str) -> list[DriverResult]:
         request = str(res.get("request", ""))
         _check_request(claim, request, where)
         bindings = []
+        workload: list[WorkloadParameters] = []
         for c in configs:
             if not _applies(c, request):
                 continue
             params = (c.get("opaque") or {}).get("parameters") or {}
+            kind = params.get("kind") if isinstance(params, Mapping) else None
+            if kind != ROOT_CONFIG_KIND and (
+                kind == WORKLOAD_PARAMETERS_KIND or c.get("source") == "FromClaim"
+            ):
+                workload.append(_workload_parameters(c, params))
+                continue
             if params.get("kind") != ROOT_CONFIG_KIND:
                 continue
             if c.get("source") != "FromClass":
@@ -183,9 +194,80 @@ def driver_results(claim: Mapping[str, Any], driver: str) -> list[DriverResult]:
                 consumed={str(k): str(v) for k, v in (res.get("consumedCapacity") or {}).items()},
                 root=bindings[0],
                 index=i,
+                workload=_one_set_each(workload, request),
             )
         )
     return out
+
+
+_CLAIM_CONFIG = "spec.devices.config"
+
+
+def _workload_parameters(config: Mapping[str, Any], params: Any) -> WorkloadParameters:
+    """A claim's configuration for this driver: WorkloadParameters, or refused."""
+    if config.get("source") != "FromClaim":
+        raise Refusal(
+            "E_CLAIM_CONFIG", f"{WORKLOAD_PARAMETERS_KIND} come from the claim only", _CLAIM_CONFIG
+        )
+    kind = params.get("kind") if isinstance(params, Mapping) else None
+    if kind != WORKLOAD_PARAMETERS_KIND:
+        raise Refusal(
+            "E_CLAIM_CONFIG",
+            f"a claim configures this driver only with {WORKLOAD_PARAMETERS_KIND}, not "
+            f"{str(kind)[:64]!r}",
+            _CLAIM_CONFIG,
+        )
+    try:
+        return WorkloadParameters.model_validate(params)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise Refusal(
+            "E_CLAIM_CONFIG",
+            f"invalid {WORKLOAD_PARAMETERS_KIND}: {where}: {first['msg']}",
+            _CLAIM_CONFIG,
+        ) from exc
+
+
+def _one_set_each(parameters: Sequence[WorkloadParameters], request: str) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for p in parameters:
+        for key, value in p.config.items():
+            if key in merged:
+                raise Refusal(
+                    "E_CLAIM_CONFIG",
+                    f"request {request!r}: {key!r} is set by two {WORKLOAD_PARAMETERS_KIND}",
+                    _CLAIM_CONFIG,
+                )
+            merged[key] = value
+    return merged
+
+
+def check_workload_config(plugin: Plugin, config: Mapping[str, Any]) -> None:
+    """Refuse (``E_WORKLOAD_PARAMETER``) a merged configuration the plugin's configSchema
+    rejects, at NodePrepare, before anything runs."""
+    _, diagnostics = validate_config(plugin.descriptor.spec.config_schema, config)
+    errors = [d for d in diagnostics if d.severity is Severity.ERROR]
+    if errors:
+        raise Refusal("E_WORKLOAD_PARAMETER", errors[0].message, _CLAIM_CONFIG)
+
+
+def with_workload(
+    config: Mapping[str, Any], plugin: Plugin, workload: Mapping[str, Any], where: str
+) -> dict[str, Any]:
+    """The root step's configuration with the workload's values over the topology's: each
+    must be a field the plugin declares ``workloadSettable`` (``E_WORKLOAD_PARAMETER``
+    otherwise); the plugin's configSchema then checks the values at binding."""
+    settable = set(plugin.descriptor.spec.workload_settable or ())
+    for key in workload:
+        if key not in settable:
+            raise Refusal(
+                "E_WORKLOAD_PARAMETER",
+                f"{key!r} is not a workload-settable field of plugin {plugin.name} "
+                f"(settable: {sorted(settable) or 'none'})",
+                f"{_CLAIM_CONFIG}.opaque.parameters.config.{key}"[:256],
+            )
+    return {**config, **workload}
 
 
 def fingerprint(claim_uid: str, results: Sequence[DriverResult]) -> str:
@@ -383,6 +465,9 @@ def verify_allocation(
             raise Refusal("E_CONTRACT_MISMATCH", f"root {step_id}: contract digest differs", where)
         config = dict(steps[step_id].get("config") or {})
         plugin = _plugin_for(name, digest, pins.get(name), config, plugins, registry, where)
+        if r.workload:
+            config = with_workload(config, plugin, r.workload, where)
+            check_workload_config(plugin, config)
         verified.append(VerifiedRoot(step_id, plugin, config, r, persona))
     operations = _with_grants(verify_operations(revision, plugins, registry), steps, verified)
     return VerifiedClaim(

@@ -107,6 +107,8 @@ class Explanation:
     topology: str = ""
     order: list[str] = field(default_factory=list)
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: per root step, the config fields a workload may set in its claim (WorkloadParameters)
+    workload_settable: dict[str, list[str]] = field(default_factory=dict)
     hooks: list[HookPlan] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
@@ -124,6 +126,7 @@ class Explanation:
                 {
                     "id": sid,
                     "config": self.configs.get(sid, {}),
+                    "workloadSettable": self.workload_settable.get(sid, []),
                     "hooks": [h.to_json() for h in self.hooks if h.step == sid],
                 }
                 for sid in self.order
@@ -341,6 +344,8 @@ def explain_topology(
         plugin = plugins[step["pluginRef"]["name"]]
         config: dict[str, Any] = dict(step.get("config") or {})
         out.configs[sid] = config
+        if step.get("kind") == "Allocation" and plugin.descriptor.spec.workload_settable:
+            out.workload_settable[sid] = list(plugin.descriptor.spec.workload_settable)
         for hook in ("prepare", "connect"):
             if plugin.program(hook) is None:
                 continue
@@ -378,6 +383,11 @@ def render_text(explanation: Explanation) -> str:
         config = explanation.configs.get(sid, {})
         if config:
             lines.append("  config: " + ", ".join(f"{k}={v!r}" for k, v in config.items()))
+        settable = explanation.workload_settable.get(sid)
+        if settable:
+            lines.append(
+                "  a workload may set in its claim (WorkloadParameters): " + ", ".join(settable)
+            )
         for plan in hooks:
             when = "NodePrepare" if plan.hook == "prepare" else "Pod sandbox start (NRI)"
             lines.append(f"  {plan.hook} — runs at {when}:")

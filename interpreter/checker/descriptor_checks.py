@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dmn.interpreter.checker.config_presence_checks import _check_conditional_presence
 from dmn.interpreter.checker.context import _Guard, _PluginContext
 from dmn.interpreter.checker.guard_checks import _check_guard
-from dmn.interpreter.config_schema import StringSchema
+from dmn.interpreter.config_schema import BooleanSchema, IntegerSchema, StringSchema
 from dmn.interpreter.diagnostics import Code
 from dmn.interpreter.documents import InputPort, OutputPort
 from dmn.interpreter.source import ExpressionSpans, Path, path_text
@@ -66,6 +66,7 @@ def _check_descriptor(ctx: _PluginContext) -> None:
                 problem = ifname_problem(value)
                 if problem is not None:
                     err(Code.E_IFNAME, problem, *where)
+    _check_workload_settable(ctx, err)
     _check_conditional_presence(ctx)
     for group in ("allocation", "inputs", "outputs"):
         ports: Mapping[str, InputPort | OutputPort] = getattr(spec, group) or {}
@@ -149,3 +150,24 @@ def _check_allocation_mode(ctx: _PluginContext, err: Callable[..., None]) -> Non
             "properties",
             "mode",
         )
+
+
+def _check_workload_settable(ctx: _PluginContext, err: Callable[..., None]) -> None:
+    """``workloadSettable`` names top-level scalar config fields of an Allocation plugin: a
+    workload's claim configures its own root step, never an Operation's, never a structure
+    (pools, routes, sysctls and budgets stay the administrator's)."""
+    spec = ctx.plugin.descriptor.spec
+    for j, name in enumerate(spec.workload_settable or ()):
+        where = ("spec", "workloadSettable", j)
+        if "Allocation" not in ctx.step_kinds:
+            err(Code.E_SCHEMA, "only an Allocation plugin has workload-settable fields", *where)
+            return
+        prop = ctx.schema.properties.get(name)
+        if prop is None:
+            err(Code.E_SCHEMA, f"workloadSettable names {name!r}, no configSchema field", *where)
+        elif not isinstance(prop, StringSchema | IntegerSchema | BooleanSchema):
+            err(
+                Code.E_SCHEMA,
+                f"workloadSettable field {name!r} must be a string, integer or boolean",
+                *where,
+            )

@@ -124,3 +124,75 @@ def test_initial_profile_refuses_other_allocation_modes(
             claim_with(request_spec, result_request), "dra-multi-network.schseba.github.io"
         )
     assert info.value.code == "E_ALLOCATION_MODE"
+
+
+GROUP = "networking.dra-multi-network.schseba.github.io/v1alpha1"
+
+
+def _configured(*claim_configs: dict[str, object]) -> dict[str, object]:
+    driver = "dra-multi-network.schseba.github.io"
+    claim = claim_with({"name": "net1", "exactly": {"deviceClassName": "x"}})
+    root = {"apiVersion": GROUP, "kind": "TopologyRootConfiguration", **ROOT.to_api()}
+    configs = [{"source": "FromClass", "opaque": {"driver": driver, "parameters": root}}]
+    configs += [
+        {"source": "FromClaim", "requests": ["net1"], "opaque": {"driver": driver, "parameters": p}}
+        for p in claim_configs
+    ]
+    claim["status"]["allocation"]["devices"]["config"] = configs  # type: ignore[index]
+    return claim
+
+
+def _workload(**config: object) -> dict[str, object]:
+    return {"apiVersion": GROUP, "kind": "WorkloadParameters", "config": config}
+
+
+def test_a_claims_workload_parameters_reach_its_result() -> None:
+    (got,) = driver_results(
+        _configured(_workload(address="10.56.0.240", ifName="fast0")),
+        "dra-multi-network.schseba.github.io",
+    )
+    assert dict(got.workload) == {"address": "10.56.0.240", "ifName": "fast0"}
+
+
+@pytest.mark.parametrize(
+    ("configs", "message"),
+    [
+        ([{"kind": "SomethingElse", "mtu": 9000}], "not 'SomethingElse'"),
+        ([_workload(pool={"x": 1})], "invalid WorkloadParameters"),
+        ([_workload(ifName="a"), _workload(ifName="b")], "set by two"),
+        ([_workload()], "invalid WorkloadParameters"),
+    ],
+)
+@pytest.mark.adversarial
+def test_any_other_claim_configuration_is_refused(
+    configs: list[dict[str, object]], message: str
+) -> None:
+    with pytest.raises(Refusal) as info:
+        driver_results(_configured(*configs), "dra-multi-network.schseba.github.io")
+    assert info.value.code == "E_CLAIM_CONFIG" and message in info.value.message, info.value
+    assert info.value.field == "spec.devices.config"
+
+
+@pytest.mark.adversarial
+def test_only_declared_fields_with_valid_values_are_merged() -> None:
+    from dmn.agent.coordinator.verify import check_workload_config, with_workload
+    from dmn.interpreter.loader import load_builtin_plugins
+
+    macvlan = load_builtin_plugins()["macvlan-cni"]
+    base = {"mode": "bridge", "ifName": "net1", "mtu": 1500, "up": True, "pool": "p"}
+    merged = with_workload(base, macvlan, {"address": "10.56.0.240", "ifName": "fast0"}, "r")
+    assert merged == {**base, "address": "10.56.0.240", "ifName": "fast0"}
+    check_workload_config(macvlan, merged)
+    for key, value in (("mtu", 9000), ("pool", "other")):  # the administrator's
+        with pytest.raises(Refusal) as info:
+            with_workload(base, macvlan, {key: value}, "r")
+        assert info.value.code == "E_WORKLOAD_PARAMETER" and key in info.value.field
+    for bad in ({"address": "not-an-ip"}, {"ifName": "eth0"}, {"address": "fd00::1/64"}):
+        with pytest.raises(Refusal) as info:
+            check_workload_config(macvlan, with_workload(base, macvlan, bad, "r"))
+        assert info.value.code == "E_WORKLOAD_PARAMETER", bad
+    no_pool = {k: v for k, v in base.items() if k != "pool"}
+    with pytest.raises(Refusal):
+        check_workload_config(
+            macvlan, with_workload(no_pool, macvlan, {"address": "10.0.0.9"}, "r")
+        )

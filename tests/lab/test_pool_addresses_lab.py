@@ -17,7 +17,7 @@ import pytest
 from dmn.api.builtin_plugins import plugin_object
 from dmn.api.cluster import resources as r
 from dmn.interpreter.loader import load_plugins
-from dmn.lab.cluster import LabCluster
+from dmn.lab.cluster import LabCluster, LabError
 from dmn.lab.demo import wait_settled
 from dmn.lab.node import NODE_NAME
 from dmn.lab.pod_demo import NAMESPACE, claim_template, pod_manifest
@@ -175,6 +175,72 @@ def test_a_pods_net1_gets_pool_addresses_from_the_agent(
             pods.delete(NAMESPACE, "pooled-a")
             detached = wait_for(lambda: _event(cluster, "pooled-a", "Detached"), timeout=15)
             assert detached["type"] == "Normal", detached
+            assert cluster.list(r.IP_ALLOCATIONS).items == []
+            assert _links(lab) == before
+        finally:
+            pods.stop()
+            short.cleanup()
+    finally:
+        lab.stop()
+
+
+def _template(name: str, device_class: str, **config: Any) -> dict[str, Any]:
+    """A claim template whose claims carry the workload's own WorkloadParameters."""
+    doc = claim_template(name, device_class)
+    parameters = {"apiVersion": GROUP, "kind": "WorkloadParameters", "config": config}
+    doc["spec"]["spec"]["devices"]["config"] = [
+        {
+            "requests": ["net"],
+            "opaque": {"driver": "dra-multi-network.schseba.github.io", "parameters": parameters},
+        }
+    ]
+    return doc
+
+
+@pytest.mark.adversarial
+def test_a_workload_sets_its_static_address_and_name_and_nothing_else(tmp_path: Path) -> None:
+    """macvlan-cni declares ``ifName`` and ``address`` workload-settable: a claim asking for
+    10.56.0.240 (reserved range) and ``fast0`` gets exactly that; one asking for an address
+    of the dynamic range is refused with the allocator's code on the Pod, one setting the
+    administrator's ``mtu`` with E_WORKLOAD_PARAMETER on the claim; neither leaves anything."""
+    lab = LabCluster(StateDir(tmp_path / "lab"), links="netns")
+    lab.start()
+    try:
+        cluster = lab.client()
+        cluster.apply(pool("dual", v4(), subnet("fd56::/64", ranges=[("fd56::10", "fd56::ff")])))
+        cluster.apply(BUILTIN_TOPOLOGY)
+        (result,) = wait_settled(cluster, ["pooled-macvlan"], 60)
+        assert result.ready == "True", result
+        (device_class,) = result.device_classes
+        cluster.apply(_template("static", device_class, address="10.56.0.240", ifName="fast0"))
+        cluster.apply(_template("dynamic-range", device_class, address="10.56.0.50"))
+        cluster.apply(_template("admin-field", device_class, mtu=9000))
+        before = _links(lab)
+        short = tempfile.TemporaryDirectory(prefix="dmnw-")
+        pods = LabPods(lab, Path(short.name))
+        pods.start()
+        try:
+            pods.run(pod_manifest("static-a", "static"))
+            shown = pods.exec(NAMESPACE, "static-a", ["ip", "-o", "-4", "addr", "show", "fast0"])
+            assert " 10.56.0.240/24 " in shown.stdout, shown.stdout + shown.stderr
+            held = {o["spec"]["address"] for o in cluster.list(r.IP_ALLOCATIONS).items}
+            assert "10.56.0.240" in held and len(held) == 2, held
+            for name, template, code in (
+                ("dyn-b", "dynamic-range", "E_IPAM_STATIC_OUTSIDE_RESERVED"),
+                ("adm-c", "admin-field", "E_WORKLOAD_PARAMETER"),
+            ):
+                with pytest.raises(LabError):
+                    pods.run(pod_manifest(name, template))
+                seen = wait_for(
+                    lambda code=code: code in json.dumps(cluster.list(r.EVENTS, NAMESPACE).items),
+                    timeout=30,
+                    what=f"an Event with {code}",
+                )
+                assert seen
+                pods.delete(NAMESPACE, name)
+            held = {o["spec"]["address"] for o in cluster.list(r.IP_ALLOCATIONS).items}
+            assert "10.56.0.50" not in held and len(held) == 2, held
+            pods.delete(NAMESPACE, "static-a")
             assert cluster.list(r.IP_ALLOCATIONS).items == []
             assert _links(lab) == before
         finally:

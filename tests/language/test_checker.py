@@ -472,3 +472,27 @@ def test_every_error_is_reported_not_just_the_first() -> None:
     ]
     assert len({(d.line, d.column) for d in diags}) == 5
     assert all(d.file == "plugin.yaml" and d.path.startswith("spec.") for d in diags)
+
+
+@pytest.mark.parametrize(
+    ("text", "settable", "message"),
+    [
+        (ALLOCATION, "[mode, reset]", None),
+        (ALLOCATION, "[nope]", "no configSchema field"),
+        (OPERATION, "[ifName]", "only an Allocation plugin"),
+    ],
+)
+def test_workload_settable_names_scalar_fields_of_an_allocation_plugin(
+    text: str, settable: str, message: str | None
+) -> None:
+    """What a workload may set is declared by the plugin and checked: a top-level scalar
+    field of an Allocation plugin (its claim configures its own root step only)."""
+    changed = variant(
+        text, "  configSchema:\n", f"  workloadSettable: {settable}\n  configSchema:\n"
+    )
+    diags = check_plugin(plugin(changed), registry())
+    if message is None:
+        assert diags == [], [d.render() for d in diags]
+        return
+    assert codes(diags) == {"E_SCHEMA"} and message in diags[0].message, [d.render() for d in diags]
+    assert diags[0].path.startswith("spec.workloadSettable") and diags[0].line > 1
