@@ -28,8 +28,10 @@ Pure: standard library only.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
+from collections.abc import Callable
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IpInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
@@ -80,7 +82,7 @@ def unusable(address: IpAddress) -> str | None:
     return None
 
 
-def host_address_problem(value: object) -> str | None:
+def _host_address_problem(value: object) -> str | None:
     """A single host address, no prefix (a gateway, a preferred source, a neighbour)."""
     problem = _text_problem(value, HOST_ADDRESS_LENGTH)
     if problem is not None:
@@ -96,7 +98,7 @@ def host_address_problem(value: object) -> str | None:
     return None if problem is None else f"{value!r} {problem}"
 
 
-def interface_address_problem(value: object) -> str | None:
+def _interface_address_problem(value: object) -> str | None:
     """A host address with its prefix length, as a link carries it."""
     problem = _text_problem(value, INTERFACE_ADDRESS_LENGTH)
     if problem is not None:
@@ -121,7 +123,7 @@ def interface_address_problem(value: object) -> str | None:
     return None
 
 
-def prefix_problem(value: object) -> str | None:
+def _prefix_problem(value: object) -> str | None:
     """A network prefix with no host bits set (``10.2.0.0/16``)."""
     problem = _text_problem(value, DESTINATION_LENGTH)
     if problem is not None:
@@ -142,7 +144,7 @@ def prefix_problem(value: object) -> str | None:
     return None
 
 
-def destination_problem(value: object) -> str | None:
+def _destination_problem(value: object) -> str | None:
     """``default`` or a network prefix with no host bits set."""
     if value == "default":
         return None
@@ -150,6 +152,31 @@ def destination_problem(value: object) -> str | None:
     if problem is not None and isinstance(value, str) and "/" not in value:
         return f"{value!r}: write a prefix (10.2.0.0/16) or 'default'"
     return problem
+
+
+def _cached(check: Callable[[object], str | None]) -> Callable[[object], str | None]:
+    """``check`` answered from a bounded cache for short strings: the checker asks about
+    the same few values hundreds of thousands of times while it explores a configSchema's
+    samples (and parsing an address is most of that time); anything longer than any valid
+    value, or not a string, is checked afresh and never kept, so the cache stays small."""
+    cached = functools.lru_cache(maxsize=4096)(check)
+
+    def answer(value: object) -> str | None:
+        if isinstance(value, str) and len(value) <= _CACHED_LENGTH:
+            return cached(value)
+        return check(value)
+
+    answer.__doc__ = check.__doc__
+    answer.__name__ = check.__name__.lstrip("_")
+    return answer
+
+
+_CACHED_LENGTH = 128
+
+host_address_problem = _cached(_host_address_problem)
+interface_address_problem = _cached(_interface_address_problem)
+prefix_problem = _cached(_prefix_problem)
+destination_problem = _cached(_destination_problem)
 
 
 def unicast_mac_problem(value: object) -> str | None:
@@ -173,10 +200,21 @@ def address_of(value: str) -> IpAddress:
     return ipaddress.ip_address(value)
 
 
+_parsed_network = functools.lru_cache(maxsize=4096)(ipaddress.ip_network)
+
+
+def _network(destination: str) -> IpNetwork:
+    """The parsed form of a valid prefix, cached for short ones (route keys are asked for
+    again and again while a configSchema's samples are explored)."""
+    if len(destination) <= _CACHED_LENGTH:
+        return _parsed_network(destination)
+    return ipaddress.ip_network(destination)
+
+
 def route_version(destination: str, gateway: str | None) -> int:
     """The family of a valid route: its destination's, or its gateway's for ``default``."""
     if destination != "default":
-        return ipaddress.ip_network(destination).version
+        return _network(destination).version
     assert gateway is not None
     return address_of(gateway).version
 
@@ -185,8 +223,8 @@ def route_network(destination: str, gateway: str | None) -> IpNetwork:
     """The destination of a valid route as a network (``default`` is the family's /0)."""
     if destination == "default":
         four = route_version(destination, gateway) == 4
-        return ipaddress.ip_network("0.0.0.0/0" if four else "::/0")
-    return ipaddress.ip_network(destination)
+        return _network("0.0.0.0/0" if four else "::/0")
+    return _network(destination)
 
 
 def route_key(
@@ -202,6 +240,7 @@ def route_key(
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def route_problem(
     destination: str,
     gateway: str | None = None,
@@ -217,7 +256,7 @@ def route_problem(
         if gateway is None:
             return "a default route needs a gateway (or write 0.0.0.0/0 or ::/0)"
     else:
-        versions.add(ipaddress.ip_network(destination).version)
+        versions.add(_network(destination).version)
     if len(versions) != 1:
         return f"route to {destination}: destination, gateway and source must be of one family"
     if scope is not None and versions == {6}:
