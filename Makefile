@@ -36,7 +36,7 @@ lab-tools:
 # lab's demo (lab up, every example topology Ready, one claim allocated, a negative example
 # rejected, lab down; exit 0 only if all of that held).
 lab: lab-tools setup
-	$(PY) -m dmn lint programs examples/topologies
+	$(PY) -m dmn lint programs examples/topologies examples/ipam
 	$(PY) -m dmn lab demo $(if $(ROOT),--links netns,)
 
 lint: setup

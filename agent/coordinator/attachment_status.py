@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from dmn.agent.coordinator.network_data import network_data
+from dmn.agent.coordinator.network_data import device_data, network_data
 from dmn.agent.coordinator.verify import VerifiedClaim
 from dmn.agent.journal.records import AttachmentIdentity
 from dmn.api.attachment import NetworkAttachmentStatus
@@ -246,5 +246,8 @@ def device_entries(
         data = network_data(exported[0], records) if exported else None
         if data is not None:
             entry["networkData"] = data
+        granted = device_data(exported)
+        if granted is not None:
+            entry["data"] = granted
         entries.append(entry)
     return entries

@@ -89,3 +89,30 @@ def network_data(exported: Handle, records: Sequence[EffectRecord]) -> dict[str,
     if ips:
         data["ips"] = ips
     return data
+
+
+DATA_KEYS = ("pciAddress", "iommuGroup", "rdmaDevice", "cdiDevice")
+DATA_MAX_BYTES = 10 * 1024
+"""The API server's bound on ``status.devices[].data`` (AllocatedDeviceStatusDataMaxLength)."""
+
+
+def device_data(exported: Sequence[Handle]) -> dict[str, Any] | None:
+    """The driver-specific ``data`` of a device's status: what a VFIO or RDMA grant gave the
+    workload — the PCI address, the IOMMU group, the RDMA device and the CDI device names
+    the container was given — from the step's verified exports; None when there is none.
+    A workload reads it from its claim, or from the Pod's network-status annotation."""
+    data: dict[str, Any] = {}
+    cdi: list[str] = []
+    for handle in exported:
+        for key in DATA_KEYS:
+            value = handle.observations.get(key)
+            if not isinstance(value, str) or not value or len(value) > 256:
+                continue
+            if key == "cdiDevice":
+                if value not in cdi:
+                    cdi.append(value)
+            else:
+                data.setdefault(key, value)
+    if cdi:
+        data["cdiDevices"] = cdi[:16]
+    return data or None

@@ -28,26 +28,37 @@ from dmn.api.cluster import resources as r
 log = logging.getLogger(__name__)
 
 NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
+DEVICE_INFO_VERSION = "1.1.0"
+"""The Network Plumbing WG device-info specification version of ``device-info``."""
 
 
 def status_entries(
     claim_namespace: str, claim_name: str, devices: Iterable[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
-    """The annotation's entries for one claim's ``status.devices`` entries (those with an
-    interface; a VFIO function or an RDMA device alone has none)."""
+    """The annotation's entries for one claim's ``status.devices`` entries: those with an
+    interface, and those with a PCI function (a VFIO grant), whose ``device-info`` names the
+    PCI address (and the RDMA device) as the NPWG device-info format does."""
     out: list[dict[str, Any]] = []
     for device in devices:
         data = device.get("networkData") or {}
+        granted = device.get("data") or {}
         name = data.get("interfaceName")
-        if not name:
+        if not name and not granted.get("pciAddress"):
             continue
-        entry: dict[str, Any] = {"name": f"{claim_namespace}/{claim_name}", "interface": name}
+        entry: dict[str, Any] = {"name": f"{claim_namespace}/{claim_name}"}
+        if name:
+            entry["interface"] = name
         ips = [str(ipaddress.ip_interface(cidr).ip) for cidr in data.get("ips") or ()]
         if ips:
             entry["ips"] = ips
         if data.get("hardwareAddress"):
             entry["mac"] = data["hardwareAddress"]
         entry["dns"] = {}
+        if granted.get("pciAddress"):
+            pci = {"pci-address": granted["pciAddress"]}
+            if granted.get("rdmaDevice"):
+                pci["rdma-device"] = granted["rdmaDevice"]
+            entry["device-info"] = {"type": "pci", "version": DEVICE_INFO_VERSION, "pci": pci}
         out.append(entry)
     return out
 
@@ -65,9 +76,15 @@ def attached_message(
         got = []
         for device in entries:
             data = device.get("networkData") or {}
+            granted = device.get("data") or {}
             if data.get("interfaceName"):
                 ips = ", ".join(data.get("ips") or ()) or "no address"
                 got.append(f"{data['interfaceName']} ({ips})")
+            elif granted.get("pciAddress"):
+                group = granted.get("iommuGroup")
+                got.append(
+                    f"PCI {granted['pciAddress']}" + (f" (IOMMU group {group})" if group else "")
+                )
             else:
                 got.append(f"{device.get('pool')}/{device.get('device')}")
         parts.append(f"claim {namespace}/{name}: {'; '.join(got) or 'nothing'}")

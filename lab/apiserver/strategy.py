@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import ipaddress
+import json
 import re
 from typing import Any
 
@@ -290,6 +291,7 @@ def _request_names(claim: Obj) -> set[str]:
 NETWORK_INTERFACE_NAME_MAX = 256
 NETWORK_HARDWARE_ADDRESS_MAX = 128
 NETWORK_IPS_MAX = 16
+DEVICE_STATUS_DATA_MAX = 10 * 1024
 
 
 def _interface_address_problem(value: Any) -> str | None:
@@ -383,6 +385,10 @@ def validate_claim_device_status(claim: Obj) -> list[Cause]:
             device = "/".join(key[:3]) + (f"/{key[3]}" if key[3] else "")
             causes.append(errors.invalid(path, device, "must be an allocated device in the claim"))
         causes += _validate_network_data(entry.get("networkData"), f"{path}.networkData")
+        if "data" in entry and entry["data"] is not None:
+            raw = json.dumps(entry["data"], separators=(",", ":"))
+            if len(raw.encode()) > DEVICE_STATUS_DATA_MAX:
+                causes.append(errors.too_long(f"{path}.data", DEVICE_STATUS_DATA_MAX))
     return causes
 
 

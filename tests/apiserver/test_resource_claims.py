@@ -140,3 +140,11 @@ def test_a_deallocation_drops_the_stale_device_status(
     patch_status(claims, ns, {"allocation": None})
     claim = claims.read_namespaced_resource_claim_status("c", ns)
     assert claim.status is None or not claim.status.devices
+
+
+def test_device_status_data_is_bounded(claims: client.ResourceV1Api, ns: str) -> None:
+    entry = {"driver": "dra.example.com", "pool": "node-1", "device": "vf-0"}
+    patch_status(claims, ns, {"allocation": ALLOCATION, "devices": [{**entry, "data": {"a": "b"}}]})
+    with pytest.raises(ApiException) as err:
+        patch_status(claims, ns, {"devices": [{**entry, "data": {"a": "x" * 11000}}]})
+    assert causes(err.value) == [("status.devices[0].data", "FieldValueTooLong")]

@@ -60,3 +60,28 @@ def test_the_latest_recorded_name_and_mac_win_and_limits_hold() -> None:
     assert len(data["ips"]) == 16
     assert network_data(link(ifName=""), []) is None
     assert "hardwareAddress" not in (network_data(link(mac="x" * 129), []) or {})
+
+
+def test_device_data_tells_what_a_vfio_or_rdma_grant_gave() -> None:
+    from dmn.agent.coordinator.network_data import device_data
+
+    vfio = link(
+        "pci:0000:3b:02.1",
+        pciAddress="0000:3b:02.1",
+        iommuGroup="42",
+        cdiDevice="dra-multi-network.schseba.github.io/vfio=g1",
+    )
+    rdma = link(
+        "rdma:mlx5_3", rdmaDevice="mlx5_3", cdiDevice="dra-multi-network.schseba.github.io/rdma=g2"
+    )
+    assert device_data([vfio, rdma]) == {
+        "pciAddress": "0000:3b:02.1",
+        "iommuGroup": "42",
+        "rdmaDevice": "mlx5_3",
+        "cdiDevices": [
+            "dra-multi-network.schseba.github.io/vfio=g1",
+            "dra-multi-network.schseba.github.io/rdma=g2",
+        ],
+    }
+    assert device_data([link()]) is None
+    assert device_data([link(pciAddress="x" * 300)]) is None

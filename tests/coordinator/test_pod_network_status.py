@@ -126,3 +126,24 @@ def test_the_attached_message_names_each_claims_interfaces_and_addresses() -> No
     )
     long = attached_message([("a", "x" * 2000)], [[DEVICE]])
     assert len(long) == 1024 and long.endswith("…")
+
+
+def test_a_vfio_grant_is_an_entry_with_its_pci_device_info() -> None:
+    vfio = {
+        "driver": "d",
+        "pool": "p",
+        "device": "vf1",
+        "data": {"pciAddress": "0000:3b:02.1", "iommuGroup": "42", "rdmaDevice": "mlx5_3"},
+    }
+    assert status_entries("a", "dpdk", [vfio]) == [
+        {
+            "name": "a/dpdk",
+            "dns": {},
+            "device-info": {
+                "type": "pci",
+                "version": "1.1.0",
+                "pci": {"pci-address": "0000:3b:02.1", "rdma-device": "mlx5_3"},
+            },
+        }
+    ]
+    assert "PCI 0000:3b:02.1 (IOMMU group 42)" in attached_message([("a", "dpdk")], [[vfio]])

@@ -28,8 +28,10 @@ import pytest
 from dmn.agent.coordinator.adapters import NriAdapter
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import InventoryDevices, root_handle
+from dmn.agent.coordinator.network_data import device_data
 from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.operations import NodeOperations, device_environment
+from dmn.agent.coordinator.pod_network_status import status_entries
 from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
 from dmn.agent.coordinator.verify import DriverResult, VerifiedRoot
 from dmn.agent.inventory import Pyroute2Devlink, Pyroute2Links, ScanConfig, scan
@@ -669,7 +671,7 @@ def test_agent_vfio_persona_to_container_device_nodes(lab: dict[str, Any], tmp_p
                 prepared=dict(prepared.exports),
                 sandbox=Scope(ScopeKind.SANDBOX, ref.identity),
             )
-            ops.run_or_refuse(
+            connected = ops.run_or_refuse(
                 "conn", f"attachment/{att}", ops.bind(plugins["sriov-cni"], "connect", conn_call),
                 {}, done, failed=("E_CONNECT_FAILED", "vf"), attachment=att,
                 allowed_drivers=persona.allowed_drivers,
@@ -687,6 +689,14 @@ def test_agent_vfio_persona_to_container_device_nodes(lab: dict[str, Any], tmp_p
                 ("/dev/vfio/vfio", "c", 10, 196),
                 (f"/dev/vfio/{group}", "c", int(major), int(minor)),
             ]
+            # what the workload is told it got (the claim's status.devices[].data and the
+            # Pod's network-status device-info), from the verified exports
+            exported = [h for hs in connected.exports.values() for h in hs[:1]]
+            granted = device_data(exported)
+            assert granted is not None and granted["pciAddress"] == LAB_PCI_ALONE, granted
+            assert granted["iommuGroup"] == group and len(granted["cdiDevices"]) == 1, granted
+            (entry,) = status_entries("default", "c", [{"data": granted}])
+            assert entry["device-info"]["pci"] == {"pci-address": LAB_PCI_ALONE}, entry
             # the container gets exactly the adjustment's nodes (as a runtime creates them)
             nodes = [
                 {"path": d.path, "type": d.type, "major": d.major, "minor": d.minor}
