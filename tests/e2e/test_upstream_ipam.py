@@ -1,0 +1,202 @@
+"""Addresses from IPPools on real Kubernetes: a workload's static address, and exhaustion.
+
+Each test brings its own IPPool and macvlan-cni topology (its own subnet, so the session's
+example pools and other modules' Pods are never in the way), runs Pods through the real
+scheduler, kubelet and containerd, and reads what the node did from inside the Pods and from
+the API server. No address is assigned by a test.
+
+* A claim's ``WorkloadParameters`` ask for an address of the pool's reserved range and get it
+  on ``net1`` with the pool's route; a claim asking for one of the dynamic range is refused at
+  RunPodSandbox with ``E_IPAM_STATIC_OUTSIDE_RESERVED`` in the Pod's Events (ours and
+  kubelet's), no container starts, and nothing is allocated for it.
+* A pool of two addresses: a third Pod stays ContainerCreating with ``E_IPPOOL_EXHAUSTED``
+  and starts, with the freed address, once one of the first two is deleted (kubelet's own
+  retry of the sandbox); afterwards no IPAllocation of the pool is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dmn.api.cluster import Cluster, NotFound
+from dmn.api.cluster import resources as r
+from dmn.api.identity import API_VERSION, DRIVER
+from dmn.api.ipam.ipallocation import LABEL_POOL
+from dmn.lab.demo import wait_settled
+from dmn.lab.pod_demo import NAMESPACE, claim_template
+from dmn.lab.upstream.cluster import UpstreamLab
+from dmn.lab.upstream.demo import Kubectl, pod_phase
+from tests.e2e import lab_pods
+from tests.e2e.lab_pods import WAIT
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.e2e]
+
+POOL_LABEL = LABEL_POOL
+
+
+def _pool(name: str, cidr: str, first: str, last: str, **extra: Any) -> dict[str, Any]:
+    subnet: dict[str, Any] = {"cidr": cidr, "ranges": [{"start": first, "end": last}], **extra}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "IPPool",
+        "metadata": {"name": name},
+        "spec": {"subnets": [subnet]},
+    }
+
+
+def _topology(name: str, pool: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "NetworkTopology",
+        "metadata": {"name": name},
+        "spec": {
+            "effectBudget": {
+                "allow": ["share/hold-parent/v1", "linux/create-macvlan/v2", "ip/pool-addresses/v1"]
+            },
+            "steps": [
+                {
+                    "id": "net1",
+                    "kind": "Allocation",
+                    "pluginRef": {"name": "macvlan-cni"},
+                    "config": {
+                        "mode": "bridge",
+                        "ifName": "net1",
+                        "mtu": 1500,
+                        "up": True,
+                        "pool": pool,
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _template(name: str, device_class: str, **workload: Any) -> dict[str, Any]:
+    doc = claim_template(name, device_class)
+    if workload:
+        parameters = {"apiVersion": API_VERSION, "kind": "WorkloadParameters", "config": workload}
+        doc["spec"]["spec"]["devices"]["config"] = [
+            {"requests": ["net"], "opaque": {"driver": DRIVER, "parameters": parameters}}
+        ]
+    return doc
+
+
+@contextlib.contextmanager
+def _pooled(admin: Cluster, name: str, pool: dict[str, Any]) -> Iterator[str]:
+    """The pool and a topology of ``name`` on it, Ready; removed afterwards (the pool last,
+    once the Pods' addresses are released)."""
+    admin.apply(pool)
+    admin.apply(_topology(name, pool["metadata"]["name"]))
+    (settled,) = wait_settled(admin, [name], WAIT)
+    assert settled.ready == "True" and settled.device_classes, settled
+    try:
+        yield settled.device_classes[0]
+    finally:
+        with contextlib.suppress(NotFound):
+            admin.delete(r.NETWORK_TOPOLOGIES, name)
+        with contextlib.suppress(NotFound):
+            admin.delete(r.IP_POOLS, pool["metadata"]["name"])
+
+
+def _held(admin: Cluster, pool: str) -> list[str]:
+    items = admin.list(r.IP_ALLOCATIONS, label_selector=f"{POOL_LABEL}={pool}").items
+    return sorted(str(o["spec"]["address"]) for o in items)
+
+
+def _address(kubectl: Kubectl, name: str) -> str:
+    shown = kubectl.exec(name, "ip", "-o", "-4", "addr", "show", "net1")
+    assert shown.returncode == 0, shown.stderr
+    words = shown.stdout.split()
+    return words[words.index("inet") + 1]
+
+
+def _event_with(admin: Cluster, pod: str, code: str) -> list[dict[str, Any]]:
+    return [e for e in lab_pods.events(admin, pod) if code in json.dumps(e)]
+
+
+def test_a_workload_gets_its_static_address_and_one_outside_the_reserved_range_is_refused(
+    upstream_lab: UpstreamLab, admin: Cluster, pods: list[str]
+) -> None:
+    pool = _pool(
+        "e2e-static",
+        "10.59.0.0/24",
+        "10.59.0.10",
+        "10.59.0.20",
+        gateway="10.59.0.1",
+        reserved=[{"start": "10.59.0.200", "end": "10.59.0.209"}],
+        routes=[{"destination": "10.60.0.0/16", "gateway": "10.59.0.1"}],
+    )
+    kubectl = Kubectl(upstream_lab.admin_kubeconfig)
+    with _pooled(admin, "e2e-static", pool) as device_class:
+        admin.apply(_template("e2e-static", device_class, address="10.59.0.200"))
+        admin.apply(_template("e2e-outside", device_class, address="10.59.0.15"))
+        try:
+            lab_pods.run(admin, pods, "static-a", "e2e-static")
+            lab_pods.wait_running(admin, "static-a")
+            assert _address(kubectl, "static-a") == "10.59.0.200/24"
+            route = kubectl.exec("static-a", "ip", "route", "show", "10.60.0.0/16")
+            assert "via 10.59.0.1 dev net1" in route.stdout, route.stdout + route.stderr
+            assert _held(admin, "e2e-static") == ["10.59.0.200"]
+
+            lab_pods.run(admin, pods, "outside-b", "e2e-outside")
+            code = "E_IPAM_STATIC_OUTSIDE_RESERVED"
+            seen = wait_for(
+                lambda: len(_event_with(admin, "outside-b", code)) >= 2,
+                timeout=WAIT,
+                interval=0.5,
+                what=f"our and kubelet's Events with {code}",
+            )
+            assert seen, lab_pods.describe(admin, "outside-b")
+            status = admin.get(r.PODS, "outside-b", NAMESPACE).get("status") or {}
+            assert not any(
+                (c.get("state") or {}).get("running") for c in status.get("containerStatuses") or []
+            ), status
+            assert _held(admin, "e2e-static") == ["10.59.0.200"]
+            lab_pods.remove(admin, "static-a", "outside-b")
+            pods.clear()
+            wait_for(lambda: _held(admin, "e2e-static") == [], timeout=WAIT, what="released")
+        finally:
+            for template in ("e2e-static", "e2e-outside"):
+                with contextlib.suppress(NotFound):
+                    admin.delete(r.RESOURCE_CLAIM_TEMPLATES, template, NAMESPACE)
+
+
+def test_an_exhausted_pool_holds_the_pod_until_an_address_frees(
+    upstream_lab: UpstreamLab, admin: Cluster, pods: list[str]
+) -> None:
+    pool = _pool("e2e-tiny", "10.61.0.0/29", "10.61.0.2", "10.61.0.3")
+    kubectl = Kubectl(upstream_lab.admin_kubeconfig)
+    with _pooled(admin, "e2e-tiny", pool) as device_class:
+        admin.apply(_template("e2e-tiny", device_class))
+        try:
+            for name in ("tiny-a", "tiny-b"):
+                lab_pods.run(admin, pods, name, "e2e-tiny")
+            lab_pods.wait_running(admin, "tiny-a", "tiny-b")
+            first = {n: _address(kubectl, n) for n in ("tiny-a", "tiny-b")}
+            assert sorted(first.values()) == ["10.61.0.2/29", "10.61.0.3/29"], first
+            lab_pods.run(admin, pods, "tiny-c", "e2e-tiny")
+            code = "E_IPPOOL_EXHAUSTED"
+            wait_for(
+                lambda: _event_with(admin, "tiny-c", code),
+                timeout=WAIT,
+                interval=0.5,
+                what=f"a {code} Event on the third Pod",
+            )
+            assert pod_phase(admin, "tiny-c") == "Pending"
+            freed = first["tiny-a"]
+            lab_pods.remove(admin, "tiny-a")
+            lab_pods.wait_running(admin, "tiny-c")  # kubelet retried the sandbox
+            assert _address(kubectl, "tiny-c") == freed
+            assert len(_held(admin, "e2e-tiny")) == 2
+            lab_pods.remove(admin, "tiny-b", "tiny-c")
+            pods.clear()
+            wait_for(lambda: _held(admin, "e2e-tiny") == [], timeout=WAIT, what="released")
+        finally:
+            with contextlib.suppress(NotFound):
+                admin.delete(r.RESOURCE_CLAIM_TEMPLATES, "e2e-tiny", NAMESPACE)
