@@ -32,9 +32,10 @@ ROOT := $(filter 0,$(shell id -u))
 lab-tools:
 	@machine/system-tools $(if $(ROOT),lab,lab-venv)
 
-# The main job: lint the builtin programs and example topologies, then run the embedded
-# lab's demo (lab up, every example topology Ready, one claim allocated, a negative example
-# rejected, lab down; exit 0 only if all of that held).
+# The main job: lint the builtin programs, example topologies and example IPPools, then run
+# the embedded lab's demo (lab up, the pools applied, every example topology Ready, one claim
+# allocated, a negative example rejected, as root two Pods addressed from the pool pinging
+# each other, lab down; exit 0 only if all of that held).
 lab: lab-tools setup
 	$(PY) -m dmn lint programs examples/topologies examples/ipam
 	$(PY) -m dmn lab demo $(if $(ROOT),--links netns,)

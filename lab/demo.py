@@ -1,5 +1,6 @@
-"""``dmn lab demo``: the main job — the lab up, every example through the controller, one claim
-allocated against the lab node's slices, one negative example rejected, the lab down.
+"""``dmn lab demo``: the main job — the lab up, the example IPPools and every example topology
+through the controller, one claim allocated against the lab node's slices, one negative
+example rejected, the lab down.
 
 :func:`run_demo` returns a :class:`DemoReport` (data only; the CLI renders it). The demo
 holds when every topology became Ready=True, the claim was allocated, and the negative
@@ -28,6 +29,10 @@ from dmn.lab.state_dir import StateDir
 log = logging.getLogger(__name__)
 
 TOPOLOGIES = examples_dir() / "topologies"
+#: The IPPools the example topologies address their interfaces from (shared-macvlan's net1
+#: from macvlan-v4): applied before the topologies, since a Pod's connect fails with
+#: E_IPAM_UNKNOWN_POOL when its pool does not exist yet.
+POOLS = examples_dir() / "ipam" / "pool.yaml"
 NEGATIVE = examples_dir() / "negative" / "topologies" / "effect-denied.yaml"
 CLAIM_TOPOLOGY = "shared-macvlan"
 CLAIM_NAME = "lab-demo-claim"
@@ -77,6 +82,7 @@ class DemoReport:
     links: str = ""  # the lab node's link mode (recorded | netns:<namespace>)
     slices: int = 0
     devices: int = 0
+    pools: list[str] = field(default_factory=list)  # the example IPPools applied
     topologies: list[TopologyResult] = field(default_factory=list)
     allocation: AllocationResult | None = None
     negative: NegativeResult | None = None
@@ -114,6 +120,15 @@ def observe(cluster: Cluster, name: str) -> TopologyResult:
         result.device_classes = [str(x["deviceClassName"]) for x in status.get("roots") or []]
     result.codes = sorted({str(d["code"]) for d in status.get("diagnostics") or []})
     return result
+
+
+def apply_pools(cluster: Cluster, path: Path = POOLS) -> list[str]:
+    """Apply the example IPPools (``examples/ipam/pool.yaml``); returns their names. Call
+    it before any Pod of an example topology attaches."""
+    docs = manifests.load(path)
+    for doc in docs:
+        cluster.apply(doc.doc)
+    return [d.name for d in docs]
 
 
 def wait_settled(cluster: Cluster, names: list[str], timeout: float) -> list[TopologyResult]:
@@ -231,6 +246,7 @@ def run_demo(
             slices = cluster.list(r.RESOURCE_SLICES).items
             report.slices = len(slices)
             report.devices = sum(len(s["spec"].get("devices") or []) for s in slices)
+            report.pools = apply_pools(cluster)
             docs = manifests.load(topologies)
             for doc in docs:
                 cluster.apply(doc.doc)

@@ -25,6 +25,7 @@ import contextlib
 import logging
 import subprocess
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,9 @@ from dmn.lab.node import NODE_NAME, NODE_UID
 from dmn.lab.runtime.nri_runtime import HookFailed, LabContainer, LabNriRuntime, LabPod
 
 log = logging.getLogger(__name__)
+#: status writes tried per change while other writers (the node agent's annotation patch)
+#: keep changing the Pod's resourceVersion
+STATUS_ATTEMPTS = 10
 
 WAIT = 60.0
 #: kube-scheduler 1.37's PodScheduled message for a Pod whose claims cannot be allocated
@@ -250,25 +254,39 @@ class LabPods:
     def _set_phase(self, running: RunningPod, phase: str, message: str = "") -> None:
         """Phase and the lab's own outcome message; status fields the real scheduler and
         kubelet wrote before (conditions, container statuses) are kept."""
-        with contextlib.suppress(ApiFailure):
-            current = self.cluster.get(r.PODS, running.name, running.namespace)
+
+        def changed(status: dict[str, Any]) -> dict[str, Any]:
             kept = {
                 k: v
-                for k, v in (current.get("status") or {}).items()
+                for k, v in status.items()
                 if k in ("conditions", "containerStatuses") and phase != "Running"
             }
-            current["status"] = {
-                "phase": phase,
-                **kept,
-                **({"message": message[:512]} if message else {}),
-            }
-            self.cluster.replace(r.PODS, current, status=True)
+            return {"phase": phase, **kept, **({"message": message[:512]} if message else {})}
+
+        self._update_status(running, changed)
 
     def _write_status(self, running: RunningPod, status: dict[str, Any]) -> None:
-        with contextlib.suppress(ApiFailure):
-            current = self.cluster.get(r.PODS, running.name, running.namespace)
-            current["status"] = {**(current.get("status") or {}), **status}
-            self.cluster.replace(r.PODS, current, status=True)
+        self._update_status(running, lambda current: {**current, **status})
+
+    def _update_status(
+        self, running: RunningPod, change: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> None:
+        """Read the Pod, write ``change(status)`` guarded by its resourceVersion; on a
+        Conflict read again, as kubelet's status manager does. The node agent patches the
+        Pod's network-status annotation right after RunPodSandbox, so a write that lost the
+        race must not be dropped (the Pod stayed Pending with its sandbox up). Other
+        failures (the Pod is gone) are ignored."""
+        for _ in range(STATUS_ATTEMPTS):
+            try:
+                current = self.cluster.get(r.PODS, running.name, running.namespace)
+                current["status"] = change(current.get("status") or {})
+                self.cluster.replace(r.PODS, current, status=True)
+                return
+            except Conflict:
+                continue
+            except ApiFailure:
+                return
+        log.warning("event=lab-pod-status-conflict pod=%s/%s", running.namespace, running.name)
 
     def _event(self, running: RunningPod, component: str, reason: str, message: str) -> None:
         obj = {

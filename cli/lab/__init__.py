@@ -539,6 +539,8 @@ def render(report: DemoReport) -> list[str]:
         f"lab up url={report.url} links={report.links} node slices={report.slices} "
         f"devices={report.devices}"
     ]
+    if report.pools:
+        lines.append(f"pools: {', '.join(report.pools)} (examples/ipam/pool.yaml)")
     lines.append("topologies:")
     for t in report.topologies:
         classes = ",".join(t.device_classes) or "-"

@@ -1,13 +1,16 @@
 """``dmn lab demo --backend upstream``: Pods getting networks on real Kubernetes.
 
-In a fresh upstream lab: every example topology compiled to Ready by our controller; the
-negative example refused (by the webhook or the controller, with its reason code); two
-Pods, each with a ResourceClaim from the shared-macvlan class, scheduled by the real
-scheduler, prepared by the real kubelet and connected through containerd's NRI; ``net1``
-shown from inside each Pod (``kubectl exec``), an address given to each from inside, one
-pings the other over it; both deleted; a host-device Pod gets a whole lab link as ``net1``;
-deleted; the node's links are as before. Then the lab goes down. Every step's outcome is a
-line; the demo holds (exit 0) only if all of them held.
+In a fresh upstream lab: the example IPPools applied and every example topology compiled to
+Ready by our controller; the negative example refused (by the webhook or the controller,
+with its reason code); two Pods, each with a ResourceClaim from the shared-macvlan class,
+scheduled by the real scheduler, prepared by the real kubelet and connected through
+containerd's NRI; ``net1`` shown from inside each Pod (``kubectl exec``) with the address
+the node agent gave it from the IPPool ``macvlan-v4`` (read from the claim's
+``networkData``: the demo assigns none) and the pool's route, one pings the other's pool
+address over it; both deleted and their addresses released (no IPAllocation left); a
+host-device Pod gets a whole lab link as ``net1``; deleted; the node's links are as before.
+Then the lab goes down. Every step's outcome is a line; the demo holds (exit 0) only if all
+of them held.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from typing import Any
 from dmn.api.cluster import ApiFailure, Cluster, NotFound
 from dmn.api.cluster import resources as r
 from dmn.lab import manifests
-from dmn.lab.demo import _EXPECT, NEGATIVE, TOPOLOGIES, wait_settled
+from dmn.lab.demo import _EXPECT, NEGATIVE, TOPOLOGIES, apply_pools, wait_settled
 from dmn.lab.node import HOST_DEVICE_TOPOLOGY
 from dmn.lab.pod_demo import NAMESPACE, claim_template, pod_manifest
+from dmn.lab.pod_network import ReportedNetwork, wait_reported
 from dmn.lab.upstream import build
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.driver import LAB_LINKS, DriverDeployment
@@ -128,6 +132,8 @@ def run_pods(
     """The demo's steps on a running lab (``run_upstream_demo`` brings one up and down
     around them; the e2e suite runs them on its session lab)."""
     kubectl = Kubectl(lab.admin_kubeconfig)
+    pools = apply_pools(cluster)
+    report.say(f"pools applied: {', '.join(pools)}")
     topologies = manifests.load(TOPOLOGIES)
     for doc in topologies:
         cluster.apply(doc.doc)
@@ -159,26 +165,43 @@ def run_pods(
             running, f"pod {name} Running", f"pod {name}: {pod_events(cluster, name)}"
         ):
             return
-    addresses = {"demo-a": "10.93.0.1", "demo-b": "10.93.0.2"}
+    got: dict[str, ReportedNetwork] = {}
     for name in pods:
         shown = kubectl.exec(name, "ip", "-o", "link", "show", "net1")
         report.check(
             shown.returncode == 0,
             f"{name}: net1 inside: {shown.stdout.strip() or shown.stderr.strip()}",
         )
-        added = kubectl.exec(name, "ip", "addr", "add", f"{addresses[name]}/24", "dev", "net1")
+        # the node agent addressed net1 from the pool: the demo only reads what it reported
+        net = wait_reported(cluster, NAMESPACE, name, "net1", timeout)
+        if net is None:
+            report.check(False, f"{name}: no address of net1 in its claim's networkData")
+            continue
+        got[name] = net
+        addrs = kubectl.exec(name, "ip", "-o", "-4", "addr", "show", "net1")
         report.check(
-            added.returncode == 0,
-            f"{name}: address {addresses[name]}/24 on net1 {added.stderr.strip()}",
+            all(f" {cidr} " in addrs.stdout for cidr in net.ips),
+            f"{name}: net1 {','.join(net.ips)} mac {net.mac} (claim {net.claim} networkData)",
+            f"{name}: {net.ips} not on net1: {addrs.stdout.strip() or addrs.stderr.strip()}",
         )
-    pinged = kubectl.exec("demo-a", "ping", "-c", "2", "-W", "3", addresses["demo-b"])
-    last = (pinged.stdout.strip().splitlines() or [pinged.stderr.strip()])[-2:]
-    report.check(pinged.returncode == 0, f"demo-a pings demo-b over net1: {' / '.join(last)}")
+        route = kubectl.exec(name, "ip", "route", "show", "dev", "net1")
+        vias = [x.strip() for x in route.stdout.splitlines() if " via " in x]
+        report.check(bool(vias), f"{name}: pool route on net1: {' / '.join(vias) or route.stderr}")
+    if "demo-b" in got:
+        target = got["demo-b"].addresses[0]
+        pinged = kubectl.exec("demo-a", "ping", "-c", "2", "-W", "3", target)
+        last = (pinged.stdout.strip().splitlines() or [pinged.stderr.strip()])[-2:]
+        report.check(
+            pinged.returncode == 0, f"demo-a pings demo-b over net1 ({target}): {' / '.join(last)}"
+        )
     _show_claims(cluster, report)
     for name in pods:
         cluster.delete(r.PODS, name, NAMESPACE)
     gone = wait_for(lambda: all(pod_phase(cluster, n) == "Gone" for n in pods), timeout)
     report.check(gone, "shared-macvlan pods deleted")
+    released = wait_for(lambda: not cluster.list(r.IP_ALLOCATIONS).items, timeout)
+    held = [o["metadata"]["name"] for o in cluster.list(r.IP_ALLOCATIONS).items]
+    report.check(released, f"their pool addresses released: IPAllocations left {held}")
     cluster.create(r.PODS, pod("demo-host", "lab-host-device"), NAMESPACE)
     running = wait_for(lambda: pod_phase(cluster, "demo-host") == "Running", timeout)
     if report.check(

@@ -2,8 +2,9 @@
 
 :func:`lab_node` starts the real lab control plane (API server with the generated CRDs and
 builtin NetworkPlugins, the real controller, slice publication of a node whose links are a
-veth pair in a namespace the lab creates), applies ``examples/topologies/shared-macvlan``,
-then the node agent: :class:`NodeServices` over a RocksDB journal in a private state
+veth pair in a namespace the lab creates), applies the example IPPools (``examples/ipam``)
+and ``examples/topologies/shared-macvlan`` (whose net1 is addressed from the pool
+macvlan-v4), then the node agent: :class:`NodeServices` over a RocksDB journal in a private state
 directory, the kubelet gRPC plugin server on unix sockets and the NRI plugin connected to
 the lab NRI runtime. Everything is stopped and removed on exit, also after a failure.
 """
@@ -31,7 +32,7 @@ from dmn.api.cluster import resources as r
 from dmn.host.inventory_sources import LinkSource
 from dmn.lab import manifests
 from dmn.lab.cluster import LabCluster
-from dmn.lab.demo import TopologyResult, claim_body, wait_settled
+from dmn.lab.demo import TopologyResult, apply_pools, claim_body, wait_settled
 from dmn.lab.node import NODE_NAME, NODE_UID
 from dmn.lab.node import inventory as inventory_of_lab
 from dmn.lab.runtime.nri_runtime import LabNriRuntime
@@ -182,8 +183,9 @@ def lab_control_plane(
     inventory: Callable[[Path, LinkSource | None], Inventory] = inventory_of_lab,
 ) -> Iterator[tuple[LabCluster, Cluster, TopologyResult]]:
     """The lab's control plane under ``root``/lab: API server, controller and slice
-    publication of the lab node (links in a namespace the lab owns), with the
-    ``shared-macvlan`` topology applied and settled Ready; stopped on exit."""
+    publication of the lab node (links in a namespace the lab owns), with the example
+    IPPools and the ``shared-macvlan`` topology applied and settled Ready; stopped on
+    exit."""
     with ExitStack() as stack:
         lab = LabCluster(
             StateDir(root / "lab"),
@@ -195,6 +197,7 @@ def lab_control_plane(
         lab.start()
         stack.callback(lab.stop)
         cluster = lab.client()
+        apply_pools(cluster)  # before any Pod of shared-macvlan attaches (pool: macvlan-v4)
         for doc in manifests.load(TOPOLOGY):
             cluster.apply(doc.doc)
         (topo,) = wait_settled(cluster, ["shared-macvlan"], WAIT)

@@ -5,7 +5,9 @@ A shared-macvlan topology compiled by the real controller, a claim allocated by 
 allocator against the lab node's published slices (its links are a veth pair in the lab's
 own namespace, which stands in for the node's host namespace), NodePrepareResources over
 the DRA unix socket, RunPodSandbox over NRI: the macvlan child appears in the sandbox with
-the topology's name and MTU and reaches a peer namespace over the parent. Container
+the topology's name and MTU and an address of the example IPPool macvlan-v4 (the agent
+allocates it; the test adds none), and reaches a peer namespace standing in for the pool's
+gateway over the parent, also through the pool's route. Container
 creation is refused in a sandbox that is not Ready; unprepare is refused while attached;
 RemovePodSandbox + NodeUnprepare leave the host exactly as before.
 """
@@ -76,7 +78,9 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
         with IPRoute(netns=node.host_ns) as host:
             host.link("set", index=host.link_lookup(ifname=peer)[0], net_ns_fd=peer_ns)
         with IPRoute(netns=peer_ns) as ipr:
-            add_address(ipr, peer, "10.93.0.1/24")
+            # the pool's gateway (10.56.0.1), owning an address of the routed test subnet
+            add_address(ipr, peer, "10.56.0.1/24")
+            add_address(ipr, peer, "10.58.0.1/16")
         baseline = snapshot(node.host_ns)
 
         channel, stub = dra(node)
@@ -101,14 +105,19 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
             sb = LabPod("sb-1", pod_uid, "c1-pod", "default", netns_path(sandbox))
             commits = node.services.journal.commits
             node.runtime.run_pod_sandbox(sb)
-            # one synced commit (Ready): every record before it describes links only
-            assert node.services.journal.commits - commits == 1
+            # two synced commits: the pool effect's before-image (the IPAllocation it creates
+            # outlives a machine crash, so its intent is durable before the create) and
+            # Ready; every other record before Ready describes links only
+            assert node.services.journal.commits - commits == 2
+            (held,) = node.cluster.list(r.IP_ALLOCATIONS).items
+            assert held["spec"]["owner"]["claimUID"] == uid
+            cidr = f"{held['spec']['address']}/24"
             with IPRoute(netns=sandbox) as ipr:
-                net1 = by_name(ipr, "net1")
+                net1 = by_name(ipr, "net1", with_addresses=True)
                 assert net1 is not None and net1.kind == "macvlan" and net1.mtu == 1500
-                assert net1.up
-                add_address(ipr, "net1", "10.93.0.2/24")
-            assert ping(sandbox, "10.93.0.1")
+                assert net1.up and cidr in [a.cidr for a in net1.addresses], net1.addresses
+            assert ping(sandbox, "10.56.0.1")
+            assert ping(sandbox, "10.58.0.1")  # only through the pool's route via 10.56.0.1
             att = node.services.attachments.attachment(pod_uid, "sb-1")
             assert att is not None and att.state is AttachmentState.READY
             assert node.services.attachments.status.flush()  # status is written off the hook
@@ -120,9 +129,12 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
                 "devices"
             ]
             assert (status["device"], status["shareID"]) == (result["device"], result["shareID"])
-            # the MAC it was created with; not the address the test added by hand (the node
-            # reports what its journal recorded, never what a tenant put on the link)
-            assert status["networkData"] == {"interfaceName": "net1", "hardwareAddress": net1.mac}
+            # the MAC it was created with and the pool address its journal recorded
+            assert status["networkData"] == {
+                "interfaceName": "net1",
+                "ips": [cidr],
+                "hardwareAddress": net1.mac,
+            }
             assert status["conditions"][0]["type"] == "Ready"
             assert nas["status"]["outputs"] == [
                 {
@@ -153,11 +165,13 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
             # RemovePodSandbox (garbage collection) may come much later
             commits = node.services.journal.commits
             node.runtime.stop_pod_sandbox("sb-1")
-            # no synced commit: fence, Removing, Undone and Removed describe links only, which
-            # a machine crash resets too (the start-up resolves that boot's attachment)
-            assert node.services.journal.commits - commits == 0
+            # two synced commits: the pool effect's undo intent (the release of an API object
+            # a machine crash does not reset) and Removed (the removal is not all links now).
+            # (a links-only attachment costs one and none: test_whole_link_handoff_and_return)
+            assert node.services.journal.commits - commits == 2
             with IPRoute(netns=sandbox) as ipr:
                 assert [x.name for x in all_links(ipr)] == ["lo"]
+            assert node.cluster.list(r.IP_ALLOCATIONS).items == []  # the address released
             assert (
                 node.services.attachments.attachment(pod_uid, "sb-1").state
                 is AttachmentState.REMOVED
@@ -210,7 +224,10 @@ def test_whole_link_handoff_and_return(node: LabNode) -> None:
             assert resp.claims[uid].error == ""
             assert resp.claims[uid].devices[0].share_id == ""
             sb = LabPod("sb-k", pod_uid, "c1-kernel-pod", "default", netns_path(sandbox))
+            commits = node.services.journal.commits
             node.runtime.run_pod_sandbox(sb)
+            # one synced commit (Ready): every record before it describes links only
+            assert node.services.journal.commits - commits == 1
             with IPRoute(netns=sandbox) as ipr:
                 net2 = by_name(ipr, "net2")
                 assert net2 is not None and net2.kind == "veth" and net2.mtu == 1400
@@ -218,7 +235,11 @@ def test_whole_link_handoff_and_return(node: LabNode) -> None:
             with IPRoute(netns=node.host_ns) as host:
                 assert by_name(host, parent) is None  # handed off whole
             assert ping(sandbox, "10.94.0.1")
+            commits = node.services.journal.commits
             node.runtime.stop_pod_sandbox("sb-k")
+            # no synced commit: fence, Removing, Undone and Removed describe links only, which
+            # a machine crash resets too (the start-up resolves that boot's attachment)
+            assert node.services.journal.commits - commits == 0
             node.runtime.remove_pod_sandbox("sb-k")
             with IPRoute(netns=sandbox) as ipr:
                 assert [x.name for x in all_links(ipr)] == ["lo"]

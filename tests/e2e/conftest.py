@@ -31,7 +31,7 @@ import pytest
 
 from dmn.api.cluster import Cluster
 from dmn.lab import manifests
-from dmn.lab.demo import TOPOLOGIES, wait_settled
+from dmn.lab.demo import TOPOLOGIES, apply_pools, wait_settled
 from dmn.lab.node import HOST_DEVICE_TOPOLOGY
 from dmn.lab.pod_demo import claim_template
 from dmn.lab.upstream import host_changes
@@ -182,10 +182,12 @@ def control_plane() -> Iterator[Session]:
 
 @pytest.fixture(scope="session")
 def classes(upstream_session: Session) -> dict[str, str]:
-    """Every example topology plus the lab host-device one applied, Ready, with claim
-    templates ``shared-macvlan`` and ``lab-host-device``; topology name → DeviceClass."""
+    """The example IPPools, then every example topology plus the lab host-device one
+    applied, Ready, with claim templates ``shared-macvlan`` (net1 addressed from the pool
+    macvlan-v4) and ``lab-host-device``; topology name → DeviceClass."""
     admin = upstream_session.lab.admin()
     try:
+        apply_pools(admin)
         docs = manifests.load(TOPOLOGIES)
         for doc in docs:
             admin.apply(doc.doc)

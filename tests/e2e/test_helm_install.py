@@ -43,9 +43,10 @@ from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
 from dmn.lab import manifests
 from dmn.lab.cluster import PLUGIN_DIR, chart_manifests
-from dmn.lab.demo import TOPOLOGIES, wait_settled
+from dmn.lab.demo import TOPOLOGIES, apply_pools, wait_settled
 from dmn.lab.node import HOST_DEVICE_TOPOLOGY
 from dmn.lab.pod_demo import NAMESPACE, claim_template
+from dmn.lab.pod_network import wait_reported
 from dmn.lab.upstream import build
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.configs import DRIVER_NAMESPACE, NODE_NAME, POD_CIDR
@@ -81,10 +82,13 @@ def admin(lab: UpstreamLab) -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def macvlan_template(helm_session: Session) -> None:
-    """The shared-macvlan example topology compiled by the controller Pod (through the
-    webhook the API server calls at the Pod), and its claim template."""
+    """The example IPPools (shared-macvlan's net1 is addressed from macvlan-v4 by the agent
+    Pod, under the chart's RBAC and IPAllocation admission policy), the shared-macvlan
+    example topology compiled by the controller Pod (through the webhook the API server
+    calls at the Pod), and its claim template."""
     admin = helm_session.lab.admin()
     try:
+        apply_pools(admin)
         docs = [d for d in manifests.load(TOPOLOGIES) if d.name == "shared-macvlan"]
         for doc in docs:
             admin.apply(doc.doc)
@@ -169,11 +173,23 @@ def test_pods_get_networks_and_traffic_flows(
     running = wait_for(lambda: all(pod_phase(admin, n) == "Running" for n in pods), WAIT)
     assert running, [(n, pod_phase(admin, n)) for n in pods]
     kubectl = Kubectl(lab.admin_kubeconfig)
-    for name, address in (("helm-a", "10.94.0.1/24"), ("helm-b", "10.94.0.2/24")):
+    for name in ("helm-a", "helm-b"):
         assert kubectl.exec(name, "ip", "link", "show", "net1").returncode == 0
-        assert kubectl.exec(name, "ip", "addr", "add", address, "dev", "net1").returncode == 0
-    ping = kubectl.exec("helm-a", "ping", "-c", "2", "-W", "3", "10.94.0.2")
+    # the agent Pod addressed each net1 from the pool (its IPAllocations admitted under the
+    # chart's policy for its node-bound token): the test adds none
+    target = _pool_address(admin, "helm-b")
+    ping = kubectl.exec("helm-a", "ping", "-c", "2", "-W", "3", target)
     assert ping.returncode == 0, ping.stdout + ping.stderr
+
+
+def _pool_address(admin: Cluster, name: str) -> str:
+    """The address the agent gave the Pod's net1 from the example pool (its claim's
+    networkData)."""
+    net = wait_reported(admin, NAMESPACE, name, "net1", WAIT)
+    assert net is not None, lab_pods.describe(admin, name)
+    (address,) = net.addresses
+    assert ipaddress.ip_address(address) in ipaddress.ip_network("10.56.0.0/24"), address
+    return address
 
 
 def test_pod_deletion_is_clean(
@@ -303,12 +319,12 @@ def test_the_unprivileged_agent_attaches_with_only_the_charts_capabilities(
         running = wait_for(lambda: all(pod_phase(admin, n) == "Running" for n in pods), WAIT)
         assert running, [(n, pod_phase(admin, n)) for n in pods]
         kubectl = Kubectl(lab.admin_kubeconfig)
-        for name, address in (("unpriv-a", "10.95.0.1/24"), ("unpriv-b", "10.95.0.2/24")):
+        for name in ("unpriv-a", "unpriv-b"):
             shown = kubectl.exec(name, "ip", "link", "show", "net1")
             assert shown.returncode == 0, shown.stdout + shown.stderr
-            added = kubectl.exec(name, "ip", "addr", "add", address, "dev", "net1")
-            assert added.returncode == 0, added.stdout + added.stderr
-        ping = kubectl.exec("unpriv-a", "ping", "-c", "2", "-W", "3", "10.95.0.2")
+        # the unprivileged agent addressed net1 from the pool too
+        target = _pool_address(admin, "unpriv-b")
+        ping = kubectl.exec("unpriv-a", "ping", "-c", "2", "-W", "3", target)
         assert ping.returncode == 0, ping.stdout + ping.stderr
 
         pins = str(lab.layout.agent_state / "netns") + "/"

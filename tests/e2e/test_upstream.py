@@ -9,6 +9,8 @@ last and compares the host with before.
 from __future__ import annotations
 
 import contextlib
+import functools
+import ipaddress
 import json
 import subprocess
 import sys
@@ -22,8 +24,10 @@ from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
 from dmn.interpreter.loader import load_plugins
 from dmn.interpreter.source import load_yaml_documents
-from dmn.lab.demo import wait_settled
+from dmn.lab import manifests
+from dmn.lab.demo import POOLS, wait_settled
 from dmn.lab.pod_demo import NAMESPACE, claim_template
+from dmn.lab.pod_network import ReportedNetwork, network_status, wait_reported
 from dmn.lab.upstream import build
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.configs import NODE_NAME
@@ -35,6 +39,7 @@ from dmn.lab.upstream.demo import (
     wait_for,
 )
 from dmn.lab.upstream.driver import LAB_LINKS
+from tests import waiting
 from tests.e2e import installed_driver, lab_pods
 from tests.fixtures.forged_revision import forged_class, forged_revision, ready_status
 from tests.lab.test_admin_plugin import ADMIN as ADMIN_PLUGINS
@@ -88,29 +93,83 @@ def test_slices_are_accepted_by_real_validation(upstream_lab: UpstreamLab, admin
     assert shared and all("capacity" in d for d in shared)
 
 
+def _pool_range() -> tuple[ipaddress.IPv4Address, ipaddress.IPv4Address]:
+    """macvlan-v4's dynamic range, read from examples/ipam/pool.yaml."""
+    (pool,) = [d.doc for d in manifests.load(POOLS) if d.name == "macvlan-v4"]
+    ((low, high),) = [(x["start"], x["end"]) for x in pool["spec"]["subnets"][0]["ranges"]]
+    return ipaddress.IPv4Address(low), ipaddress.IPv4Address(high)
+
+
 def test_pods_get_networks_and_traffic_flows(
     upstream_lab: UpstreamLab, admin: Cluster, classes: dict[str, str], pods: list[str]
 ) -> None:
+    """Two Pods of shared-macvlan get addresses from the one example pool (the test adds
+    none), the pool's route to a test subnet via its gateway on net1, and ping each other
+    over it; the claims' networkData and the Pods' network-status say what they got;
+    deleting them returns the pool to empty (no IPAllocation left)."""
     for name in ("e2e-a", "e2e-b"):
         _run(admin, pods, name, "shared-macvlan")
     assert _running(admin, pods), [(n, pod_phase(admin, n)) for n in pods]
     kubectl = Kubectl(upstream_lab.admin_kubeconfig)
-    for name, address in (("e2e-a", "10.93.0.1/24"), ("e2e-b", "10.93.0.2/24")):
-        shown = kubectl.exec(name, "ip", "link", "show", "net1")
+    low, high = _pool_range()
+    got: dict[str, ReportedNetwork] = {}
+    for name in ("e2e-a", "e2e-b"):
+        shown = kubectl.exec(name, "ip", "-o", "link", "show", "net1")
         assert shown.returncode == 0, (shown.stderr, lab_pods.describe(admin, name))
-        assert kubectl.exec(name, "ip", "addr", "add", address, "dev", "net1").returncode == 0
-    ping = kubectl.exec("e2e-a", "ping", "-c", "2", "-W", "3", "10.93.0.2")
-    assert ping.returncode == 0, ping.stdout + ping.stderr
-    claims = admin.list(r.RESOURCE_CLAIMS, NAMESPACE).items
-    assert len(claims) == 2
-    for claim in claims:
-        entries = claim["status"].get("devices") or []
-        assert any((e.get("networkData") or {}).get("interfaceName") == "net1" for e in entries), (
-            claim["status"]
+        net = wait_reported(admin, NAMESPACE, name, "net1", WAIT)
+        assert net is not None, lab_pods.claims_of(admin, lab_pods.uid(admin, name))
+        (cidr,) = net.ips
+        address = ipaddress.IPv4Interface(cidr)
+        assert low <= address.ip <= high and address.network.prefixlen == 24, cidr
+        mac = shown.stdout.split("link/ether ")[1].split()[0]
+        assert net.mac == mac, (net, shown.stdout)
+        addrs = kubectl.exec(name, "ip", "-o", "-4", "addr", "show", "net1")
+        assert f" {cidr} " in addrs.stdout, addrs.stdout
+        route = kubectl.exec(name, "ip", "route")  # the pool's route to the test subnet
+        assert "10.58.0.0/16 via 10.56.0.1 dev net1" in route.stdout, route.stdout + route.stderr
+        # the Pod says so where tools written for Multus look
+        entry = waiting.wait_for(
+            functools.partial(_net1_status, admin, name),
+            timeout=WAIT,
+            interval=0.5,
+            what=f"{name}'s network-status entry for net1",
         )
+        assert (entry["name"], entry["ips"], entry["mac"]) == (
+            net.claim,
+            [str(address.ip)],
+            mac,
+        ), entry
+        got[name] = net
+    assert got["e2e-a"].ips != got["e2e-b"].ips, got
+    # one IPAllocation per Pod, naming its claim as the owner
+    claims = {
+        c["metadata"]["uid"]: f"{NAMESPACE}/{c['metadata']['name']}"
+        for n in pods
+        for c in lab_pods.claims_of(admin, lab_pods.uid(admin, n))
+    }
+    held = {
+        o["spec"]["address"]: claims.get(o["spec"]["owner"]["claimUID"]) for o in _pooled(admin)
+    }
+    assert held == {n.addresses[0]: n.claim for n in got.values()}, held
+    ping = kubectl.exec("e2e-a", "ping", "-c", "2", "-W", "3", got["e2e-b"].addresses[0])
+    assert ping.returncode == 0, ping.stdout + ping.stderr
     statuses = kubectl.run("get", "networkattachmentstatuses", "-A", "-o", "json")
     assert statuses.returncode == 0, statuses.stderr
     assert json.loads(statuses.stdout)["items"]
+    lab_pods.remove(admin, *pods)
+    released = wait_for(lambda: not _pooled(admin), WAIT)
+    assert released, _pooled(admin)
+
+
+def _pooled(admin: Cluster) -> list[dict[str, Any]]:
+    """The IPAllocations of the example pool macvlan-v4."""
+    return [o for o in admin.list(r.IP_ALLOCATIONS).items if o["spec"]["pool"] == "macvlan-v4"]
+
+
+def _net1_status(admin: Cluster, pod_name: str) -> dict[str, Any] | None:
+    """The Pod's network-status entry for net1, once the agent wrote it."""
+    entries = network_status(admin.get(r.PODS, pod_name, NAMESPACE))
+    return next((e for e in entries if e.get("interface") == "net1"), None)
 
 
 def test_pod_deletion_leaves_no_link_pin_or_live_record(

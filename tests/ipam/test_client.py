@@ -37,14 +37,14 @@ def allocated(result: Allocation | Refused) -> Allocation:
 
 def test_dynamic_allocation_creates_the_arbiter_object(cluster: Cluster) -> None:
     create_pool(
-        cluster, pool("dyn", v4(routes=[{"destination": "10.96.0.0/12", "gateway": "10.56.0.1"}]))
+        cluster, pool("dyn", v4(routes=[{"destination": "10.58.0.0/16", "gateway": "10.56.0.1"}]))
     )
     client = AllocationClient(cluster)
     me = owner(1)
     got = allocated(client.allocate("dyn", AddressRequest(4), me))
     assert got.interface_address.endswith("/24")
     assert got.gateway == "10.56.0.1"
-    assert [rt.destination for rt in got.routes] == ["10.96.0.0/12"]
+    assert [rt.destination for rt in got.routes] == ["10.58.0.0/16"]
     obj = cluster.get(r.IP_ALLOCATIONS, allocation_name("dyn", got.address))
     assert obj["metadata"]["uid"] == got.uid
     assert obj["metadata"]["labels"] == {LABEL_POOL: "dyn", LABEL_CLAIM_UID: me.claim_uid}

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.netns
 KIND = "ip/pool-addresses/v1"
 MACVLAN = {"ifName": "net1", "mode": "bridge", "mtu": 1500, "up": True}
 CRD_DIR = Path(__file__).resolve().parents[2] / "charts" / "dra-multi-network" / "crds"
-ROUTE = {"destination": "10.96.0.0/12", "gateway": "10.56.0.1"}
+ROUTE = {"destination": "10.58.0.0/16", "gateway": "10.56.0.1"}
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,7 @@ def test_apply_observe_undo_dual_stack_with_route(cluster: Cluster) -> None:
             for i in a["addr_info"]
         }
         assert set(addrs) <= live
-        routes = ip_json(sb, "-4", "route", "show", "10.96.0.0/12")
+        routes = ip_json(sb, "-4", "route", "show", "10.58.0.0/16")
         assert [(x["gateway"], x["dev"]) for x in routes] == [("10.56.0.1", "net1")]
         held = allocations(cluster)
         assert [a for a, _ in held] == sorted(a.split("/")[0] for a in addrs)

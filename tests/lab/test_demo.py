@@ -20,6 +20,7 @@ def test_demo_holds_and_reports(capsys: pytest.CaptureFixture[str]) -> None:
     for name in names:
         line = next(x for x in out if x.startswith(f"  {name}: "))
         assert "Ready=True" in line and "revision=" + name in line
+    assert "pools: macvlan-v4, macvlan-dual (examples/ipam/pool.yaml)" in out
     assert any(x.startswith("  allocated request=net1 device=") for x in out)
     assert any("rejected:" in x and "E_EFFECT_DENIED" in x for x in out)
     assert "lab down" in out
@@ -29,6 +30,7 @@ def test_demo_report_contents() -> None:
     report = run_demo(timeout=60)
     assert report.ok, report.problems
     assert report.slices == 2 and report.devices == 6  # 2 lab links x 3 personas
+    assert report.pools == ["macvlan-v4", "macvlan-dual"]  # before the topologies
     assert {t.name for t in report.topologies} == {p.stem for p in TOPOLOGIES.glob("*.yaml")}
     for t in report.topologies:
         assert t.ready == "True" and t.revision.startswith(t.name) and t.device_classes

@@ -25,9 +25,15 @@ def test_demo_on_real_links_removes_its_namespace() -> None:
     assert report.devices == 6
     # Pods ran through the real node agent: net1 inside each, traffic, a whole-link handoff
     assert all(line.startswith("ok") for line in report.pods), report.pods
-    assert any("pings demo-b over net1" in line for line in report.pods)
+    assert any("pings demo-b over net1 (10.56.0." in line for line in report.pods)
+    # each net1 addressed by the node agent from examples/ipam's macvlan-v4, with its route
+    addressed = [x for x in report.pods if "networkData)" in x and " net1 10.56.0." in x]
+    assert len(addressed) == 2, report.pods
+    routes = [x for x in report.pods if "pool route on net1: 10.58.0.0/16 via 10.56.0.1" in x]
+    assert len(routes) == 2, report.pods
+    assert any("IPAllocations left []" in line for line in report.pods)
     assert any("handed off whole" in line for line in report.pods)
-    assert len(report.pods) == 11
+    assert len(report.pods) == 14
     # (other namespaces on this host come and go with other tests: check only our own)
     assert report.links.removeprefix("netns:") not in netns.listnetns()
 

@@ -2,9 +2,10 @@
 
 Bad input is refused before any lab is looked for (reason code, ``file:line:col``, exit 2).
 The round trip runs ``dmn lab up --links netns --detach`` as users do (root: the lab node's
-links are a real veth pair in a namespace the lab creates), applies the shared-macvlan
-topology and a claim template with ``dmn lab apply``, runs two Pods, looks at ``net1`` from
-inside each and pings between them with ``dmn lab exec``, deletes one with ``dmn lab
+links are a real veth pair in a namespace the lab creates), applies the example IPPools,
+the shared-macvlan topology and a claim template with ``dmn lab apply``, runs two Pods, looks
+at ``net1`` from inside each (addressed from the pool by the node agent) and pings between
+them with ``dmn lab exec``, deletes one with ``dmn lab
 delete`` (the lab's Pod runner tears it down) and brings the lab down: no namespace the lab
 made is left.
 """
@@ -28,6 +29,7 @@ from tests.lab.support import REPO, dmn_lab, ensure_stopped, no_traceback, ok
 from tests.waiting import wait_for
 
 TOPOLOGY = REPO / "examples" / "topologies" / "shared-macvlan.yaml"
+POOLS = REPO / "examples" / "ipam" / "pool.yaml"  # shared-macvlan's net1 is from macvlan-v4
 
 
 def _err(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -104,6 +106,8 @@ def test_run_exec_delete_on_a_netns_lab(state_dir: Path) -> None:
     ok(dmn_lab("up", "--detach", "--links", "netns", "--state-dir", str(state_dir)))
     lab_netns = (state_dir / "netns").read_text().strip()
     state = ["--state-dir", str(state_dir)]
+    applied = ok(dmn_lab("apply", "-f", str(POOLS), *state))
+    assert "IPPool/macvlan-v4 applied" in applied.stdout, applied.stdout
     ok(dmn_lab("apply", "-f", str(TOPOLOGY), *state))
     work = state_dir.parent
     template = work / "template.yaml"
@@ -125,8 +129,10 @@ def test_run_exec_delete_on_a_netns_lab(state_dir: Path) -> None:
         "pod/lr-a running",
         "pod/lr-b running",
     ], run.stdout
-    ok(dmn_lab("exec", "lr-b", *state, "--", "ip", "addr", "add", "10.94.0.2/24", "dev", "net1"))
-    ping = "ip -o link show net1 && ip addr add 10.94.0.1/24 dev net1 && ping -c 1 -W 3 10.94.0.2"
+    # the node agent addressed each net1 from the pool: the test only reads lr-b's address
+    shown = ok(dmn_lab("exec", "lr-b", *state, "--", "ip", "-o", "-4", "addr", "show", "net1"))
+    (target,) = [w.split("/")[0] for w in shown.stdout.split() if w.startswith("10.56.0.")]
+    ping = f"ip -o link show net1 && ping -c 1 -W 3 {target}"
     show = ok(dmn_lab("exec", "lr-a", *state, "--", "sh", "-c", ping))
     assert "net1" in show.stdout, show.stdout  # ping exits 0 only with a reply
     record = StateDir(state_dir).root / "pods.json"

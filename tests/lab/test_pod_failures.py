@@ -23,7 +23,7 @@ from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
 from dmn.lab import manifests
 from dmn.lab.cluster import LabCluster, LabError
-from dmn.lab.demo import wait_settled
+from dmn.lab.demo import apply_pools, wait_settled
 from dmn.lab.node import CHILDREN
 from dmn.lab.pod_demo import NAMESPACE, claim_template, pod_manifest
 from dmn.lab.pods import UNSCHEDULABLE, LabPods
@@ -42,6 +42,7 @@ def lab_pods(tmp_path: Path) -> Iterator[tuple[LabCluster, Cluster, LabPods]]:
     short = tempfile.TemporaryDirectory(prefix="dmnf-")  # unix socket paths are short
     try:
         cluster = lab.client()
+        apply_pools(cluster)  # shared-macvlan's Pods get net1's address from macvlan-v4
         for doc in manifests.load(examples_dir() / "topologies" / "shared-macvlan.yaml"):
             cluster.apply(doc.doc)
         cluster.apply(MTU_TOO_BIG)

@@ -118,7 +118,7 @@ def test_a_pods_net1_gets_pool_addresses_from_the_agent(
     try:
         cluster = lab.client()
         cluster.apply(plugin_object(found["ip-pool"]))
-        route = {"destination": "10.96.0.0/12", "gateway": "10.56.0.1"}
+        route = {"destination": "10.58.0.0/16", "gateway": "10.56.0.1"}
         cluster.apply(
             pool(
                 "dual",
@@ -166,7 +166,7 @@ def test_a_pods_net1_gets_pool_addresses_from_the_agent(
             assert [(e["interface"], sorted(e["ips"]), e["mac"]) for e in status] == [
                 ("net1", addresses, mac)
             ], status
-            routes = pods.exec(NAMESPACE, "pooled-a", ["ip", "route", "show", "10.96.0.0/12"])
+            routes = pods.exec(NAMESPACE, "pooled-a", ["ip", "route", "show", "10.58.0.0/16"])
             assert "via 10.56.0.1 dev net1" in routes.stdout, routes.stdout
             attached = wait_for(lambda: _event(cluster, "pooled-a", "Attached"), timeout=15)
             assert attached["type"] == "Normal", attached
