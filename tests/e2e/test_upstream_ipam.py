@@ -30,7 +30,7 @@ from dmn.api.ipam.ipallocation import LABEL_POOL
 from dmn.lab.demo import wait_settled
 from dmn.lab.pod_demo import NAMESPACE, claim_template
 from dmn.lab.upstream.cluster import UpstreamLab
-from dmn.lab.upstream.demo import Kubectl, pod_phase
+from dmn.lab.upstream.demo import Kubectl, pod, pod_phase
 from tests.e2e import lab_pods
 from tests.e2e.lab_pods import WAIT
 from tests.waiting import wait_for
@@ -200,3 +200,83 @@ def test_an_exhausted_pool_holds_the_pod_until_an_address_frees(
         finally:
             with contextlib.suppress(NotFound):
                 admin.delete(r.RESOURCE_CLAIM_TEMPLATES, "e2e-tiny", NAMESPACE)
+
+
+OTHER = "e2e-other"
+
+
+def _network_data(admin: Cluster, namespace: str, pod_name: str) -> dict[str, Any] | None:
+    for claim in admin.list(r.RESOURCE_CLAIMS, namespace).items:
+        owners = (claim.get("metadata") or {}).get("ownerReferences") or []
+        if not any(o.get("name") == pod_name for o in owners):
+            continue
+        for entry in (claim.get("status") or {}).get("devices") or []:
+            data = entry.get("networkData") or {}
+            if data.get("ips"):
+                return dict(data)
+    return None
+
+
+def test_pods_in_two_namespaces_get_both_families_of_one_pool_and_ping_each_other(
+    upstream_lab: UpstreamLab, admin: Cluster, pods: list[str]
+) -> None:
+    """One dual-stack pool, a Pod in the lab namespace and one in another: each claim reports
+    one IPv4 and one IPv6 address of the pool (networkData), the Pod's network-status
+    annotation carries them, and the Pods reach each other over net1 in both families."""
+    pool = {
+        "apiVersion": API_VERSION,
+        "kind": "IPPool",
+        "metadata": {"name": "e2e-dual"},
+        "spec": {
+            "subnets": [
+                {"cidr": "10.62.0.0/24", "ranges": [{"start": "10.62.0.10", "end": "10.62.0.20"}]},
+                {"cidr": "fd62::/64", "ranges": [{"start": "fd62::10", "end": "fd62::20"}]},
+            ]
+        },
+    }
+    kubectl = Kubectl(upstream_lab.admin_kubeconfig)
+    admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OTHER}})
+    with _pooled(admin, "e2e-dual", pool) as device_class:
+        admin.apply(_template("e2e-dual", device_class))
+        other = _template("e2e-dual", device_class)
+        other["metadata"]["namespace"] = OTHER
+        admin.apply(other)
+        b_manifest = pod("dual-b", "e2e-dual")
+        b_manifest["metadata"]["namespace"] = OTHER
+        try:
+            lab_pods.run(admin, pods, "dual-a", "e2e-dual")
+            admin.create(r.PODS, b_manifest, OTHER)
+            lab_pods.wait_running(admin, "dual-a")
+            wait_for(
+                lambda: (
+                    (admin.get(r.PODS, "dual-b", OTHER).get("status") or {}).get("phase")
+                    == "Running"
+                ),
+                timeout=WAIT,
+                what="dual-b Running",
+            )
+            a = wait_for(lambda: _network_data(admin, NAMESPACE, "dual-a"), timeout=WAIT)
+            b = wait_for(lambda: _network_data(admin, OTHER, "dual-b"), timeout=WAIT)
+            assert a is not None and b is not None
+            for data in (a, b):
+                families = sorted(ip.split("/")[0].count(":") > 0 for ip in data["ips"])
+                assert data["interfaceName"] == "net1" and families == [False, True], data
+            assert set(a["ips"]).isdisjoint(b["ips"]), (a, b)
+            annotation = admin.get(r.PODS, "dual-b", OTHER)["metadata"]["annotations"]
+            (entry,) = json.loads(annotation["k8s.v1.cni.cncf.io/network-status"])
+            assert sorted(entry["ips"]) == sorted(ip.split("/")[0] for ip in b["ips"]), entry
+            for address in (ip.split("/")[0] for ip in b["ips"]):
+                ping = kubectl.exec("dual-a", "ping", "-c", "2", "-W", "3", address)
+                assert ping.returncode == 0, (address, ping.stdout + ping.stderr)
+        finally:
+            with contextlib.suppress(NotFound):
+                admin.delete(r.PODS, "dual-b", OTHER)
+            wait_for(lambda: not admin.list(r.PODS, OTHER).items, timeout=WAIT, what="dual-b gone")
+            lab_pods.remove(admin, *pods)
+            pods.clear()
+            wait_for(lambda: _held(admin, "e2e-dual") == [], timeout=WAIT, what="released")
+            for namespace in (NAMESPACE, OTHER):
+                with contextlib.suppress(NotFound):
+                    admin.delete(r.RESOURCE_CLAIM_TEMPLATES, "e2e-dual", namespace)
+            with contextlib.suppress(NotFound):
+                admin.delete(r.NAMESPACES, OTHER)
