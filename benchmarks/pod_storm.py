@@ -28,6 +28,12 @@ the node's shares (4 per parent):
 * for each Pod: **teardown** = StopPodSandbox + RemovePodSandbox, then one CNI ``DEL``;
 * unprepare over gRPC (4 at a time), release the claims.
 
+``--ipam pool`` (default) runs shared-macvlan as shipped, so each Pod's hook also takes one
+address of the example IPPool macvlan-v4 from the lab API server (the allocation's intent is
+journaled and synced first) and adds it and the pool's route; the reference side then runs the
+macvlan plugin with host-local IPAM over the same range and route. ``--ipam none`` drops the
+pool from the topology and IPAM from the reference config: links only on both sides.
+
 Reported (``--json``): ``hook_ms_per_pod`` and ``cni_add_ms`` (medians), ``ratio`` =
 hook / ADD; ``teardown_ms_per_pod`` and ``cni_del_ms``, ``teardown_ratio``; plus p90s,
 prepare/unprepare medians, the wall time of the storm, the pod count, the agent mode and
@@ -37,12 +43,13 @@ Hook and teardown times are what the runtime sees: from sending the request to r
 the response, nothing left out. Needs root.
 
     .venv/bin/python benchmarks/pod_storm.py [--pods 100] [--concurrency 4]
-        [--agent process|in-process] [--json]
+        [--agent process|in-process] [--ipam pool|none] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import ctypes
 import ctypes.util
 import json
@@ -313,22 +320,38 @@ class StormNode:
         return create_pod(self.cluster, name, claim)
 
 
+def without_pool(doc: dict[str, Any]) -> dict[str, Any]:
+    """shared-macvlan as shipped but without its IPPool: links only (``--ipam none``)."""
+    out = copy.deepcopy(doc)
+    for step in out["spec"]["steps"]:
+        step.get("config", {}).pop("pool", None)
+    return out
+
+
+TOPOLOGY_EDITS: dict[str, Callable[[dict[str, Any]], dict[str, Any]] | None] = {
+    "pool": None,
+    "none": without_pool,
+}
+
+
 @contextmanager
-def agent_in_process() -> Iterator[StormNode]:
-    with lab_node() as node:
+def agent_in_process(ipam: str = "pool") -> Iterator[StormNode]:
+    with lab_node(topology_edit=TOPOLOGY_EDITS[ipam]) as node:
         dra_socket = node.kubelet.dra_socket
         hooks = RuntimeHooks(node.runtime)
         yield StormNode(node.cluster, hooks, node.device_class, dra_socket, os.getpid())
 
 
 @contextmanager
-def agent_process() -> Iterator[StormNode]:
+def agent_process(ipam: str = "pool") -> Iterator[StormNode]:
     """``dmn node`` in the lab node's namespace against the lab control plane."""
     root = Path(tempfile.mkdtemp(prefix="dmn-ps-", dir="/tmp"))  # short: sockaddr_un
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, root, True)
         stack.callback(_unmount_under, root)
-        lab, cluster, topo = stack.enter_context(lab_control_plane(root))
+        lab, cluster, topo = stack.enter_context(
+            lab_control_plane(root, topology_edit=TOPOLOGY_EDITS[ipam])
+        )
         assert lab.publication is not None
         lab.publication.stop()  # the agent scans and publishes its node itself
         host_ns = f"/var/run/netns/{lab.netns}"
@@ -395,7 +418,7 @@ def _stop_agent(agent: subprocess.Popen[bytes], log: Path) -> None:
         sys.stderr.write(f"dmn node exited {code}:\n{_tail(log)}\n")
 
 
-AGENTS: dict[str, Callable[[], Any]] = {"process": agent_process, "in-process": agent_in_process}
+AGENTS: dict[str, Callable[[str], Any]] = {"process": agent_process, "in-process": agent_in_process}
 
 
 @contextmanager
@@ -442,8 +465,33 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+#: The reference side of ``--ipam pool``: host-local hands out addresses of the same range
+#: as the example pool macvlan-v4 (its exclusion aside) and adds the same route, keeping its
+#: leases in files (dataDir) as host-local does on a node.
+def host_local_ipam(data_dir: Path) -> dict[str, Any]:
+    return {
+        "type": "host-local",
+        "ranges": [
+            [
+                {
+                    "subnet": "10.56.0.0/24",
+                    "rangeStart": "10.56.0.10",
+                    "rangeEnd": "10.56.0.199",
+                    "gateway": "10.56.0.1",
+                }
+            ]
+        ],
+        "routes": [{"dst": "10.58.0.0/16", "gw": "10.56.0.1"}],
+        "dataDir": str(data_dir),
+    }
+
+
 def storm(
-    pods: int, concurrency: int, agent: str = "process", profile: Path | None = None
+    pods: int,
+    concurrency: int,
+    agent: str = "process",
+    profile: Path | None = None,
+    ipam: str = "pool",
 ) -> dict[str, Any]:
     wave_size = CHILDREN * len(LAB_LINKS)
     times: dict[str, list[float]] = {
@@ -453,7 +501,7 @@ def storm(
     with ExitStack() as stack:
         helper = CniHelper()  # before any gRPC thread exists
         stack.callback(helper.close)
-        node: StormNode = stack.enter_context(AGENTS[agent]())
+        node: StormNode = stack.enter_context(AGENTS[agent](ipam))
         # the reference plugin's side: a parent in a scratch "host" namespace
         cni_host = stack.enter_context(namespace(f"psh{tag}"))
         ipr = stack.enter_context(IPRoute(netns=cni_host))
@@ -461,6 +509,9 @@ def storm(
         for n in ("psparent", "pspeer"):
             ipr.link("set", index=ipr.link_lookup(ifname=n)[0], state="up", mtu=1500)
         cni_config = macvlan_cni_config("psparent")
+        if ipam == "pool":
+            leases = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dmn-ps-ipam-")))
+            cni_config["ipam"] = host_local_ipam(leases)
         channel = grpc.insecure_channel(f"unix://{node.dra_socket}")
         stack.callback(channel.close)
         stub = dra_v1_pb2_grpc.DRAPluginStub(channel)
@@ -535,6 +586,7 @@ def storm(
         "pods": pods,
         "concurrency": concurrency,
         "agent": agent,
+        "ipam": ipam,
         "hook_ms_per_pod": hook,
         "cni_add_ms": add,
         "ratio": round(hook / add, 3),
@@ -566,6 +618,13 @@ def main() -> int:
         metavar="FILE",
         help="sample the agent's process with py-spy during the storm (raw collapsed stacks)",
     )
+    parser.add_argument(
+        "--ipam",
+        choices=tuple(TOPOLOGY_EDITS),
+        default="pool",
+        help="pool (default): shared-macvlan as shipped, addressed from the IPPool, beside "
+        "the reference plugin with host-local IPAM; none: links only on both sides",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--cni-helper", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--api-relay", nargs=2, help=argparse.SUPPRESS)
@@ -582,12 +641,17 @@ def main() -> int:
             f"{CNI_DIR / 'macvlan'} missing: apt-get install containernetworking-plugins\n"
         )
         return 2
-    result = storm(args.pods, args.concurrency, args.agent, args.profile)
+    if args.ipam == "pool" and not (CNI_DIR / "host-local").is_file():
+        sys.stderr.write(
+            f"{CNI_DIR / 'host-local'} missing: apt-get install containernetworking-plugins\n"
+        )
+        return 2
+    result = storm(args.pods, args.concurrency, args.agent, args.profile, args.ipam)
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")
         return 0
     sys.stdout.write(
-        f"{result['pods']} pods (agent {result['agent']}): hook "
+        f"{result['pods']} pods (agent {result['agent']}, ipam {result['ipam']}): hook "
         f"{result['hook_ms_per_pod']:.2f} ms/pod vs CNI ADD "
         f"{result['cni_add_ms']:.2f} ms (ratio {result['ratio']:.2f}); teardown "
         f"{result['teardown_ms_per_pod']:.2f} ms/pod vs CNI DEL {result['cni_del_ms']:.2f} ms "

@@ -181,11 +181,13 @@ def lab_control_plane(
     root: Path,
     follow_links: bool = False,
     inventory: Callable[[Path, LinkSource | None], Inventory] = inventory_of_lab,
+    topology_edit: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Iterator[tuple[LabCluster, Cluster, TopologyResult]]:
     """The lab's control plane under ``root``/lab: API server, controller and slice
     publication of the lab node (links in a namespace the lab owns), with the example
     IPPools and the ``shared-macvlan`` topology applied and settled Ready; stopped on
-    exit."""
+    exit. ``topology_edit`` changes the topology document before it is applied (a
+    benchmark compares it with and without its pool)."""
     with ExitStack() as stack:
         lab = LabCluster(
             StateDir(root / "lab"),
@@ -199,7 +201,7 @@ def lab_control_plane(
         cluster = lab.client()
         apply_pools(cluster)  # before any Pod of shared-macvlan attaches (pool: macvlan-v4)
         for doc in manifests.load(TOPOLOGY):
-            cluster.apply(doc.doc)
+            cluster.apply(topology_edit(doc.doc) if topology_edit else doc.doc)
         (topo,) = wait_settled(cluster, ["shared-macvlan"], WAIT)
         assert topo.ready == "True", topo
         yield lab, cluster, topo
