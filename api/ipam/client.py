@@ -170,11 +170,25 @@ class AllocationClient:
 
     # --- allocate ------------------------------------------------------------------------
 
-    def allocate(self, pool: str, request: AddressRequest, owner: Owner) -> Allocation | Refused:
-        """An address of ``pool`` for ``owner``, or why not (see the module contract)."""
-        plan = self._plan(pool)
-        if isinstance(plan, Refused):
-            return plan
+    def allocate(
+        self,
+        pool: str,
+        request: AddressRequest,
+        owner: Owner,
+        *,
+        plan: PoolPlan | None = None,
+    ) -> Allocation | Refused:
+        """An address of ``pool`` for ``owner``, or why not (see the module contract).
+        ``plan``: the pool as the caller read it a moment ago (else it is read now)."""
+        read = plan if plan is not None and plan.name == pool else self._plan(pool)
+        if isinstance(read, Refused):
+            return read
+        return self._allocate(read, request, owner)
+
+    def _allocate(
+        self, plan: PoolPlan, request: AddressRequest, owner: Owner
+    ) -> Allocation | Refused:
+        pool = plan.name
         subnet = subnet_for(plan, request.family)
         if isinstance(subnet, Refusal):
             return _refused(subnet)

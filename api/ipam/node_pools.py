@@ -9,12 +9,15 @@ allocation's ``operationID``. An API server that cannot be reached (or fails a r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from dmn.api.cluster import ApiFailure
 from dmn.api.ipam.addresses import Family
 from dmn.api.ipam.client import AddressRequest, AllocationClient, Owner, Refused
+from dmn.api.ipam.pool_plan import PoolPlan
 from dmn.opcodes.address_pools import (
     ClaimOwner,
     PoolLease,
@@ -41,17 +44,43 @@ def _family(family: int) -> Family:
     return 6 if family == 6 else 4
 
 
-class ClusterAddressPools:
-    """:class:`~dmn.opcodes.address_pools.AddressPools` over :class:`AllocationClient`."""
+#: How long a pool read for an effect's capture serves its allocations (seconds).
+PLAN_REUSE_SECONDS = 2.0
 
-    def __init__(self, client: AllocationClient) -> None:
+
+class ClusterAddressPools:
+    """:class:`~dmn.opcodes.address_pools.AddressPools` over :class:`AllocationClient`.
+
+    The pool an effect's capture just read (:meth:`subnets`) serves that effect's
+    allocations for :data:`PLAN_REUSE_SECONDS` instead of a second read of the same object:
+    an allocation was never atomic with its pool read (the API server's create is the
+    arbiter), so reading it a moment earlier changes nothing but one round trip per family.
+    """
+
+    def __init__(self, client: AllocationClient, clock: Callable[[], float] = time.monotonic):
         self.client = client
+        self._clock = clock
+        self._plans: dict[str, tuple[float, PoolPlan]] = {}
+        self._lock = threading.Lock()
+
+    def _recent(self, pool: str) -> PoolPlan | None:
+        with self._lock:
+            got = self._plans.get(pool)
+        if got is None or self._clock() - got[0] > PLAN_REUSE_SECONDS:
+            return None
+        return got[1]
 
     def subnets(self, pool: str) -> tuple[PoolSubnet, ...] | PoolRefusal:
         with _reachable(f"read IPPool {pool}"):
             plan = self.client.pool_plan(pool)
         if isinstance(plan, Refused):
+            with self._lock:
+                self._plans.pop(pool, None)
             return PoolRefusal(plan.code, plan.message)
+        with self._lock:
+            if len(self._plans) >= 64:
+                self._plans.clear()
+            self._plans[pool] = (self._clock(), plan)
         return tuple(
             PoolSubnet(
                 family,
@@ -67,7 +96,9 @@ class ClusterAddressPools:
     ) -> PoolLease | PoolRefusal:
         request = AddressRequest(_family(family), address)
         with _reachable(f"allocate from IPPool {pool}"):
-            got = self.client.allocate(pool, request, _owner(owner, operation))
+            got = self.client.allocate(
+                pool, request, _owner(owner, operation), plan=self._recent(pool)
+            )
         if isinstance(got, Refused):
             return PoolRefusal(got.code, got.message)
         return PoolLease(got.name, got.uid, pool, got.address, family)

@@ -7,7 +7,10 @@ to two Pods:
   (``E_IPAM_NOT_CONFIGURED``), finds the link (:mod:`granted_link`), reads the pool (its
   families, prefix lengths and routes) and records the intent: pool, static address, the
   owner (the claim the agent verified and the node), the operation key
-  ``<operation>/<effect>`` and the routes to add. The runner makes it durable before apply.
+  ``<operation>/<effect>`` and the routes to add (a pool route the sandbox already has,
+  identically, through another of its links — a second interface of the same pool — is
+  recorded as shared and left alone; any other route with its key refuses). The runner
+  makes it durable before apply.
 * ``apply`` allocates one address per recorded family (the static one for its family);
   the API server's create arbitrates. It then adds the addresses and the routes. Any
   refusal takes back what this apply added — routes, addresses, then the allocations — and
@@ -112,6 +115,30 @@ def _live_routes(ipr: Any, entries: list[RouteEntry]) -> dict[Any, RouteEntry]:
     return out
 
 
+def _routes_to_add(
+    wanted: list[RouteEntry], live: dict[Any, RouteEntry], index: int
+) -> tuple[list[RouteEntry], list[RouteEntry]]:
+    """The pool's routes this effect adds, and those it leaves to an identical route the
+    sandbox already has through another of its links (a second interface from the same pool,
+    e.g. two claims of one template: the kernel takes one route per key, and it already leads
+    through the pool's gateway). That route is not adopted — never changed, never removed
+    by this effect's undo. Any other route with the key refuses (``E_ROUTE_EXISTS``)."""
+    mine: list[RouteEntry] = []
+    shared: list[RouteEntry] = []
+    for entry in wanted:
+        found = live.get(entry.key)
+        if found is None:
+            mine.append(entry)
+        elif found.gateway == entry.gateway and found.oif not in (0, index):
+            shared.append(entry)
+        else:
+            raise ExecutorError(
+                "E_ROUTE_EXISTS",
+                f"route {found.describe()} exists; one this effect did not add is never adopted",
+            )
+    return mine, shared
+
+
 def _owner(before: Any) -> tuple[ClaimOwner, str]:
     return ClaimOwner.from_json(before["owner"]), str(before["operation"])
 
@@ -170,15 +197,8 @@ class IpPoolAddresses:
                     "E_IPAM_FAMILY_MISMATCH",
                     f"IPPool {parameters.pool} has no IPv{version} subnet for {parameters.address}",
                 )
-        routes = [_route(r.destination, r.gateway, link.index) for s in subnets for r in s.routes]
-        live = _live_routes(env.rtnl(ref), routes)
-        for entry in routes:
-            if entry.key in live:
-                raise ExecutorError(
-                    "E_ROUTE_EXISTS",
-                    f"route {live[entry.key].describe()} exists; one this effect did not add "
-                    "is never adopted",
-                )
+        wanted = [_route(r.destination, r.gateway, link.index) for s in subnets for r in s.routes]
+        routes, shared = _routes_to_add(wanted, _live_routes(env.rtnl(ref), wanted), link.index)
         return {
             **record,
             "pool": parameters.pool,
@@ -187,6 +207,7 @@ class IpPoolAddresses:
             "operation": f"{ctx.operation_id}/{ctx.effect_id}",
             "subnets": [{"family": s.family, "prefixLength": s.prefix_length} for s in subnets],
             "routes": [e.to_json() for e in routes],
+            "sharedRoutes": [e.to_json() for e in shared],
         }
 
     def apply(self, ctx: EffectContext, before: Any) -> None:

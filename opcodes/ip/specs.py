@@ -403,7 +403,9 @@ IP_POOL_ADDRESSES = dataclasses.replace(
             "intent (pool, owner, effect) is journaled before any allocation is created. "
             "Refused, with nothing changed, when the pool is unknown, invalid or exhausted, "
             "the static address is outside its reserved ranges or taken, the link has the "
-            "address or a route's key is taken."
+            "address or a route's key is taken by another route; a pool route the Pod "
+            "already has identically through another of its links (a second interface of "
+            "the same pool) is left to that link, not added and never adopted."
         ),
         undo=(
             "Deletes exactly the routes and addresses it added (addresses proven by the "

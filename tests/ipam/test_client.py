@@ -218,3 +218,37 @@ def test_bad_input_is_a_refusal_not_a_traceback(cluster: Cluster) -> None:
     assert isinstance(unknown, Refused) and unknown.code == "E_IPAM_UNKNOWN_POOL"
     released = client.release("..", "uid")
     assert isinstance(released, Refused) and released.code == "E_SCHEMA"
+
+
+def test_the_node_allocates_from_the_pool_its_capture_just_read(cluster: Cluster) -> None:
+    """ip/pool-addresses reads the pool at capture (subnets) and allocates right after: the
+    node's port reuses that read for PLAN_REUSE_SECONDS (one GET fewer per family), then
+    reads again; a pool that could not be read is never reused."""
+    from dmn.api.ipam.node_pools import PLAN_REUSE_SECONDS, ClusterAddressPools
+    from dmn.opcodes.address_pools import ClaimOwner, PoolLease
+
+    create_pool(cluster, pool("reuse", v4()))
+    now = [100.0]
+    client = AllocationClient(cluster)
+    pools = ClusterAddressPools(client, clock=lambda: now[0])
+    reads: list[str] = []
+    real_get = cluster.get
+
+    def counting_get(res: Any, name: str, namespace: str | None = None) -> Any:
+        if res is r.IP_POOLS:
+            reads.append(name)
+        return real_get(res, name, namespace)
+
+    cluster.get = counting_get  # type: ignore[method-assign]
+    try:
+        claim = ClaimOwner("default", "c", str(uuid.uuid4()), "node-a")
+        assert not isinstance(pools.subnets("reuse"), Exception)
+        lease = pools.allocate("reuse", 4, None, claim, "op-a")
+        assert isinstance(lease, PoolLease) and reads == ["reuse"]
+        now[0] += PLAN_REUSE_SECONDS + 0.1
+        again = pools.allocate("reuse", 4, None, claim, "op-b")
+        assert isinstance(again, PoolLease) and reads == ["reuse", "reuse"]
+        assert pools.subnets("missing").code == "E_IPAM_UNKNOWN_POOL"  # type: ignore[union-attr]
+        assert pools.allocate("missing", 4, None, claim, "op-c").code == "E_IPAM_UNKNOWN_POOL"  # type: ignore[union-attr]
+    finally:
+        cluster.get = real_get  # type: ignore[method-assign]

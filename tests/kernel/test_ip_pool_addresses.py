@@ -277,3 +277,51 @@ def test_hostile_tenant_removing_or_replacing_the_address(cluster: Cluster) -> N
         assert [a for a, _ in allocations(cluster)] == [v4addr.split("/")[0]]
         for obj in cluster.list(r.IP_ALLOCATIONS).items:
             cluster.delete(r.IP_ALLOCATIONS, obj["metadata"]["name"])
+
+
+def test_a_second_interface_of_the_same_pool_shares_its_route_never_adopts_it(
+    cluster: Cluster,
+) -> None:
+    """Two claims of one template in one Pod: two macvlan children, each addressed from
+    "dual". The kernel takes one 10.58.0.0/16 route per key; the second effect records it as
+    shared (not added, not adopted), so its undo leaves the first interface's route, and the
+    first's undo removes it. A route to the prefix through another gateway still refuses."""
+    with world() as w:
+        sb = w.sandbox()
+        before_l3 = l3_state(sb)
+        first = child(w, sb, "op1")
+        host = w.ipr(w.host)
+        parent = next(x for x in w.snapshot(w.host) if x.startswith("va"))
+        handle = host_handle(host, parent, Access.CREATE_CHILD, hid="parent-1")
+        second = drive(
+            w.env(sb), "linux/create-macvlan/v2", {"parent": (handle,)},
+            {**MACVLAN, "ifName": "net2"}, "op2", "mk",
+        )  # fmt: skip
+        a = drive(env_for(w, sb, cluster, owner(1)), KIND, {"interface": (first.output(),)},
+                  {"pool": "dual"}, "op1", "ipam")  # fmt: skip
+        b = drive(env_for(w, sb, cluster, owner(2)), KIND, {"interface": (second.output(),)},
+                  {"pool": "dual"}, "op2", "ipam")  # fmt: skip
+        assert b.before["routes"] == [] and len(b.before["sharedRoutes"]) == 1, b.before
+        routes = ip_json(sb, "-4", "route", "show", "10.58.0.0/16")
+        assert [(x["gateway"], x["dev"]) for x in routes] == [("10.56.0.1", "net1")]
+        b.undo()
+        routes = ip_json(sb, "-4", "route", "show", "10.58.0.0/16")
+        assert [(x["gateway"], x["dev"]) for x in routes] == [("10.56.0.1", "net1")]
+        a.undo()
+        assert ip_json(sb, "-4", "route", "show", "10.58.0.0/16") == []
+        assert allocations(cluster) == []
+        # a route with the key through another gateway is no shared route: refused
+        ipr = w.ipr(sb)
+        net2 = ipr.link_lookup(ifname="net2")[0]
+        ipr.addr("add", index=net2, address="10.56.0.99", prefixlen=24)
+        ipr.route("add", dst="10.58.0.0/16", gateway="10.56.0.254", oif=net2)
+        with pytest.raises(ExecutorError) as err:
+            drive(env_for(w, sb, cluster, owner(3)), KIND, {"interface": (first.output(),)},
+                  {"pool": "dual"}, "op3", "ipam")  # fmt: skip
+        assert err.value.code == "E_ROUTE_EXISTS", err.value
+        assert allocations(cluster) == []
+        ipr.route("del", dst="10.58.0.0/16", gateway="10.56.0.254", oif=net2)
+        ipr.addr("del", index=net2, address="10.56.0.99", prefixlen=24)
+        second.undo()
+        first.undo()
+        assert l3_state(sb) == before_l3
