@@ -141,6 +141,9 @@ class RunResult:
     replayed: bool = False
     quarantined: tuple[str, ...] = ()
     boot_volatile: bool = False
+    #: the operation's effect records as the journal holds them (their recorded outcomes:
+    #: what a caller reports from, without reading the journal again)
+    effects: tuple[EffectRecord, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -158,6 +161,7 @@ class RunResult:
             replayed=replayed,
             quarantined=tuple(e.id for e in op.quarantined),
             boot_volatile=boot_volatile,
+            effects=tuple(op.effects),
         )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -164,31 +164,45 @@ class ClaimDeviceStatus:
         drop: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """Replace the entries keyed like ``entries`` and remove those keyed like ``drop``."""
-        for _ in range(self.attempts):
-            try:
-                claim = self.cluster.get(r.RESOURCE_CLAIMS, name, namespace)
-                status = claim.setdefault("status", {})
-                keep = [
-                    d
-                    for d in status.get("devices") or []
-                    if not any(_same_device(d, e) for e in [*entries, *drop])
-                ]
-                devices = keep + [dict(e) for e in entries]
-                if devices:
-                    status["devices"] = devices
-                else:
-                    status.pop("devices", None)
-                self.cluster.replace(r.RESOURCE_CLAIMS, claim, status=True)
-                return
-            except Conflict:
-                continue
-            except NotFound:
-                log.debug("event=claim-status-gone claim=%s/%s", namespace, name)
-                return
-            except ApiFailure as exc:
-                log.warning("event=claim-status-failed claim=%s/%s error=%s", namespace, name, exc)
-                return
-        log.warning("event=claim-status-conflict claim=%s/%s", namespace, name)
+
+        def write_once() -> None:
+            claim = self.cluster.get(r.RESOURCE_CLAIMS, name, namespace)
+            status = claim.setdefault("status", {})
+            keep = [
+                d
+                for d in status.get("devices") or []
+                if not any(_same_device(d, e) for e in [*entries, *drop])
+            ]
+            devices = keep + [dict(e) for e in entries]
+            if devices:
+                status["devices"] = devices
+            else:
+                status.pop("devices", None)
+            self.cluster.replace(r.RESOURCE_CLAIMS, claim, status=True)
+
+        report_retrying(self.attempts, write_once, log, "claim-status", f"claim={namespace}/{name}")
+
+
+def report_retrying(
+    attempts: int, write_once: Callable[[], None], logger: logging.Logger, event: str, subject: str
+) -> None:
+    """One reporting read-modify-write (``write_once`` reads the object afresh each time):
+    retried on a conflict, finished when the object is gone (nothing is left to report: no
+    failure, logged at debug), logged when the API fails it. Never raises: status is
+    reporting, never authority."""
+    for _ in range(attempts):
+        try:
+            write_once()
+            return
+        except Conflict:
+            continue
+        except NotFound:
+            logger.debug("event=%s-gone %s", event, subject)
+            return
+        except ApiFailure as exc:
+            logger.warning("event=%s-failed %s error=%s", event, subject, exc)
+            return
+    logger.warning("event=%s-conflict %s", event, subject)
 
 
 def now() -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from dmn.engine.journal import EffectRecord
@@ -36,40 +36,35 @@ def _canonical(text: str) -> str | None:
         return None
 
 
-def _latest(exported: Handle, records: Sequence[EffectRecord]) -> Handle:
-    """The last recorded outcome of the exported interface (later effects refresh it)."""
-    latest = exported
+def _outcomes(exported: Handle, records: Iterable[EffectRecord]) -> Iterator[Handle]:
+    """The recorded outcomes of the exported interface, in effect order: every output handle
+    of the same inventory identity in the same namespace."""
     for record in records:
         for handles in record.outputs.values():
             for h in handles:
                 if h.inventory_id == exported.inventory_id and h.scope == exported.scope:
-                    latest = h
-    return latest
+                    yield h
 
 
 def recorded_addresses(exported: Handle, records: Iterable[EffectRecord]) -> list[str]:
     """Every address the operation's effects recorded adding to the exported interface, in
     effect order, canonical and without repeats."""
     out: list[str] = []
-    for record in records:
-        for handles in record.outputs.values():
-            for h in handles:
-                if h.inventory_id != exported.inventory_id or h.scope != exported.scope:
-                    continue
-                text = h.observations.get(IP_ADDRESSES)
-                if not isinstance(text, str):
-                    continue
-                for item in text.split():
-                    cidr = _canonical(item)
-                    if cidr is not None and cidr not in out:
-                        out.append(cidr)
+    for h in _outcomes(exported, records):
+        text = h.observations.get(IP_ADDRESSES)
+        if not isinstance(text, str):
+            continue
+        for item in text.split():
+            cidr = _canonical(item)
+            if cidr is not None and cidr not in out:
+                out.append(cidr)
     return out
 
 
 def network_data(exported: Handle, records: Sequence[EffectRecord]) -> dict[str, Any] | None:
     """``networkData`` for a device whose step exported ``exported``; None when the step
     exported no network interface (a VFIO function, an RDMA device)."""
-    latest = _latest(exported, records)
+    latest = next(reversed(list(_outcomes(exported, records))), exported)  # later refresh it
     name = latest.observations.get("ifName")
     if not isinstance(name, str) or not name or len(name.encode()) > INTERFACE_NAME_MAX:
         return None
@@ -92,8 +87,6 @@ def network_data(exported: Handle, records: Sequence[EffectRecord]) -> dict[str,
 
 
 DATA_KEYS = ("pciAddress", "iommuGroup", "rdmaDevice", "cdiDevice")
-DATA_MAX_BYTES = 10 * 1024
-"""The API server's bound on ``status.devices[].data`` (AllocatedDeviceStatusDataMaxLength)."""
 
 
 def device_data(exported: Sequence[Handle]) -> dict[str, Any] | None:

@@ -10,8 +10,10 @@ one of this Pod's claims are replaced.
 Reporting only, never authority: the owner of a Pod can rewrite its annotations, so nothing
 here is ever read back to decide what the node owns. The write is a merge patch guarded by
 the Pod's resourceVersion (a concurrent writer such as Multus is never overwritten: a
-conflict re-reads and re-merges); a Pod that is gone or was replaced by another of the
-same name (a different UID) is left alone; a failed write is logged and never fails a hook.
+conflict re-reads and re-merges, as every status write does through
+:func:`~dmn.agent.coordinator.attachment_status.report_retrying`); a Pod that is gone or was
+replaced by another of the same name (a different UID) is left alone; a failed write is
+logged and never fails a hook.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from dmn.api.cluster import ApiFailure, Cluster, Conflict, NotFound
+from dmn.agent.coordinator.attachment_status import report_retrying
+from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
 
 log = logging.getLogger(__name__)
@@ -121,33 +124,25 @@ class PodNetworkStatus:
         ours: Sequence[Mapping[str, Any]],
     ) -> None:
         """Replace the entries named ``names`` (``<namespace>/<claim>``) with ``ours``."""
-        for _ in range(self.attempts):
-            try:
-                pod = self.cluster.get(r.PODS, pod_name, namespace)
-                meta = pod.get("metadata") or {}
-                if meta.get("uid") != pod_uid:
-                    log.debug("event=network-status-pod-replaced pod=%s/%s", namespace, pod_name)
-                    return
-                annotations = meta.get("annotations") or {}
-                value = merged(annotations.get(NETWORK_STATUS), set(names), ours)
-                if value == annotations.get(NETWORK_STATUS):
-                    return
-                patch = {
-                    "metadata": {
-                        "resourceVersion": meta.get("resourceVersion"),
-                        "annotations": {NETWORK_STATUS: value},
-                    }
+
+        def write_once() -> None:
+            pod = self.cluster.get(r.PODS, pod_name, namespace)
+            meta = pod.get("metadata") or {}
+            if meta.get("uid") != pod_uid:
+                log.debug("event=network-status-pod-replaced pod=%s/%s", namespace, pod_name)
+                return
+            annotations = meta.get("annotations") or {}
+            value = merged(annotations.get(NETWORK_STATUS), set(names), ours)
+            if value == annotations.get(NETWORK_STATUS):
+                return
+            patch = {
+                "metadata": {
+                    "resourceVersion": meta.get("resourceVersion"),
+                    "annotations": {NETWORK_STATUS: value},
                 }
-                self.cluster.patch(r.PODS, pod_name, patch, namespace)
-                return
-            except Conflict:
-                continue
-            except NotFound:
-                log.debug("event=network-status-pod-gone pod=%s/%s", namespace, pod_name)
-                return
-            except ApiFailure as exc:
-                log.warning(
-                    "event=network-status-failed pod=%s/%s error=%s", namespace, pod_name, exc
-                )
-                return
-        log.warning("event=network-status-conflict pod=%s/%s", namespace, pod_name)
+            }
+            self.cluster.patch(r.PODS, pod_name, patch, namespace)
+
+        report_retrying(
+            self.attempts, write_once, log, "network-status", f"pod={namespace}/{pod_name}"
+        )

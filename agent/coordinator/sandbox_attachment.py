@@ -508,8 +508,7 @@ class SandboxAttachmentService:
                 claim_owner=owner,
             )
             exports[step_id] = result.exports
-            record = self.journal.load_operation(op)
-            records.extend(record.effects if record is not None else ())
+            records.extend(result.effects)
         return exports, records
 
     def gate(self, namespace: str, pod_name: str, pod_uid: str, sandbox_id: str) -> None:

@@ -55,6 +55,25 @@ SHARED = _h("ens1f0", HandleType.SHARED_PARENT, frozenset({Access.CREATE_CHILD})
 
 ETH = {"ifName": "net1", "mtu": 1500, "up": True}
 
+BOND = {
+    "ifName": "bond0",
+    "mtu": 1500,
+    "up": True,
+    "mode": "active-backup",
+    "monitorIntervalMs": 100,
+    "failOverMac": "active",
+}
+BOND_MEMBERS = {
+    "inputs": {
+        "members": (
+            sandbox_iface("net1", Access.ATTACH_MEMBER),
+            sandbox_iface("net2", Access.ATTACH_MEMBER),
+        )
+    }
+}
+VLAN = {"ifName": "net1.10", "mtu": 1500, "up": True, "vlanId": 10}
+VLAN_PARENT = {"inputs": {"parent": (sandbox_iface("net1", Access.CREATE_CHILD),)}}
+
 # The optional network settings every link-making connect program takes (sysctls, then
 # addresses, then routes on the interface it made or moved).
 ADDRESSED = {
@@ -204,58 +223,29 @@ SCENARIOS: list[tuple[str, str, str, dict[str, Any], dict[str, Any]]] = [
         "bond-addressed-connect",
         "bond-cni",
         "connect",
-        {
-            "ifName": "bond0",
-            "mtu": 1500,
-            "up": True,
-            "mode": "active-backup",
-            "monitorIntervalMs": 100,
-            "failOverMac": "active",
-            **ADDRESSED,
-        },
-        {
-            "inputs": {
-                "members": (
-                    sandbox_iface("net1", Access.ATTACH_MEMBER),
-                    sandbox_iface("net2", Access.ATTACH_MEMBER),
-                )
-            }
-        },
+        {**BOND, **ADDRESSED},
+        BOND_MEMBERS,
     ),
     (
         "vlan-addressed-connect",
         "vlan-cni",
         "connect",
-        {"ifName": "net1.10", "mtu": 1500, "up": True, "vlanId": 10, **ADDRESSED},
-        {"inputs": {"parent": (sandbox_iface("net1", Access.CREATE_CHILD),)}},
+        {**VLAN, **ADDRESSED},
+        VLAN_PARENT,
     ),
     (
         "bond-connect",
         "bond-cni",
         "connect",
-        {
-            "ifName": "bond0",
-            "mtu": 1500,
-            "up": True,
-            "mode": "active-backup",
-            "monitorIntervalMs": 100,
-            "failOverMac": "active",
-        },
-        {
-            "inputs": {
-                "members": (
-                    sandbox_iface("net1", Access.ATTACH_MEMBER),
-                    sandbox_iface("net2", Access.ATTACH_MEMBER),
-                )
-            }
-        },
+        BOND,
+        BOND_MEMBERS,
     ),
     (
         "vlan-connect",
         "vlan-cni",
         "connect",
-        {"ifName": "net1.10", "mtu": 1500, "up": True, "vlanId": 10},
-        {"inputs": {"parent": (sandbox_iface("net1", Access.CREATE_CHILD),)}},
+        VLAN,
+        VLAN_PARENT,
     ),
     (
         "accelerated-bridge-connect",
