@@ -2,6 +2,6 @@
 
 from tests import netns_sockets
 
-pytest_plugins = ["tests.kernel_lab.harness"]
+pytest_plugins = ["tests.kernel_lab.harness", "tests.e2e_beside"]
 
 netns_sockets.install()

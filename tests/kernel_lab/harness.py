@@ -47,10 +47,10 @@ from tests.crash_points import FULL_ENV
 from tests.kernel_lab.guest import GUEST_ENV
 from tests.kernel_lab.image import REPO_ROOT, RUNS_ROOT, BootImage, ImageError, prepare
 from tests.kernel_lab.vm import CPU_MODEL, QEMU, VmRun, qemu_command
+from tests.report_stream import REPORTS, ReportStream, read_reports, replay, replay_skipped
 
 MARKER = "kernel_lab"
 PROFILE_ENV = "DMN_KERNEL_LAB_PROFILE"
-REPORTS = "reports.jsonl"
 KEEP_RUNS = 3
 APT_PACKAGES = ("qemu-system-x86", "busybox-static")
 
@@ -166,12 +166,7 @@ class LabSession:
         if self.vm is None or self.run_dir is None:
             return
         self.waited_s = self.vm.wait()
-        path = self.run_dir / REPORTS
-        if path.is_file():
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    data = json.loads(line)
-                    self.reports.setdefault(data["nodeid"], []).append(data)
+        self.reports = read_reports(self.run_dir / REPORTS)
         if self.vm.timed_out:
             self.error = f"kernel lab VM killed after the hard timeout of {self.vm.timeout_s}s"
         elif self.vm.guest_status is None:
@@ -191,41 +186,12 @@ class LabSession:
 _SESSION_KEY = pytest.StashKey[LabSession]()
 
 
-def _make_report(item: pytest.Item, when: str, outcome: str, longrepr: Any) -> pytest.TestReport:
-    return pytest.TestReport(
-        nodeid=item.nodeid,
-        location=item.location,
-        keywords={k: 1 for k in item.keywords},
-        outcome=outcome,  # type: ignore[arg-type]
-        longrepr=longrepr,
-        when=when,  # type: ignore[arg-type]
-        sections=[],
-        duration=0.0,
-    )
-
-
 def _replay(item: pytest.Item, lab: LabSession) -> None:
-    ihook = item.ihook
-    ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     if lab.skip_reason:
-        path, line, _ = item.location
-        reports = [
-            _make_report(item, "setup", "skipped", (path, (line or 0) + 1, lab.skip_reason)),
-            _make_report(item, "teardown", "passed", None),
-        ]
-    else:
-        lab.collect()
-        guest = lab.reports.get(item.nodeid, [])
-        reports = [
-            ihook.pytest_report_from_serializable(config=item.config, data=data) for data in guest
-        ]
-        whens = [r.when for r in reports]
-        if "teardown" not in whens:  # the guest died before finishing this test
-            reports.append(_make_report(item, "call", "failed", lab.failure_text(item.nodeid)))
-            reports.append(_make_report(item, "teardown", "passed", None))
-    for report in reports:
-        ihook.pytest_runtest_logreport(report=report)
-    ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        replay_skipped(item, lab.skip_reason)
+        return
+    lab.collect()
+    replay(item, lab.reports, lab.failure_text)
 
 
 # pyroute2 gives the helper process behind ``netns.create`` 2 s to answer; under qemu's TCG
@@ -244,12 +210,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(GuestReporter(config, Path(run_dir)), "kernel-lab-guest")
 
 
-class GuestReporter:
-    """Guest side: stream every test report to the shared run folder, one JSON per line."""
+class GuestReporter(ReportStream):
+    """Guest side: stream every test report to the shared run folder."""
 
     def __init__(self, config: pytest.Config, run_dir: Path) -> None:
-        self._config = config
-        self._path = run_dir / REPORTS
+        super().__init__(config, run_dir / REPORTS)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Start the session's default crash fork server now when a ``crash`` test was
@@ -257,15 +222,6 @@ class GuestReporter:
         instead of inside the first test that kills."""
         if any(item.get_closest_marker("crash") for item in session.items):
             start_crash_fork_server()
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        hook = self._config.hook
-        data = hook.pytest_report_to_serializable(config=self._config, report=report)
-        with open(self._path, "a") as out:
-            out.write(json.dumps(data) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
 
 
 def _host() -> bool:
