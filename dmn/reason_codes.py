@@ -709,8 +709,9 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "E_ROUTE_EXISTS",
         EXEC,
         "A route with the destination, table and metric of a route ip/routes would add "
-        "exists (or appeared while adding); a route the effect did not add is never adopted. "
-        "Nothing was changed.",
+        "exists (or appeared while adding); a route the effect did not add is never adopted "
+        "(an identical route through the same gateway out of another of the Pod's links is "
+        "shared instead). Nothing was changed.",
         "Choose another metric or table, or find what else configures the sandbox's routes.",
     ),
     _r(

@@ -4,7 +4,10 @@ by a key and attributes, none of which only the kernel writes.
 * ``capture`` finds the link from the granted handle (:mod:`granted_link`), computes the
   entries to add (each through the link's ifindex) and refuses (``exists_code``) when an
   entry holds one of their keys that this effect may not write over — an entry this
-  effect did not add is never adopted.
+  effect did not add is never adopted. An entry the namespace already has that serves
+  this link as well (:meth:`KeyedEntries.shares`: for a route, the same route through the
+  same gateway out of another of the sandbox's links) is recorded as ``shared``: not added,
+  not adopted, never removed by this effect.
 * ``apply`` proves the link, refuses again if a key was taken since, and adds the entries
   in order; if the kernel refuses one, the entries this call added are deleted first.
 * ``observe``: every recorded entry is in the namespace exactly as recorded.
@@ -80,6 +83,11 @@ class KeyedEntries(Generic[E]):
         """Whether an entry holding a key refuses the effect (default: any does)."""
         return True
 
+    def shares(self, found: E, entry: E, link: LinkState) -> bool:
+        """Whether ``found``, holding ``entry``'s key through another link, already does
+        what ``entry`` asks for this link (default: never)."""
+        return False
+
     def describe(self, entry: E) -> str:
         return str(entry.key)
 
@@ -98,9 +106,20 @@ class KeyedEntries(Generic[E]):
 
     def capture(self, ctx: EffectContext) -> Any:
         env, ref, link, record = captured(ctx)
-        entries = self.wanted(ctx, link)
-        self._refuse_taken(self.live(env.rtnl(ref), link, entries), entries)
-        return {**record, "entries": [e.to_json() for e in entries]}
+        wanted = self.wanted(ctx, link)
+        live = self.live(env.rtnl(ref), link, wanted)
+        entries: list[E] = []
+        shared: list[E] = []
+        for entry in wanted:
+            found = live.get(entry.key)
+            held = found is not None and self.shares(found, entry, link)
+            (shared if held else entries).append(entry)
+        self._refuse_taken(live, entries)
+        return {
+            **record,
+            "entries": [e.to_json() for e in entries],
+            "shared": [e.to_json() for e in shared],
+        }
 
     def apply(self, ctx: EffectContext, before: Any) -> None:
         env = environment(ctx)

@@ -8,12 +8,21 @@ attribute the request names matches. The lifecycle (refuse a taken key, take bac
 failure, undo only what matches every attribute, ``E_ROUTE_EXISTS`` /
 ``E_ROUTE_NOT_OWNED``) is :class:`~dmn.opcodes.ip.keyed_entries.KeyedEntries`'; a kernel
 refusal of a gateway the link cannot reach is ``E_NETLINK_101``.
+
+Two interfaces of one template in one Pod ask for the same routes, and the kernel takes one
+route per key: a route through a gateway that the sandbox already has, identical in every
+attribute but its output link, which is another of the sandbox's links, already leads
+where this one asks. It is recorded as shared — not added, never adopted, never removed by
+this effect's undo (so it goes with the interface whose effect added it). A route with the
+key and any other attribute still refuses ``E_ROUTE_EXISTS``; so does an identical route
+without a gateway (an on-link route belongs to its own link).
 """
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Hashable
+from dataclasses import replace
 from typing import Any
 
 from dmn.host.rtnetlink.links import LinkState
@@ -77,6 +86,13 @@ class IpRoutes(KeyedEntries[RouteEntry]):
 
     def delete(self, ipr: Any, entry: RouteEntry) -> bool:
         return delete_route(ipr, entry)
+
+    def shares(self, found: RouteEntry, entry: RouteEntry, link: LinkState) -> bool:
+        return (
+            bool(entry.gateway)
+            and found.oif not in (0, link.index)
+            and replace(found, oif=entry.oif) == entry
+        )
 
     def describe(self, entry: RouteEntry) -> str:
         return entry.describe()

@@ -319,7 +319,9 @@ IP_ROUTES = link_settings_spec(
         "Adds each listed route (destination, optional gateway, preferred source, metric, "
         "table and scope) through the granted link inside the Pod's namespace, with "
         "protocol `static`. Refused, with nothing changed, when a route with the same "
-        "destination, table and metric exists."
+        "destination, table and metric exists; a route through a gateway the Pod already "
+        "has identically through another of its links (a second interface of the same "
+        "template) is left to that link, not added and never adopted."
     ),
     undo=(
         "Deletes exactly the routes it added, each matched by every recorded key (family, "

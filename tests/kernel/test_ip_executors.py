@@ -227,6 +227,65 @@ def test_an_address_or_route_the_link_already_has_is_refused_never_adopted() -> 
         assert refused.value.code == "E_ROUTE_EXISTS"
 
 
+def test_a_second_interface_shares_an_identical_gateway_route_and_never_adopts_it() -> None:
+    """Two interfaces of one template in one sandbox ask for the same routes; the kernel
+    takes one route per key. The second effect records the first's identical gateway route
+    as shared: its undo leaves it, the first's undo removes it. A route with the key and
+    another attribute (here a source address), or an on-link route, still refuses."""
+    with world() as w:
+        sb = w.sandbox()
+        before = l3_state(sb)
+        parent, _ = w.veth(w.host)
+        handle = host_handle(w.ipr(w.host), parent, Access.CREATE_CHILD, hid="parent-1")
+        env = w.env(sb)
+        made = [
+            drive(env, "linux/create-macvlan/v2", {"parent": (handle,)},
+                  {**MACVLAN, "ifName": name}, f"op{i}", "mk")
+            for i, name in enumerate(("net1", "net2"))
+        ]  # fmt: skip
+        addrs = [
+            drive(env, ADDRESSES, {"interface": (mk.output(),)},
+                  {"addresses": [f"10.86.0.{i + 2}/24"]}, f"op{i}", "addr")
+            for i, mk in enumerate(made)
+        ]  # fmt: skip
+        wanted = {"routes": [{"destination": "10.87.0.0/16", "gateway": "10.86.0.1"}]}
+        first, second = (
+            drive(env, ROUTES, {"interface": (a.output(),)}, wanted, f"op{i}", "routes")
+            for i, a in enumerate(addrs)
+        )
+        assert second.before["entries"] == [] and len(second.before["shared"]) == 1
+        shown = [(r["gateway"], r["dev"]) for r in ip_json(sb, "route", "show", "10.87.0.0/16")]
+        assert shown == [("10.86.0.1", "net1")]
+        second.undo()
+        shown = [(r["gateway"], r["dev"]) for r in ip_json(sb, "route", "show", "10.87.0.0/16")]
+        assert shown == [("10.86.0.1", "net1")]
+        first.undo()
+        assert ip_json(sb, "route", "show", "10.87.0.0/16") == []
+
+        ex = EXECUTORS[ROUTES]
+        for theirs, asked in (
+            (["via", "10.86.0.1", "src", "10.86.0.2"], {"gateway": "10.86.0.1"}),
+            (["dev", "net1"], {}),
+        ):
+            subprocess.run(
+                ["ip", "netns", "exec", sb, "ip", "route", "add", "10.87.0.0/16", *theirs],
+                check=True,
+            )
+            ctx = EffectContext(
+                "op9", "routes", {"interface": (addrs[1].output(),)},
+                {"routes": [{"destination": "10.87.0.0/16", **asked}]}, env,
+            )  # fmt: skip
+            with pytest.raises(ExecutorError) as refused:
+                ex.capture(ctx)
+            assert refused.value.code == "E_ROUTE_EXISTS", theirs
+            subprocess.run(
+                ["ip", "netns", "exec", sb, "ip", "route", "del", "10.87.0.0/16"], check=True
+            )
+        for done in reversed([*addrs, *made]):
+            done.undo()
+        assert l3_state(sb) == before
+
+
 def _addresses(env: Any, sb: str) -> Any:
     ref = NamespaceRef.at(netns_path(sb))
     ipr = env.rtnl(ref)
