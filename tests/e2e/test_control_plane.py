@@ -8,6 +8,7 @@ compared with before.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -181,26 +182,40 @@ def test_ipam_concurrent_creates_of_one_allocation_have_one_winner(control_plane
     arbiter_checks.one_winner(control_plane.lab.admin, "e2e")
 
 
+def _claim(name: str) -> dict[str, object]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "x"}}]}},
+    }
+
+
 def test_ipam_concurrent_requesters_get_distinct_addresses_and_counted(
     control_plane: Session,
 ) -> None:
     """Requesters on threads allocate from one pool through the real API server; the
-    controller (chart RBAC) counts them in the pool's status."""
+    controller (chart RBAC) counts them in the pool's status and, once their claims are
+    deleted, collects them. The claims exist while they allocate: the controller collects an
+    allocation whose claim is gone at once, and an address it freed could go to the next
+    requester (a landing run saw 7 distinct addresses for 8 requesters that way)."""
     admin = control_plane.lab.admin()
+    names = [f"c{i}" for i in range(8)]
     try:
         admin.create(r.IP_POOLS, IPAM_POOL)
+        uids = {n: admin.create(r.RESOURCE_CLAIMS, _claim(n), "default")["metadata"]["uid"]
+                for n in names}  # fmt: skip
         results: list[object] = []
         lock = threading.Lock()
 
-        def run(i: int) -> None:
+        def run(name: str) -> None:
+            owner = Owner("default", name, uids[name], "n", "op")
             with control_plane.lab.admin() as own:
-                got = AllocationClient(own).allocate(
-                    "e2e-ipam", AddressRequest(4), Owner("default", f"c{i}", f"uid-{i}", "n", "op")
-                )
+                got = AllocationClient(own).allocate("e2e-ipam", AddressRequest(4), owner)
             with lock:
                 results.append(got)
 
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+        threads = [threading.Thread(target=run, args=(n,)) for n in names]
         for t in threads:
             t.start()
         for t in threads:
@@ -210,12 +225,24 @@ def test_ipam_concurrent_requesters_get_distinct_addresses_and_counted(
 
         def counted() -> dict[str, object] | None:
             status = admin.get(r.IP_POOLS, "e2e-ipam").get("status") or {}
-            # the claims do not exist: the controller counts, then collects them
-            return status if "size" in status else None
+            return status if status.get("allocated") == 8 else None
 
         status = wait_for(counted, timeout=WAIT, what="pool status")
-        assert status["size"] == 190
+        assert (status["size"], status["free"]) == (190, 182), status
+        for name in names:
+            admin.delete(r.RESOURCE_CLAIMS, name, "default")
+
+        def collected() -> dict[str, object] | None:
+            status = admin.get(r.IP_POOLS, "e2e-ipam").get("status") or {}
+            return status if status.get("allocated") == 0 else None
+
+        wait_for(collected, timeout=WAIT, what="allocations of deleted claims collected")
+        left = [a for a in admin.list(r.IP_ALLOCATIONS).items if a["spec"]["pool"] == "e2e-ipam"]
+        assert left == [], left
     finally:
+        for name in names:
+            with contextlib.suppress(ApiFailure):
+                admin.delete(r.RESOURCE_CLAIMS, name, "default")
         admin.close()
 
 

@@ -12,18 +12,24 @@ stand-in is held to the real thing on exactly these points:
 * the allocation's spec is immutable (CEL ``self == oldSelf``): 422 Invalid;
 * the pool's CRD rules: more than two subnets, two subnets of one family, and a name longer
   than 63 characters are 422 Invalid.
+
+Every allocation is owned by a ResourceClaim that exists while the check runs
+(:func:`claim_owners`): on the upstream lab our controller runs beside the checks and
+collects, at once, an allocation whose claim is gone, which would turn a 409 into a 201 or a
+404 (a landing run lost an allocation to it that way).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from dmn.api.cluster import AlreadyExists, Cluster, Conflict, Invalid
+from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, Conflict, Invalid
 from dmn.api.cluster import resources as r
 from dmn.api.identity import API_VERSION
 from dmn.api.ipam.ipallocation import Owner, allocation_manifest
@@ -31,6 +37,31 @@ from dmn.api.ipam.ipallocation import Owner, allocation_manifest
 
 def _allocation(pool: str, address: str, owner: Owner) -> dict[str, Any]:
     return allocation_manifest(pool, address, 4, "Dynamic", owner)
+
+
+@contextlib.contextmanager
+def claim_owners(cluster: Cluster, prefix: str, count: int) -> Iterator[list[Owner]]:
+    """``count`` ResourceClaims in ``default`` for the checks' allocations to belong to,
+    deleted afterwards (their allocations are then collectable)."""
+    owners: list[Owner] = []
+    try:
+        for i in range(count):
+            name = f"{prefix}-{i}"
+            claim = {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name},
+                "spec": {
+                    "devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "x"}}]}
+                },
+            }
+            uid = cluster.create(r.RESOURCE_CLAIMS, claim, "default")["metadata"]["uid"]
+            owners.append(Owner("default", name, uid, "node", f"op-{i}"))
+        yield owners
+    finally:
+        for owner in owners:
+            with contextlib.suppress(ApiFailure):
+                cluster.delete(r.RESOURCE_CLAIMS, owner.claim_name, "default")
 
 
 def _pool(name: str, *cidrs: str) -> dict[str, Any]:
@@ -44,13 +75,17 @@ def _pool(name: str, *cidrs: str) -> dict[str, Any]:
 
 def one_winner(connect: Callable[[], Cluster], suffix: str, contenders: int = 8) -> None:
     """``contenders`` threads create the same allocation at once: one 201, the rest 409."""
+    with connect() as admin, claim_owners(admin, f"arb-{suffix}", contenders) as owners:
+        _one_winner(connect, suffix, owners)
+
+
+def _one_winner(connect: Callable[[], Cluster], suffix: str, owners: list[Owner]) -> None:
     address = "10.90.0.7"
     outcomes: list[str] = []
     lock = threading.Lock()
-    barrier = threading.Barrier(contenders)
+    barrier = threading.Barrier(len(owners))
 
-    def run(i: int) -> None:
-        owner = Owner("default", f"c{i}", str(uuid.uuid4()), "node", f"op-{i}")
+    def run(owner: Owner) -> None:
         with connect() as cluster:
             barrier.wait()
             try:
@@ -61,16 +96,20 @@ def one_winner(connect: Callable[[], Cluster], suffix: str, contenders: int = 8)
         with lock:
             outcomes.append(outcome)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(contenders)]
+    threads = [threading.Thread(target=run, args=(owner,)) for owner in owners]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
-    assert sorted(outcomes) == ["created"] + ["exists"] * (contenders - 1)
+    assert sorted(outcomes) == ["created"] + ["exists"] * (len(owners) - 1)
 
 
 def uid_precondition(cluster: Cluster, suffix: str) -> None:
-    owner = Owner("default", "c", str(uuid.uuid4()), "node", "op")
+    with claim_owners(cluster, f"pre-{suffix}", 1) as (owner,):
+        _uid_precondition(cluster, suffix, owner)
+
+
+def _uid_precondition(cluster: Cluster, suffix: str, owner: Owner) -> None:
     obj = cluster.create(r.IP_ALLOCATIONS, _allocation(f"pre-{suffix}", "10.90.0.8", owner))
     name = obj["metadata"]["name"]
     with pytest.raises(Conflict):
@@ -80,7 +119,11 @@ def uid_precondition(cluster: Cluster, suffix: str) -> None:
 
 
 def immutable_spec(cluster: Cluster, suffix: str) -> None:
-    owner = Owner("default", "c", str(uuid.uuid4()), "node", "op")
+    with claim_owners(cluster, f"imm-{suffix}", 1) as (owner,):
+        _immutable_spec(cluster, suffix, owner)
+
+
+def _immutable_spec(cluster: Cluster, suffix: str, owner: Owner) -> None:
     obj = cluster.create(r.IP_ALLOCATIONS, _allocation(f"imm-{suffix}", "10.90.0.9", owner))
     with pytest.raises(Invalid):
         cluster.patch(
@@ -93,8 +136,9 @@ def immutable_spec(cluster: Cluster, suffix: str) -> None:
 
 def status_subresource(cluster: Cluster, suffix: str) -> None:
     name = f"st-{suffix}"
-    cluster.create(r.IP_POOLS, {**_pool(name, "10.91.0.0/24"), "status": {"size": 99}})
-    assert "size" not in (cluster.get(r.IP_POOLS, name).get("status") or {})
+    # the created object as stored (a later read may already hold the controller's count)
+    created = cluster.create(r.IP_POOLS, {**_pool(name, "10.91.0.0/24"), "status": {"size": 99}})
+    assert "size" not in (created.get("status") or {})
     # the object this status write stored: a later read may already show the controller's
     # own count of the pool (on the real control plane it reconciles at once)
     written = cluster.patch(
