@@ -110,22 +110,32 @@ def _applies(config: Mapping[str, Any], request: str) -> bool:
 
 
 def _check_request(claim: Mapping[str, Any], request: str, where: str) -> None:
-    """The initial profile: one device per root (Exactly, ExactCount 1); no firstAvailable
-    subrequests and no All mode (design §7.1)."""
-    if "/" in request:
-        raise Refusal("E_ALLOCATION_MODE", f"firstAvailable subrequest {request!r}", where)
+    """The initial profile: one device per root (ExactCount 1, for a request or for the
+    ``firstAvailable`` subrequest the scheduler chose, named ``<request>/<subrequest>``) and no
+    All mode (design §7.1)."""
+    name, _, sub = request.partition("/")
     requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
-    spec = next((q for q in requests if q.get("name") == request), None)
+    spec = next((q for q in requests if q.get("name") == name), None)
     if spec is None:
         return  # a template's request names are validated by the API server
-    if spec.get("firstAvailable"):
-        raise Refusal("E_ALLOCATION_MODE", f"request {request!r} uses firstAvailable", where)
-    exactly = spec.get("exactly") or {}
-    mode = exactly.get("allocationMode", "ExactCount")
-    if mode != "ExactCount" or int(exactly.get("count", 1)) != 1:
+    if sub:
+        alternatives = spec.get("firstAvailable") or []
+        chosen = next((q for q in alternatives if q.get("name") == sub), None)
+        if chosen is None:
+            raise Refusal(
+                "E_ALLOCATION_MODE", f"request {name!r} has no firstAvailable entry {sub!r}", where
+            )
+    elif spec.get("firstAvailable"):
+        raise Refusal(
+            "E_ALLOCATION_MODE", f"request {request!r} was allocated without a subrequest", where
+        )
+    else:
+        chosen = spec.get("exactly") or {}
+    mode = chosen.get("allocationMode", "ExactCount")
+    if mode != "ExactCount" or int(chosen.get("count", 1)) != 1:
         raise Refusal(
             "E_ALLOCATION_MODE",
-            f"request {request!r} must be ExactCount 1, is {mode} {exactly.get('count', 1)}",
+            f"request {request!r} must be ExactCount 1, is {mode} {chosen.get('count', 1)}",
             where,
         )
 

@@ -92,6 +92,8 @@ class Candidate:
 class _Request:
     claim_index: int
     name: str
+    """The result's request name: the claim's request, or ``<request>/<subrequest>`` for
+    one alternative of a ``firstAvailable`` list."""
     class_name: str
     selectors: list[str]
     count: int
@@ -194,6 +196,7 @@ class Allocator:
     def allocate(self, claims: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Allocate all claims together or raise :class:`AllocationError`."""
         requests: list[_Request] = []
+        groups: list[list[int]] = []  # per claim request: its alternatives (indexes)
         constraints: list[list[tuple[str, str, set[str]]]] = []
         for ci, claim in enumerate(claims):
             uid = claim["metadata"]["uid"]
@@ -201,10 +204,13 @@ class Allocator:
                 raise AllocationError("AlreadyAllocated", f"claim {uid} is already allocated")
             spec = claim.get("spec", {}).get("devices", {})
             names = []
+            wanted = 0
             for r in spec.get("requests") or ():
-                requests.append(self._request(ci, r))
+                alternatives = self._alternatives(ci, r)
+                groups.append(list(range(len(requests), len(requests) + len(alternatives))))
+                requests.extend(alternatives)
                 names.append(r["name"])
-            wanted = sum(r.count for r in requests if r.claim_index == ci)
+                wanted += max(a.count for a in alternatives)
             if wanted > MAX_RESULTS_PER_CLAIM:
                 raise AllocationError(
                     "TooManyDevices",
@@ -222,15 +228,20 @@ class Allocator:
                     raise AllocationError("UnsupportedConstraint", f"claim {uid}: {c!r}")
             constraints.append(cons)
 
-        slots = [(ri, n) for ri, r in enumerate(requests) for n in range(r.count)]
         state = self._committed()
         picks: list[tuple[int, Candidate, dict[str, Fraction]]] = []
         selectable: dict[tuple[int, DeviceKey], bool] = {}
 
-        def search(pos: int) -> bool:
-            if pos == len(slots):
+        def search(gi: int) -> bool:
+            """Requests in order; a firstAvailable request tries its alternatives in order
+            and keeps the first with which every later request can be allocated too."""
+            if gi == len(groups):
                 return True
-            ri, _ = slots[pos]
+            return any(take(gi, ri, requests[ri].count) for ri in groups[gi])
+
+        def take(gi: int, ri: int, remaining: int) -> bool:
+            if remaining == 0:
+                return search(gi + 1)
             request = requests[ri]
             for cand in self._candidates:
                 if not cand.shared and cand.key in state.exclusive:
@@ -246,7 +257,7 @@ class Allocator:
                     continue
                 picks.append((ri, cand, consumed))
                 undo = self._apply(cand, consumed, state)
-                if search(pos + 1):
+                if take(gi, ri, remaining - 1):
                     return True
                 undo()
                 picks.pop()
@@ -258,6 +269,7 @@ class Allocator:
                 "cannot allocate all requests of "
                 + ", ".join(c["metadata"]["uid"] for c in claims),
             )
+        chosen = {ri for ri, _, _ in picks}
         results: list[dict[str, Any]] = []
         for ci, claim in enumerate(claims):
             devices = []
@@ -275,7 +287,10 @@ class Allocator:
                     entry["consumedCapacity"] = {k: format_quantity(v) for k, v in consumed.items()}
                 devices.append(entry)
             allocation = {
-                "devices": {"results": devices, "config": self._config(claim, requests, ci)},
+                "devices": {
+                    "results": devices,
+                    "config": self._config(claim, [requests[i] for i in sorted(chosen)], ci),
+                },
                 "nodeSelector": {
                     "nodeSelectorTerms": [
                         {
@@ -297,23 +312,31 @@ class Allocator:
 
     # -- pieces ------------------------------------------------------------------------
 
-    def _request(self, claim_index: int, r: Mapping[str, Any]) -> _Request:
+    def _alternatives(self, claim_index: int, r: Mapping[str, Any]) -> list[_Request]:
+        """One request (``exactly``), or the ordered alternatives of ``firstAvailable``
+        (each named ``<request>/<subrequest>``, as upstream names the result)."""
         if "firstAvailable" in r:
-            raise AllocationError("Unsupported", f"request {r['name']}: firstAvailable")
+            subs = r["firstAvailable"] or ()
+            if not subs:
+                raise AllocationError("InvalidRequest", f"request {r['name']}: no alternatives")
+            return [self._request(claim_index, f"{r['name']}/{sub['name']}", sub) for sub in subs]
         exactly = r.get("exactly")
         if exactly is None:
             raise AllocationError("InvalidRequest", f"request {r['name']}: no exactly")
+        return [self._request(claim_index, r["name"], exactly)]
+
+    def _request(self, claim_index: int, name: str, exactly: Mapping[str, Any]) -> _Request:
         mode = exactly.get("allocationMode", "ExactCount")
         if mode != "ExactCount":
-            raise AllocationError("Unsupported", f"request {r['name']}: allocationMode {mode}")
+            raise AllocationError("Unsupported", f"request {name}: allocationMode {mode}")
         if exactly.get("adminAccess"):
-            raise AllocationError("Unsupported", f"request {r['name']}: adminAccess")
+            raise AllocationError("Unsupported", f"request {name}: adminAccess")
         class_name = exactly["deviceClassName"]
         if class_name not in self._classes:
             raise AllocationError("DeviceClassNotFound", f"device class {class_name} not found")
         return _Request(
             claim_index=claim_index,
-            name=r["name"],
+            name=name,
             class_name=class_name,
             selectors=[s["cel"]["expression"] for s in exactly.get("selectors") or ()],
             count=int(exactly.get("count", 1)),
@@ -467,14 +490,14 @@ class Allocator:
         requests: list[_Request],
     ) -> bool:
         for kind, attribute, scope in constraints[request.claim_index]:
-            if request.name not in scope:
+            if not _in_scope(request, scope):
                 continue
             value = qualified_attribute(cand.driver, cand.device, attribute)
             if value is None:
                 return False
             for ri, other, _ in picks:
                 r = requests[ri]
-                if r.claim_index != request.claim_index or r.name not in scope:
+                if r.claim_index != request.claim_index or not _in_scope(r, scope):
                     continue
                 theirs = qualified_attribute(other.driver, other.device, attribute)
                 if kind == "match" and theirs != value:
@@ -508,6 +531,11 @@ class Allocator:
             state.exclusive.discard(key)
 
         return undo
+
+
+def _in_scope(request: _Request, scope: set[str]) -> bool:
+    """A constraint naming a request covers each of its firstAvailable alternatives."""
+    return request.name in scope or request.name.partition("/")[0] in scope
 
 
 def _groups_admit(existing: list[set[str]], mine: set[str]) -> bool:

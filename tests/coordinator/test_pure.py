@@ -113,7 +113,12 @@ def claim_with(request: dict[str, object], result_request: str = "net1") -> dict
     [
         ({"name": "net1", "exactly": {"deviceClassName": "x", "allocationMode": "All"}}, "net1"),
         ({"name": "net1", "exactly": {"deviceClassName": "x", "count": 2}}, "net1"),
-        ({"name": "net1", "firstAvailable": [{"name": "a", "deviceClassName": "x"}]}, "net1/a"),
+        (
+            {"name": "net1", "firstAvailable": [{"name": "a", "deviceClassName": "x", "count": 2}]},
+            "net1/a",
+        ),
+        ({"name": "net1", "firstAvailable": [{"name": "a", "deviceClassName": "x"}]}, "net1/b"),
+        ({"name": "net1", "firstAvailable": [{"name": "a", "deviceClassName": "x"}]}, "net1"),
     ],
 )
 def test_initial_profile_refuses_other_allocation_modes(
@@ -152,6 +157,41 @@ def test_a_claims_workload_parameters_reach_its_result() -> None:
         "dra-multi-network.schseba.github.io",
     )
     assert dict(got.workload) == {"address": "10.56.0.240", "ifName": "fast0"}
+
+
+def test_the_chosen_firstavailable_subrequest_gets_its_own_class_binding() -> None:
+    """The scheduler chose ``net1/b``: the root binding of b's class (requests ["net1/b"])
+    applies, a's does not, and the claim's own config for ``net1`` reaches the result."""
+    driver = "dra-multi-network.schseba.github.io"
+    claim = claim_with(
+        {
+            "name": "net1",
+            "firstAvailable": [
+                {"name": "a", "deviceClassName": "sriov"},
+                {"name": "b", "deviceClassName": "macvlan"},
+            ],
+        },
+        "net1/b",
+    )
+    chosen = ROOT.to_api()
+    other = {**chosen, "rootStep": "other"}
+    configs = [
+        {"source": "FromClass", "requests": [f"net1/{sub}"],
+         "opaque": {"driver": driver, "parameters": {"apiVersion": GROUP,
+                    "kind": "TopologyRootConfiguration", **root}}}
+        for sub, root in (("a", other), ("b", chosen))
+    ]  # fmt: skip
+    configs.append(
+        {"source": "FromClaim", "requests": ["net1"],
+         "opaque": {"driver": driver, "parameters": _workload(ifName="fast0")}}
+    )  # fmt: skip
+    claim["status"]["allocation"]["devices"]["config"] = configs  # type: ignore[index]
+    (got,) = driver_results(claim, driver)
+    assert (got.request, got.root.root_step, dict(got.workload)) == (
+        "net1/b",
+        "net1",
+        {"ifName": "fast0"},
+    )
 
 
 @pytest.mark.parametrize(

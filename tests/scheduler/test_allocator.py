@@ -289,6 +289,70 @@ def test_class_config_is_carried_into_the_allocation() -> None:
     ]
 
 
+def first_available(name: str, *alternatives: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "firstAvailable": [{"name": sub, "deviceClassName": cls} for sub, cls in alternatives],
+    }
+
+
+def _with_config(name: str, expression: str, marker: int) -> dict[str, Any]:
+    config = [{"opaque": {"driver": DRV, "parameters": {"x": marker}}}]
+    cls = klass(name, expression)
+    return {**cls, "spec": {**cls["spec"], "config": config}}
+
+
+def test_first_available_takes_the_first_alternative_that_fits_with_its_class_config() -> None:
+    """Like upstream: alternatives in order, the result named ``<request>/<subrequest>``,
+    and only the chosen alternative's class config, for that name."""
+    fast = _with_config("fast", f'device.attributes["{DRV}"].kind == "fast"', 1)
+    slow = _with_config("slow", f'device.attributes["{DRV}"].kind == "slow"', 2)
+    a = alloc([slice_("s", {"devices": [dev("f0", kind="fast"), dev("s0", kind="slow"),
+                                        dev("s1", kind="slow")]})], fast, slow)  # fmt: skip
+    net = first_available("net", ("fast", "fast"), ("slow", "slow"))
+    (first,) = a.allocate([claim("a", net)])
+    picked = [(x["request"], x["device"]) for x in first["devices"]["results"]]
+    assert picked == [("net/fast", "f0")]
+    assert first["devices"]["config"] == [
+        {"source": "FromClass", "requests": ["net/fast"],
+         "opaque": {"driver": DRV, "parameters": {"x": 1}}}
+    ]  # fmt: skip
+    (second,) = a.allocate([claim("b", net)])  # f0 is taken: the next alternative
+    picked = [(x["request"], x["device"]) for x in second["devices"]["results"]]
+    assert picked == [("net/slow", "s0")]
+    assert [c["requests"] for c in second["devices"]["config"]] == [["net/slow"]]
+
+
+def test_first_available_backtracks_when_a_later_request_needs_the_device() -> None:
+    """The first alternative fits alone but leaves nothing for the next request: the search
+    takes the second alternative so that every request of the claim is allocated."""
+    fast = klass("fast", f'device.attributes["{DRV}"].kind == "fast"')
+    a = alloc([slice_("s", {"devices": [dev("f0", kind="fast"), dev("s0", kind="slow")]})], fast)
+    both = claim("a", first_available("net", ("fast", "fast"), ("any", "any")),
+                 request("only-fast", "fast"))  # fmt: skip
+    (r,) = a.allocate([both])
+    assert [(x["request"], x["device"]) for x in r["devices"]["results"]] == [
+        ("net/any", "s0"),
+        ("only-fast", "f0"),
+    ]
+
+
+def test_a_constraint_naming_the_request_covers_its_alternatives() -> None:
+    devices = [dev("a0", root="A"), dev("b0", root="B"), dev("b1", root="B")]
+    a = alloc([slice_("s", {"devices": devices})])
+    c = claim(
+        "c",
+        request("p", "any"),
+        first_available("q", ("one", "any")),
+        constraints=[{"matchAttribute": f"{DRV}/root"}],
+    )
+    (r,) = a.allocate([c])
+    assert [(x["request"], x["device"]) for x in r["devices"]["results"]] == [
+        ("p", "b0"),
+        ("q/one", "b1"),
+    ]
+
+
 def test_more_than_32_devices_in_one_claim_is_an_error() -> None:
     a = alloc([slice_("s", {"devices": [dev(f"d{i}") for i in range(40)]})])
     (r,) = a.allocate([claim("ok", request("r", "any", count=32))])
