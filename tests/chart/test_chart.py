@@ -489,6 +489,50 @@ def test_node_agent_takes_and_releases_only_its_own_addresses(
     assert _policy_decision("system:serviceaccount:x:controller", None, obj, old, name) == "skip"
 
 
+def _attachment_status(node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.dra-multi-network.schseba.github.io/v1alpha1",
+        "kind": "NetworkAttachmentStatus",
+        "metadata": {"name": "a", "namespace": "ns"},
+        "spec": {"nodeName": node, "podUID": "u"},
+    }
+
+
+@pytest.mark.adversarial
+@pytest.mark.parametrize(
+    ("bound", "obj", "old", "decision"),
+    [
+        ("n1", _attachment_status("n1"), None, "allow"),  # record its own attachment
+        ("n1", _attachment_status("n1"), _attachment_status("n1"), "allow"),  # report it
+        ("n1", None, _attachment_status("n1"), "allow"),  # delete its own
+        ("n1", _attachment_status("n2"), None, "deny"),  # forge another node's attachment
+        ("n1", _attachment_status("n1"), _attachment_status("n2"), "deny"),  # overwrite one
+        ("n1", None, _attachment_status("n2"), "deny"),  # delete another node's
+        (None, _attachment_status("n1"), None, "deny"),  # a credential not bound to a node
+    ],
+)
+def test_node_agent_reports_only_its_own_attachments(
+    bound: str | None, obj: Any, old: Any, decision: str
+) -> None:
+    name = "dra-multi-network-node-attachmentstatuses"
+    assert _policy_decision(NODE_USER, bound, obj, old, name) == decision
+    assert _policy_decision("system:serviceaccount:x:controller", None, obj, old, name) == "skip"
+
+
+def test_node_status_policies_match_the_status_subresource() -> None:
+    """The agent reports through ``networkattachmentstatuses/status``: a policy on the main
+    resource alone would let it rewrite another node's status there."""
+    name = "dra-multi-network-node-attachmentstatuses"
+    (rule,) = find(render(), "ValidatingAdmissionPolicy", name)["spec"]["matchConstraints"][
+        "resourceRules"
+    ]
+    assert set(rule["resources"]) == {
+        "networkattachmentstatuses",
+        "networkattachmentstatuses/status",
+    }
+    assert set(rule["operations"]) == {"CREATE", "UPDATE", "DELETE"}
+
+
 @pytest.mark.parametrize(
     ("sets", "expected"),
     [
