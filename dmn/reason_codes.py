@@ -320,8 +320,9 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "E_ALLOCATION_MODE",
         AGENT,
         "The claim uses an allocation mode the initial profile "
-        "refuses (All, count > 1, firstAvailable).",
-        "Request exactly one device per request.",
+        "refuses (All, count > 1 for a request or a firstAvailable alternative, a "
+        "firstAvailable result that names no alternative of the request).",
+        "Request exactly one device per request or per firstAvailable alternative.",
     ),
     _r(
         "E_API",
