@@ -18,6 +18,7 @@ import functools
 import hashlib
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,9 +201,17 @@ class SlicePublisher:
     generation: int = 0
     digest: str = ""
 
-    def publish(self, personas: PersonaSet) -> tuple[bool, list[dict[str, Any]]]:
-        """(changed, slices) for the current persona set."""
+    def publish(
+        self,
+        personas: PersonaSet,
+        taints: Mapping[str, list[dict[str, str]]] | None = None,
+    ) -> tuple[bool, list[dict[str, Any]]]:
+        """(changed, slices) for the current persona set, with ``taints`` by device name
+        (a taint that comes or goes is a content change)."""
         devices = _render(personas)
+        for name, device_taints in (taints or {}).items():
+            if name in devices and device_taints:
+                devices[name] = {**devices[name], "taints": list(device_taints)}
         digest = content_digest(personas, devices)
         changed = digest != self.digest
         if changed:

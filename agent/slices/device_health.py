@@ -25,6 +25,12 @@ A fact the scan could not establish (an :class:`~dmn.agent.inventory.facts.Unkno
 state) makes the device UNKNOWN, never HEALTHY. Several grants combine to the worst
 (UNHEALTHY over UNKNOWN over HEALTHY). ``last_updated`` is the time the device's status
 last *changed* (taken from ``previous`` when it did not).
+
+The same verdicts keep the scheduler away: :func:`device_taints` gives every UNHEALTHY
+device a ``NoSchedule`` taint (:data:`UNHEALTHY_TAINT_KEY`) in the published slice, so no new
+claim is allocated it unless it tolerates the taint; Pods already using it keep running
+(``NoSchedule``, never ``NoExecute``: a link that comes back must not have cost them their
+network). UNKNOWN taints nothing — an exclusive link inside a Pod is not sick.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from dmn.agent.inventory.facts import Binding, Inventory, InventoryItem
 from dmn.agent.kubelet.handler import MAX_HEALTH_MESSAGE, DeviceHealth, Health
 from dmn.agent.personas.model import Persona
+from dmn.api.identity import DRIVER
 from dmn.host.rtnetlink.links import LinkState
 from dmn.vocabulary.terms import HandleType
 
@@ -44,6 +51,10 @@ _NETDEV_GRANTS = frozenset({HandleType.KERNEL_INTERFACE, HandleType.SHARED_PAREN
 _RANK = {Health.HEALTHY: 0, Health.UNKNOWN: 1, Health.UNHEALTHY: 2}
 
 Verdict = tuple[Health, str]
+
+#: The taint every unhealthy published device carries (a label name under our driver's
+#: domain; tolerations name it to ask for such a device anyway).
+UNHEALTHY_TAINT_KEY = f"{DRIVER}/unhealthy"
 
 
 def _netdev_verdict(persona: Persona, item: InventoryItem | None, allocated: bool) -> Verdict:
@@ -133,3 +144,14 @@ def device_health(
         stamp = before.last_updated if unchanged and before is not None else now
         out.append(DeviceHealth(pool, persona.name, health, stamp, message))
     return out
+
+
+def device_taints(
+    personas: Iterable[Persona], inventory: Inventory, allocated: frozenset[str]
+) -> dict[str, list[dict[str, str]]]:
+    """Taints by device name for the slice: ``NoSchedule`` on each UNHEALTHY device."""
+    return {
+        persona.name: [{"key": UNHEALTHY_TAINT_KEY, "effect": "NoSchedule"}]
+        for persona in personas
+        if persona_health(persona, inventory, persona.name in allocated)[0] is Health.UNHEALTHY
+    }

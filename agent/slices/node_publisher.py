@@ -195,8 +195,10 @@ class NodeSlicePublisher:
     def _write(self, doc: Obj, current: Obj | None) -> Obj:
         """The slice as stored after writing ``doc``; ``current`` is this pass's listed copy
         (None: not listed), returned as it is when it already holds what ``doc`` says."""
-        if current is not None and _stored_as_planned(current, doc):
-            return current
+        if current is not None:
+            doc = _with_taint_times(doc, current)
+            if _stored_as_planned(current, doc):
+                return current
         try:
             return self.cluster.create(r.RESOURCE_SLICES, doc)
         except AlreadyExists:
@@ -312,6 +314,31 @@ class NodeSlicePublisher:
             t.join(timeout=5)
         self._threads.clear()
         self._watches.clear()
+
+
+def _with_taint_times(doc: Obj, current: Obj) -> Obj:
+    """``doc`` with each taint's ``timeAdded`` as the stored slice has it for the same
+    device and taint (the API server stamps a taint written without one): a taint that
+    stays keeps the time it was first added, and an unchanged slice compares equal."""
+    stored: dict[tuple[str, str, str, str], str] = {}
+    for device in (current.get("spec") or {}).get("devices") or ():
+        for taint in device.get("taints") or ():
+            if taint.get("timeAdded"):
+                key = (device.get("name", ""), taint.get("key", ""), taint.get("value", ""),
+                       taint.get("effect", ""))  # fmt: skip
+                stored[key] = taint["timeAdded"]
+    if not stored or "devices" not in doc["spec"]:
+        return doc
+    devices = []
+    for device in doc["spec"].get("devices") or ():
+        taints = []
+        for taint in device.get("taints") or ():
+            key = (device["name"], taint["key"], taint.get("value", ""), taint["effect"])
+            when = stored.get(key)
+            taints.append({**taint, "timeAdded": when} if when and "timeAdded" not in taint
+                          else taint)  # fmt: skip
+        devices.append({**device, "taints": taints} if taints else device)
+    return {**doc, "spec": {**doc["spec"], "devices": devices}}
 
 
 def _stored_as_planned(current: Obj, doc: Obj) -> bool:

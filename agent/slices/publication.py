@@ -24,6 +24,7 @@ from dmn.agent.inventory.facts import Inventory
 from dmn.agent.personas.build import Pins, build_personas
 from dmn.agent.personas.model import Finding, Persona, PersonaSet
 from dmn.agent.slices.build import SlicePublisher
+from dmn.agent.slices.device_health import device_taints
 from dmn.agent.slices.readback import stripped_prerequisites
 from dmn.api.policy import DeviceExposurePolicy
 
@@ -67,7 +68,8 @@ class NodePublication:
             previous=self.last.by_name() if self.last else {},
         )
         personas = build_personas(inventory, policies, labels, pins, degraded=self.degraded)
-        changed, slices = self.publisher.publish(personas)
+        taints = device_taints(personas.personas, inventory, pins.allocated)
+        changed, slices = self.publisher.publish(personas, taints)
         self.last = personas
         return Plan(personas, slices, changed)
 

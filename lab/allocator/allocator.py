@@ -98,6 +98,7 @@ class _Request:
     selectors: list[str]
     count: int
     capacity: Mapping[str, str]
+    tolerations: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass
@@ -248,7 +249,7 @@ class Allocator:
                     continue  # "in use" is checked before selectors, as upstream
                 matches = selectable.get((ri, cand.key))
                 if matches is None:
-                    matches = self._selectable(request, cand)
+                    matches = _tolerated(request, cand) and self._selectable(request, cand)
                     selectable[(ri, cand.key)] = matches
                 if not matches:
                     continue
@@ -341,6 +342,7 @@ class Allocator:
             selectors=[s["cel"]["expression"] for s in exactly.get("selectors") or ()],
             count=int(exactly.get("count", 1)),
             capacity=dict((exactly.get("capacity") or {}).get("requests") or {}),
+            tolerations=tuple(exactly.get("tolerations") or ()),
         )
 
     def _selectable(self, request: _Request, cand: Candidate) -> bool:
@@ -531,6 +533,33 @@ class Allocator:
             state.exclusive.discard(key)
 
         return undo
+
+
+#: Taint effects that keep a device from new allocations (``None`` and unknown effects do not).
+_BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """Upstream's device toleration match: an effect, if given, must be the taint's; an
+    empty key with ``Exists`` matches every key; ``Equal`` (the default) needs the value."""
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    key = toleration.get("key", "")
+    if key and key != taint.get("key"):
+        return False
+    if toleration.get("operator", "Equal") == "Exists":
+        return True
+    return bool(key) and toleration.get("value", "") == taint.get("value", "")
+
+
+def _tolerated(request: _Request, cand: Candidate) -> bool:
+    """Whether every NoSchedule/NoExecute taint of the device is tolerated by the request;
+    a tainted device is never allocated otherwise (checked before selectors, as upstream)."""
+    return all(
+        any(_tolerates(t, taint) for t in request.tolerations)
+        for taint in cand.device.get("taints") or ()
+        if taint.get("effect") in _BLOCKING_EFFECTS
+    )
 
 
 def _in_scope(request: _Request, scope: set[str]) -> bool:

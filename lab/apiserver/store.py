@@ -60,6 +60,7 @@ from .strategy import (
     now_rfc3339,
     prepare_create,
     set_condition,
+    stamp_device_taints,
     validate_crd,
     validate_metadata,
     validate_resource_claim_update,
@@ -641,6 +642,7 @@ class Store(InProcessControllers):
                 drop_deallocated_status_devices(prepared, current)
             return prepared
         prepared = copy.deepcopy(new)
+        stamp_device_taints(rt, prepared)
         meta = meta_of(prepared)
         for keep in (
             "uid",

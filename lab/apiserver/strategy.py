@@ -50,8 +50,23 @@ def group_of(api_version: str) -> str:
     return api_version.rsplit("/", 1)[0] if "/" in api_version else ""
 
 
+def stamp_device_taints(rt: ResourceType, obj: Obj) -> None:
+    """A ResourceSlice device taint written without ``timeAdded`` gets the current time, on
+    create and on update, as the real API server stamps it."""
+    if (rt.group, rt.plural) != ("resource.k8s.io", "resourceslices"):
+        return
+    spec = obj.get("spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    for device in devices if isinstance(devices, list) else ():
+        taints = device.get("taints") if isinstance(device, dict) else None
+        for taint in taints if isinstance(taints, list) else ():
+            if isinstance(taint, dict) and not taint.get("timeAdded"):
+                taint["timeAdded"] = now_rfc3339()
+
+
 def prepare_create(rt: ResourceType, obj: Obj) -> None:
     """Kind-specific fields a create sets or drops (status, namespace finalizer, CRD status)."""
+    stamp_device_taints(rt, obj)
     if rt.status_subresource and (rt.custom or rt.plural == "resourceclaims"):
         obj.pop("status", None)
     if rt.group == "" and rt.plural == "pods":

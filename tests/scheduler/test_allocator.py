@@ -353,6 +353,27 @@ def test_a_constraint_naming_the_request_covers_its_alternatives() -> None:
     ]
 
 
+def test_tainted_devices_are_not_allocated_unless_tolerated() -> None:
+    """NoSchedule and NoExecute taints keep a device from new claims; ``None`` is only
+    information; a request's toleration (key and effect, Exists) lets it take the device."""
+    sick = {"key": f"{DRV}/unhealthy", "effect": "NoSchedule"}
+    devices = [
+        {**dev("d0"), "taints": [sick]},
+        {**dev("d1"), "taints": [{**sick, "effect": "None"}]},
+    ]
+    a = alloc([slice_("s", {"devices": devices})])
+    (r,) = a.allocate([claim("a", request("r", "any"))])
+    assert r["devices"]["results"][0]["device"] == "d1"
+    with pytest.raises(AllocationError):
+        a.allocate_one(claim("b", request("r", "any")))
+    tolerant = request("r", "any")
+    tolerant["exactly"]["tolerations"] = [
+        {"key": f"{DRV}/unhealthy", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    (t,) = a.allocate([claim("c", tolerant)])
+    assert t["devices"]["results"][0]["device"] == "d0"
+
+
 def test_more_than_32_devices_in_one_claim_is_an_error() -> None:
     a = alloc([slice_("s", {"devices": [dev(f"d{i}") for i in range(40)]})])
     (r,) = a.allocate([claim("ok", request("r", "any", count=32))])

@@ -11,7 +11,8 @@ from dmn.agent.inventory.facts import Inventory
 from dmn.agent.kubelet.handler import DeviceHealth, Health
 from dmn.agent.personas import PersonaSet, build_personas
 from dmn.agent.personas.build import Pins
-from dmn.agent.slices.device_health import device_health
+from dmn.agent.slices.device_health import UNHEALTHY_TAINT_KEY, device_health
+from dmn.agent.slices.publication import NodePublication
 from dmn.api.policy import DeviceExposurePolicy
 from dmn.host.rtnetlink.links import LinkState
 from dmn.lab import node
@@ -137,3 +138,35 @@ def test_every_reference_persona_gets_a_verdict(tmp_path: Path) -> None:
     assert {h.health for h in health} == {Health.HEALTHY}
     assert any("RDMA device" in h.message for h in health)
     assert all(0 < len(h.message) <= 1024 for h in health)
+
+
+def test_unhealthy_devices_are_tainted_noschedule_in_the_published_slices(
+    tmp_path: Path,
+) -> None:
+    """The slices the node publishes carry a NoSchedule taint on exactly the devices whose
+    link is down (all three personas of lab0), none while it is up, and a taint that comes
+    or goes moves the pool generation; an exclusive link held by a Pod (UNKNOWN) is not
+    tainted."""
+    policies = [DeviceExposurePolicy.model_validate(p) for p in node.policies()]
+    labels = node.node_object()["metadata"]["labels"]
+    publication = NodePublication(POOL)
+
+    def tainted(links: RecordedLinks, allocated: frozenset[str] = frozenset()) -> set[str]:
+        plan = publication.plan(_scan(tmp_path, links), policies, labels, allocated)
+        devices = [d for s in plan.slices for d in s["spec"].get("devices") or ()]
+        for d in devices:
+            for taint in d.get("taints") or ():
+                assert taint == {"key": UNHEALTHY_TAINT_KEY, "effect": "NoSchedule"}, taint
+        return {d["name"] for d in devices if d.get("taints")}
+
+    assert tainted(RecordedLinks(states=_states())) == set()
+    up_generation = publication.publisher.generation
+    down = tainted(RecordedLinks(states=_states(lab0="DOWN")))
+    assert len(down) == 3 and publication.publisher.generation == up_generation + 1
+    names = {p.name for p in publication.last.personas} if publication.last else set()
+    assert down < names
+    assert tainted(RecordedLinks(states=_states())) == set()
+    assert publication.publisher.generation == up_generation + 2
+    kernel1 = next(n for n in names if n.endswith("-kernel") and n not in down)
+    held = tainted(RecordedLinks(states=_states(lab1="gone")), frozenset({kernel1}))
+    assert kernel1 not in held
