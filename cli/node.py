@@ -59,6 +59,7 @@ from dmn.agent.kubelet.server import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR, 
 from dmn.agent.nri.plugin import DEFAULT_SOCKET_PATH, PluginConfig
 from dmn.agent.readiness import DEFAULT_INTERVAL, ReadinessReporter
 from dmn.agent.slices import InventoryWatch, NodeSlicePublisher
+from dmn.agent.slices.publication_state import STATE_FILE
 from dmn.api.cluster import ApiFailure, Cluster, NotFound, connect
 from dmn.api.cluster import resources as r
 from dmn.cli.command_line import CommandParser, UsageError, run_command
@@ -211,7 +212,11 @@ def build_agent(args: argparse.Namespace, cluster: Cluster) -> NodeAgent:
         rdma=NetlinkRdma(),
     )
     publisher = NodeSlicePublisher(
-        cluster, args.node_name, lambda: scan(config_scan), inventory_watch=InventoryWatch()
+        cluster,
+        args.node_name,
+        lambda: scan(config_scan),
+        inventory_watch=InventoryWatch(),
+        state_file=Path(args.state_dir) / STATE_FILE,
     )
     try:
         publisher.publish()  # slices exist before the kubelet can ask to prepare

@@ -24,6 +24,7 @@ import yaml
 
 from dmn.agent.inventory import Inventory
 from dmn.agent.slices import InventoryWatch, NodeSlicePublisher
+from dmn.agent.slices.publication_state import STATE_FILE
 from dmn.api.cluster import ApiFailure, Cluster, connect
 from dmn.controller.manager import Controller
 from dmn.host.inventory_sources import LinkSource
@@ -127,6 +128,7 @@ class LabCluster:
                 inventory_watch=InventoryWatch(netns=self.netns, udev=False)
                 if self.netns and self.follow_links
                 else None,
+                state_file=self.state_dir.root / STATE_FILE,
             )
             self.publication.publish()
             self.publication.start()

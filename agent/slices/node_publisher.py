@@ -29,7 +29,10 @@ Contract: :meth:`NodeSlicePublisher.publish` is synchronous and returns the stor
 :meth:`start`/:meth:`stop` run the triggers in background threads. A failed pass is logged
 and retried on the next trigger or resync, never fatal. :attr:`inventory` and
 ``publication.last`` are what the node services read as the node's devices; ``allocated``
-is the set of the pool's devices the last pass found allocated. Listeners added with
+is the set of the pool's devices the last pass found allocated. With ``state_file`` (in
+the agent's state directory) the publication state is restored at construction and saved
+after every pass that wrote the pool (:mod:`.publication_state`): a restarted agent keeps
+its pinned declarations and publishes above its last generation. Listeners added with
 :meth:`add_listener` are called after every pass and every rescan (also when the API
 server could not be written), from the publisher's thread: the agent's device health
 report follows the inventory through them.
@@ -42,6 +45,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -50,6 +54,7 @@ from dmn.agent.inventory.facts import Inventory
 from dmn.agent.personas.status_report import report_policy_statuses
 from dmn.agent.slices.pins import allocated_devices
 from dmn.agent.slices.publication import NodePublication
+from dmn.agent.slices.publication_state import load_publication, save_publication
 from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, ListWatch, NotFound
 from dmn.api.cluster import resources as r
 from dmn.api.cluster.events import EventRecorder
@@ -86,6 +91,7 @@ class NodeSlicePublisher:
         resync: float = 30.0,
         inventory_watch: InventoryWatch | None = None,
         coalesce: float = 1.0,
+        state_file: Path | None = None,
     ) -> None:
         self.cluster = cluster
         self.node_name = node_name
@@ -95,7 +101,16 @@ class NodeSlicePublisher:
         self.coalesce = coalesce
         self.inventory_watch = inventory_watch
         self.inventory = scan()
-        self.publication = NodePublication(node_name)
+        self.state_file = state_file
+        restored = load_publication(state_file, node_name) if state_file else None
+        self.publication = restored or NodePublication(node_name)
+        if restored is not None:
+            log.info(
+                "event=publication-restored node=%s generation=%d pinned=%d",
+                node_name,
+                restored.publisher.generation,
+                len(restored.last.personas) if restored.last else 0,
+            )
         self.policies: list[DeviceExposurePolicy] = []
         self.labels: dict[str, str] = {}
         self.cordoned = False
@@ -150,10 +165,11 @@ class NodeSlicePublisher:
         stored. Raises ``ApiFailure`` when the API server cannot be used."""
         with self._lock:
             existing = self._own_slices()
-            if self.publication.publisher.generation == 0 and existing:
+            if existing:
                 # a restarted agent publishes above what its previous run left behind
                 self.publication.publisher.generation = max(
-                    int(s["spec"]["pool"]["generation"]) for s in existing
+                    self.publication.publisher.generation,
+                    *(int(s["spec"]["pool"]["generation"]) for s in existing),
                 )
             # policies before claims: a device allocated and then withdrawn by its policy
             # while this pass reads is seen either still exposed or already allocated (in
@@ -182,6 +198,8 @@ class NodeSlicePublisher:
             PUBLISHED_DEVICES.set(len(plan.personas.personas))
             if self.publication.verify(plan.slices, stored):
                 log.warning("event=slices-degraded node=%s", self.node_name)
+            if self.state_file is not None:
+                save_publication(self.state_file, self.publication)
             report_policy_statuses(self.cluster, self.events, plan.personas, policy_docs)
             log.info(
                 "event=slices-published node=%s slices=%d devices=%d generation=%d",

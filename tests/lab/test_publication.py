@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from dmn.agent.slices import NodeSlicePublisher
 from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
@@ -231,3 +232,47 @@ def test_a_burst_of_claim_changes_is_coalesced_and_none_is_lost(tmp_path: Path) 
         wait_for(lambda: any(t > last for t in passes), what="a pass after the last change")
         elapsed = passes[-1] - start
         assert 1 <= len(passes) <= elapsed / publication.coalesce + 3, (len(passes), elapsed)
+
+
+def test_a_restarted_publisher_keeps_its_promises(tmp_path: Path) -> None:
+    """Issue 40: the scheduler allocates a macvlan share, the agent restarts before kubelet
+    prepares it, and meanwhile the administrator halves the policy's ``children`` capacity.
+    The restarted publisher (a new one on the same state file) keeps the allocated device's
+    declaration — the capacity it was allocated under — while the unallocated sibling takes
+    the new capacity, and the pool generation moves forward. A publisher without the saved
+    state (what every restart did before) re-declares the pinned device with the new
+    capacity: the promise the allocation was made under is gone."""
+    capacity = f"{DRIVER}/children"
+    with LabCluster(StateDir(tmp_path), resync=3600.0) as lab:
+        cluster, publication = lab.client(), lab.publication
+        assert publication is not None
+        publication.stop()  # this test orders the passes itself
+        _macvlan_class(cluster)
+        [claim] = lab.allocate([_claim(cluster, "lab-macvlan")])
+        [result] = claim["status"]["allocation"]["devices"]["results"]
+        pinned = result["device"]
+        publication.publish()
+        generation = publication.publication.publisher.generation
+        policy = cluster.get(r.DEVICE_EXPOSURE_POLICIES, "lab-link-macvlan")
+        policy["spec"]["exposure"]["capacity"]["children"]["value"] = "2"
+        cluster.replace(r.DEVICE_EXPOSURE_POLICIES, policy)
+
+        def restarted(state_file: Path | None) -> NodeSlicePublisher:
+            fresh = NodeSlicePublisher(
+                cluster, publication.node_name, publication.scan, resync=3600.0,
+                state_file=state_file,
+            )  # fmt: skip
+            fresh.publish()
+            return fresh
+
+        assert publication.state_file is not None and publication.state_file.is_file()
+        again = restarted(publication.state_file)
+        devices = _devices(cluster)
+        siblings = [n for n in devices if n.endswith("-macvlan") and n != pinned]
+        assert devices[pinned]["capacity"][capacity]["value"] == "4"
+        assert siblings and all(devices[n]["capacity"][capacity]["value"] == "2" for n in siblings)
+        assert again.publication.publisher.generation > generation
+
+        forgetful = restarted(None)
+        assert _devices(cluster)[pinned]["capacity"][capacity]["value"] == "2"
+        assert forgetful.publication.publisher.generation > again.publication.publisher.generation
