@@ -27,6 +27,12 @@ from dmn.api.model import (
 from dmn.vocabulary.terms import StepKindName
 
 MAX_STEPS = 32
+#: Kubernetes' extended resource names: a DNS-subdomain domain, '/', a qualified-name part
+EXTENDED_RESOURCE_NAME = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+EXTENDED_RESOURCE_NAME_MAX = 253 + 1 + 63
 MAX_ROOTS = 8
 MAX_BUDGET = 64
 
@@ -53,6 +59,15 @@ class Step(ApiModel):
                 "self.kind == 'Allocation' || !has(self.hardwareSelectors)",
                 "only Allocation steps carry hardwareSelectors",
             ),
+            (
+                "self.kind == 'Allocation' || !has(self.extendedResourceName)",
+                "only Allocation steps name an extendedResourceName",
+            ),
+            (
+                "!has(self.extendedResourceName)"
+                " || !self.extendedResourceName.matches('^([^/]*[.])?kubernetes[.]io/')",
+                "an extendedResourceName is not in the kubernetes.io domain",
+            ),
         )
     }
 
@@ -70,6 +85,16 @@ class Step(ApiModel):
         json_schema_extra=PAYLOAD_EXTRA | {"maxProperties": 16},
     )
     hardware_selectors: list[HardwareSelector] | None = Field(default=None, max_length=4)
+    extended_resource_name: str | None = Field(
+        default=None,
+        max_length=EXTENDED_RESOURCE_NAME_MAX,
+        pattern=EXTENDED_RESOURCE_NAME,
+        description=(
+            "Allocation steps: the extended resource (`example.com/fast-net`) a Pod may ask "
+            "for in `resources.limits` to get this root, set on the root's stable "
+            "DeviceClass (`spec.extendedResourceName`); the scheduler then makes the claim."
+        ),
+    )
 
     @model_validator(mode="after")
     def _kind_invariants(self) -> Step:
@@ -78,6 +103,12 @@ class Step(ApiModel):
             raise ValueError("Allocation steps take no inputs")
         if self.kind == "Operation" and self.hardware_selectors is not None:
             raise ValueError("only Allocation steps carry hardwareSelectors")
+        if self.kind == "Operation" and self.extended_resource_name is not None:
+            raise ValueError("only Allocation steps name an extendedResourceName")
+        if self.extended_resource_name is not None:
+            domain = self.extended_resource_name.split("/")[0]
+            if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+                raise ValueError("an extendedResourceName is not in the kubernetes.io domain")
         return self
 
 

@@ -91,6 +91,17 @@ def stable_class(
     }
 
 
+def _extended_resource_names(topo: dict[str, Any]) -> dict[str, str]:
+    """Root step -> the ``extendedResourceName`` the topology gives that root's stable
+    class (only the stable class carries it: one name, one class, across revisions)."""
+    steps = (topo.get("spec") or {}).get("steps") or []
+    return {
+        str(s["id"]): str(s["extendedResourceName"])
+        for s in steps
+        if isinstance(s, dict) and s.get("extendedResourceName") and s.get("id")
+    }
+
+
 def pinned_revisions(classes: Iterable[dict[str, Any]]) -> dict[str, str]:
     """Revision name -> the stable class that names it, over ``classes``."""
     out: dict[str, str] = {}
@@ -125,9 +136,12 @@ class StableClasses:
         name, uid = str(topo["metadata"]["name"]), str(topo["metadata"]["uid"])
         held: dict[str, str] = {}
         conflicts: list[Diagnostic] = []
+        extended = _extended_resource_names(topo)
         for revision_class in revision_classes:
             wanted = stable_class(revision_class, name, uid)
             root = str(wanted["metadata"]["labels"][LABEL_ROOT_STEP])
+            if root in extended:
+                wanted["spec"]["extendedResourceName"] = extended[root]
             problem = self._converge(wanted, name, uid)
             if problem is None:
                 held[root] = str(wanted["metadata"]["name"])

@@ -93,6 +93,11 @@ def referenced_claims(pod: dict[str, Any]) -> list[str] | None:
             names.append(str(name))
         else:
             return None
+    # the claim the scheduler made for the Pod's extended resources (DRAExtendedResource):
+    # named only in the Pod's status, never in its spec
+    extended = status.get("extendedResourceClaimStatus") or {}
+    if isinstance(extended, dict) and extended.get("resourceClaimName"):
+        names.append(str(extended["resourceClaimName"]))
     return names
 
 
@@ -197,6 +202,10 @@ class NodeObjects:
         with self._lock:
             pod = self._pods.get((namespace, pod_name))
             if pod is None or (pod.get("metadata") or {}).get("uid") != pod_uid:
+                return False
+            if not (pod.get("spec") or {}).get("nodeName"):
+                # a version from before the binding may lack the extended-resource claim
+                # the scheduler records in status before it binds: not proof of "none"
                 return False
             if self._ours_reserved.get(pod_uid):
                 return False

@@ -117,14 +117,17 @@ def _read_claims(cluster: Cluster, namespace: str, names: list[str]) -> list[dic
 
 
 def _referenced(pod: dict[str, Any]) -> set[str]:
-    spec = pod.get("spec") or {}
+    """Every claim the Pod names: its own entries, the claims made from its templates, and
+    the claim the scheduler made for its extended resources (status only)."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
     return {
         str(x.get("resourceClaimName"))
         for x in [
             *(spec.get("resourceClaims") or []),
-            *((pod.get("status") or {}).get("resourceClaimStatuses") or []),
+            *(status.get("resourceClaimStatuses") or []),
+            status.get("extendedResourceClaimStatus") or {},
         ]
-        if x.get("resourceClaimName")
+        if isinstance(x, dict) and x.get("resourceClaimName")
     }
 
 

@@ -13,9 +13,11 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from dmn.api import builtin_plugins, crdgen
 from dmn.api.identity import GROUP, VERSION
+from dmn.api.topology import NetworkTopology
 from dmn.lab.apiserver import LabApiServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -187,3 +189,28 @@ def test_root_limit_rule(custom: client.CustomObjectsApi) -> None:
     with pytest.raises(ApiException) as err:
         create(custom, "networktopologies", yaml.safe_load(path.read_text()))
     assert err.value.status == 422 and "at most 8 Allocation roots" in err.value.body
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("kubernetes.io/net", "not in the kubernetes.io domain"),
+        ("node.kubernetes.io/net", "not in the kubernetes.io domain"),
+        ("no-domain", "should match"),
+        ("example.com/-bad", "should match"),
+    ],
+)
+def test_extended_resource_name_rules(
+    custom: client.CustomObjectsApi, name: str, message: str
+) -> None:
+    """The CRD and the model refuse the same names (the model: `dmn lint`)."""
+    topo = yaml.safe_load((EXAMPLES / "host-device.yaml").read_text())
+    topo["metadata"]["name"] = "bad-extended"
+    topo["spec"]["steps"][0]["extendedResourceName"] = name
+    with pytest.raises(ApiException) as err:
+        create(custom, "networktopologies", topo)
+    assert err.value.status == 422 and message in err.value.body, err.value.body
+    with pytest.raises(ValidationError):
+        NetworkTopology.model_validate(topo)
+    topo["spec"]["steps"][0]["extendedResourceName"] = "example.com/fast-net"
+    NetworkTopology.model_validate(topo)

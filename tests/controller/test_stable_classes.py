@@ -128,3 +128,28 @@ def test_a_revision_a_stable_class_names_is_retained(
     assert (verdict.retained, verdict.reason) == (True, "StableClass"), verdict
     _cleanup(cluster, name)
     wait_for(lambda: _gone(cluster, f"{name}-net1"), what="stable class withdrawn")
+
+
+def test_an_extended_resource_name_goes_on_the_stable_class_only(
+    cluster: Cluster, controller: Controller
+) -> None:
+    """A root's ``extendedResourceName`` is set on its stable class (valid against the
+    upstream 1.37 schema), never on the per-revision class: one extended resource, one
+    class, across revisions."""
+    name = "stable-extended"
+    topo = _topology(name)
+    topo["spec"]["steps"][0]["extendedResourceName"] = "example.com/fast-net"
+    try:
+        cluster.create(r.NETWORK_TOPOLOGIES, topo)
+        settled = _settled(cluster, name)
+        assert ready(settled)["status"] == "True"  # type: ignore[index]
+        (root,) = settled["status"]["roots"]
+        stable = cluster.get(r.DEVICE_CLASSES, root["stableDeviceClassName"])
+        assert stable["spec"]["extendedResourceName"] == "example.com/fast-net"
+        kubernetes_validate.validate(
+            {k: v for k, v in stable.items() if k != "status"}, "1.37.0", strict=True
+        )
+        per_revision = cluster.get(r.DEVICE_CLASSES, root["deviceClassName"])
+        assert "extendedResourceName" not in per_revision["spec"]
+    finally:
+        _cleanup(cluster, name)

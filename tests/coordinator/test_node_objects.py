@@ -137,3 +137,37 @@ def test_template_claims_count_once_their_name_is_known() -> None:
     templated["status"] = {"resourceClaimStatuses": [{"name": "n", "resourceClaimName": "t-n"}]}
     assert referenced_claims(templated) == ["t-n"]
     assert referenced_claims(pod("p")) == []
+
+
+@pytest.mark.adversarial
+def test_an_extended_resource_claim_is_referenced_and_an_unbound_pod_proves_nothing(
+    cluster: Cluster,
+) -> None:
+    """A Pod that asks for a DRA-backed extended resource (``resources.limits``) has no
+    ``spec.resourceClaims``: the scheduler names the claim it made only in
+    ``status.extendedResourceClaimStatus``, before it binds. That claim is referenced, and
+    a cached version of the Pod from before its binding proves nothing (it may predate the
+    status write): both would otherwise let RunPodSandbox pass without the network."""
+    extended = pod("x")
+    extended["status"] = {
+        "extendedResourceClaimStatus": {
+            "resourceClaimName": "x-extended-resources-abcde",
+            "requestMappings": [
+                {"containerName": "a", "resourceName": "example.com/net", "requestName": "r"}
+            ],
+        }
+    }
+    assert referenced_claims(extended) == ["x-extended-resources-abcde"]
+    objects = NodeObjects(cluster, NODE, DRIVER).start()
+    try:
+        assert objects.wait_synced(30)
+        unbound = cluster.create(r.PODS, pod("unbound", node=""), "default")
+        bound = cluster.create(r.PODS, pod("bound"), "default")
+        wait_for(
+            lambda: objects.proves_no_claims("default", "bound", bound["metadata"]["uid"]),
+            timeout=30,
+            what="a bound Pod without claims proven",
+        )
+        assert not objects.proves_no_claims("default", "unbound", unbound["metadata"]["uid"])
+    finally:
+        objects.stop()
