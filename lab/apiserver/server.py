@@ -781,8 +781,10 @@ def serve(host: str = "127.0.0.1", port: int = 6443, **options: Any) -> None:
     """Run a lab API server in the foreground until interrupted (for the CLI)."""
     server = LabApiServer(host, port, **options)
     url = server.start()
-    log.info("serving url=%s", url)
     try:
+        # announced inside the try: a SIGTERM as soon as the address is read must still
+        # stop the server through ``finally`` (and save the state)
+        log.info("serving url=%s", url)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

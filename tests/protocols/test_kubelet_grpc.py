@@ -288,7 +288,8 @@ def test_stop_ends_the_health_stream(tmp_path: Path) -> None:
         stream = watch.NodeWatchResources(request, timeout=WAIT)
         next(stream)
         srv.stop(grace=1.0)
-        assert list(stream) == []  # ended by the server (EOF), not by an error
+        for _ in stream:  # a report sent before the stop may still arrive (a busy machine)
+            pass  # ended by the server (EOF), not by an error: no RpcError raised
 
 
 def test_graceful_stop_finishes_in_flight_and_refuses_new(tmp_path: Path) -> None:
