@@ -86,6 +86,7 @@ class BesideRun:
     run_dir: Path | None = None
     process: subprocess.Popen[bytes] | None = None
     started: float = 0.0
+    started_wall: float = 0.0
     wall_s: float | None = None
     waited_s: float = 0.0
     timed_out: bool = False
@@ -116,6 +117,7 @@ class BesideRun:
                 start_new_session=True,
             )
         self.started = time.monotonic()
+        self.started_wall = time.time()
 
     def _wait(self, timeout: float) -> bool:
         assert self.process is not None
@@ -146,7 +148,13 @@ class BesideRun:
             self.timed_out = True
             self.stop()
         self.waited_s = time.monotonic() - t0
-        self.wall_s = time.monotonic() - self.started
+        # the second process usually ended long before this session came to wait for it:
+        # its wall time ends with the last write to its output
+        try:
+            ended = (self.run_dir / OUTPUT).stat().st_mtime
+            self.wall_s = ended - self.started_wall
+        except OSError:
+            self.wall_s = time.monotonic() - self.started
         self.reports = read_reports(self.run_dir / REPORTS)
 
     def output_tail(self, lines: int = 60) -> str:
