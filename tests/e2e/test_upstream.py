@@ -269,6 +269,10 @@ def test_pod_status_shows_device_health(
     healthy = _device_health(admin, "e2e-health", resource_id)
     link = healthy["message"].split()[1]  # "link dmnlab0 is up"
     assert healthy["message"] == f"link {link} is up" and link in LAB_LINKS, healthy
+    inventory_id = next(
+        d.inventory_id for d in lab_pods.devices(admin) if d.name == result["device"]
+    )
+    admin.apply(lab_pods.pinned_template("health-pinned", classes["shared-macvlan"], inventory_id))
     _set_host_link(link, "down")
     try:
         assert wait_for(
@@ -277,11 +281,39 @@ def test_pod_status_shows_device_health(
         ), _device_health(admin, "e2e-health", resource_id)
         unhealthy = _device_health(admin, "e2e-health", resource_id)
         assert unhealthy["message"] == f"link {link} is not usable (operstate DOWN)", unhealthy
+        # the same verdict taints the link's devices NoSchedule in our slice: the running Pod
+        # keeps its network, and a new claim pinned to the link is not allocated
+        assert wait_for(lambda: _taints(admin, result["device"]), WAIT)
+        (taint,) = _taints(admin, result["device"])
+        assert (taint["key"], taint["effect"]) == (f"{DRIVER}/unhealthy", "NoSchedule"), taint
+        assert taint.get("timeAdded"), taint
+        lab_pods.run(admin, pods, "health-waits", "health-pinned")
+        blocked = waiting.wait_for(
+            lambda: lab_pods.unschedulable(admin, "health-waits"),
+            timeout=WAIT,
+            interval=0.5,
+            what="a claim on the tainted link reported unschedulable",
+        )
+        assert "cannot allocate all claims" in blocked, blocked
+        assert pod_phase(admin, "e2e-health") == "Running"
     finally:
         _set_host_link(link, "up")
     assert wait_for(
         lambda: _device_health(admin, "e2e-health", resource_id).get("health") == "Healthy", WAIT
     ), _device_health(admin, "e2e-health", resource_id)
+    assert wait_for(lambda: not _taints(admin, result["device"]), WAIT)
+    lab_pods.wait_running(admin, "health-waits")  # untainted: the scheduler places it now
+
+
+def _taints(admin: Cluster, device: str) -> list[dict[str, Any]]:
+    """The taints our published slice carries on ``device``."""
+    for s in admin.list(r.RESOURCE_SLICES).items:
+        if s["spec"]["driver"] != DRIVER or s["spec"].get("nodeName") != NODE_NAME:
+            continue
+        for d in s["spec"].get("devices") or ():
+            if d["name"] == device:
+                return list(d.get("taints") or ())
+    return []
 
 
 def _exists(admin: Cluster, resource: Any, name: str) -> bool:
