@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import ipaddress
 import json
 import logging
@@ -38,9 +39,11 @@ import pytest
 import yaml
 from cryptography import x509
 
-from dmn.api.cluster import ApiFailure, Cluster, NotFound
+from dmn.api.attachment import NetworkAttachmentStatus, NetworkAttachmentStatusSpec
+from dmn.api.cluster import ApiFailure, Cluster, NotFound, connect
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
+from dmn.api.ipam.ipallocation import Owner, allocation_manifest
 from dmn.lab import manifests
 from dmn.lab.cluster import PLUGIN_DIR, chart_manifests
 from dmn.lab.demo import TOPOLOGIES, apply_pools, wait_settled
@@ -220,6 +223,83 @@ def test_the_charts_rbac_refused_neither_component(lab: UpstreamLab) -> None:
         assert logs.returncode == 0, logs.stderr
         refused = [line for line in logs.stdout.splitlines() if "forbidden" in line.lower()]
         assert refused == [], refused[:5]
+
+
+def _agent_token_cluster(lab: UpstreamLab, admin: Cluster) -> Cluster:
+    """The agent's identity as the API server gives it to the agent's Pod: a service
+    account token bound to that Pod (kubelet's projected token is one), which the API server
+    extends with the Pod's node (``authentication.kubernetes.io/node-name``)."""
+    (agent,) = driver_pods(admin, "app.kubernetes.io/name=dra-multi-network-node")
+    made = Kubectl(lab.admin_kubeconfig).run(
+        "create", "token", "dra-multi-network-node", "-n", DRIVER_NAMESPACE,
+        "--bound-object-kind", "Pod", "--bound-object-name", agent["metadata"]["name"],
+        "--duration", "10m",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    cluster = yaml.safe_load(lab.admin_kubeconfig.read_text())["clusters"][0]["cluster"]
+    return Cluster(
+        connect(
+            url=cluster["server"],
+            token=made.stdout.strip(),
+            ca_cert=cluster["certificate-authority"],
+        )
+    )
+
+
+def _attachment_status(node: str) -> dict[str, Any]:
+    spec = NetworkAttachmentStatusSpec.model_validate(
+        {
+            "podUID": "u-1",
+            "podName": "p",
+            "sandboxID": "s",
+            "nodeName": node,
+            "bootID": "b",
+            "claimUID": "c-1",
+            "claimFingerprint": "f",
+            "revisionRef": {"name": "r", "uid": "r-1", "digest": "sha256:" + "0" * 64},
+        }
+    )
+    return NetworkAttachmentStatus(metadata={"name": f"node-authority-{node}"}, spec=spec).to_api()
+
+
+def _allocation(node: str) -> dict[str, Any]:
+    owner = Owner(NAMESPACE, "c", "c-1", node, "op")
+    return allocation_manifest("macvlan-v4", "10.56.0.250", 4, "Dynamic", owner)
+
+
+@pytest.mark.adversarial
+def test_the_agents_node_bound_token_writes_only_its_own_nodes_objects(
+    lab: UpstreamLab, admin: Cluster, macvlan_template: None
+) -> None:
+    """With the agent's own credential (bound to lab-node), the real API server and the
+    chart's admission policies refuse a ResourceSlice, an IPAllocation and a
+    NetworkAttachmentStatus in another node's name, and let the same writes for its own node
+    through (dry run: nothing is stored)."""
+    agent = _agent_token_cluster(lab, admin)
+    own_slice = next(
+        s
+        for s in admin.list(r.RESOURCE_SLICES).items
+        if s["spec"]["driver"] == DRIVER and s["spec"].get("nodeName") == NODE_NAME
+    )
+    foreign_slice = copy.deepcopy(own_slice)
+    foreign_slice["metadata"] = {"name": "node-authority-foreign"}
+    foreign_slice["spec"]["nodeName"] = "other-node"
+    cases = [
+        (r.RESOURCE_SLICES, foreign_slice, None, "may write only ResourceSlices of its own node"),
+        (r.IP_ALLOCATIONS, _allocation("other-node"), None, "only IP allocations its own node"),
+        (r.NETWORK_ATTACHMENT_STATUSES, _attachment_status("other-node"), NAMESPACE,
+         "only NetworkAttachmentStatuses of its own node"),
+    ]  # fmt: skip
+    for resource, body, namespace, message in cases:
+        with pytest.raises(ApiFailure) as refused:
+            agent.create(resource, body, namespace, dry_run=True)
+        assert refused.value.code == 403, (resource.plural, refused.value)
+        assert message in str(refused.value), (resource.plural, str(refused.value))
+    agent.create(r.IP_ALLOCATIONS, _allocation(NODE_NAME), dry_run=True)
+    agent.create(
+        r.NETWORK_ATTACHMENT_STATUSES, _attachment_status(NODE_NAME), NAMESPACE, dry_run=True
+    )
+    agent.replace(r.RESOURCE_SLICES, own_slice, dry_run=True)
 
 
 def test_helm_upgrade_rolls_the_controller_with_the_webhook_judging_throughout(

@@ -16,7 +16,11 @@ from collections.abc import Callable
 import pytest
 
 from dmn.api.cluster import Cluster
+from dmn.api.cluster import resources as r
+from dmn.api.identity import DRIVER
+from dmn.lab.pod_demo import NAMESPACE
 from dmn.lab.upstream.cluster import UpstreamLab, node_ready
+from dmn.lab.upstream.configs import NODE_NAME
 from dmn.lab.upstream.demo import Kubectl
 from tests.e2e import installed_driver, lab_pods
 from tests.e2e.installed_driver import REGISTERED, SYNCHRONIZE
@@ -115,3 +119,92 @@ def test_kubelet_restart(
         wait_for(lambda: node_ready(admin), timeout=WAIT, interval=0.5, what="node Ready")
 
     _restart_keeps_pods_networked(upstream_lab, admin, pods, "kubelet", restart)
+
+
+def _capacities(admin: Cluster) -> dict[str, str]:
+    """Our macvlan devices' ``children`` capacity as the lab node's slices declare it."""
+    out = {}
+    for s in admin.list(r.RESOURCE_SLICES).items:
+        if s["spec"]["driver"] != DRIVER or s["spec"].get("nodeName") != NODE_NAME:
+            continue
+        for d in s["spec"].get("devices") or ():
+            value = ((d.get("capacity") or {}).get(f"{DRIVER}/children") or {}).get("value")
+            if value is not None and d["name"].endswith("-macvlan"):
+                out[d["name"]] = str(value)
+    return out
+
+
+def _set_children(admin: Cluster, value: str) -> None:
+    policy = admin.get(r.DEVICE_EXPOSURE_POLICIES, "lab-link-macvlan")
+    policy["spec"]["exposure"]["capacity"]["children"]["value"] = value
+    admin.replace(r.DEVICE_EXPOSURE_POLICIES, policy)
+
+
+def test_an_agent_restarted_between_allocation_and_preparation_keeps_its_promise(
+    upstream_lab: UpstreamLab, admin: Cluster, classes: dict[str, str], pods: list[str]
+) -> None:
+    """The agent is down while the real scheduler allocates a macvlan share from its slices
+    and kubelet cannot prepare it; meanwhile the policy's ``children`` drops from 4 to 2. The
+    restarted agent restores its publication state: the allocated device keeps the capacity
+    it was allocated under (the scheduler's accounting of its shares stays true), its
+    unallocated sibling takes the new one, and the pool generation moves forward. A changed
+    declaration is a drain (design §5.6): the allocated-but-unprepared claim is not prepared
+    (kubelet's Event quotes E_NOT_READY) until the scope is drained or, as here, the policy
+    is put back — then kubelet's retry prepares it and the Pod gets its network."""
+    if installed_driver.runs_as_pods(upstream_lab):
+        pytest.skip("the DaemonSet replaces a stopped agent Pod at once: no window to allocate in")
+    agent = upstream_lab.procs.get("dmn-node")
+    assert agent is not None
+    generation = max(
+        int(s["spec"]["pool"]["generation"])
+        for s in admin.list(r.RESOURCE_SLICES).items
+        if s["spec"]["driver"] == DRIVER and s["spec"].get("nodeName") == NODE_NAME
+    )
+    registered = installed_driver.agent_log_count(upstream_lab, REGISTERED)
+    upstream_lab.procs.stop("dmn-node")
+    try:
+        lab_pods.run(admin, pods, "promised", "shared-macvlan")
+        claim = wait_for(
+            lambda: next(
+                (c for c in lab_pods.claims_of(admin, lab_pods.uid(admin, "promised"))
+                 if lab_pods.allocated_devices(c)),
+                None,
+            ),
+            timeout=WAIT, interval=0.5, what="the claim allocated while the agent is down",
+        )  # fmt: skip
+        (device,) = lab_pods.allocated_devices(claim)
+        _set_children(admin, "2")
+    finally:
+        upstream_lab.procs.start("dmn-node", agent.argv, agent.env)
+    try:
+        _wait_log(upstream_lab, REGISTERED, registered, "the restarted agent's registration")
+
+        def republished() -> dict[str, str] | None:
+            got = _capacities(admin)
+            others = [v for name, v in got.items() if name != device]
+            return got if others and set(others) == {"2"} else None
+
+        got = wait_for(republished, timeout=WAIT, interval=0.5, what="the new policy published")
+        assert got[device] == "4", got
+        after = max(
+            int(s["spec"]["pool"]["generation"])
+            for s in admin.list(r.RESOURCE_SLICES).items
+            if s["spec"]["driver"] == DRIVER and s["spec"].get("nodeName") == NODE_NAME
+        )
+        assert after > generation
+        wait_for(
+            lambda: any("E_NOT_READY" in str(e.get("message")) for e in
+                        lab_pods.events(admin, "promised")),
+            timeout=WAIT, interval=1.0, what="preparation held while the scope drains",
+        )  # fmt: skip
+        assert admin.get(r.PODS, "promised", NAMESPACE)["status"]["phase"] == "Pending"
+    finally:
+        _set_children(admin, "4")
+    lab_pods.wait_running(admin, "promised")
+    assert _has_net1(upstream_lab, "promised")
+    lab_pods.remove(admin, "promised")
+    pods.remove("promised")
+    wait_for(
+        lambda: set(_capacities(admin).values()) == {"4"},
+        timeout=WAIT, interval=0.5, what="capacity 4 published again",
+    )  # fmt: skip
