@@ -121,7 +121,9 @@ def test_kernel_root(name: str, plugins: dict[str, Plugin]) -> None:
         ("state", "linux/link-configure/v1"),
     ]
     move, state = connect.effects
-    assert move.parameters == {"ifName": "net1"}
+    # host-cni binds its carryHostAddresses (default false) to the move's carryHostConfig
+    carry = {"carryHostConfig": False} if name == "host-cni" else {}
+    assert move.parameters == {"ifName": "net1", **carry}
     assert state.parameters == {"mtu": 1500, "up": True}
     assert set(connect.exports) == {"interface"}
 
