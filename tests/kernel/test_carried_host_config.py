@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from dmn.agent.coordinator.network_data import recorded_addresses
 from dmn.engine.journal import EffectState
 from dmn.host.rtnetlink.addresses import IFA_F_NODAD
 from dmn.host.rtnetlink.carried_config import CarriedConfig, read_carried
@@ -148,6 +149,10 @@ def test_a_moved_netdevice_carries_its_host_addresses_and_routes_and_brings_them
     # the move's outcome carries the record; the claim reports the carried addresses
     handle = result.exports["interface"][0]
     assert "10.87.0.0" in str(handle.observations[CARRIED_HOST_CONFIG])
+    with node.runner() as r:
+        op = r.journal.load_operation("a-conn")
+    assert op is not None
+    assert recorded_addresses(handle, op.effects) == ["10.86.0.2/24", "10.86.0.3/24", "fd86::2/64"]
 
     node.cleanup("a-conn")
     node.cleanup("a-prep")
