@@ -23,13 +23,14 @@ import pytest
 from dmn.agent.coordinator.network_data import recorded_addresses
 from dmn.engine.journal import EffectState
 from dmn.host.rtnetlink.addresses import IFA_F_NODAD
-from dmn.host.rtnetlink.carried_config import CarriedConfig, read_carried
+from dmn.host.rtnetlink.carried_config import MAX_ADDRESSES, CarriedConfig, read_carried
 from dmn.host.rtnetlink.links import by_name
+from dmn.opcodes.executor import EffectContext, ExecutorError
 from dmn.vocabulary.handles import CARRIED_HOST_CONFIG
 from dmn.vocabulary.terms import Access
 from tests.kernel.node import Node, bind, call, unprivileged_server
 from tests.kernel.test_ip_executors import ip_json, l3_state, route_get
-from tests.kernel.world import World, host_handle, ping, world
+from tests.kernel.world import EXECUTORS, World, drive, host_handle, ping, world
 
 pytestmark = pytest.mark.netns
 
@@ -303,3 +304,31 @@ def test_what_a_link_carries_is_what_an_administrator_configured() -> None:
             ("2001:db8:87::/64 via fd86::1 table 254 metric 1024", 3, False),
         }
         assert CarriedConfig.decode(carried.encode()) == carried
+
+
+def test_a_handle_without_a_record_and_a_link_with_too_much_are_refused() -> None:
+    """``ip/carried-host-config/v1`` bound to a move that recorded nothing is E_NOT_CARRIED;
+    a link with more addresses than a move carries is refused at the move's capture
+    (E_CARRY_TOO_LARGE), before anything moved."""
+    with world() as w:
+        sb = w.sandbox()
+        root, _ = carrying_host(w)
+        host = w.ipr(w.host)
+        env = w.env(sb)
+        handle = host_handle(host, root, Access.EXCLUSIVE_CONFIGURE)
+        move = drive(env, "linux/link-move/v1", {"interface": (handle,)}, {"ifName": "net1"})
+        carry = EXECUTORS["ip/carried-host-config/v1"]
+        ctx = EffectContext("op1", "carried", {"interface": (move.output(),)}, {}, env)
+        with pytest.raises(ExecutorError) as refused:
+            carry.capture(ctx)
+        assert refused.value.code == "E_NOT_CARRIED"
+        move.undo()
+
+        for n in range(MAX_ADDRESSES):
+            in_ns(w.host, "addr", "add", f"10.90.{n}.2/24", "dev", root)
+        carrying = {"ifName": "net1", "carryHostConfig": True}
+        ctx = EffectContext("op2", "move", {"interface": (handle,)}, carrying, env)
+        with pytest.raises(ExecutorError) as refused:
+            EXECUTORS["linux/link-move/v1"].capture(ctx)
+        assert refused.value.code == "E_CARRY_TOO_LARGE"
+        assert by_name(host, root) is not None
