@@ -725,6 +725,24 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "not wanted by hand, then `dmn journal resolve` the effect.",
     ),
     _r(
+        "E_NOT_CARRIED",
+        EXEC,
+        "ip/carried-host-config was given an interface whose move recorded no host "
+        "addresses and routes (a linux/link-move/v1 without carryHostConfig, or another "
+        "effect's handle). Nothing was changed.",
+        "Bind the effect's interface from the move's output and set the move's "
+        "carryHostConfig to true (host-cni: carryHostAddresses).",
+    ),
+    _r(
+        "E_CARRY_TOO_LARGE",
+        EXEC,
+        "A link to be moved with carryHostConfig holds more host addresses (32) or routes "
+        "through it (64) than a move carries; it is refused rather than carried in part. "
+        "Nothing was changed.",
+        "Move the link without carrying its host configuration and address the Pod's "
+        "interface from the plugin's addresses and routes (or an IPPool) instead.",
+    ),
+    _r(
         "E_RULE_EXISTS",
         EXEC,
         "A policy routing rule of the family holds a priority ip/rules would use (or one "

@@ -62,6 +62,9 @@ REQUIRES: Mapping[str, str] = MappingProxyType(
         "effect before any allocation is created",
         "neighbours-absent": "the link has no permanent or no-ARP neighbour entry for an "
         "address to add (a learned one is the kernel's cache and is written over)",
+        "carried-config-absent": "the link has none of the carried addresses and no route "
+        "holds the destination, table and metric of a carried route (an entry this effect "
+        "did not add is never adopted)",
     }
 )
 
@@ -107,5 +110,8 @@ POSTCONDITIONS: Mapping[str, str] = MappingProxyType(
         "every pool route is in the sandbox as recorded",
         "neighbours-present": "every added neighbour entry is on the link, permanent, with "
         "the requested MAC address",
+        "carried-config-present": "every carried address is on the link (none failed "
+        "duplicate address detection), with its kernel creation stamp recorded, and every "
+        "carried route is in the sandbox through the link as recorded",
     }
 )

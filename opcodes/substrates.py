@@ -53,6 +53,14 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         "IPv4 and IPv6",
     ),
     SubstrateRow(
+        ("ip/carried-host-config",),
+        ("opcodes/ip/",),
+        "host kernel (a veth stand-in with host addresses and routes moved into a scratch "
+        "sandbox and back; SIGKILL at every boundary; a tenant renaming the link, removing a "
+        "carried address and adding its own before undo)",
+        "IPv4 and IPv6",
+    ),
+    SubstrateRow(
         ("linux/create-ipvlan", "linux/create-vlan", "linux/create-bond", "linux/attach-master"),
         ("opcodes/linux/",),
         "lab kernel (veth stand-ins, ping)",

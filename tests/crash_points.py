@@ -62,6 +62,7 @@ OWNERS: Mapping[str, str] = {
     "ip/neighbours/v1": "tests.kernel.test_program_crashes",
     "ip/rules/v1": "tests.kernel.test_program_crashes",
     "ip/pool-addresses/v1": "tests.kernel.test_ip_pool_crashes",
+    "ip/carried-host-config/v1": "tests.kernel.test_program_crashes",
 }  # share/hold-parent has none: macvlan (host) and ipvlan (lab) shares differ in the kernel
 
 

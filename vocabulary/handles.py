@@ -120,6 +120,12 @@ added, ``address/prefix`` each in canonical form, space-separated. What the node
 the claim's ``networkData.ips`` is read from these recorded outcomes, never from the link (a
 tenant can add addresses of its own)."""
 
+CARRIED_HOST_CONFIG = "carriedHostConfig"
+"""Observation key of the interface handle ``linux/link-move/v1`` outputs when it carries the
+link's host configuration: the addresses and routes it recorded on the host before the move
+(canonical JSON of :class:`dmn.host.rtnetlink.carried_config.CarriedConfig`), which
+``ip/carried-host-config/v1`` re-creates in the sandbox."""
+
 
 @dataclass(frozen=True, slots=True)
 class Handle:

@@ -25,7 +25,10 @@ from dmn.host.errors import HostError
 from dmn.host.rtnetlink.links import netlink_call
 
 RTN_UNICAST = 1
+RTPROT_KERNEL = 2
 RTPROT_STATIC = 4
+RTNH_F_ONLINK = 4
+"""rtm_flags bit: the gateway is on the link even though no prefix of the link covers it."""
 """The protocol ``ip/routes`` writes: "installed by an administrator" (a label, not a proof:
 anyone may write it)."""
 
@@ -91,14 +94,20 @@ def _entry(msg: Any) -> RouteEntry | None:
     )
 
 
-def routes_of(ipr: Any, family: int) -> list[RouteEntry]:
-    """Every single-path unicast route of ``family`` in the socket's namespace."""
+def unicast_routes(ipr: Any, family: int) -> list[tuple[RouteEntry, Any]]:
+    """Every single-path unicast route of ``family`` in the socket's namespace, with the
+    kernel's message it was read from (for the attributes :class:`RouteEntry` leaves out)."""
     out = []
     for msg in netlink_call("read routes", ipr.get_routes, family=family):
         entry = _entry(msg)
         if entry is not None and entry.kind == RTN_UNICAST:
-            out.append(entry)
+            out.append((entry, msg))
     return out
+
+
+def routes_of(ipr: Any, family: int) -> list[RouteEntry]:
+    """Every single-path unicast route of ``family`` in the socket's namespace."""
+    return [entry for entry, _ in unicast_routes(ipr, family)]
 
 
 def _fields(route: RouteEntry) -> dict[str, Any]:
@@ -121,8 +130,12 @@ def _fields(route: RouteEntry) -> dict[str, Any]:
     return fields
 
 
-def add_route(ipr: Any, route: RouteEntry) -> None:
-    netlink_call(f"add route {route.describe()}", ipr.route, "add", **_fields(route))
+def add_route(ipr: Any, route: RouteEntry, onlink: bool = False) -> None:
+    """Add ``route`` (``onlink``: its gateway need not be covered by a prefix of the link)."""
+    fields = _fields(route)
+    if onlink:
+        fields["flags"] = RTNH_F_ONLINK
+    netlink_call(f"add route {route.describe()}", ipr.route, "add", **fields)
 
 
 def delete_route(ipr: Any, route: RouteEntry) -> bool:

@@ -105,7 +105,7 @@ def decode_stamps(text: str) -> dict[Key, int]:
     return out
 
 
-def _recorded_stamps(outputs: Outputs) -> dict[Key, int] | None:
+def recorded_stamps(outputs: Outputs) -> dict[Key, int] | None:
     """The stamps the effect's outcome recorded; None when no outcome was recorded."""
     handles = outputs.get("interface", ())
     if not handles:
@@ -204,7 +204,7 @@ class IpAddresses:
         ipr = env.rtnl(ref)
         live = link_addresses(ipr, link.index)
         by_key = _by_key(live)
-        stamps = _recorded_stamps(outputs)
+        stamps = recorded_stamps(outputs)
         wanted = _wanted(before)
         ours: dict[Key, InterfaceAddress] = {}
         refused: list[str] = []
@@ -221,7 +221,7 @@ class IpAddresses:
             found = ours.get(_key(iface))
             if found is None:
                 continue
-            dependant = _foreign_secondaries(found, live, ours)
+            dependant = foreign_secondaries(found, live, ours)
             if dependant:
                 refused.append(
                     f"{iface} is the primary address of {', '.join(dependant)}, which are "
@@ -236,7 +236,7 @@ class IpAddresses:
             )
 
 
-def _foreign_secondaries(
+def foreign_secondaries(
     primary: InterfaceAddress, live: tuple[InterfaceAddress, ...], ours: dict[Key, Any]
 ) -> list[str]:
     """The IPv4 secondaries of ``primary``'s subnet that are not ours."""

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.ip import specs
 from dmn.opcodes.ip.addresses import IpAddresses
+from dmn.opcodes.ip.carried_config import IpCarriedHostConfig
 from dmn.opcodes.ip.neighbours import IpNeighbours
 from dmn.opcodes.ip.pool_addresses import IpPoolAddresses
 from dmn.opcodes.ip.routes import IpRoutes
@@ -18,5 +19,6 @@ EXECUTORS: Mapping[str, Executor] = {
     specs.IP_NEIGHBOURS.name: IpNeighbours(),
     specs.IP_RULES.name: IpRules(),
     specs.IP_POOL_ADDRESSES.name: IpPoolAddresses(),
+    specs.IP_CARRIED_HOST_CONFIG.name: IpCarriedHostConfig(),
 }
 """Every ``ip/*`` executor by opcode name, for the runner's executor registry."""

@@ -425,10 +425,42 @@ IP_POOL_ADDRESSES = dataclasses.replace(
     boot_volatile=False,
 )
 
+
+class IpCarriedHostConfigParameters(ParameterModel):
+    """No parameters: what is re-created is what the link's move recorded on the host
+    (``linux/link-move/v1`` with ``carryHostConfig``), which the interface handle carries."""
+
+
+IP_CARRIED_HOST_CONFIG = link_settings_spec(
+    name="ip/carried-host-config/v1",
+    summary="Re-create in the sandbox the host addresses and routes a moved link carried.",
+    changes=(
+        "Adds to the granted link inside the Pod's namespace the host addresses and routes "
+        "its move recorded before the link left the host (`linux/link-move/v1` with "
+        "`carryHostConfig`): the permanent global addresses with their prefix, writable "
+        "flags and IPv4 broadcast, then the routes that went through the link (gateway, "
+        "preferred source, metric, table, scope, protocol, onlink). Refused, with nothing "
+        "changed, when the handle comes from a move that recorded nothing "
+        "(`E_NOT_CARRIED`), the link has one of the addresses or a route's key is taken."
+    ),
+    undo=(
+        "Deletes exactly the routes (matched by every recorded attribute) and addresses "
+        "(proven by the link's recorded identity and their kernel creation stamps) it "
+        "added; an entry someone removed is left removed, one re-added or changed by "
+        "someone else is left in place and the effect quarantined. The move's own undo "
+        "puts the recorded addresses and routes back on the host when the link returns."
+    ),
+    parameters=IpCarriedHostConfigParameters,
+    link_types=_ANY_LINK,
+    precondition="carried-config-absent",
+    postcondition="carried-config-present",
+)
+
 SPECS: tuple[OpcodeSpec, ...] = (
     IP_ADDRESSES,
     IP_ROUTES,
     IP_NEIGHBOURS,
     IP_RULES,
     IP_POOL_ADDRESSES,
+    IP_CARRIED_HOST_CONFIG,
 )

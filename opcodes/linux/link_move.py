@@ -4,6 +4,15 @@ A moved root carries the move's alias while it is in the sandbox (a label for pe
 proof); undo returns it with its original name, alias, MTU, MAC, addresses and admin state,
 finding it by the identity the journal recorded: its ifindex in the recorded sandbox, or in
 the host when the kernel returned it there.
+
+With ``carryHostConfig`` the capture also records what the link carries
+(:mod:`dmn.host.rtnetlink.carried_config`: its permanent global addresses with their flags
+and the routes through it) before anything moves; the outcome hands the record on in the
+output handle (:data:`~dmn.vocabulary.handles.CARRIED_HOST_CONFIG`) for
+``ip/carried-host-config/v1``, and undo, once the link is home and up, puts the recorded
+addresses and routes back on it. Entries that cannot go back (the host has them already, or
+another route holds a key) are logged (``event=carry-restore-skip``), never a failed undo:
+the link itself is home, and nothing the journal did not record is deleted or adopted.
 """
 
 from __future__ import annotations
@@ -13,6 +22,12 @@ import logging
 from typing import Any
 
 from dmn.host.netns import LinkEnvironment, NamespaceRef
+from dmn.host.rtnetlink.carried_config import (
+    CarriedConfig,
+    read_carried,
+    restore_addresses,
+    restore_routes,
+)
 from dmn.host.rtnetlink.link_identity import (
     IDENTITY_KEY,
     find_hardware,
@@ -43,6 +58,7 @@ from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, Recover
 from dmn.opcodes.linux import specs
 from dmn.opcodes.linux.link_ownership import set_alias
 from dmn.opcodes.spec import OpcodeSpec
+from dmn.vocabulary.handles import CARRIED_HOST_CONFIG, Handle
 from dmn.vocabulary.terms import ScopeKind
 
 _log = logging.getLogger("dmn.opcodes.linux.executors")  # the family logger, as before the split
@@ -75,7 +91,7 @@ class LinkMove:
         target = str(ctx.parameters["ifName"])
         if by_name(env.rtnl(sandbox), target) is not None:
             raise ExecutorError("E_NAME_TAKEN", f"{target!r} already exists in the sandbox")
-        return {
+        before = {
             "host": env.host.to_json(),
             "sandbox": sandbox.to_json(),
             "original": full.to_json(),
@@ -83,6 +99,9 @@ class LinkMove:
             "target": target,
             "alias": ctx.alias,
         }
+        if ctx.parameters.get("carryHostConfig") is True:
+            before["carried"] = read_carried(ipr, link.index).to_json()
+        return before
 
     def apply(self, ctx: EffectContext, before: Any) -> None:
         env = environment(ctx)
@@ -155,6 +174,9 @@ class LinkMove:
         ok = link.name == before["target"] and link.alias == before["alias"]
         sandbox = NamespaceRef.from_json(before["sandbox"])
         out = link_handle(single(ctx, "interface"), ctx, env, sandbox, link, frozenset())
+        carried = _carried(before)
+        if carried is not None:
+            out = _with_observation(out, CARRIED_HOST_CONFIG, carried.encode())
         return Observed(ok, {"interface": (out,)}, "" if ok else f"read back {link.name}")
 
     def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
@@ -231,7 +253,7 @@ class LinkMove:
             )
         elif link.name != original.name:
             _rename_home(host, link, original.name)
-        restore_root(host, original)
+        restore_root(host, original, _carried(before), ctx.effect_id)
 
     def _undo_after_reboot(self, ctx: EffectContext, env: LinkEnvironment, before: Any) -> None:
         """Undo of a move recorded in an earlier boot: the sandbox died with that boot. A
@@ -253,7 +275,7 @@ class LinkMove:
             return
         if link.name != original.name:
             _rename_home(host, link, original.name)
-        restore_root(host, original)
+        restore_root(host, original, _carried(before), ctx.effect_id)
 
     def _in_other_pin(
         self, env: LinkEnvironment, before: Any, outputs: Outputs
@@ -300,8 +322,21 @@ def _observed_index(outputs: Outputs | None) -> int:
     return 0
 
 
-def restore_root(host: Any, original: LinkState) -> None:
-    """Put a returned root back as captured: name, alias, MTU, MAC, addresses, admin state."""
+def _carried(before: Any) -> CarriedConfig | None:
+    """What the move recorded to carry; None when it carries nothing."""
+    data = before.get("carried")
+    return CarriedConfig.from_json(data) if isinstance(data, dict) else None
+
+
+def _with_observation(handle: Handle, key: str, value: str) -> Handle:
+    return dataclasses.replace(handle, observations={**handle.observations, key: value})
+
+
+def restore_root(
+    host: Any, original: LinkState, carried: CarriedConfig | None = None, effect_id: str = ""
+) -> None:
+    """Put a returned root back as captured: name, alias, MTU, MAC, addresses, admin state
+    and, when the move carried them, the recorded addresses (with their flags) and routes."""
     link = by_name(host, original.name)
     if link is None:
         raise ExecutorError("E_LINK_LOST", f"{original.name} did not arrive in the host")
@@ -314,6 +349,10 @@ def restore_root(host: Any, original: LinkState) -> None:
         changes["ifalias"] = original.alias
     if changes:
         link_request(f"restore {original.name}", host, "set", index=link.index, **changes)
+    skipped: list[str] = []
+    if carried is not None:
+        # before the plain restore below, which would add these without their flags
+        skipped += restore_addresses(host, link.index, carried)
     present = (
         {(a.family, a.address, a.prefixlen) for a in addresses_of(host, link.index)}
         if original.addresses
@@ -334,3 +373,10 @@ def restore_root(host: Any, original: LinkState) -> None:
     if now is not None and now.up != original.up:
         state = "up" if original.up else "down"
         link_request(f"{state} {original.name}", host, "set", index=link.index, state=state)
+    if carried is not None:
+        # after the addresses and the admin state: the kernel refuses a gateway it cannot reach
+        skipped += restore_routes(host, link.index, carried)
+    for why in skipped:
+        _log.warning(
+            "effect=%s event=carry-restore-skip link=%s entry=%r", effect_id, original.name, why
+        )

@@ -51,9 +51,14 @@ _CHILD_GRANTS = frozenset({Access.READ, Access.EXCLUSIVE_CONFIGURE, Access.CREAT
 
 
 class LinkMoveParameters(ParameterModel):
-    """``ifName`` is the name the link gets inside the sandbox (renamed during the move)."""
+    """``ifName`` is the name the link gets inside the sandbox (renamed during the move).
+    ``carryHostConfig`` (default false): record the link's host addresses and the routes
+    through it before the move, hand them on in the output handle (for
+    ``ip/carried-host-config/v1`` to re-create in the sandbox) and put them back on the
+    host when the link returns."""
 
     ifName: IfName
+    carryHostConfig: bool = False
 
 
 class LinkConfigureParameters(ParameterModel):
@@ -129,11 +134,17 @@ LINK_MOVE = OpcodeSpec(
     summary="Move a host link the call exclusively owns into the verified sandbox, renaming it.",
     changes=(
         "Moves the granted host link into the Pod's network namespace and renames it to "
-        "ifName there; the host namespace loses the link."
+        "ifName there; the host namespace loses the link, and the kernel drops its "
+        "addresses and the routes through it. With carryHostConfig, the link's permanent "
+        "global addresses and the routes through it are recorded first and handed on to "
+        "`ip/carried-host-config/v1`."
     ),
     undo=(
         "Moves the link back to the host namespace under its recorded original name "
-        "(found by the ownership the journal recorded, never by name)."
+        "(found by the ownership the journal recorded, never by name) and puts back its "
+        "recorded MTU, MAC, alias, addresses and admin state; with carryHostConfig also the "
+        "recorded addresses' flags and the recorded routes (an entry the host already has, "
+        "or whose key another route holds, is left as it is)."
     ),
     parameters=LinkMoveParameters,
     inputs={

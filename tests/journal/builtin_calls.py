@@ -213,6 +213,13 @@ SCENARIOS: list[tuple[str, str, str, dict[str, Any], dict[str, Any]]] = [
         {"prepared": {"interface": (iface("ens2"),)}},
     ),
     (
+        "host-kernel-carried-connect",
+        "host-cni",
+        "connect",
+        {"mode": "kernel", **ETH, "carryHostAddresses": True},
+        {"prepared": {"interface": (iface("ens2"),)}},
+    ),
+    (
         "sriov-kernel-addressed-connect",
         "sriov-cni",
         "connect",

@@ -212,6 +212,62 @@ def test_host_cni_crash_at_every_boundary(
     assert run_points >= 8 and cleanup_points >= 4
 
 
+def test_host_cni_carrying_host_addresses_crash_at_every_boundary(
+    server: CrashForkServer, node_world: tuple[Node, World]
+) -> None:
+    """host-cni with carryHostAddresses (link-move recording the root's host addresses and
+    routes, link-configure, ip/carried-host-config re-creating them in the sandbox) killed
+    at every boundary of its effects: after recovery and cleanup the root is back in the
+    host with exactly its addresses and routes (every table), the sandbox holds nothing of
+    ours, and nothing is quarantined."""
+    node, w = node_world
+    sandbox, peer_ns = w.sandbox(), w.sandbox()
+    host = w.ipr(w.host)
+    root, peer = w.veth(w.host)
+    host.link("set", index=host.link_lookup(ifname=peer)[0], net_ns_fd=peer_ns)
+    index = host.link_lookup(ifname=root)[0]
+    host.addr("add", index=index, address="10.86.0.2", prefixlen=24)
+    host.addr("add", index=index, address="fd86::2", prefixlen=64, flags=0x02)
+    host.route("add", dst="10.87.0.0", dst_len=16, gateway="10.86.0.1", oif=index, priority=10)
+    host.route("add", dst="2001:db8:87::", dst_len=64, gateway="fd86::1", oif=index)
+    host.route("add", dst="10.88.0.0", dst_len=16, gateway="10.86.0.1", oif=index, table=100)
+    w.ipr(sandbox).link("add", ifname="keepme0", kind="veth", peer="keepme1")
+    handle = host_handle(host, root, Access.EXCLUSIVE_CONFIGURE)
+    config = {**HOST_CONFIG, "carryHostAddresses": True}
+
+    def prepare(op: str) -> Any:
+        return bind(
+            "host-cni", "prepare", call(config, f"{op}-prep", allocation={"interface": (handle,)})
+        )
+
+    def connect(op: str) -> Any:
+        def make(prepared: Any, ref: Any) -> Any:
+            c = call(config, f"{op}-conn", prepared=dict(prepared.exports), sandbox=ref)
+            program = bind("host-cni", "connect", c)
+            assert [e.id for e in program.effects] == ["move", "state", "carried"]
+            return program
+
+        return make
+
+    def host_l3() -> Any:
+        return l3_state(w.host)
+
+    run_points, cleanup_points = _crash_matrix(
+        server,
+        node,
+        w,
+        sandbox,
+        prepare,
+        connect,
+        owner=__name__,
+        sandbox_state=l3_state,
+        facts=host_l3,
+    )
+    # three effects: intent, per effect before-image, apply and outcome, completion;
+    # cleanup: per effect Undoing and undone
+    assert run_points >= 11 and cleanup_points >= 6
+
+
 def test_interface_settings_crash_at_every_boundary(
     server: CrashForkServer, node_world: tuple[Node, World]
 ) -> None:

@@ -52,6 +52,7 @@ VOCABULARY = {
     "ip/neighbours/v1",
     "ip/rules/v1",
     "ip/pool-addresses/v1",
+    "ip/carried-host-config/v1",
 }
 
 P, C = Hook.PREPARE, Hook.CONNECT
@@ -89,6 +90,7 @@ CONTRACT = {
     "ip/neighbours/v1": ({C}, REV),
     "ip/rules/v1": ({C}, REV),
     "ip/pool-addresses/v1": ({C}, REV),
+    "ip/carried-host-config/v1": ({C}, REV),
 }
 
 SPECS = sorted(ALL_SPECS, key=lambda s: s.name)

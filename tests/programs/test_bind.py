@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dmn.engine.binder import Call, bind_program
-from dmn.engine.bound import BoundProgram
+from dmn.engine.bound import BoundProgram, EffectOutputRef
 from dmn.interpreter.checker import check_plugin
 from dmn.interpreter.diagnostics import Code, Diagnostic
 from dmn.interpreter.loader import Plugin, load_plugins
@@ -121,7 +121,9 @@ def test_kernel_root(name: str, plugins: dict[str, Plugin]) -> None:
         ("state", "linux/link-configure/v1"),
     ]
     move, state = connect.effects
-    assert move.parameters == {"ifName": "net1"}
+    # host-cni binds its carryHostAddresses (default false) to the move's carryHostConfig
+    carry = {"carryHostConfig": False} if name == "host-cni" else {}
+    assert move.parameters == {"ifName": "net1", **carry}
     assert state.parameters == {"mtu": 1500, "up": True}
     assert set(connect.exports) == {"interface"}
 
@@ -380,6 +382,39 @@ def test_bridge_alias_must_be_a_dns_label(plugins: dict[str, Plugin]) -> None:
         ),
     )
     assert Code.E_SCHEMA in codes(result)
+
+
+def test_host_cni_carry_host_addresses_records_at_the_move_and_re_creates_after_state(
+    plugins: dict[str, Plugin],
+) -> None:
+    config = {**KERNEL, "carryHostAddresses": True}
+    connect = bound(
+        bind_program(
+            plugins["host-cni"],
+            "connect",
+            Call(config=config, prepared={"interface": (NETDEV,)}, sandbox=SANDBOX),
+        )
+    )
+    assert kinds(connect) == [
+        ("move", "linux/link-move/v1"),
+        ("state", "linux/link-configure/v1"),
+        ("carried", "ip/carried-host-config/v1"),
+    ]
+    move, _, carried = connect.effects
+    assert move.parameters == {"ifName": "net1", "carryHostConfig": True}
+    # the record travels in the move's own output handle
+    (ref,) = carried.inputs["interface"]
+    assert isinstance(ref, EffectOutputRef) and (ref.effect, ref.port) == ("move", "interface")
+    for refused in ({**config, "up": False}, {**config, "linkType": "infiniband"}):
+        result = bind_program(
+            plugins["host-cni"],
+            "connect",
+            Call(config=refused, prepared={"interface": (NETDEV,)}, sandbox=SANDBOX),
+        )
+        assert not isinstance(result, BoundProgram)
+        assert any(
+            d.code is Code.E_SCHEMA and d.path == "config.carryHostAddresses" for d in result
+        ), [str(d) for d in result]
 
 
 def test_kernel_mode_without_an_interface_name_is_refused(plugins: dict[str, Plugin]) -> None:
