@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from dmn.engine.runner import BoundaryHook
+from dmn.observability import json_logs
 from dmn.opcodes.address_pools import (
     AddressPools,
     ClaimOwner,
@@ -78,6 +79,7 @@ class FaultPoint:
         except FileNotFoundError:
             return  # not armed, or another thread consumed it and is killing
         log.critical("event=fault-point-kill point=%s pattern=%s", name, self.pattern)
+        json_logs.flush()  # the writer thread's queue dies with the process otherwise
         self._kill()
 
 
