@@ -239,8 +239,10 @@ def _collected(pool: CrashPool) -> list[str]:
 #: makes kubelet replace it
 FAIL_OPEN = (
     "containerd's NRI fails open when the agent dies inside RunPodSandbox: the sandbox and "
-    "its container start without net1, kubelet does not retry, and the restarted agent does "
-    "not attach a live sandbox late (known gap; the crash leaves no leak or duplicate)"
+    "its container start with the network as the kill left it (killed before the address: "
+    "no net1; after it: net1 with its address but the attachment never Ready, no "
+    "networkData), kubelet does not retry, and the restarted agent does not finish a live "
+    "sandbox's attachment (known gap; the crash leaves no leak or duplicate)"
 )
 
 
