@@ -33,6 +33,10 @@ Bad arguments exit 2 (reported by :mod:`dmn.cli.command_line` as
 ``dmn node: error[E_USAGE]: ...``) and an unreachable or refusing API server exits 1, each
 with one line ``dmn node: error[CODE]: message`` on stderr, never a traceback.
 
+Test-only: ``DMN_TEST_FAULT_POINT`` in the process environment names a boundary at which
+the agent SIGKILLs itself once, armed by a trigger file in ``--state-dir``
+(:mod:`~dmn.agent.coordinator.fault_points`); unset, nothing of it exists.
+
 Not done here (said plainly): the publication state (generation, declarations, degraded)
 is not persisted; a restarted agent publishes above the generation it finds in the API.
 """
@@ -49,7 +53,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from dmn.agent.coordinator import NodeConfig
+from dmn.agent.coordinator import NodeConfig, fault_points
 from dmn.agent.coordinator.handles import InventoryDevices
 from dmn.agent.coordinator.maintenance import MaintenanceConfig
 from dmn.agent.coordinator.node_agent import AgentSockets, NodeAgent
@@ -240,7 +244,11 @@ def build_agent(args: argparse.Namespace, cluster: Cluster) -> NodeAgent:
         retention_interval=args.journal_retention_interval,
         retention=Retention(args.journal_retention_max_age, args.journal_retention_max_count),
     )
-    return NodeAgent(config, cluster, devices, sockets, publisher, maintenance=maintenance)
+    # test-only and inert unless the process environment names a boundary (fault_points)
+    fault_point = fault_points.from_environment(Path(args.state_dir))
+    return NodeAgent(
+        config, cluster, devices, sockets, publisher, maintenance=maintenance, fault=fault_point
+    )
 
 
 _OVSDB_REMOTE = re.compile(r"^(unix:/[^\s]+|(tcp|ssl):[A-Za-z0-9.:\[\]-]+:[0-9]{1,5})$")

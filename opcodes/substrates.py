@@ -49,7 +49,10 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         ("opcodes/ip/",),
         "host kernel (macvlan and veth stand-ins in scratch namespaces) against the lab API "
         "server's IPPool and IPAllocation objects (real creates arbitrate; a tenant removing "
-        "and replacing the address; SIGKILL at every boundary)",
+        "and replacing the address; SIGKILL at every boundary); upstream lab (50 Pods at once "
+        "on one pool: 50 distinct addresses, the pool empty again after; the running agent "
+        "SIGKILLed inside allocate and release: no duplicate, no leak — but a kill inside "
+        "RunPodSandbox leaves the Pod without its network, containerd's NRI failing open)",
         "IPv4 and IPv6",
     ),
     SubstrateRow(

@@ -43,6 +43,7 @@ from dmn.agent.slices import NodeSlicePublisher
 from dmn.agent.slices.device_health import device_health
 from dmn.api.cluster import Cluster
 from dmn.api.cluster.reachability import ApiReachability
+from dmn.engine.runner import BoundaryHook
 from dmn.host.netns import current_boot_id
 
 log = logging.getLogger(__name__)
@@ -67,11 +68,14 @@ class NodeAgent:
         health_from: NodeSlicePublisher | None = None,
         maintenance: MaintenanceConfig | None = None,
         boot_id: Callable[[], str] = current_boot_id,
+        fault: BoundaryHook | None = None,
     ) -> None:
         """``publisher`` is started and stopped with the agent; device health is judged
         from ``health_from`` (default: ``publisher``), which may be one run by someone else
-        (the embedded lab runs its node's publisher itself)."""
+        (the embedded lab runs its node's publisher itself). ``fault``: the test-only fault
+        point ``dmn node`` builds from its environment (:mod:`.fault_points`), else None."""
         self.config = config
+        self.fault = fault
         self.boot_id = boot_id  # injectable: tests restart the agent "after a reboot"
         self.cluster = cluster
         self.devices = devices
@@ -136,7 +140,13 @@ class NodeAgent:
 
     def _open_services(self) -> NodeServices:
         services = NodeServices.open(
-            self.config, self.cluster, self.devices, objects=self.objects, boot_id=self.boot_id
+            self.config,
+            self.cluster,
+            self.devices,
+            objects=self.objects,
+            boot_id=self.boot_id,
+            boundary=self.fault,
+            ipam_boundary=self.fault,
         )
         services.journal.failure_listeners.append(self._journal_failed)
         services.start()

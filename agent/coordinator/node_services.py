@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.eswitch_modes import EswitchModes
+from dmn.agent.coordinator.fault_points import PoolBoundaries
 from dmn.agent.coordinator.handles import DeviceView
 from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.node_objects import NodeObjects
@@ -38,6 +39,7 @@ from dmn.engine.runner import BoundaryHook, Runner
 from dmn.host.netns import current_boot_id
 from dmn.host.pins import NamespacePins
 from dmn.interpreter.loader import Plugin, load_builtin_plugins
+from dmn.opcodes.address_pools import AddressPools
 from dmn.opcodes.executor import Executor
 from dmn.opcodes.executor_table import default_executors
 
@@ -68,8 +70,11 @@ class NodeServices:
         boot_id: Callable[[], str] = current_boot_id,
         boundary: BoundaryHook | None = None,
         objects: NodeObjects | None = None,
+        ipam_boundary: BoundaryHook | None = None,
     ) -> NodeServices:
-        """Open the journal (raises ``JournalError``) and wire the services over it."""
+        """Open the journal (raises ``JournalError``) and wire the services over it.
+        ``ipam_boundary`` also sees the IPPool port's boundaries (:class:`.PoolBoundaries`;
+        the agent's test-only fault point, :mod:`.fault_points`)."""
         known = dict(plugins) if plugins is not None else load_builtin_plugins()
         # warm: each pinned sandbox's fd and netlink sockets stay open until its pin is
         # released (per thread: calls of different Pods run at once)
@@ -78,7 +83,9 @@ class NodeServices:
         records = JournalEffectRecords(journal)  # the runner's own journal: see its contract
         mutation = NodeMutationLock()
         # ip/pool-addresses allocates, finds and releases through the agent's own connection
-        pools = ClusterAddressPools(AllocationClient(cluster))
+        pools: AddressPools = ClusterAddressPools(AllocationClient(cluster))
+        if ipam_boundary is not None:
+            pools = PoolBoundaries(pools, ipam_boundary)
         runner = Runner(
             journal,
             executors if executors is not None else default_executors(),

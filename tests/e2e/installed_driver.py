@@ -19,6 +19,7 @@ component and where it reads the agent's log, which this module answers for eith
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from dataclasses import dataclass
@@ -142,6 +143,36 @@ def restart_agent(lab: UpstreamLab, admin: Cluster) -> None:
     uid = str(new["metadata"]["uid"])
     _wait_marker(lab, SYNCHRONIZE, 0, "the new agent Pod's NRI Synchronize", uid)
     _wait_marker(lab, REGISTERED, 0, "the new agent Pod's kubelet registration", uid)
+
+
+AGENT_PROCESS = "dmn-node"
+
+
+def restart_agent_process(lab: UpstreamLab, env: dict[str, str]) -> None:
+    """Stop the agent process (if it still runs) and start it with the lab's command line and
+    exactly ``env`` over the inherited environment (the lab starts it with none): e.g. the
+    test-only fault point's variable, or ``{}`` to start it without. The process install
+    only (the chart's DaemonSet gives a test no way to set the agent's environment). Returns
+    once the new agent synchronized with NRI and registered with kubelet."""
+    assert not runs_as_pods(lab), "the process install only"
+    record = lab.procs.get(AGENT_PROCESS)
+    assert record is not None
+    synced = agent_log_count(lab, SYNCHRONIZE)
+    registered = agent_log_count(lab, REGISTERED)
+    lab.procs.stop(AGENT_PROCESS)
+    lab.procs.start(AGENT_PROCESS, record.argv, dict(env) or None)
+    _wait_marker(lab, SYNCHRONIZE, synced, "the new agent's NRI Synchronize", None)
+    _wait_marker(lab, REGISTERED, registered, "the new agent's kubelet registration", None)
+
+
+def agent_alive(lab: UpstreamLab) -> bool:
+    """Whether the recorded agent process runs (the process install only)."""
+    record = lab.procs.get(AGENT_PROCESS)
+    if record is None:
+        return False
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(record.pid, os.WNOHANG)  # our child: reap it if it died
+    return record.alive()
 
 
 @dataclass(frozen=True)

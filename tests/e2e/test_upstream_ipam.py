@@ -18,102 +18,21 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from dmn.api.cluster import Cluster, NotFound
 from dmn.api.cluster import resources as r
-from dmn.api.identity import API_VERSION, DRIVER
-from dmn.api.ipam.ipallocation import LABEL_POOL
-from dmn.lab.demo import wait_settled
-from dmn.lab.pod_demo import NAMESPACE, claim_template
+from dmn.api.identity import API_VERSION
+from dmn.lab.pod_demo import NAMESPACE
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.demo import Kubectl, pod, pod_phase
-from tests.e2e import lab_pods
+from tests.e2e import lab_pods, lab_pools
 from tests.e2e.lab_pods import WAIT
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e]
-
-POOL_LABEL = LABEL_POOL
-
-
-def _pool(name: str, cidr: str, first: str, last: str, **extra: Any) -> dict[str, Any]:
-    subnet: dict[str, Any] = {"cidr": cidr, "ranges": [{"start": first, "end": last}], **extra}
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "IPPool",
-        "metadata": {"name": name},
-        "spec": {"subnets": [subnet]},
-    }
-
-
-def _topology(name: str, pool: str) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "NetworkTopology",
-        "metadata": {"name": name},
-        "spec": {
-            "effectBudget": {
-                "allow": ["share/hold-parent/v1", "linux/create-macvlan/v2", "ip/pool-addresses/v1"]
-            },
-            "steps": [
-                {
-                    "id": "net1",
-                    "kind": "Allocation",
-                    "pluginRef": {"name": "macvlan-cni"},
-                    "config": {
-                        "mode": "bridge",
-                        "ifName": "net1",
-                        "mtu": 1500,
-                        "up": True,
-                        "pool": pool,
-                    },
-                }
-            ],
-        },
-    }
-
-
-def _template(name: str, device_class: str, **workload: Any) -> dict[str, Any]:
-    doc = claim_template(name, device_class)
-    if workload:
-        parameters = {"apiVersion": API_VERSION, "kind": "WorkloadParameters", "config": workload}
-        doc["spec"]["spec"]["devices"]["config"] = [
-            {"requests": ["net"], "opaque": {"driver": DRIVER, "parameters": parameters}}
-        ]
-    return doc
-
-
-@contextlib.contextmanager
-def _pooled(admin: Cluster, name: str, pool: dict[str, Any]) -> Iterator[str]:
-    """The pool and a topology of ``name`` on it, Ready; removed afterwards (the pool last,
-    once the Pods' addresses are released)."""
-    admin.apply(pool)
-    admin.apply(_topology(name, pool["metadata"]["name"]))
-    (settled,) = wait_settled(admin, [name], WAIT)
-    assert settled.ready == "True" and settled.device_classes, settled
-    try:
-        yield settled.device_classes[0]
-    finally:
-        with contextlib.suppress(NotFound):
-            admin.delete(r.NETWORK_TOPOLOGIES, name)
-        with contextlib.suppress(NotFound):
-            admin.delete(r.IP_POOLS, pool["metadata"]["name"])
-
-
-def _held(admin: Cluster, pool: str) -> list[str]:
-    items = admin.list(r.IP_ALLOCATIONS, label_selector=f"{POOL_LABEL}={pool}").items
-    return sorted(str(o["spec"]["address"]) for o in items)
-
-
-def _address(kubectl: Kubectl, name: str) -> str:
-    shown = kubectl.exec(name, "ip", "-o", "-4", "addr", "show", "net1")
-    assert shown.returncode == 0, shown.stderr
-    words = shown.stdout.split()
-    return words[words.index("inet") + 1]
 
 
 def _event_with(admin: Cluster, pod: str, code: str) -> list[dict[str, Any]]:
@@ -123,7 +42,7 @@ def _event_with(admin: Cluster, pod: str, code: str) -> list[dict[str, Any]]:
 def test_a_workload_gets_its_static_address_and_one_outside_the_reserved_range_is_refused(
     upstream_lab: UpstreamLab, admin: Cluster, pods: list[str]
 ) -> None:
-    pool = _pool(
+    pool = lab_pools.pool(
         "e2e-static",
         "10.59.0.0/24",
         "10.59.0.10",
@@ -133,16 +52,16 @@ def test_a_workload_gets_its_static_address_and_one_outside_the_reserved_range_i
         routes=[{"destination": "10.60.0.0/16", "gateway": "10.59.0.1"}],
     )
     kubectl = Kubectl(upstream_lab.admin_kubeconfig)
-    with _pooled(admin, "e2e-static", pool) as device_class:
-        admin.apply(_template("e2e-static", device_class, address="10.59.0.200"))
-        admin.apply(_template("e2e-outside", device_class, address="10.59.0.15"))
+    with lab_pools.pooled(admin, "e2e-static", pool) as device_class:
+        admin.apply(lab_pools.template("e2e-static", device_class, address="10.59.0.200"))
+        admin.apply(lab_pools.template("e2e-outside", device_class, address="10.59.0.15"))
         try:
             lab_pods.run(admin, pods, "static-a", "e2e-static")
             lab_pods.wait_running(admin, "static-a")
-            assert _address(kubectl, "static-a") == "10.59.0.200/24"
+            assert lab_pools.address(kubectl, "static-a") == "10.59.0.200/24"
             route = kubectl.exec("static-a", "ip", "route", "show", "10.60.0.0/16")
             assert "via 10.59.0.1 dev net1" in route.stdout, route.stdout + route.stderr
-            assert _held(admin, "e2e-static") == ["10.59.0.200"]
+            assert lab_pools.held(admin, "e2e-static") == ["10.59.0.200"]
 
             lab_pods.run(admin, pods, "outside-b", "e2e-outside")
             code = "E_IPAM_STATIC_OUTSIDE_RESERVED"
@@ -157,10 +76,12 @@ def test_a_workload_gets_its_static_address_and_one_outside_the_reserved_range_i
             assert not any(
                 (c.get("state") or {}).get("running") for c in status.get("containerStatuses") or []
             ), status
-            assert _held(admin, "e2e-static") == ["10.59.0.200"]
+            assert lab_pools.held(admin, "e2e-static") == ["10.59.0.200"]
             lab_pods.remove(admin, "static-a", "outside-b")
             pods.clear()
-            wait_for(lambda: _held(admin, "e2e-static") == [], timeout=WAIT, what="released")
+            wait_for(
+                lambda: lab_pools.held(admin, "e2e-static") == [], timeout=WAIT, what="released"
+            )
         finally:
             for template in ("e2e-static", "e2e-outside"):
                 with contextlib.suppress(NotFound):
@@ -170,15 +91,15 @@ def test_a_workload_gets_its_static_address_and_one_outside_the_reserved_range_i
 def test_an_exhausted_pool_holds_the_pod_until_an_address_frees(
     upstream_lab: UpstreamLab, admin: Cluster, pods: list[str]
 ) -> None:
-    pool = _pool("e2e-tiny", "10.61.0.0/29", "10.61.0.2", "10.61.0.3")
+    pool = lab_pools.pool("e2e-tiny", "10.61.0.0/29", "10.61.0.2", "10.61.0.3")
     kubectl = Kubectl(upstream_lab.admin_kubeconfig)
-    with _pooled(admin, "e2e-tiny", pool) as device_class:
-        admin.apply(_template("e2e-tiny", device_class))
+    with lab_pools.pooled(admin, "e2e-tiny", pool) as device_class:
+        admin.apply(lab_pools.template("e2e-tiny", device_class))
         try:
             for name in ("tiny-a", "tiny-b"):
                 lab_pods.run(admin, pods, name, "e2e-tiny")
             lab_pods.wait_running(admin, "tiny-a", "tiny-b")
-            first = {n: _address(kubectl, n) for n in ("tiny-a", "tiny-b")}
+            first = {n: lab_pools.address(kubectl, n) for n in ("tiny-a", "tiny-b")}
             assert sorted(first.values()) == ["10.61.0.2/29", "10.61.0.3/29"], first
             lab_pods.run(admin, pods, "tiny-c", "e2e-tiny")
             code = "E_IPPOOL_EXHAUSTED"
@@ -192,29 +113,17 @@ def test_an_exhausted_pool_holds_the_pod_until_an_address_frees(
             freed = first["tiny-a"]
             lab_pods.remove(admin, "tiny-a")
             lab_pods.wait_running(admin, "tiny-c")  # kubelet retried the sandbox
-            assert _address(kubectl, "tiny-c") == freed
-            assert len(_held(admin, "e2e-tiny")) == 2
+            assert lab_pools.address(kubectl, "tiny-c") == freed
+            assert len(lab_pools.held(admin, "e2e-tiny")) == 2
             lab_pods.remove(admin, "tiny-b", "tiny-c")
             pods.clear()
-            wait_for(lambda: _held(admin, "e2e-tiny") == [], timeout=WAIT, what="released")
+            wait_for(lambda: lab_pools.held(admin, "e2e-tiny") == [], timeout=WAIT, what="released")
         finally:
             with contextlib.suppress(NotFound):
                 admin.delete(r.RESOURCE_CLAIM_TEMPLATES, "e2e-tiny", NAMESPACE)
 
 
 OTHER = "e2e-other"
-
-
-def _network_data(admin: Cluster, namespace: str, pod_name: str) -> dict[str, Any] | None:
-    for claim in admin.list(r.RESOURCE_CLAIMS, namespace).items:
-        owners = (claim.get("metadata") or {}).get("ownerReferences") or []
-        if not any(o.get("name") == pod_name for o in owners):
-            continue
-        for entry in (claim.get("status") or {}).get("devices") or []:
-            data = entry.get("networkData") or {}
-            if data.get("ips"):
-                return dict(data)
-    return None
 
 
 def test_pods_in_two_namespaces_get_both_families_of_one_pool_and_ping_each_other(
@@ -236,9 +145,9 @@ def test_pods_in_two_namespaces_get_both_families_of_one_pool_and_ping_each_othe
     }
     kubectl = Kubectl(upstream_lab.admin_kubeconfig)
     admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OTHER}})
-    with _pooled(admin, "e2e-dual", pool) as device_class:
-        admin.apply(_template("e2e-dual", device_class))
-        other = _template("e2e-dual", device_class)
+    with lab_pools.pooled(admin, "e2e-dual", pool) as device_class:
+        admin.apply(lab_pools.template("e2e-dual", device_class))
+        other = lab_pools.template("e2e-dual", device_class)
         other["metadata"]["namespace"] = OTHER
         admin.apply(other)
         b_manifest = pod("dual-b", "e2e-dual")
@@ -255,8 +164,8 @@ def test_pods_in_two_namespaces_get_both_families_of_one_pool_and_ping_each_othe
                 timeout=WAIT,
                 what="dual-b Running",
             )
-            a = wait_for(lambda: _network_data(admin, NAMESPACE, "dual-a"), timeout=WAIT)
-            b = wait_for(lambda: _network_data(admin, OTHER, "dual-b"), timeout=WAIT)
+            a = wait_for(lambda: lab_pools.network_data(admin, NAMESPACE, "dual-a"), timeout=WAIT)
+            b = wait_for(lambda: lab_pools.network_data(admin, OTHER, "dual-b"), timeout=WAIT)
             assert a is not None and b is not None
             for data in (a, b):
                 families = sorted(ip.split("/")[0].count(":") > 0 for ip in data["ips"])
@@ -274,7 +183,7 @@ def test_pods_in_two_namespaces_get_both_families_of_one_pool_and_ping_each_othe
             wait_for(lambda: not admin.list(r.PODS, OTHER).items, timeout=WAIT, what="dual-b gone")
             lab_pods.remove(admin, *pods)
             pods.clear()
-            wait_for(lambda: _held(admin, "e2e-dual") == [], timeout=WAIT, what="released")
+            wait_for(lambda: lab_pools.held(admin, "e2e-dual") == [], timeout=WAIT, what="released")
             for namespace in (NAMESPACE, OTHER):
                 with contextlib.suppress(NotFound):
                     admin.delete(r.RESOURCE_CLAIM_TEMPLATES, "e2e-dual", namespace)
