@@ -3,7 +3,7 @@
     dmn node [--url URL | --kubeconfig FILE [--context NAME]] [--node-name NAME]
              [--state-dir DIR] [--kubelet-registry-dir DIR] [--kubelet-plugins-dir DIR]
              [--nri-socket PATH] [--sysfs DIR] [--host-netns PATH] [--lab-link NAME]...
-             [--ovsdb-remote unix:PATH|tcp:HOST:PORT|ssl:HOST:PORT]
+             [--ovsdb-remote unix:PATH|tcp:HOST:PORT|ssl:HOST:PORT] [--device-metadata]
              [--health-address ADDR] [--health-port N] [--log-format text|json]
              [--journal-retention-max-age S] [--journal-retention-max-count N]
              [--journal-retention-interval S] [--reconcile-interval S]
@@ -66,6 +66,7 @@ from dmn.agent.slices import InventoryWatch, NodeSlicePublisher
 from dmn.agent.slices.publication_state import STATE_FILE
 from dmn.api.cluster import ApiFailure, Cluster, NotFound, connect
 from dmn.api.cluster import resources as r
+from dmn.api.identity import DRIVER
 from dmn.cli.command_line import CommandParser, UsageError, run_command
 from dmn.host.inventory_sources import NetlinkRdma, Pyroute2Devlink, Pyroute2Links
 from dmn.observability import json_logs
@@ -107,6 +108,13 @@ def _parser() -> CommandParser:
         type=ovsdb_remote,
         default=OVSDB_REMOTE,
         help="the node's Open vSwitch database (ovs-cni's ports); default %(default)s",
+    )
+    p.add_argument(
+        "--device-metadata",
+        action="store_true",
+        help="KEP-5304: write each prepared claim's device metadata file and the CDI spec "
+        "that mounts it into its containers (/var/run/cdi must be a CDI spec directory of "
+        "the container runtime, else containers with our claims fail to start)",
     )
     p.add_argument(
         "--lab-link",
@@ -232,6 +240,7 @@ def build_agent(args: argparse.Namespace, cluster: Cluster) -> NodeAgent:
         state_dir=args.state_dir,
         host_netns=args.host_netns,
         ovsdb_remote=args.ovsdb_remote,
+        plugin_data_dir=args.kubelet_plugins_dir / DRIVER if args.device_metadata else None,
     )
     sockets = AgentSockets(
         registry_dir=args.kubelet_registry_dir,

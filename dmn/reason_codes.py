@@ -343,6 +343,14 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Delete the Pod first; unprepare is retried by kubelet.",
     ),
     _r(
+        "E_DEVICE_METADATA",
+        AGENT,
+        "A claim's KEP-5304 device metadata file or its CDI spec (--device-metadata) could "
+        "not be written or removed, or another claim's file is at its path (retryable).",
+        "Check the agent's kubelet plugin and CDI directories; a file of another claim of the "
+        "same name goes when that claim is unprepared, a foreign file is never overwritten.",
+    ),
+    _r(
         "E_ATTACHMENT",
         AGENT,
         "An attachment failed; its status carries the underlying code.",

@@ -80,17 +80,22 @@ class DraAdapter:
                 out[c.uid] = PrepareResult(error=f"E_INTERNAL: {type(exc).__name__}: {exc}")
                 self._report("NodePrepareResources", c, out[c.uid].error or "")
                 continue
-            out[c.uid] = PrepareResult(
-                devices=tuple(
+            # KEP-5304: each request's metadata CDI device rides on its first device
+            metadata = self.preparation.metadata_ids(c.uid, devices)
+            prepared = []
+            for d in devices:
+                request = d.request.split("/", 1)[0]
+                ids = (metadata.pop(request),) if request in metadata else ()
+                prepared.append(
                     PreparedDevice(
                         pool_name=d.pool,
                         device_name=d.device,
                         request_names=(d.request,),
+                        cdi_device_ids=ids,
                         share_id=d.share_id or None,
                     )
-                    for d in devices
                 )
-            )
+            out[c.uid] = PrepareResult(devices=tuple(prepared))
         return out
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, UnprepareResult]:
@@ -99,7 +104,7 @@ class DraAdapter:
             try:
                 if self.attachments is not None:
                     self.attachments.stop_released(c.uid)
-                self.preparation.unprepare(c.uid)
+                self.preparation.unprepare(c.uid, c.namespace, c.name)
                 out[c.uid] = UnprepareResult()
             except Refusal as exc:
                 log.warning("event=unprepare-refused claim=%s code=%s", c.uid, exc.code)

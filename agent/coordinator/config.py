@@ -21,6 +21,9 @@ class NodeConfig:
     cdi_root: Path = Path("/var/run/cdi")
     # the node's OVSDB (ovs/port-attach): a node fact from a flag, never from workload config
     ovsdb_remote: str = OVSDB_REMOTE
+    # KEP-5304 device metadata: the agent's kubelet plugin directory (<plugins dir>/<driver>,
+    # where it serves dra.sock); None writes no metadata (device_metadata.py)
+    plugin_data_dir: Path | None = None
 
     @property
     def pool_name(self) -> str:

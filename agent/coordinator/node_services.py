@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
+from dmn.agent.coordinator.device_metadata import DeviceMetadataFiles, MetadataLayout
 from dmn.agent.coordinator.eswitch_modes import EswitchModes
 from dmn.agent.coordinator.fault_points import PoolBoundaries
 from dmn.agent.coordinator.handles import DeviceView
@@ -113,14 +114,16 @@ class NodeServices:
         attachments = SandboxAttachmentService(
             config, cluster, journal, pins, operations, claims, boot_id, lock, objects
         )
+        preparation = PreparationService(config, journal, pins, operations, claims, devices, lock)
+        if config.plugin_data_dir is not None:
+            layout = MetadataLayout(config.driver, config.plugin_data_dir, config.cdi_root)
+            preparation.metadata = attachments.metadata = DeviceMetadataFiles(layout)
         return cls(
             config=config,
             devices=devices,
             journal=journal,
             pins=pins,
-            preparation=PreparationService(
-                config, journal, pins, operations, claims, devices, lock
-            ),
+            preparation=preparation,
             attachments=attachments,
             reconcile=ReconcileLoop(config, journal, operations, attachments, boot_id, lock),
             lock=lock,

@@ -22,9 +22,12 @@ the devices the journal records the claim holding.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
+from dmn.agent.coordinator.device_metadata import ClaimIdentity, DeviceMetadataFiles, MetadataDevice
 from dmn.agent.coordinator.handles import DeviceView, root_allocation
 from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.operations import NodeOperations, short_digest
@@ -67,6 +70,8 @@ class PreparationService:
         self.claims = claims
         self.devices = devices
         self._lock = lock
+        #: KEP-5304 metadata files (None: not written); set by the node services
+        self.metadata: DeviceMetadataFiles | None = None
 
     def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
         """NodePrepare of one claim; raises :class:`Refusal` (nothing changed) or returns
@@ -79,17 +84,43 @@ class PreparationService:
         fp = fingerprint(uid, results)
         with self._lock.hold(f"prepare {uid}", [claim_key(uid)]):
             done = self._recorded(uid, fp)
-        if done is not None:
-            return done
+            if done is not None:
+                self._publish_metadata(claim, done)
+                return done
         verified = self.claims.verify(claim)
         if verified is None:
             return []
         devices = [device_key(root.persona.inventory_id) for root in verified.roots]
         with self._lock.hold(f"prepare {uid}", [claim_key(uid), *devices]):
             done = self._recorded(uid, fp)  # prepared meanwhile (a kubelet retry)
-            if done is not None:
-                return done
-            return self._prepare(verified)
+            if done is None:
+                done = self._prepare(verified)
+            self._publish_metadata(claim, done)
+            return done
+
+    def _publish_metadata(self, claim: Mapping[str, Any], devices: list[PreparedDevice]) -> None:
+        """KEP-5304: the claim's metadata files and CDI specs, written once the journal
+        holds its preparation (so NodeUnprepare, which removes them first, always knows
+        them); each device with the attributes this node publishes for it. A failure
+        refuses the prepare (retryable): the kubelet must not get an id whose spec is
+        missing, and its retry finds the preparation and writes them again."""
+        if self.metadata is None or not devices:
+            return
+        published = self.devices.personas()
+        personas = published.by_name() if published is not None else {}
+        requests: dict[str, list[MetadataDevice]] = {}
+        for d in devices:
+            persona = personas.get(d.device)
+            attributes = persona.attributes() if persona is not None else {}
+            requests.setdefault(d.request, []).append(MetadataDevice(d.pool, d.device, attributes))
+        self.metadata.publish(ClaimIdentity.of(claim), requests)
+
+    def metadata_ids(self, uid: str, devices: list[PreparedDevice]) -> dict[str, str]:
+        """The metadata CDI device id of each request (by base request name), or none."""
+        if self.metadata is None:
+            return {}
+        layout = self.metadata.layout
+        return {d.request.split("/", 1)[0]: layout.cdi_id(uid, d.request) for d in devices}
 
     def _recorded(self, uid: str, fp: str) -> list[PreparedDevice] | None:
         """The devices of a Prepared record of this allocation, None when there is none;
@@ -223,8 +254,11 @@ class PreparationService:
         log.info("event=prepared claim=%s roots=%d", v.claim_uid, len(v.roots))
         return devices
 
-    def unprepare(self, uid: str) -> None:
-        """Release the claim's preparation; retryable :class:`Refusal` while attached."""
+    def unprepare(self, uid: str, namespace: str = "", name: str = "") -> None:
+        """Release the claim's preparation; retryable :class:`Refusal` while attached. The
+        claim's KEP-5304 metadata files (``namespace``/``name`` locate them) are removed
+        before the preparation is released: a crash in between leaves a record whose retry
+        finds nothing more to remove, never a file no record proves ours."""
         reason = f"unprepare {uid}"
         with (
             self._lock.hold(reason, [claim_key(uid)]),
@@ -237,6 +271,8 @@ class PreparationService:
                         f"claim {uid} is still attached to sandbox {att.identity.sandbox_id}",
                         retryable=True,
                     )
+            if self.metadata is not None and namespace and name:
+                self.metadata.remove(namespace, name, uid)
             for rec in self.journal.preparations(uid):
                 if rec.state is PreparationState.RELEASED:
                     continue

@@ -52,6 +52,7 @@ from dmn.agent.coordinator.attachment_status import (
 )
 from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
+from dmn.agent.coordinator.device_metadata import DeviceMetadataFiles, from_status_entries
 from dmn.agent.coordinator.handles import operation_inputs
 from dmn.agent.coordinator.interface_names import IFNAME_KEY, distinct_interface_names
 from dmn.agent.coordinator.node_lock import NodeLock
@@ -142,6 +143,8 @@ class SandboxAttachmentService:
         self.pod_network_status = PodNetworkStatus(cluster)
         #: Normal Events (Attached) about the Pod; the node agent sets its reporter
         self.events: NodeEventReporter | None = None
+        #: KEP-5304 metadata files (None: not written); set by the node services
+        self.metadata: DeviceMetadataFiles | None = None
         # status is reporting, never authority: written off the hook path, in order
         self.status = StatusWriter()
         # a hook's fresh API reads that do not depend on each other go out together (never
@@ -397,6 +400,7 @@ class SandboxAttachmentService:
             self.status.submit(self.reporter.phase, att, "Ready", outputs=outputs)
             network_status: list[dict[str, Any]] = []
             for claim, entries in zip(rec.claims, device_status, strict=True):
+                self._update_metadata(claim.namespace, claim.name, claim.claim_uid, entries)
                 self.status.submit(self.claim_status.write, claim.namespace, claim.name, entries)
                 network_status += status_entries(claim.namespace, claim.name, entries)
             if self.events is not None:
@@ -417,6 +421,22 @@ class SandboxAttachmentService:
             log.info("event=ready pod=%s sandbox=%s operations=%d", pod_uid, sandbox_id, len(ops))
             return True
 
+    def _update_metadata(
+        self, namespace: str, name: str, uid: str, entries: list[dict[str, Any]] | None
+    ) -> None:
+        """KEP-5304: the claim's metadata files get what this sandbox's devices became
+        (``entries``, the claim-status report: network data, grant data), or lose it
+        (``entries`` None with the devices as keys: the sandbox is gone). Done before the
+        hook answers, so containers created afterwards mount the new content; a failure is
+        logged, never fails the sandbox (the metadata is a report, like the status)."""
+        if self.metadata is None:
+            return
+        try:
+            updates = from_status_entries(self.config.driver, entries or [])
+            self.metadata.update(namespace, name, uid, updates)
+        except Refusal as exc:
+            log.warning("event=device-metadata-failed claim=%s error=%s", uid, exc)
+
     def _drop_device_status(self, rec: AttachmentRecord) -> None:
         for c in rec.claims:
             if not c.name:  # migrated from a version-1 record that did not name the claim
@@ -424,6 +444,16 @@ class SandboxAttachmentService:
             prep = self.journal.get_preparation(c.claim_uid, c.fingerprint)
             if prep is None:
                 continue
+            if self.metadata is not None:
+                try:
+                    self.metadata.update(
+                        c.namespace,
+                        c.name,
+                        c.claim_uid,
+                        {(d.pool, d.device): None for d in prep.devices},
+                    )
+                except Refusal as exc:
+                    log.warning("event=device-metadata-failed claim=%s error=%s", c.claim_uid, exc)
             drop = [
                 {
                     "driver": self.config.driver,

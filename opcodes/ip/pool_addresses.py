@@ -15,9 +15,15 @@ to two Pods:
   the API server's create arbitrates. It then adds the addresses and the routes. Any
   refusal takes back what this apply added — routes, addresses, then the allocations — and
   is raised with its reason code.
-* ``observe`` finds the owner's allocations (``held``), proves each address is on the link
-  (none failed DAD) and every route is as recorded; the output handle records the leases
-  (:data:`LEASES`) and the addresses' creation stamps (:data:`STAMPS`).
+* ``observe`` takes the owner's allocations, proves each address is on the link (none
+  failed DAD) and every route is as recorded; the output handle records the leases
+  (:data:`LEASES`) and the addresses' creation stamps (:data:`STAMPS`). Right after this
+  process's own successful apply of the same operation key, the allocations are the ones
+  that apply got — each proven ours by the API server's answer to our create (or the read
+  that found our owner on it) a moment before — handed over once (:class:`_AppliedLeases`),
+  so an attach lists the IPAllocations no second time. Any other observe (a later one,
+  one after a restart, recovery's) lists them afresh (``held``): memory is never trusted
+  across a crash or beyond that handover.
 * ``recover``: NotApplied when the owner holds nothing under the operation key and no
   recorded route is present; Applied when everything is; Uncertain otherwise (the opcode is
   Reversible, so the runner undoes it, which releases what a lost response created).
@@ -34,6 +40,9 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from dmn.host.errors import HostError
@@ -148,6 +157,44 @@ def _held(pools: AddressPools, before: Any) -> list[PoolLease]:
     return [lease for lease in pools.held(owner, operation) if lease.pool == before["pool"]]
 
 
+HANDOVER_SECONDS = 5.0
+"""How long the leases an apply got may serve the observe that follows it."""
+
+
+class _AppliedLeases:
+    """The leases each successful apply got, by owner UID and operation key, for the one
+    observe the runner makes right after it in this process (single use, at most
+    :data:`HANDOVER_SECONDS` old). Not durable and never read by ``recover``: after a crash
+    the process that knew them is gone, and recovery must read the API server."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._by_key: dict[tuple[str, str], tuple[float, tuple[PoolLease, ...]]] = {}
+
+    @staticmethod
+    def _key(before: Any) -> tuple[str, str]:
+        owner, operation = _owner(before)
+        return owner.uid, operation
+
+    def put(self, before: Any, leases: list[PoolLease]) -> None:
+        with self._lock:
+            if len(self._by_key) >= 256:  # observes that never came (a refused recheck)
+                self._by_key.clear()
+            self._by_key[self._key(before)] = (self._clock(), tuple(leases))
+
+    def take(self, before: Any) -> tuple[PoolLease, ...] | None:
+        with self._lock:
+            got = self._by_key.pop(self._key(before), None)
+        if got is None or self._clock() - got[0] > HANDOVER_SECONDS:
+            return None
+        return got[1]
+
+    def drop(self, before: Any) -> None:
+        with self._lock:
+            self._by_key.pop(self._key(before), None)
+
+
 def _prefix(before: Any, family: int) -> int:
     for subnet in before["subnets"]:
         if int(subnet["family"]) == family:
@@ -175,6 +222,9 @@ class IpPoolAddresses:
     """``ip/pool-addresses/v1``."""
 
     spec: OpcodeSpec = specs.IP_POOL_ADDRESSES
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._applied = _AppliedLeases(clock)
 
     def capture(self, ctx: EffectContext) -> Any:
         parameters = specs.IpPoolAddressesParameters.model_validate(ctx.parameters)
@@ -213,6 +263,7 @@ class IpPoolAddresses:
     def apply(self, ctx: EffectContext, before: Any) -> None:
         env = environment(ctx)
         pools = _pools(env)
+        self._applied.drop(before)
         ref, link = proven_or_refused(env, before)
         ipr = env.rtnl(ref)
         owner, operation = _owner(before)
@@ -250,6 +301,7 @@ class IpPoolAddresses:
         except HostError:
             self._take_back(pools, ipr, link.index, leases, added, routes)
             raise
+        self._applied.put(before, leases)
 
     def _take_back(
         self,
@@ -275,11 +327,12 @@ class IpPoolAddresses:
     def observe(self, ctx: EffectContext, before: Any) -> Observed:
         env = environment(ctx)
         pools = _pools(env)
+        handed = self._applied.take(before)
         ref, link = proven(env, before)
         if link is None:
             return Observed(False, detail="link is gone")
         ipr = env.rtnl(ref)
-        leases = _held(pools, before)
+        leases = list(handed) if handed is not None else _held(pools, before)
         live = {(a.address, a.prefixlen): a for a in link_addresses(ipr, link.index)}
         problems: list[str] = []
         if len(leases) != len(before["subnets"]):
@@ -315,6 +368,7 @@ class IpPoolAddresses:
 
     def recover(self, ctx: EffectContext, before: Any) -> RecoveryObservation:
         env = environment(ctx)
+        self._applied.drop(before)  # a recovery trusts only a fresh read
         leases = _held(_pools(env), before)
         proof = proven_for_recovery(env, before)
         if proof is None:
@@ -341,6 +395,7 @@ class IpPoolAddresses:
     def undo(self, ctx: EffectContext, before: Any, outputs: Outputs) -> None:
         env = environment(ctx)
         pools = _pools(env)
+        self._applied.drop(before)
         recorded = _recorded_leases(outputs)
         leases = recorded if recorded is not None else _held(pools, before)
         stamps = _recorded_stamps(outputs)

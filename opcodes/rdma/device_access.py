@@ -8,7 +8,9 @@ namespace: ``uverbs`` of this device, ``umad`` of its port 1, the global ``rdma_
 node ``/dev/infiniband/<name>`` must be a character device with that ``major:minor``
 (``E_RDMA_NODE``). Never every uverbs/umad node: only this device's.
 
-Apply writes the CDI spec of those nodes (:mod:`dmn.opcodes.cdi_spec`, kind ``.../rdma``); the
+Apply writes the CDI spec of those nodes (:mod:`dmn.opcodes.cdi_spec`, kind ``.../rdma``),
+with the RDMA device's name and its nodes' paths as ``DMN_RDMA_<DEVICE>_DEVICE`` and
+``DMN_RDMA_<DEVICE>_CHAR_DEVICES`` (comma-separated) environment edits; the
 output handle carries them in ``deviceNodes`` for NRI CreateContainer. Nothing in the kernel
 changes; undo removes the spec only while it holds this effect's bytes.
 """
@@ -77,7 +79,11 @@ class DeviceAccess:
 
     def _spec(self, ctx: EffectContext, before: Any) -> GrantSpec:
         nodes = tuple(DeviceNode.from_json(n) for n in before["nodes"])
-        return GrantSpec.of(cdi_root(ctx.env), "rdma", ctx.alias, nodes)
+        env = {
+            "DEVICE": str(before["device"]["name"]),
+            "CHAR_DEVICES": ",".join(n.path for n in nodes),
+        }
+        return GrantSpec.of(cdi_root(ctx.env), "rdma", ctx.alias, nodes, env)
 
     def apply(self, ctx: EffectContext, before: Any) -> None:
         self._spec(ctx, before).write()

@@ -6,7 +6,9 @@ that the exposure policy allows, its IOMMU group is viable (no peer the host dri
 nodes of the chosen backend exist and are the kernel's (``device_nodes``). It records those
 nodes, the function's identity and the sandbox.
 
-Apply writes the CDI spec that names exactly those nodes (``cdi_spec``); the output
+Apply writes the CDI spec that names exactly those nodes (``cdi_spec``), with the
+function's PCI address and IOMMU group as ``DMN_VFIO_<DEVICE>_PCI_ADDRESS`` and
+``DMN_VFIO_<DEVICE>_IOMMU_GROUP`` environment edits; the output
 ``VfioDevice/v1`` handle, scoped to the sandbox, carries them in ``deviceNodes`` — from it the
 agent adds the nodes to each of the sandbox's containers at NRI CreateContainer. Nothing in the
 kernel changes. Undo removes the spec only while it still holds this effect's bytes; recover
@@ -75,7 +77,11 @@ class DeviceAccess:
 
     def _spec(self, ctx: EffectContext, before: Any) -> GrantSpec:
         nodes = tuple(DeviceNode.from_json(n) for n in before["nodes"])
-        return GrantSpec.of(cdi_root(ctx.env), "vfio", ctx.alias, nodes)
+        env = {
+            "PCI_ADDRESS": str(before["function"]["address"]),
+            "IOMMU_GROUP": str(before["group"]),
+        }
+        return GrantSpec.of(cdi_root(ctx.env), "vfio", ctx.alias, nodes, env)
 
     def apply(self, ctx: EffectContext, before: Any) -> None:
         self._spec(ctx, before).write()

@@ -29,6 +29,7 @@ from dmn.agent.kubelet.server import KubeletPluginServer
 from dmn.agent.nri.plugin import PluginConfig
 from dmn.api.cluster import Cluster, connect
 from dmn.api.cluster import resources as r
+from dmn.api.identity import DRIVER
 from dmn.host.inventory_sources import LinkSource
 from dmn.lab import manifests
 from dmn.lab.cluster import LabCluster
@@ -214,6 +215,7 @@ def lab_node(
     state_dir: Path | None = None,
     inventory: Callable[[Path, LinkSource | None], Inventory] = inventory_of_lab,
     ovsdb_remote: str = OVSDB_REMOTE,
+    device_metadata: bool = False,
 ) -> Iterator[LabNode]:
     """``follow_links``: the lab's publisher rescans on rtnetlink events of its namespace
     (and so the agent's device health follows link changes). ``proxied``: the agent talks
@@ -221,7 +223,8 @@ def lab_node(
     timeout, so that a test can stall the API server for the agent alone. ``state_dir``:
     the agent's journal and pins there (e.g. on a failing disk) instead of the private dir.
     ``inventory``: how the lab node is scanned (the kernel lab joins a netdevsim
-    representor to a lab link); ``ovsdb_remote``: the agent's ``--ovsdb-remote``."""
+    representor to a lab link); ``ovsdb_remote``: the agent's ``--ovsdb-remote``;
+    ``device_metadata``: the agent's ``--device-metadata`` (CDI specs in ``<root>/cdi``)."""
     # short paths: unix socket paths must fit sockaddr_un
     root = Path(tempfile.mkdtemp(prefix="dmn-c1-", dir="/tmp"))
     with ExitStack() as stack:
@@ -235,6 +238,11 @@ def lab_node(
             state_dir=state_dir or root / "agent",
             host_netns=f"/var/run/netns/{lab.netns}",
             ovsdb_remote=ovsdb_remote,
+            **(
+                {"cdi_root": root / "cdi", "plugin_data_dir": root / "plugins" / DRIVER}
+                if device_metadata
+                else {}
+            ),
         )
         sock = str(root / "nri.sock")
         runtime = LabNriRuntime(

@@ -24,7 +24,7 @@ from dmn.api.cluster import resources as r
 from dmn.api.ipam.client import AllocationClient
 from dmn.api.ipam.node_pools import ClusterAddressPools
 from dmn.lab.apiserver import LabApiServer
-from dmn.opcodes.address_pools import ClaimOwner
+from dmn.opcodes.address_pools import ClaimOwner, PoolLease
 from dmn.opcodes.device_environment import DeviceEnvironment
 from dmn.opcodes.executor import EffectContext, ExecutorError, RecoveryObservation
 from dmn.vocabulary.handles import Handle
@@ -325,3 +325,56 @@ def test_a_second_interface_of_the_same_pool_shares_its_route_never_adopts_it(
         second.undo()
         first.undo()
         assert l3_state(sb) == before_l3
+
+
+class CountingPools(ClusterAddressPools):
+    """The cluster port, counting the owner lookups (each one an IPAllocation list)."""
+
+    def __init__(self, client: AllocationClient) -> None:
+        super().__init__(client)
+        self.held_calls = 0
+
+    def held(self, owner: ClaimOwner, operation: str) -> tuple[PoolLease, ...]:
+        self.held_calls += 1
+        return super().held(owner, operation)
+
+
+def test_apply_then_observe_lists_the_allocations_once_recovery_reads_afresh(
+    cluster: Cluster,
+) -> None:
+    """Issue 38 speed: an attach's observe takes the leases its apply just got (no owner
+    lookup), once; a second observe, and recovery, list them afresh; the leases are the same
+    either way. IPAllocation lists per dual-stack attach: 2 (one per family in apply), was 3."""
+    ex = EXECUTORS[KIND]
+    with world() as w:
+        sb = w.sandbox()
+        mk = child(w, sb, "op1")
+        before_l3 = l3_state(sb)
+        client = AllocationClient(cluster)
+        pools = CountingPools(client)
+        lists: list[str] = []
+        pool_allocations = client._pool_allocations
+
+        def counted(pool: str) -> list[dict[str, Any]]:
+            lists.append(pool)
+            return pool_allocations(pool)
+
+        client._pool_allocations = counted  # type: ignore[method-assign]
+        env = DeviceEnvironment.extend(w.env(sb), address_pools=pools, claim_owner=owner(50))
+        w.stack.callback(env.close)
+        c = ctx(env, mk.output(), {"pool": "dual"}, "op1")
+        before = ex.capture(c)
+        ex.apply(c, before)
+        first = ex.observe(c, before)
+        assert first.postconditions_ok, first.detail
+        assert pools.held_calls == 0 and lists == ["dual", "dual"]
+        again = ex.observe(c, before)  # no apply before it: a fresh read
+        assert pools.held_calls == 1
+        leases = first.outputs["interface"][0].observations["ipamLeases"]
+        assert again.outputs["interface"][0].observations["ipamLeases"] == leases
+        assert ex.recover(c, before) is RecoveryObservation.APPLIED
+        assert pools.held_calls == 2
+        late = ex.observe(c, before)  # recovery dropped the handover: read again
+        assert pools.held_calls == 3 and late.postconditions_ok
+        ex.undo(c, before, dict(first.outputs))
+        assert allocations(cluster) == [] and l3_state(sb) == before_l3

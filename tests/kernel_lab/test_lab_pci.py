@@ -401,6 +401,8 @@ def test_device_access_grants_exactly_the_group_nodes_to_the_sandbox(
             assert device.scope == e.scope_of(e.require_sandbox())
             specs = list((tmp_path / "cdi").iterdir())
             assert len(specs) == 1
+            edits = json.loads(specs[0].read_text())["devices"][0]["containerEdits"]
+            assert [e.split("=", 1)[1] for e in edits["env"]] == [LAB_PCI_ALONE, group]
             assert access.recover(ca, before) is RecoveryObservation.APPLIED
             assert_opened(probe(sandbox, specs[0], LAB_PCI_ALONE, tmp_path), group)
             access.undo(ca, before, observed.outputs)
