@@ -95,7 +95,8 @@ def test_effects_parameters_and_ports_of_a_builtin() -> None:
         ("state", "linux/link-configure/v1"),
     ]
     move, state = kernel.hook("connect")
-    assert move.parameters == {"ifName": "net1"} and move.bound_fields == {"ifName": "ifName"}
+    assert move.parameters == {"ifName": "net1", "carryHostConfig": False}
+    assert move.bound_fields == {"ifName": "ifName", "carryHostConfig": "carryHostAddresses"}
     assert state.parameters == {"mtu": 1500, "up": True}
     assert sorted(kernel.allocation) == ["interface"] and sorted(kernel.outputs) == ["interface"]
     assert kernel.opcodes == {"linux/link-move/v1", "linux/link-configure/v1"}
