@@ -53,7 +53,7 @@ from pydantic import ValidationError
 from dmn.agent.inventory.facts import Inventory
 from dmn.agent.personas.status_report import report_policy_statuses
 from dmn.agent.slices.pins import allocated_devices
-from dmn.agent.slices.publication import NodePublication
+from dmn.agent.slices.publication import TAINT_GRACE_S, NodePublication
 from dmn.agent.slices.publication_state import load_publication, save_publication
 from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, ListWatch, NotFound
 from dmn.api.cluster import resources as r
@@ -200,6 +200,11 @@ class NodeSlicePublisher:
                 log.warning("event=slices-degraded node=%s", self.node_name)
             if self.state_file is not None:
                 save_publication(self.state_file, self.publication)
+            if plan.taints_pending:
+                # an unhealthy device still within its grace: look again once it is over
+                timer = threading.Timer(TAINT_GRACE_S + 0.1, self._wake.set)
+                timer.daemon = True
+                timer.start()
             report_policy_statuses(self.cluster, self.events, plan.personas, policy_docs)
             log.info(
                 "event=slices-published node=%s slices=%d devices=%d generation=%d",

@@ -16,6 +16,7 @@ restarted agent must publish above its last generation and keep pinned declarati
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,11 +32,19 @@ from dmn.api.policy import DeviceExposurePolicy
 log = logging.getLogger(__name__)
 
 
+#: How long a device must stay unhealthy before its slice carries the taint: a whole link
+#: returning from a Pod is down for a moment (a namespace move sets it down), and a taint
+#: for that moment would refuse allocations the device can serve.
+TAINT_GRACE_S = 3.0
+
+
 @dataclass
 class Plan:
     personas: PersonaSet
     slices: list[dict[str, Any]]
     changed: bool  # the content (and so the generation) changed
+    #: some unhealthy device is not tainted yet (within the grace): plan again after it
+    taints_pending: bool = False
 
     def obsolete(self, existing: Iterable[str]) -> list[str]:
         """Names of this node's existing slices to delete after writing the plan: a pool
@@ -50,6 +59,8 @@ class NodePublication:
     publisher: SlicePublisher = field(init=False)
     degraded: bool = False
     last: PersonaSet | None = None
+    #: device -> when this publication first saw it unhealthy (monotonic; not persisted)
+    unhealthy_since: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.publisher = SlicePublisher(self.node_name)
@@ -61,6 +72,7 @@ class NodePublication:
         labels: Mapping[str, str],
         allocated: Iterable[str] = (),
         cleanup_pending: Iterable[str] = (),
+        now: float | None = None,
     ) -> Plan:
         pins = Pins(
             allocated=frozenset(allocated),
@@ -68,10 +80,15 @@ class NodePublication:
             previous=self.last.by_name() if self.last else {},
         )
         personas = build_personas(inventory, policies, labels, pins, degraded=self.degraded)
-        taints = device_taints(personas.personas, inventory, pins.allocated)
+        candidates = device_taints(personas.personas, inventory, pins.allocated)
+        at = time.monotonic() if now is None else now
+        self.unhealthy_since = {n: self.unhealthy_since.get(n, at) for n in candidates}
+        taints = {
+            n: t for n, t in candidates.items() if at - self.unhealthy_since[n] >= TAINT_GRACE_S
+        }
         changed, slices = self.publisher.publish(personas, taints)
         self.last = personas
-        return Plan(personas, slices, changed)
+        return Plan(personas, slices, changed, taints_pending=len(taints) < len(candidates))
 
     def to_json(self) -> dict[str, Any]:
         """The state a restarted agent needs: last generation and digest, degradation and

@@ -158,13 +158,17 @@ def test_driver_runs_as_pods_from_the_imported_image(lab: UpstreamLab, admin: Cl
 def test_the_agent_pod_publishes_its_nodes_slices(admin: Cluster) -> None:
     """Written under the DaemonSet's service account, whose token the API server bound to
     this node: the chart's ValidatingAdmissionPolicy lets it write only lab-node's slices."""
-    slices = [
-        s
-        for s in admin.list(r.RESOURCE_SLICES).items
-        if s["spec"]["driver"] == DRIVER and s["spec"].get("nodeName") == NODE_NAME
-    ]
-    devices = [d for s in slices for d in s["spec"].get("devices") or []]
-    assert len(devices) == 3 * len(LAB_LINKS), [d["name"] for d in devices]
+
+    def devices() -> list[str]:
+        return [
+            d["name"]
+            for s in admin.list(r.RESOURCE_SLICES).items
+            if s["spec"]["driver"] == DRIVER and s["spec"].get("nodeName") == NODE_NAME
+            for d in s["spec"].get("devices") or []
+        ]
+
+    # the policies reach the agent one by one: a busy machine saw the ipvlan personas late
+    assert wait_for(lambda: len(devices()) == 3 * len(LAB_LINKS), WAIT), devices()
 
 
 def test_pods_get_networks_and_traffic_flows(

@@ -12,7 +12,7 @@ from dmn.agent.kubelet.handler import DeviceHealth, Health
 from dmn.agent.personas import PersonaSet, build_personas
 from dmn.agent.personas.build import Pins
 from dmn.agent.slices.device_health import UNHEALTHY_TAINT_KEY, device_health
-from dmn.agent.slices.publication import NodePublication
+from dmn.agent.slices.publication import TAINT_GRACE_S, NodePublication
 from dmn.api.policy import DeviceExposurePolicy
 from dmn.host.rtnetlink.links import LinkState
 from dmn.lab import node
@@ -151,8 +151,17 @@ def test_unhealthy_devices_are_tainted_noschedule_in_the_published_slices(
     labels = node.node_object()["metadata"]["labels"]
     publication = NodePublication(POOL)
 
+    clock = [0.0]
+
     def tainted(links: RecordedLinks, allocated: frozenset[str] = frozenset()) -> set[str]:
-        plan = publication.plan(_scan(tmp_path, links), policies, labels, allocated)
+        inv = _scan(tmp_path, links)
+        first = publication.plan(inv, policies, labels, allocated, now=clock[0])
+        # a device unhealthy for less than the grace is not tainted yet
+        early = [d for s in first.slices for d in s["spec"].get("devices") or ()]
+        assert not any(d.get("taints") for d in early)
+        clock[0] += TAINT_GRACE_S
+        plan = publication.plan(inv, policies, labels, allocated, now=clock[0])
+        clock[0] += 100
         devices = [d for s in plan.slices for d in s["spec"].get("devices") or ()]
         for d in devices:
             for taint in d.get("taints") or ():
