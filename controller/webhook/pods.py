@@ -299,13 +299,20 @@ def _lists_plugin(annotations: Mapping[str, Any], key: str, plugin: str) -> bool
 def validate(
     pod: Any, old: Any, world: World, plugin: str = NRI_PLUGIN_NAME, operation: str = "CREATE"
 ) -> Decision:
-    """Denials for a Pod (after mutation): a Pod of ours must name ``plugin`` in its Pod
-    required-plugins annotation and in every container-scoped one, and must not use classes
-    of two revisions of one topology; an UPDATE never removes ``plugin`` from a
-    required-plugins annotation that named it."""
-    uses, warnings = class_uses(pod, world)
-    decision = Decision(uses=uses, warnings=warnings)
+    """Denials for a Pod (after mutation): a created Pod of ours must name ``plugin`` in its
+    Pod required-plugins annotation and in every container-scoped one, and must not use
+    classes of two revisions of one topology; an UPDATE never removes ``plugin`` from a
+    required-plugins annotation that named it (and is not judged otherwise: ``world`` is
+    not read for it)."""
     annotations = _map(_map(_map(pod).get("metadata")).get("annotations"))
+    if operation != "CREATE":
+        # an update changes neither claims nor extended resources: only the removal rule
+        # applies (a Pod of ours created before this webhook may still drop a finalizer)
+        decision = Decision()
+    else:
+        uses, warnings = class_uses(pod, world)
+        decision = Decision(uses=uses, warnings=warnings)
+    uses = decision.uses
     if uses:
         ours = {
             str(_map(c.get("metadata")).get("name")): c

@@ -271,7 +271,7 @@ def test_certificate_rotation(
 def _register(cluster: Cluster, webhook: WebhookServer, ca_file: Path) -> None:
     """The chart's ValidatingWebhookConfiguration (rendered by the real Helm), pointed at
     the test's webhook server."""
-    config = find(render(), "ValidatingWebhookConfiguration")
+    config = find(render(), "ValidatingWebhookConfiguration", "dra-multi-network")
     bundle = base64.b64encode(ca_file.read_bytes()).decode()
     for hook in config["webhooks"]:
         hook["clientConfig"] = {"url": webhook.url + "/validate", "caBundle": bundle}
