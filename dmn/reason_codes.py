@@ -279,6 +279,31 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Retry; if it persists, read the controller's log for the failure.",
     ),
     _r(
+        "E_POD_REVISION_MIXED",
+        ADMIT,
+        "A Pod's claims (or extended resources) use DeviceClasses of two different revisions "
+        "of one topology; the Pod is denied, naming the claim field.",
+        "Use classes of one revision: the topology's stable class, or the per-revision "
+        "classes of its newest Ready revision only.",
+    ),
+    _r(
+        "E_POD_NRI_REQUIREMENT",
+        ADMIT,
+        "A Pod that uses a network of this driver does not list the driver's NRI plugin in "
+        "its `required-plugins.noderesource.dev/pod` annotation (or a container-scoped one, "
+        "which overrides it), or the value is not a YAML list of names. Without it containerd "
+        "would create its containers while the node agent is down.",
+        "Let the mutating webhook add it (remove a malformed value), or add the plugin name "
+        "to the list yourself.",
+    ),
+    _r(
+        "E_POD_NRI_REQUIREMENT_REMOVED",
+        ADMIT,
+        "A Pod update removes the driver's NRI plugin from a required-plugins annotation "
+        "that named it.",
+        "Keep the plugin in the annotation; delete and recreate the Pod to change it.",
+    ),
+    _r(
         "E_CONFLICT",
         ADMIT,
         "An existing object conflicts with what would be created "

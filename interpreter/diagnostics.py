@@ -72,6 +72,12 @@ class Code(StrEnum):
     E_ADMISSION_MALFORMED = "E_ADMISSION_MALFORMED"
     #: The webhook failed while validating (denied; the log has the details).
     E_ADMISSION_FAILED = "E_ADMISSION_FAILED"
+    #: A Pod of ours whose claims use DeviceClasses of two revisions of one topology.
+    E_POD_REVISION_MIXED = "E_POD_REVISION_MIXED"
+    #: A Pod of ours whose NRI required-plugins annotation does not name our plugin.
+    E_POD_NRI_REQUIREMENT = "E_POD_NRI_REQUIREMENT"
+    #: A Pod update that removes our plugin from a required-plugins annotation.
+    E_POD_NRI_REQUIREMENT_REMOVED = "E_POD_NRI_REQUIREMENT_REMOVED"
     #: IP address management (IPPool validation and the allocator's refusals).
     E_IPPOOL_SUBNET = "E_IPPOOL_SUBNET"
     E_IPPOOL_RANGE_OUTSIDE_SUBNET = "E_IPPOOL_RANGE_OUTSIDE_SUBNET"

@@ -15,11 +15,18 @@ What is validated (design §4.1, §9.2), always failing closed:
   on create, ``spec.digest`` must equal the semantic digest recomputed from the spec and
   every locked plugin's ``contractDigest`` must match its captured descriptor;
 * DeviceClass — a generated class (managed-by label, or carrying our
-  TopologyRootConfiguration) is written or deleted only by the controller's identities.
+  TopologyRootConfiguration) is written or deleted only by the controller's identities;
+* Pod create/update (:mod:`.pods`) — a Pod of ours must name our NRI plugin in its
+  required-plugins annotation and use one revision per topology; an update keeps our plugin
+  in that annotation. Unlike the rest, a Pod whose facts cannot be read is admitted (with a
+  warning): Pod admission must never block Pods that are not ours. :func:`mutate_pod` is
+  the mutating half (``POST /mutate-pods``).
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +40,7 @@ from dmn.controller.compile.digest import semantic_digest
 from dmn.controller.compile.plugin_sources import checked_plugin_object, same_contract
 from dmn.controller.ippool import ippool_diagnostics
 from dmn.controller.policy_validation import policy_diagnostics
+from dmn.controller.webhook import pods
 from dmn.controller.webhook.review_shape import request_problem
 from dmn.interpreter.canonical_json import sha256_digest
 from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
@@ -53,6 +61,9 @@ class ReviewContext:
     #: IPPools as the cluster has them now, for the overlap check (None: not checked here;
     #: the controller still reports it as the pool's Valid condition).
     pools: Callable[[], Sequence[Mapping[str, Any]]] | None = None
+    #: The claims, templates and DeviceClasses a Pod in a namespace names (None: nothing
+    #: can be read, every Pod counts as not ours).
+    pod_world: Callable[[str, Mapping[str, Any]], pods.World] | None = None
 
 
 def _position(d: Diagnostic) -> str:
@@ -145,6 +156,8 @@ def review(request: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
                     uid, f"generated DeviceClasses are written only by the controller, not {user!r}"
                 )
             return _allow(uid)
+        if kind == "Pod" and operation in ("CREATE", "UPDATE"):
+            return _pod(uid, request, ctx)
     except Exception as exc:  # fail closed, with a reason, never a traceback to the client
         log.exception("admission review failed kind=%s operation=%s", kind, operation)
         reason = (
@@ -156,6 +169,65 @@ def review(request: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
             f"{kind} not admitted",
         )
     return _allow(uid)
+
+
+def _pod_world(
+    request: Mapping[str, Any], ctx: ReviewContext
+) -> tuple[pods.World | None, list[str]]:
+    """The Pod's facts, or None and a warning when they could not be read."""
+    if ctx.pod_world is None:
+        return pods.World(), []
+    namespace = request.get("namespace")
+    try:
+        return ctx.pod_world(namespace if isinstance(namespace, str) else "", request["object"]), []
+    except Exception as exc:
+        log.warning("pod admission could not read the cluster error=%s", exc)
+        what = "the cluster could not be read" if isinstance(exc, ApiFailure) else "internal error"
+        return None, [f"E_ADMISSION_FAILED: dra-multi-network did not check this Pod: {what}"]
+
+
+def _warned(response: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    if warnings:
+        response["warnings"] = [w[:512] for w in warnings[:MAX_CAUSES]]
+    return response
+
+
+def _pod(uid: str, request: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
+    if request["operation"] == "CREATE":
+        world, warnings = _pod_world(request, ctx)
+    else:  # an update is judged on its annotations alone (pods.validate)
+        world, warnings = pods.World(), []
+    if world is None:
+        return _warned(_allow(uid), warnings)
+    decision = pods.validate(
+        request.get("object"), request.get("oldObject"), world, operation=str(request["operation"])
+    )
+    if decision.denials:
+        return _deny(uid, decision.denials, "Pod rejected")
+    return _warned(_allow(uid), decision.warnings)
+
+
+def mutate_pod(request: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:
+    """The mutating review of a Pod (``POST /mutate-pods``): our plugin merged into its
+    required-plugins annotation when it is ours, else allowed unchanged. Never denies
+    anything but a request it cannot read as a Pod review."""
+    raw_uid = request.get("uid")
+    uid = raw_uid if isinstance(raw_uid, str) else ""
+    problem = request_problem(request)
+    if problem is not None:
+        return _deny(uid, [problem], "AdmissionReview not understood")
+    kind = (request.get("kind") or {}).get("kind")
+    if kind != "Pod" or request.get("operation") != "CREATE":
+        return _allow(uid)
+    world, warnings = _pod_world(request, ctx)
+    if world is None:
+        return _warned(_allow(uid), warnings)
+    decision = pods.mutate(request.get("object"), world)
+    response = _warned(_allow(uid), decision.warnings)
+    if decision.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(decision.patch).encode()).decode()
+    return response
 
 
 def _topology(uid: str, obj: Mapping[str, Any], ctx: ReviewContext) -> dict[str, Any]:

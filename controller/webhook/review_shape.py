@@ -25,6 +25,7 @@ REVIEWED_KINDS = frozenset(
         "NetworkTopologyRevision",
         "DeviceClass",
         "IPPool",
+        "Pod",
     }
 )
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})

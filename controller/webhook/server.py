@@ -1,4 +1,5 @@
-"""The admission webhook: HTTPS server for AdmissionReview v1 (``POST /validate``).
+"""The admission webhook: HTTPS server for AdmissionReview v1 (``POST /validate``, and
+``POST /mutate-pods`` for the Pod mutation of :func:`.review.mutate_pod`).
 
 Certificates come from files (see :mod:`.tls` for rotation). Connections are served by
 :class:`dmn.observability.bounded_http.BoundedHTTPServer`: one reception thread does every
@@ -23,12 +24,15 @@ import json
 import logging
 import socket
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
 from dmn.controller.compile.plugin_sources import plugins_from_objects
-from dmn.controller.webhook.review import ReviewContext, review
+from dmn.controller.webhook.pod_sources import read_world
+from dmn.controller.webhook.pods import World
+from dmn.controller.webhook.review import ReviewContext, mutate_pod, review
 from dmn.controller.webhook.review_shape import nesting_depth
 from dmn.controller.webhook.tls import ReloadingTLS
 from dmn.interpreter.loader import Plugin
@@ -85,7 +89,8 @@ class _Handler(BufferedRequestHandler):
             self._send(404, {"message": "not found"})
 
     def do_POST(self) -> None:
-        if self.path.split("?")[0] != "/validate":
+        path = self.path.split("?")[0]
+        if path not in ("/validate", "/mutate-pods"):
             self._send(404, {"message": "not found"})
             return
         try:
@@ -115,7 +120,8 @@ class _Handler(BufferedRequestHandler):
             self._send(200, _denial("", "request must be an object"))
             return
         try:
-            response = review(request, self.server.context)
+            decide = mutate_pod if path == "/mutate-pods" else review
+            response = decide(request, self.server.context)
         except Exception:  # review fails closed itself; this is the last line, not a path
             log.exception("admission review raised")
             response = _denial(str(request.get("uid", ""))[:128], "internal error")["response"]
@@ -194,6 +200,7 @@ class WebhookServer:
             plugins=self._plugins,
             controller_users=controller_users,
             pools=self._pools if cluster is not None else None,
+            pod_world=self._pod_world if cluster is not None else None,
         )
         self.host, self.port = host, port
         self._httpd: _Server | None = None
@@ -211,6 +218,10 @@ class WebhookServer:
         """IPPools as the cluster has them now (an IPPool's subnets may overlap none)."""
         assert self.cluster is not None
         return self.cluster.list(r.IP_POOLS).items
+
+    def _pod_world(self, namespace: str, pod: Mapping[str, Any]) -> World:
+        assert self.cluster is not None
+        return read_world(self.cluster, namespace, pod)
 
     @property
     def rejected(self) -> int:

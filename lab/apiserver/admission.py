@@ -11,9 +11,17 @@ Contract (what a webhook server sees, as from a real API server):
 * Matching: ``rules`` (operations, apiGroups, apiVersions, resources incl. ``*``,
   ``<res>/<sub>``, ``*/<sub>``, ``*/*``; scope), ``namespaceSelector`` and ``objectSelector``
   (matchLabels / matchExpressions). ``matchConditions`` and ``matchPolicy`` conversion are
-  not evaluated. Configuration objects themselves are never sent to webhooks.
+  not evaluated: a hook is called for every request its rules match. For our chart's Pod
+  webhooks that means every Pod CREATE/UPDATE reaches our server here, where the real API
+  server sends only Pods with claims or extended-resource limits; our webhook admits the
+  others unchanged itself (``controller/webhook/pods.py``), so the outcome is the same, but
+  a lab test cannot show the filtering (``tests/chart`` evaluates those CEL conditions, the
+  upstream lab runs them). ValidatingAdmissionPolicies are not evaluated at all (the NRI
+  toleration policy is tested on the upstream lab). Configuration objects themselves are
+  never sent to webhooks.
 * Order: mutating webhooks (configuration name order, then list order; ``JSONPatch``
-  responses applied; no reinvocation), then schema validation, then validating webhooks.
+  responses applied; no reinvocation: ``reinvocationPolicy: IfNeeded`` is ignored), then
+  schema validation, then validating webhooks.
 * A denial becomes the error ``admission webhook "<name>" denied the request: <message>``
   with the response's code (raised to at least 400) and reason; a failed call fails the
   request with 500 InternalError under ``failurePolicy: Fail`` and is skipped under

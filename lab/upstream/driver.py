@@ -3,10 +3,11 @@
 :class:`ProcessDriver` (the default) installs what the Helm chart would — generated CRDs,
 the builtin NetworkPlugins, the namespace and the chart's controller RBAC, a ClusterRole
 for the node agent — then runs ``dmn controller`` (webhook on 127.0.0.1 with a serving
-certificate from the lab CA) and registers the chart's ValidatingWebhookConfiguration
-pointed at it by URL, applies the lab node's DeviceExposurePolicies, and runs ``dmn node``
-against the lab's kubelet and containerd. Each runs as a host process under the identity
-the chart gives it (a client certificate whose CN is the service account's user name).
+certificate from the lab CA) and registers the chart's webhook configurations (validating,
+and the Pod mutation) pointed at it by URL and the chart's NRI toleration policy, applies
+the lab node's DeviceExposurePolicies, and runs ``dmn node`` against the lab's kubelet and
+containerd. Each runs as a host process under the identity the chart gives it (a client
+certificate whose CN is the service account's user name).
 
 Another way to install (``helm install`` of the chart) is a second class with the same two
 methods, ``install`` and ``uninstall``; the lab takes any :class:`DriverDeployment`.
@@ -93,6 +94,7 @@ def _render(path: Path) -> list[dict[str, Any]]:
 
 
 RBAC_KINDS = ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
 
 def node_agent_rbac() -> list[dict[str, Any]]:
@@ -266,13 +268,19 @@ class ProcessDriver:
         _wait("our admission webhook", lambda: _listening(ctx.webhook_port), self.timeout)
 
     def _webhook(self, ctx: DriverContext) -> None:
+        """The chart's webhook configurations (validating and the Pod mutation), each hook
+        pointed by URL at the controller's port on the path the chart gives it, and the
+        chart's NRI toleration policy (the API server evaluates it itself)."""
         bundle = base64.b64encode(ctx.ca.ca_cert.read_bytes()).decode()
-        url = f"https://127.0.0.1:{ctx.webhook_port}/validate"
+        base = f"https://127.0.0.1:{ctx.webhook_port}"
         for doc in _render(CHART / "templates" / "webhook.yaml"):
-            if doc.get("kind") != "ValidatingWebhookConfiguration":
+            if doc.get("kind") not in WEBHOOK_KINDS:
                 continue
             for hook in doc["webhooks"]:
-                hook["clientConfig"] = {"url": url, "caBundle": bundle}
+                path = str(hook["clientConfig"]["service"].get("path") or "/validate")
+                hook["clientConfig"] = {"url": base + path, "caBundle": bundle}
+            ctx.admin.apply(doc)
+        for doc in _render(CHART / "templates" / "nri-admission.yaml"):
             ctx.admin.apply(doc)
 
     def _agent(self, ctx: DriverContext) -> None:

@@ -26,6 +26,7 @@ from .helm import CHART, VALUES, find, helm, render
 
 VALUE_SETS = [(), ("all-options.yaml",), ("secret-certs.yaml",), ("issuer-ref.yaml",)]
 CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
+TOLERATE = "tolerate-missing-nri-plugins.noderesource.dev"
 EVENT_WRITER = {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "get", "patch"]}
 
 
@@ -140,10 +141,24 @@ def test_default_install_objects() -> None:
     lease = find(docs, "Role", "dra-multi-network-controller-lease")["rules"][0]
     assert lease["resourceNames"] == ["dra-multi-network-controller"]
 
-    vwc = find(docs, "ValidatingWebhookConfiguration")
+    vwc = find(docs, "ValidatingWebhookConfiguration", "dra-multi-network")
     for hook in vwc["webhooks"]:
         assert hook["failurePolicy"] == "Fail"
         assert all("*" not in res for rule in hook["rules"] for res in rule["resources"])
+    # Pod admission never blocks a Pod: a down controller admits Pods unchanged
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        (hook,) = find(docs, kind, "dra-multi-network-pods")["webhooks"]
+        assert hook["failurePolicy"] == "Ignore" and hook["timeoutSeconds"] == 5
+        assert hook["rules"][0]["resources"] == ["pods"]
+    (mutating,) = find(docs, "MutatingWebhookConfiguration")["webhooks"]
+    assert mutating["reinvocationPolicy"] == "IfNeeded"
+    assert mutating["clientConfig"]["service"]["path"] == "/mutate-pods"
+    assert mutating["rules"][0]["operations"] == ["CREATE"]
+    template = find(docs, "DaemonSet", "dra-multi-network-node")["spec"]["template"]
+    assert template["metadata"]["annotations"] == {TOLERATE: "true"}
+    templates = find(docs, "ClusterRole", "dra-multi-network-controller")["rules"]
+    assert {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"],
+            "verbs": ["get"]} in templates  # fmt: skip
 
 
 def test_chart_generates_a_serving_certificate_its_bundle_trusts() -> None:
@@ -155,17 +170,20 @@ def test_chart_generates_a_serving_certificate_its_bundle_trusts() -> None:
     cert.verify_directly_issued_by(ca)
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "dra-multi-network-webhook.dmn-system.svc" in names.get_values_for_type(x509.DNSName)
-    for hook in find(docs, "ValidatingWebhookConfiguration")["webhooks"]:
-        assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    configs = [d for d in docs if d["kind"].endswith("WebhookConfiguration")]
+    assert len(configs) == 3
+    for config in configs:
+        for hook in config["webhooks"]:
+            assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
 
 
 def test_cert_manager_source() -> None:
     docs = render(["all-options.yaml"])
     assert not [d for d in docs if d["kind"] == "Secret"]
-    vwc = find(docs, "ValidatingWebhookConfiguration")
     ref = "dmn-system/dra-multi-network-webhook"
-    assert vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == ref
-    assert all("caBundle" not in h["clientConfig"] for h in vwc["webhooks"])
+    for vwc in [d for d in docs if d["kind"].endswith("WebhookConfiguration")]:
+        assert vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == ref
+        assert all("caBundle" not in h["clientConfig"] for h in vwc["webhooks"])
     serving = find(docs, "Certificate", "dra-multi-network-webhook")["spec"]
     # not the chart source's Secret: cert-manager and Helm do not race for one name
     assert serving["secretName"] == "dra-multi-network-webhook-cert-manager-tls"
@@ -244,7 +262,9 @@ def test_install_creates_the_plugins_before_the_webhook_that_judges_them(
     kinds = [d["kind"] for d in render(values)]
     webhook = kinds.index("ValidatingWebhookConfiguration")
     assert max(i for i, k in enumerate(kinds) if k == "NetworkPlugin") < webhook
-    assert webhook == len(kinds) - 1
+    # the Pod one too (nothing follows them); the Pod mutation may come earlier: it never
+    # refuses anything and no object of the chart is a Pod with claims
+    assert kinds[webhook:] == ["ValidatingWebhookConfiguration"] * 2
 
 
 @pytest.mark.parametrize("values", VALUE_SETS, ids=lambda v: v[0] if v else "defaults")
@@ -327,6 +347,8 @@ def test_both_components_may_write_events_and_nothing_more_of_them() -> None:
         ("apiServer.host=10.0.0.1", "port"),
         ("metrics.serviceMonitor.interval=often", "interval"),
         ("webhook.certificates.source=secret", "secretName"),
+        ("webhook.pods.timeoutSeconds=31", "timeoutSeconds"),
+        ("nri.tolerateMissingPluginsAnnotation=a b", "tolerateMissingPluginsAnnotation"),
     ],
 )
 def test_values_schema_refuses_bad_values(setting: str, message: str) -> None:
@@ -378,7 +400,7 @@ def test_deviceclass_match_condition_equals_the_webhooks_own_test(
         return
     hook = next(
         h
-        for h in find(render(), "ValidatingWebhookConfiguration")["webhooks"]
+        for h in find(render(), "ValidatingWebhookConfiguration", "dra-multi-network")["webhooks"]
         if h["name"].startswith("deviceclasses.")
     )
     (condition,) = hook["matchConditions"]
@@ -577,12 +599,19 @@ def test_upstream_lab_takes_rbac_and_webhook_from_the_rendered_chart() -> None:
     assert {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} <= kinds
     for doc in controller:
         assert doc["metadata"].get("namespace") in (None, driver.DRIVER_NAMESPACE)
-    (vwc,) = [
-        d
+    configs = {
+        (d["kind"], d["metadata"]["name"]): d
         for d in driver._render(CHART / "templates" / "webhook.yaml")
-        if d["kind"] == "ValidatingWebhookConfiguration"
-    ]
-    assert len(vwc["webhooks"]) == 3
+        if d["kind"].endswith("WebhookConfiguration")
+    }
+    assert len(configs["ValidatingWebhookConfiguration", "dra-multi-network"]["webhooks"]) == 3
+    assert set(configs) == {
+        ("ValidatingWebhookConfiguration", "dra-multi-network"),
+        ("ValidatingWebhookConfiguration", "dra-multi-network-pods"),
+        ("MutatingWebhookConfiguration", "dra-multi-network-pods"),
+    }
+    kinds = {d["kind"] for d in driver._render(CHART / "templates" / "nri-admission.yaml")}
+    assert kinds == {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
 def test_the_upstream_labs_values_run_the_controller_as_the_defaults_do(tmp_path: Path) -> None:
@@ -610,3 +639,132 @@ def test_the_upstream_labs_values_run_the_controller_as_the_defaults_do(tmp_path
     ]
     assert pod["containers"][0]["env"][2:] == api_env
     assert agent["containers"][0]["env"][1:] == api_env
+
+
+# --- Pod admission: the webhooks' matchConditions and the NRI toleration policy -----------
+
+
+def _pod(
+    claims: bool = False,
+    limits: dict[str, str] | None = None,
+    init_limits: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    namespace: str = "t",
+    service_account: str = "default",
+) -> dict[str, Any]:
+    def container(name: str, lim: dict[str, str] | None) -> dict[str, Any]:
+        return {"name": name, "image": "x", **({"resources": {"limits": lim}} if lim else {})}
+
+    spec: dict[str, Any] = {
+        "serviceAccountName": service_account,
+        "containers": [container("app", limits)],
+    }
+    if init_limits:
+        spec["initContainers"] = [container("init", init_limits)]
+    if claims:
+        spec["resourceClaims"] = [{"name": "n", "resourceClaimTemplateName": "t"}]
+    meta: dict[str, Any] = {"name": "p", "namespace": namespace}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+POD_CASES = {
+    "no-claims": (_pod(), False),
+    "cpu-memory-hugepages": (
+        _pod(limits={"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "2Mi"}),
+        False,
+    ),
+    "claims": (_pod(claims=True), True),
+    "extended": (_pod(limits={"example.com/net": "1"}), True),
+    "implicit-extended-init": (
+        _pod(init_limits={"deviceclass.resource.kubernetes.io/net-root": "1"}),
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", POD_CASES)
+def test_pod_webhooks_are_sent_only_pods_with_claims_or_extended_resources(case: str) -> None:
+    """A Pod without claims and without extended-resource limits never reaches our webhooks
+    (so nothing about our controller can delay or change it)."""
+    pod, sent = POD_CASES[case]
+    docs = render()
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        (hook,) = find(docs, kind, "dra-multi-network-pods")["webhooks"]
+        (condition,) = hook["matchConditions"]
+        got = cel.evaluate(condition["expression"], {"object": pod, "oldObject": None})
+        assert got is sent, (kind, case)
+
+
+def test_pod_validation_also_sees_an_update_of_a_pod_that_required_plugins() -> None:
+    (hook,) = find(render(), "ValidatingWebhookConfiguration", "dra-multi-network-pods")["webhooks"]
+    (condition,) = hook["matchConditions"]
+    old = _pod(annotations={"required-plugins.noderesource.dev/pod": '["dra-multi-network"]'})
+    ctx = {"object": _pod(annotations={}), "oldObject": old}
+    assert cel.evaluate(condition["expression"], ctx) is True
+
+
+def _toleration_decision(
+    obj: dict[str, Any], old: dict[str, Any] | None = None, values: tuple[str, ...] = ()
+) -> str:
+    """'skip', 'allow' or 'deny' as the API server evaluates the toleration policy."""
+    policy = find(render(values), "ValidatingAdmissionPolicy", "dra-multi-network-nri-toleration")
+    spec = policy["spec"]
+    request = {"namespace": obj["metadata"]["namespace"], "userInfo": {"username": "u"}}
+    ctx: dict[str, Any] = {"request": request, "object": obj, "oldObject": old}
+    if not all(cel.evaluate(m["expression"], ctx) for m in spec["matchConditions"]):
+        return "skip"
+    return (
+        "allow" if all(cel.evaluate(v["expression"], ctx) for v in spec["validations"]) else "deny"
+    )
+
+
+AGENT = {"namespace": "dmn-system", "service_account": "dra-multi-network-node"}
+
+
+@pytest.mark.adversarial
+@pytest.mark.parametrize(
+    ("pod", "old", "decision"),
+    [
+        (_pod(annotations={TOLERATE: "true"}), None, "deny"),  # a tenant
+        (_pod(annotations={f"{TOLERATE}/pod": "true"}), None, "deny"),
+        (_pod(annotations={f"{TOLERATE}/container.app": "true"}), None, "deny"),
+        (_pod(annotations={TOLERATE: "true"}, namespace="dmn-system"), None, "deny"),  # not the SA
+        (
+            _pod(annotations={TOLERATE: "true"}, service_account="dra-multi-network-node"),
+            None,
+            "deny",
+        ),  # the agent's SA name in another namespace
+        (_pod(annotations={TOLERATE: "true"}, **AGENT), None, "allow"),  # the agent
+        (_pod(annotations={f"{TOLERATE}x": "true"}), None, "skip"),  # another key
+        (_pod(annotations={"a": "b"}), None, "skip"),
+        (_pod(), None, "skip"),
+        (_pod(annotations={TOLERATE: "true"}), _pod(annotations={}), "deny"),  # added by update
+        (_pod(annotations={TOLERATE: "true"}), _pod(annotations={TOLERATE: "false"}), "deny"),
+        (
+            _pod(annotations={TOLERATE: "true", "x": "y"}),
+            _pod(annotations={TOLERATE: "true"}),
+            "skip",
+        ),  # a value it already had
+    ],
+)
+def test_only_the_node_agent_may_carry_the_nri_toleration(
+    pod: dict[str, Any], old: dict[str, Any] | None, decision: str
+) -> None:
+    assert _toleration_decision(pod, old) == decision
+
+
+def test_the_toleration_key_is_a_value() -> None:
+    docs = render(("all-options.yaml",))
+    template = find(docs, "DaemonSet")["spec"]["template"]
+    assert template["metadata"]["annotations"] == {"example.com/tolerate-nri": "true"}
+    tenant = _pod(annotations={"example.com/tolerate-nri": "true"})
+    assert _toleration_decision(tenant, values=("all-options.yaml",)) == "deny"
+    assert (
+        _toleration_decision(_pod(annotations={TOLERATE: "true"}), values=("all-options.yaml",))
+        == "skip"
+    )
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        (hook,) = find(docs, kind, "dra-multi-network-pods")["webhooks"]
+        assert hook["timeoutSeconds"] == 3

@@ -9,6 +9,7 @@ compared with before.
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import sys
 import threading
@@ -16,14 +17,19 @@ from collections.abc import Callable
 
 import pytest
 
-from dmn.api.cluster import ApiFailure, Cluster, connect
+from dmn import NRI_PLUGIN_NAME
+from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, connect
 from dmn.api.cluster import resources as r
 from dmn.api.ipam.allocator import AddressRequest
 from dmn.api.ipam.client import Allocation, AllocationClient, Owner
+from dmn.controller.webhook.pods import POD_KEY
 from dmn.lab import manifests
 from dmn.lab.demo import NEGATIVE, TOPOLOGIES, wait_settled
 from dmn.lab.node import HOST_DEVICE_TOPOLOGY
 from dmn.lab.upstream import build
+from dmn.lab.upstream.configs import DRIVER_NAMESPACE
+from dmn.lab.upstream.driver import NODE_SA
+from tests.e2e import installed_driver
 from tests.e2e.conftest import Session, host_snapshot
 from tests.ipam import arbiter_checks
 from tests.waiting import wait_for
@@ -243,6 +249,186 @@ def test_ipam_concurrent_requesters_get_distinct_addresses_and_counted(
         for name in names:
             with contextlib.suppress(ApiFailure):
                 admin.delete(r.RESOURCE_CLAIMS, name, "default")
+        admin.close()
+
+
+# --- Pod admission: the NRI required-plugins annotation and the toleration policy ---------
+
+TOLERATE = "tolerate-missing-nri-plugins.noderesource.dev"  # the chart's default key
+POD_NS = "e2e-pods"
+
+
+def _pod(name: str, template: str | None = None, **extra: object) -> dict[str, object]:
+    spec: dict[str, object] = {
+        "automountServiceAccountToken": False,
+        "containers": [{"name": "app", "image": "busybox"}],
+    }
+    if template is not None:
+        spec["resourceClaims"] = [{"name": "net", "resourceClaimTemplateName": template}]
+    meta: dict[str, object] = {"name": name, "namespace": extra.pop("namespace", POD_NS)}
+    if "annotations" in extra:
+        meta["annotations"] = extra.pop("annotations")
+    spec.update(extra)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def _dry_create(admin: Cluster, pod: dict[str, object]) -> dict[str, object]:
+    """The Pod as the real API server would store it (every admission step ran)."""
+    namespace = str(pod["metadata"]["namespace"])  # type: ignore[index]
+    return admin.create(r.PODS, pod, namespace, dry_run=True)
+
+
+def _annotations(pod: dict[str, object]) -> dict[str, str]:
+    return dict(pod["metadata"].get("annotations") or {})  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def pod_templates(control_plane: Session, classes: dict[str, str]) -> dict[str, str]:
+    """A namespace with ServiceAccounts (this lab runs no controller-manager to make them),
+    a ResourceClaimTemplate of one of our generated classes and one of another driver's
+    DeviceClass; kind -> template name."""
+    admin = control_plane.lab.admin()
+    try:
+        with contextlib.suppress(AlreadyExists):
+            ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": POD_NS}}
+            admin.create(r.NAMESPACES, ns)
+        for namespace, name in ((POD_NS, "default"), (DRIVER_NAMESPACE, NODE_SA)):
+            sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}
+            with contextlib.suppress(AlreadyExists):
+                admin.create(r.SERVICE_ACCOUNTS, sa, namespace)
+        other_class = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "e2e-other-driver"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]},
+        }
+        admin.apply(other_class)
+        out = {}
+        for kind, device_class in (
+            ("ours", classes["shared-macvlan"]),
+            ("other", "e2e-other-driver"),
+        ):
+            template = {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": f"e2e-{kind}", "namespace": POD_NS},
+                "spec": {
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {"name": "n", "exactly": {"deviceClassName": device_class}}
+                            ]
+                        }
+                    }
+                },
+            }
+            admin.apply(template)
+            out[kind] = f"e2e-{kind}"
+        return out
+    finally:
+        admin.close()
+
+
+def test_a_pod_with_a_claim_of_ours_gets_our_nri_plugin_required(
+    control_plane: Session, pod_templates: dict[str, str]
+) -> None:
+    """The real API server calls our mutating webhook (matchConditions, JSONPatch) and then
+    the validating one; other names already in the annotation are kept."""
+    admin = control_plane.lab.admin()
+    try:
+        stored = _dry_create(admin, _pod("ours", pod_templates["ours"]))
+        assert json.loads(_annotations(stored)[POD_KEY]) == [NRI_PLUGIN_NAME]
+        merged = _dry_create(
+            admin, _pod("ours2", pod_templates["ours"], annotations={POD_KEY: '["other"]'})
+        )
+        assert json.loads(_annotations(merged)[POD_KEY]) == ["other", NRI_PLUGIN_NAME]
+    finally:
+        admin.close()
+
+
+def test_pods_that_are_not_ours_are_admitted_unchanged(
+    control_plane: Session, pod_templates: dict[str, str]
+) -> None:
+    """No claims, another driver's claim, and a template that does not exist yet (admitted
+    with a warning the client library does not surface; the node agent's gate remains)."""
+    admin = control_plane.lab.admin()
+    try:
+        for pod in (_pod("plain"), _pod("other", pod_templates["other"]), _pod("later", "later")):
+            assert POD_KEY not in _annotations(_dry_create(admin, pod))
+    finally:
+        admin.close()
+
+
+def test_a_pod_of_ours_may_not_drop_our_plugin(
+    control_plane: Session, pod_templates: dict[str, str]
+) -> None:
+    """Created for real (it stays Pending: this lab has no node), then an update that
+    removes our plugin from the annotation is refused by the validating webhook."""
+    admin = control_plane.lab.admin()
+    try:
+        admin.create(r.PODS, _pod("keep", pod_templates["ours"]), POD_NS)
+        patch = {"metadata": {"annotations": {POD_KEY: '["other"]'}}}
+        with pytest.raises(ApiFailure) as removed:
+            admin.patch(r.PODS, "keep", patch, POD_NS)
+        assert "E_POD_NRI_REQUIREMENT_REMOVED" in str(removed.value)
+        pod = admin.get(r.PODS, "keep", POD_NS)
+        assert json.loads(_annotations(pod)[POD_KEY]) == [NRI_PLUGIN_NAME]
+    finally:
+        with contextlib.suppress(ApiFailure):
+            admin.delete(r.PODS, "keep", POD_NS)
+        admin.close()
+
+
+def _tenant_toleration_denied(admin: Cluster) -> None:
+    """The chart's ValidatingAdmissionPolicy refuses the tolerate key on a tenant's Pod (also
+    as <key>/pod) and admits it on the node agent's (release namespace, agent's SA)."""
+    for key in (TOLERATE, f"{TOLERATE}/pod"):
+        tenant = _pod("sneaky", annotations={key: "true"})
+
+        def denied(pod: dict[str, object] = tenant) -> str | None:
+            try:
+                _dry_create(admin, pod)
+            except ApiFailure as exc:
+                return str(exc)
+            return None  # the policy may not be in the API server's cache yet
+
+        message = wait_for(denied, timeout=WAIT, interval=0.5, what="the policy's denial")
+        assert "dra-multi-network-nri-toleration" in message or "node agent" in message, message
+    agent = _pod(
+        "agent",
+        annotations={TOLERATE: "true"},
+        namespace=DRIVER_NAMESPACE,
+        serviceAccountName=NODE_SA,
+    )
+    assert _annotations(_dry_create(admin, agent))[TOLERATE] == "true"
+
+
+def test_only_the_node_agent_may_tolerate_a_missing_plugin(
+    control_plane: Session, pod_templates: dict[str, str]
+) -> None:
+    admin = control_plane.lab.admin()
+    try:
+        _tenant_toleration_denied(admin)
+    finally:
+        admin.close()
+
+
+def test_with_the_controller_stopped_pods_are_not_blocked_and_the_policy_holds(
+    control_plane: Session, pod_templates: dict[str, str]
+) -> None:
+    """failurePolicy Ignore: a Pod without claims (never sent) and one of another driver are
+    admitted while our controller is down; so is a Pod of ours, unchanged (the residual risk
+    docs/operator-guide.md states). The toleration policy needs no controller."""
+    lab = control_plane.lab
+    admin = lab.admin()
+    stopped = installed_driver.stop_controller(lab, admin)
+    try:
+        for pod in (_pod("plain"), _pod("other", pod_templates["other"])):
+            assert POD_KEY not in _annotations(_dry_create(admin, pod))
+        assert POD_KEY not in _annotations(_dry_create(admin, _pod("ours", pod_templates["ours"])))
+        _tenant_toleration_denied(admin)
+    finally:
+        installed_driver.start_controller(lab, admin, stopped)
         admin.close()
 
 

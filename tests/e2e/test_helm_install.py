@@ -544,7 +544,12 @@ def test_the_cert_manager_objects_fit_cert_managers_real_schemas(
             with pytest.raises(ApiFailure) as refused:
                 admin.create(certificate, wrong, DRIVER_NAMESPACE, dry_run=True)
             assert "dnsName" in str(refused.value), refused.value
-            (hook,) = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
+            (hook,) = [
+                d
+                for d in docs
+                if d["kind"] == "ValidatingWebhookConfiguration"
+                and d["metadata"]["name"] == "dra-multi-network"
+            ]
             renamed = {**hook, "metadata": {**hook["metadata"], "name": "dmn-certmanager-check"}}
             admin.create(r.VALIDATING_WEBHOOK_CONFIGURATIONS, renamed, dry_run=True)
             inject = hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
@@ -666,6 +671,7 @@ def uninstall_leaves_nothing_that_blocks_the_api_server(lab: UpstreamLab, admin:
             admin.delete(r.DEVICE_CLASSES, name)
     Helm(lab.layout).check("uninstall", RELEASE, "-n", DRIVER_NAMESPACE, "--wait")
     hooks = admin.list(r.VALIDATING_WEBHOOK_CONFIGURATIONS).items
+    hooks += admin.list(r.MUTATING_WEBHOOK_CONFIGURATIONS).items
     assert [h["metadata"]["name"] for h in hooks] == []
     policies = admin.request("GET", VAP_PATH)["items"]
     assert [p["metadata"]["name"] for p in policies] == []

@@ -20,14 +20,17 @@ it, ``net1`` with a pool address.
 from __future__ import annotations
 
 import copy
+import json
 from collections import defaultdict
 from typing import Any
 
 import pytest
 
+from dmn import NRI_PLUGIN_NAME
 from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
+from dmn.controller.webhook.pods import POD_KEY
 from dmn.lab import manifests
 from dmn.lab.demo import TOPOLOGIES, wait_settled
 from dmn.lab.pod_demo import NAMESPACE
@@ -93,6 +96,7 @@ def test_each_pod_gets_the_configuration_of_the_subrequest_chosen_for_it(
 
     lab_pods.run(admin, pods, "first-choice", TEMPLATE)
     lab_pods.wait_running(admin, "first-choice")
+    assert _requires_our_plugin(admin, "first-choice")  # through firstAvailable classes
     whole = _result(admin, "first-choice")
     assert (whole["request"], whole["device"]) == ("net/whole", personas[link]["kernel"].name)
     assert _net1_kind(lab_pods.uid(admin, "first-choice")) == "veth"  # the lab link itself
@@ -105,6 +109,12 @@ def test_each_pod_gets_the_configuration_of_the_subrequest_chosen_for_it(
     assert _net1_kind(lab_pods.uid(admin, "second-choice")) == "macvlan"
     reported = wait_reported(admin, NAMESPACE, "second-choice", "net1", WAIT)
     assert reported is not None and reported.addresses, lab_pods.describe(admin, "second-choice")
+
+
+def _requires_our_plugin(admin: Cluster, name: str) -> bool:
+    """Our Pod webhook put our NRI plugin into the Pod's required-plugins annotation."""
+    annotations = admin.get(r.PODS, name, NAMESPACE)["metadata"].get("annotations") or {}
+    return NRI_PLUGIN_NAME in json.loads(annotations.get(POD_KEY, "[]"))
 
 
 EXTENDED = "example.com/lab-net"
@@ -141,6 +151,7 @@ def test_a_pod_asking_for_the_extended_resource_gets_the_network(
         admin.create(r.PODS, body, NAMESPACE)
         pods.append("extended")
         lab_pods.wait_running(admin, "extended")
+        assert _requires_our_plugin(admin, "extended")  # through the extended resource
         status = admin.get(r.PODS, "extended", NAMESPACE)["status"]
         made = status["extendedResourceClaimStatus"]["resourceClaimName"]
         claim = admin.get(r.RESOURCE_CLAIMS, made, NAMESPACE)

@@ -271,7 +271,7 @@ def test_certificate_rotation(
 def _register(cluster: Cluster, webhook: WebhookServer, ca_file: Path) -> None:
     """The chart's ValidatingWebhookConfiguration (rendered by the real Helm), pointed at
     the test's webhook server."""
-    config = find(render(), "ValidatingWebhookConfiguration")
+    config = find(render(), "ValidatingWebhookConfiguration", "dra-multi-network")
     bundle = base64.b64encode(ca_file.read_bytes()).decode()
     for hook in config["webhooks"]:
         hook["clientConfig"] = {"url": webhook.url + "/validate", "caBundle": bundle}
@@ -361,3 +361,75 @@ def test_builtin_as_an_api_server_stores_it_is_admitted(
     stored["spec"]["allowedEffects"] = [*stored["spec"]["allowedEffects"], "pci/driver-bind/v1"]
     resp, _ = post(webhook, pki[0], req("NetworkPlugin", G, "UPDATE", stored, stored))
     assert resp["allowed"] is False
+
+
+def test_pod_admission_through_the_lab_api_server(
+    lab: LabApiServer, webhook: WebhookServer, pki: tuple[Path, Path, Path]
+) -> None:
+    """The chart's Pod webhooks (mutating on /mutate-pods, validating on /validate) pointed
+    at the real server, which reads the template and classes from the lab API server: a Pod
+    naming a template of one of our classes is stored with our NRI plugin required; a Pod of
+    another driver's class is stored unchanged; an update dropping our plugin is refused.
+    (The lab API server does not evaluate matchConditions: every Pod is sent here.)"""
+    from dmn import NRI_PLUGIN_NAME
+    from dmn.controller.webhook.pods import POD_KEY
+
+    docs = render()
+    bundle = base64.b64encode(pki[0].read_bytes()).decode()
+    with (
+        Cluster(connect(url=lab.url, token="ctl")) as ctl,
+        Cluster(connect(url=lab.url, token="alice")) as alice,
+    ):
+        for kind, res in (
+            ("MutatingWebhookConfiguration", r.MUTATING_WEBHOOK_CONFIGURATIONS),
+            ("ValidatingWebhookConfiguration", r.VALIDATING_WEBHOOK_CONFIGURATIONS),
+        ):
+            config = find(docs, kind, "dra-multi-network-pods")
+            for hook in config["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {"url": webhook.url + path, "caBundle": bundle}
+            config["metadata"] = {"name": "dra-multi-network-pods"}
+            ctl.create(res, config)
+        try:
+            ours = {"app.kubernetes.io/managed-by": "dra-multi-network-controller"}
+            for name, labels in (("pods-ours", ours), ("pods-other", {})):
+                ctl.create(
+                    r.DEVICE_CLASSES,
+                    {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "DeviceClass",
+                        "metadata": {"name": name, "labels": labels},
+                        "spec": {},
+                    },
+                )
+                requests = [{"name": "n", "exactly": {"deviceClassName": name}}]
+                template = {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": name},
+                    "spec": {"spec": {"devices": {"requests": requests}}},
+                }
+                alice.create(r.RESOURCE_CLAIM_TEMPLATES, template, "default")
+            stored = {}
+            for name in ("pods-ours", "pods-other"):
+                pod = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "containers": [{"name": "app", "image": "x"}],
+                        "resourceClaims": [{"name": "n", "resourceClaimTemplateName": name}],
+                    },
+                }
+                stored[name] = alice.create(r.PODS, pod, "default")
+            annotations = stored["pods-ours"]["metadata"]["annotations"]
+            assert json.loads(annotations[POD_KEY]) == [NRI_PLUGIN_NAME]
+            assert POD_KEY not in (stored["pods-other"]["metadata"].get("annotations") or {})
+            with pytest.raises(ApiFailure) as dropped:
+                alice.patch(
+                    r.PODS, "pods-ours", {"metadata": {"annotations": {POD_KEY: "[]"}}}, "default"
+                )
+            assert "E_POD_NRI_REQUIREMENT_REMOVED" in str(dropped.value)
+        finally:
+            ctl.delete(r.MUTATING_WEBHOOK_CONFIGURATIONS, "dra-multi-network-pods")
+            ctl.delete(r.VALIDATING_WEBHOOK_CONFIGURATIONS, "dra-multi-network-pods")
