@@ -498,8 +498,9 @@ REGISTRY: tuple[ReasonCode, ...] = (
         AGENT,
         "An NRI hook outlived its deadline (the runtime was already answered): it attached "
         "nothing, and undid what it had started.",
-        "Look for what made the hook slow (API server, a slow executor, the node lock); the "
-        "runtime retries the sandbox.",
+        "Look for what made the hook slow (API server, a slow executor, the node lock). A "
+        "refused sandbox is retried by kubelet; one the runtime started anyway (containerd "
+        "does after its own NRI timeout) is attached at its first CreateContainer.",
     ),
     _r(
         "E_JOURNAL_FAILED",
@@ -689,6 +690,15 @@ REGISTRY: tuple[ReasonCode, ...] = (
         AGENT,
         "An exclusive allocation targets a parent that still has shares.",
         "Wait for the shared claims to be released.",
+    ),
+    _r(
+        "E_STARTED_WITHOUT_NETWORK",
+        AGENT,
+        "A sandbox of a Pod with our claims already had a container when the agent first "
+        "saw it (the runtime created it while no plugin held it): that container ran "
+        "without the Pod's networks, so the sandbox is never attached late.",
+        "Delete the Pod so that a new sandbox gets its networks; enable containerd's NRI "
+        "default validator (see the operator guide) so that containers wait for the agent.",
     ),
     # ---- executors (node effects)
     _r("E_ENV", EXEC, "An executor was called without its environment (a bug).", "Report it."),

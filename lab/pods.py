@@ -45,6 +45,7 @@ from dmn.lab.allocator.service import ClaimService
 from dmn.lab.cluster import LabCluster, LabError
 from dmn.lab.node import NODE_NAME, NODE_UID
 from dmn.lab.runtime.nri_runtime import HookFailed, LabContainer, LabNriRuntime, LabPod
+from dmn.lab.runtime.required_plugins import TOLERATE_MISSING_PLUGINS, RequiredPluginCheck
 
 log = logging.getLogger(__name__)
 #: status writes tried per change while other writers (the node agent's annotation patch)
@@ -81,7 +82,13 @@ class LabPods:
         self.lab = lab
         self.root = root
         self.cluster = lab.client()
-        self.runtime = LabNriRuntime(str(root / "nri.sock"), request_timeout=10.0)
+        # configured like the operator guide's containerd: the default validator on, with
+        # the chart's tolerate key (a Pod that requires our plugin waits for it)
+        self.runtime = LabNriRuntime(
+            str(root / "nri.sock"),
+            request_timeout=10.0,
+            required_plugins=RequiredPluginCheck(tolerate_annotation=TOLERATE_MISSING_PLUGINS),
+        )
         publication = lab.publication
         assert publication is not None
         devices = InventoryDevices(
@@ -230,6 +237,8 @@ class LabPods:
                 running.name,
                 namespace,
                 f"/var/run/netns/{running.netns}",
+                # kubelet hands the runtime every Pod annotation (the validator reads them)
+                annotations=dict(pod["metadata"].get("annotations") or {}),
             )
             try:
                 self.runtime.run_pod_sandbox(sandbox)

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from dmn.agent.coordinator.preparation import PreparationService
 from dmn.agent.coordinator.reconcile import ReconcileLoop
-from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
+from dmn.agent.coordinator.sandbox_attachment import LateAttach, SandboxAttachmentService
 from dmn.agent.coordinator.verify import Refusal
 from dmn.agent.journal.store import JournalError
 from dmn.agent.kubelet.handler import (
@@ -135,6 +135,9 @@ class NriAdapter:
         self.attachments = attachments
         self.reconcile = reconcile
         self.reporter = reporter or NodeEventReporter(None, "")
+        # sandboxes the runtime listed with a container at the last Synchronize: one not
+        # attached by then ran a container without its networks (never attached late)
+        self._had_containers: frozenset[str] = frozenset()
 
     def _refuse(self, request: str, pod: PodSandbox, exc: Refusal | JournalError) -> HookRefused:
         obj = pod_object(pod.namespace, pod.name, pod.uid)
@@ -144,6 +147,7 @@ class NriAdapter:
 
     def synchronize(self, pods: Sequence[PodSandbox], containers: Sequence[Container]) -> None:
         log.info("event=synchronize pods=%d containers=%d", len(pods), len(containers))
+        self._had_containers = frozenset(c.pod_sandbox_id for c in containers)
         self.reconcile.synchronize([(p.uid, p.id) for p in pods])
 
     def run_pod_sandbox(self, pod: PodSandbox) -> None:
@@ -178,9 +182,12 @@ class NriAdapter:
             raise self._refuse("RemovePodSandbox", pod, exc) from exc
 
     def create_container(self, pod: PodSandbox, container: Container) -> ContainerAdjustment:
-        """Gate the container, then add the character device nodes the sandbox's VFIO
-        grants exported (the same nodes the grant's CDI spec lists)."""
-        self._gate(pod, "CreateContainer")
+        """Gate the container — attaching the sandbox late when its RunPodSandbox attached
+        nothing (see :meth:`SandboxAttachmentService.attach_late`) — then add the character
+        device nodes the sandbox's VFIO grants exported (the same nodes the grant's CDI
+        spec lists)."""
+        late = LateAttach(pod.netns_path, current_deadline(), pod.id in self._had_containers)
+        self._gate(pod, "CreateContainer", late)
         nodes = self.attachments.device_nodes(pod.uid, pod.id)
         return ContainerAdjustment(
             devices=tuple(DeviceNode(n.path, "c", n.major, n.minor) for n in nodes)
@@ -189,9 +196,9 @@ class NriAdapter:
     def start_container(self, pod: PodSandbox, container: Container) -> None:
         self._gate(pod, "StartContainer")
 
-    def _gate(self, pod: PodSandbox, request: str) -> None:
+    def _gate(self, pod: PodSandbox, request: str, late: LateAttach | None = None) -> None:
         try:
-            self.attachments.gate(pod.namespace, pod.name, pod.uid, pod.id)
+            self.attachments.gate(pod.namespace, pod.name, pod.uid, pod.id, late)
         except (Refusal, JournalError) as exc:
             raise self._refuse(request, pod, exc) from exc
 

@@ -24,6 +24,10 @@ Contract:
   ``ipam:before-release``, ``ipam:after-release``).
 * Before the kill it logs ``event=fault-point-kill point=<name>`` (critical), so a test can
   tell where the agent died.
+* **Or a stop.** With :data:`FAULT_ACTION_ENV` set to ``stop`` the agent SIGSTOPs itself
+  instead (every thread freezes, sockets stay open: a hung agent, as containerd's NRI
+  request timeout sees it); the test sends SIGCONT. The log line is then
+  ``event=fault-point-stop``.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ log = logging.getLogger(__name__)
 
 FAULT_POINT_ENV = "DMN_TEST_FAULT_POINT"
 """The boundary name (or :mod:`fnmatch` pattern) at which the agent kills itself; test-only."""
+FAULT_ACTION_ENV = "DMN_TEST_FAULT_ACTION"
+"""``kill`` (the default: SIGKILL) or ``stop`` (SIGSTOP) at the fault point; test-only."""
 TRIGGER_FILE = "fault-point.armed"
 """In the agent's state directory: the kill is armed while it exists, and consumes it."""
 
@@ -66,10 +72,12 @@ class FaultPoint:
         pattern: str,
         trigger: Path,
         kill: Callable[[], None] = lambda: os.kill(os.getpid(), signal.SIGKILL),
+        action: str = "kill",
     ) -> None:
         self.pattern = pattern
         self.trigger = trigger
         self._kill = kill
+        self.action = action
 
     def __call__(self, name: str) -> None:
         if not fnmatch.fnmatchcase(name, self.pattern):
@@ -78,25 +86,35 @@ class FaultPoint:
             self.trigger.unlink()
         except FileNotFoundError:
             return  # not armed, or another thread consumed it and is killing
-        log.critical("event=fault-point-kill point=%s pattern=%s", name, self.pattern)
+        log.critical("event=fault-point-%s point=%s pattern=%s", self.action, name, self.pattern)
         json_logs.flush()  # the writer thread's queue dies with the process otherwise
-        self._kill()
+        if self.action == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        else:
+            self._kill()
 
 
 def from_environment(
     state_dir: Path, environ: Mapping[str, str] | None = None
 ) -> FaultPoint | None:
     """The fault point the agent's environment names, or None (the normal case: inert)."""
-    pattern = (os.environ if environ is None else environ).get(FAULT_POINT_ENV, "").strip()
+    env = os.environ if environ is None else environ
+    pattern = env.get(FAULT_POINT_ENV, "").strip()
     if not pattern:
         return None
+    action = env.get(FAULT_ACTION_ENV, "kill").strip() or "kill"
+    if action not in ("kill", "stop"):
+        log.error("event=fault-point-ignored action=%s (kill or stop)", action)
+        return None
     log.warning(
-        "event=fault-point-configured pattern=%s trigger=%s (test-only: the agent kills "
-        "itself at this boundary while the trigger file exists)",
+        "event=fault-point-configured pattern=%s action=%s trigger=%s (test-only: the agent "
+        "%ss itself at this boundary while the trigger file exists)",
         pattern,
+        action,
         state_dir / TRIGGER_FILE,
+        action,
     )
-    return FaultPoint(pattern, state_dir / TRIGGER_FILE)
+    return FaultPoint(pattern, state_dir / TRIGGER_FILE, action=action)
 
 
 class PoolBoundaries:

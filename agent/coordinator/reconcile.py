@@ -24,8 +24,9 @@ own record of prepared claims across a reboot and does not prepare them again.
   jitter per attachment (:mod:`.retry_backoff`), and resolve orphans — attachments left
   Connecting whose RunPodSandbox is no longer running (the hook died with an earlier
   incarnation, or gave up) for at least ``orphan_grace`` seconds (a runtime that retries
-  the same sandbox resumes it meanwhile): they are fenced, undone from the journal and end
-  Removed.
+  the same sandbox resumes it meanwhile): they are fenced as abandoned, undone from the
+  journal and end Removed — the sandbox may live on, and its next CreateContainer attaches
+  it late (:meth:`.sandbox_attachment.SandboxAttachmentService.attach_late`).
 
 Attachments of an earlier boot are resolved at start (above); one left Removing there is
 retried by the tick like any other Removing attachment and by Synchronize.
@@ -47,7 +48,7 @@ from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.operations import NodeOperations
 from dmn.agent.coordinator.retry_backoff import RetrySchedule
-from dmn.agent.coordinator.sandbox_attachment import SandboxAttachmentService
+from dmn.agent.coordinator.sandbox_attachment import ABANDONED, SandboxAttachmentService
 from dmn.agent.coordinator.verify import Refusal
 from dmn.agent.journal.records import AttachmentIdentity, AttachmentRecord, AttachmentState
 from dmn.agent.journal.store import JournalStore
@@ -187,7 +188,10 @@ class ReconcileLoop:
                         self.orphan_grace
                     ):
                         continue  # not yet: the runtime may still retry it
-                    self.attachments.remove(rec)
+                    if orphan:  # its sandbox may live on: a late attachment may come
+                        self.attachments.remove(rec, f"{ABANDONED} its RunPodSandbox died")
+                    else:
+                        self.attachments.remove(rec)
                 self.retries.succeeded(ident)
                 removed.append(ident)
                 log.info("event=cleanup-retried sandbox=%s orphan=%s", ident.sandbox_id, orphan)

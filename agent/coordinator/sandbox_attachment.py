@@ -40,7 +40,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dmn.agent.coordinator.attachment_status import (
@@ -104,6 +104,28 @@ log = logging.getLogger("dmn.agent.coordinator.coordinator")
 # handles whose ``deviceNodes`` observation (written by vfio/ and rdma/device-access) lists
 # character devices for the sandbox's containers
 _GRANTED_NODE_TYPES = (HandleType.VFIO_DEVICE, HandleType.RDMA_DEVICE)
+
+
+TOMBSTONE = "tombstone:"
+"""How the error of a Removed record written for a sandbox stopped or removed before any
+attachment of it begins (:meth:`SandboxAttachmentService._tombstone`)."""
+ABANDONED = "abandoned:"
+"""How the fence reason of a Connecting attachment whose RunPodSandbox died begins: it is
+cleaned up like a removed sandbox, but the sandbox itself may still live and be attached
+late (:meth:`SandboxAttachmentService.attach_late`)."""
+
+
+@dataclass(frozen=True)
+class LateAttach:
+    """What a container gate knows to attach a sandbox whose RunPodSandbox attached nothing.
+
+    ``had_containers``: the runtime listed a container of the sandbox when the agent
+    (re)connected (NRI Synchronize) — a container that ran without its networks, which no
+    late attachment can make right."""
+
+    netns_path: str | None
+    deadline: HookDeadline | None
+    had_containers: bool = False
 
 
 def _in_time(deadline: HookDeadline | None, subject: str, when: str) -> None:
@@ -216,6 +238,7 @@ class SandboxAttachmentService:
             claims = self._pod_claims(namespace, pod_name, pod_uid)
             if not claims:
                 return False
+            self.operations.boundary("before-run-pod")
             existing = self.journal.get_attachment(identity)
             if existing is not None and existing.state is AttachmentState.READY:
                 return True
@@ -245,8 +268,10 @@ class SandboxAttachmentService:
         netns_path: str | None,
         reads: list[tuple[dict[str, Any], VerifiedClaim, dict[str, Any]]],
         deadline: HookDeadline | None,
+        late: bool = False,
     ) -> bool:
-        """The journal and kernel part of :meth:`run_pod`, under the node lock."""
+        """The journal and kernel part of :meth:`run_pod` (and of :meth:`attach_late`, which
+        may replace a record that attached nothing), under the node lock."""
         pod_uid, sandbox_id = identity.pod_uid, identity.sandbox_id
         claims = [c for c, _, _ in reads]
         keys = [
@@ -258,7 +283,10 @@ class SandboxAttachmentService:
             existing = self.journal.get_attachment(identity)
             if existing is not None and existing.state is AttachmentState.READY:
                 return True
-            if existing is not None and existing.state is not AttachmentState.CONNECTING:
+            incarnation = 0
+            if late and existing is not None:
+                incarnation = self._clear_for_late(existing)
+            elif existing is not None and existing.state is not AttachmentState.CONNECTING:
                 raise Refusal(
                     "E_ATTACHMENT_STATE",
                     f"sandbox {sandbox_id} is {existing.state.value} (stopped or removed "
@@ -294,7 +322,7 @@ class SandboxAttachmentService:
             except OSError as exc:
                 raise Refusal("E_NETNS_GONE", f"{netns_path}: {exc.strerror}") from exc
             ops = [
-                f"conn-{att[4:20]}-{short_digest(prep.claim_uid)[:8]}-{step}"
+                _connect_operation(att, prep.claim_uid, step, incarnation)
                 for prep, _, rev in plan
                 for step in rev["spec"]["order"]
             ]
@@ -312,6 +340,7 @@ class SandboxAttachmentService:
                 ],
                 operations=ops,
                 runtime_netns=netns_path,
+                incarnation=incarnation,
             )
             pin = NamespacePin(
                 att, str(self.pins.path(att)), wanted.dev, wanted.inode, identity.boot_id
@@ -364,7 +393,16 @@ class SandboxAttachmentService:
                         claim.namespace, claim.name, claim.claim_uid, self.config.node_name
                     )
                     exports, records = self._connect(
-                        att, ref, prep, verified, revision, done, deadline, owner, renames
+                        att,
+                        ref,
+                        prep,
+                        verified,
+                        revision,
+                        done,
+                        deadline,
+                        owner,
+                        renames,
+                        incarnation,
                     )
                     outputs.extend(status_outputs(exports, verified))
                     device_status.append(
@@ -476,6 +514,7 @@ class SandboxAttachmentService:
         deadline: HookDeadline | None = None,
         owner: ClaimOwner | None = None,
         renames: Mapping[str, str] | None = None,
+        incarnation: int = 0,
     ) -> tuple[dict[str, Mapping[str, tuple[Handle, ...]]], list[EffectRecord]]:
         """Run each step's connect; each step's exports, and every step's journaled
         effects in order (what the claim's ``networkData`` is reported from: an operation
@@ -492,7 +531,7 @@ class SandboxAttachmentService:
         for step_id in spec["order"]:
             step = steps[step_id]
             _in_time(deadline, att, f"before step {step_id}")
-            op = f"conn-{att[4:20]}-{short_digest(prep.claim_uid)[:8]}-{step_id}"
+            op = _connect_operation(att, prep.claim_uid, step_id, incarnation)
             # a root connects with what it was verified with (the claim's workload
             # parameters over the topology's config); an Operation with the topology's
             config = dict(roots[step_id].config if step_id in roots else step.get("config") or {})
@@ -541,30 +580,121 @@ class SandboxAttachmentService:
             records.extend(result.effects)
         return exports, records
 
-    def gate(self, namespace: str, pod_name: str, pod_uid: str, sandbox_id: str) -> None:
+    def gate(
+        self,
+        namespace: str,
+        pod_name: str,
+        pod_uid: str,
+        sandbox_id: str,
+        late: LateAttach | None = None,
+    ) -> None:
         """Refuse (:class:`Refusal`) unless this exact sandbox is Ready, for Pods with our
         claims; a Pod without claims of ours passes.
 
         Answered from the journal when it has a record of the sandbox, else from the
         informer cache when it proves the Pod has no claim of ours (no API call at all);
-        only otherwise is the API server asked, and never under the node lock."""
+        only otherwise is the API server asked, and never under the node lock.
+
+        With ``late`` (CreateContainer), a sandbox of a Pod with our claims that is not
+        Ready because its RunPodSandbox attached nothing — the agent was down, died inside
+        the hook, or answered after the runtime's deadline, and containerd went on without
+        it — is attached now (:meth:`attach_late`) instead of being refused forever: no
+        container of it has run, so the Pod gets its networks before its first one."""
         identity = self._identity(pod_uid, sandbox_id)
         with self._lock.hold(f"gate {sandbox_id}", [self._lock.sandbox(attachment_id(identity))]):
             att = self.journal.get_attachment(identity)
             if att is not None and att.state is AttachmentState.READY:
-                if self.pins.ref(attachment_id(identity)) is None:
-                    raise Refusal("E_PIN_MISSING", f"sandbox {sandbox_id} lost its namespace pin")
-                for c in att.claims:
-                    prep = self.journal.get_preparation(c.claim_uid, c.fingerprint)
-                    if prep is None or prep.state is not PreparationState.PREPARED:
-                        raise Refusal("E_NOT_READY", f"claim {c.claim_uid} is not prepared")
+                self._check_ready(att, sandbox_id)
                 return
-        if att is not None:
+        if att is not None and late is None:
             raise Refusal("E_NOT_READY", f"sandbox {sandbox_id} is {att.state.value}")
         if self.objects is not None and self.objects.proves_no_claims(namespace, pod_name, pod_uid):
             return
-        if self._pod_claims(namespace, pod_name, pod_uid):
+        if late is not None:
+            self.attach_late(namespace, pod_name, pod_uid, sandbox_id, late)
+        elif self._pod_claims(namespace, pod_name, pod_uid):
             raise Refusal("E_NOT_READY", f"sandbox {sandbox_id} is not attached")
+
+    def _check_ready(self, att: AttachmentRecord, sandbox_id: str) -> None:
+        if self.pins.ref(attachment_id(att.identity)) is None:
+            raise Refusal("E_PIN_MISSING", f"sandbox {sandbox_id} lost its namespace pin")
+        for c in att.claims:
+            prep = self.journal.get_preparation(c.claim_uid, c.fingerprint)
+            if prep is None or prep.state is not PreparationState.PREPARED:
+                raise Refusal("E_NOT_READY", f"claim {c.claim_uid} is not prepared")
+
+    def attach_late(
+        self, namespace: str, pod_name: str, pod_uid: str, sandbox_id: str, late: LateAttach
+    ) -> None:
+        """Attach the Pod's prepared claims to a live sandbox at its first container's
+        CreateContainer, exactly as RunPodSandbox would have (same checks, same journal
+        order, the hook's own deadline); passes a Pod without claims of ours.
+
+        Why: containerd does not fail a sandbox whose NRI plugin was absent, died or timed
+        out in RunPodSandbox — it starts it and never asks again — and its required-plugin
+        validator only holds the *containers* until the plugin is back. Refusing them
+        forever would leave the Pod stuck without an error of its own making. Refused
+        (:class:`Refusal`) when a container of the sandbox already ran
+        (``E_STARTED_WITHOUT_NETWORK``), while another RunPodSandbox of it is still running,
+        and for a sandbox that was stopped or removed (see :meth:`_attach`)."""
+        identity = self._identity(pod_uid, sandbox_id)
+        with self._running_for(identity):
+            claims = self._pod_claims(namespace, pod_name, pod_uid)
+            if not claims:
+                return
+            if late.had_containers:
+                raise Refusal(
+                    "E_STARTED_WITHOUT_NETWORK",
+                    f"sandbox {sandbox_id} had containers before the agent attached it: they "
+                    "ran without the Pod's networks (the runtime was not holding containers "
+                    "for this plugin); delete the Pod so that a new sandbox gets them",
+                )
+            reads = self._read_claims(claims)
+            self._attach(
+                namespace, pod_name, identity, late.netns_path, reads, late.deadline, late=True
+            )
+        log.info("event=attached-late pod=%s sandbox=%s", pod_uid, sandbox_id)
+
+    def _clear_for_late(self, existing: AttachmentRecord) -> int:
+        """The incarnation a late attachment over ``existing`` gets (under the sandbox's
+        keys): a Connecting record whose hook died is resumed as it is; one that ended
+        Removed without being stopped or removed (a deadline, an orphan the reconcile tick
+        abandoned) gets the next incarnation, its leftover pin and abandoned fence cleared.
+        Refuses when the sandbox was stopped or removed, or a run of it is still going or
+        cleaning up."""
+        identity, sandbox_id = existing.identity, existing.identity.sandbox_id
+        att = attachment_id(identity)
+        if existing.state is AttachmentState.CONNECTING:
+            with self._running_lock:
+                others = self._running.get(identity, 0) > 1  # this call counts once
+            if others:
+                raise Refusal(
+                    "E_NOT_READY",
+                    f"sandbox {sandbox_id}: its RunPodSandbox is still running",
+                    retryable=True,
+                )
+            # its hook died (an earlier incarnation of the agent): resumed like a runtime's
+            # retry of the same sandbox — the same operations, replayed or recovered
+            return existing.incarnation
+        if existing.state is not AttachmentState.REMOVED:
+            raise Refusal(
+                "E_NOT_READY",
+                f"sandbox {sandbox_id} is {existing.state.value}: its cleanup is pending",
+                retryable=True,
+            )
+        fence = self.journal.fence(f"attachment/{att}")
+        if existing.error.startswith(TOMBSTONE) or (
+            fence is not None and not fence.reason.startswith(ABANDONED)
+        ):
+            raise Refusal(
+                "E_ATTACHMENT_STATE",
+                f"sandbox {sandbox_id} was stopped or removed; it is never attached again",
+            )
+        self.release_leftover_pin(existing)
+        if fence is not None:
+            with self.journal.batch() as b:
+                b.delete_fence(fence.scope)
+        return existing.incarnation + 1
 
     def stop_pod(self, pod_uid: str, sandbox_id: str) -> bool:
         """Durably invalidate Ready, fence the attachment's scope, then tear it down; True
@@ -661,17 +791,19 @@ class SandboxAttachmentService:
                 AttachmentRecord(
                     identity,
                     state=AttachmentState.REMOVED,
-                    error=f"tombstone: sandbox {how} before any attachment was recorded",
+                    error=f"{TOMBSTONE} sandbox {how} before any attachment was recorded",
                 )
             )
         log.info(
             "event=tombstone pod=%s sandbox=%s how=%s", identity.pod_uid, identity.sandbox_id, how
         )
 
-    def remove(self, rec: AttachmentRecord) -> None:
+    def remove(self, rec: AttachmentRecord, fence_reason: str = "sandbox removed") -> None:
         """Tear ``rec`` down (fence, Removing, undo in reverse, Removed, pin released),
         owning its sandbox's, claims' and devices' keys (already owned when called from
-        :meth:`owning`, or inside a node-wide pass)."""
+        :meth:`owning`, or inside a node-wide pass). A fence whose reason begins with
+        :data:`ABANDONED` (a Connecting record whose hook died) does not keep a late
+        attachment of the same, still live, sandbox away."""
         att_key = self._lock.sandbox(attachment_id(rec.identity))
         reason = f"remove {rec.identity.sandbox_id}"
         with (
@@ -683,7 +815,7 @@ class SandboxAttachmentService:
             att = attachment_id(identity)
             if rec.state is not AttachmentState.REMOVING:
                 rec.state = AttachmentState.REMOVING
-                self._invalidate(rec, att, "sandbox removed")
+                self._invalidate(rec, att, fence_reason)
                 self.operations.boundary("after-removing")
             self._repin_from_runtime(rec, att)
             undone = self.operations.undo_all(reversed(rec.operations), sync_end=False)
@@ -787,6 +919,12 @@ class SandboxAttachmentService:
             claims = self._lock.claims(c.claim_uid for c in rec.claims) if rec else []
             with self._lock.hold(reason, claims):
                 yield rec
+
+
+def _connect_operation(att: str, claim_uid: str, step: str, incarnation: int) -> str:
+    """The operation id of one step's connect in one attachment (and incarnation)."""
+    base = f"conn-{att[4:20]}-{short_digest(claim_uid)[:8]}-{step}"
+    return f"{base}-l{incarnation}" if incarnation else base
 
 
 def _names_namespace(path: str, dev: int, inode: int) -> bool:

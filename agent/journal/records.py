@@ -45,6 +45,14 @@ def _texts(d: Mapping[str, Any], name: str) -> list[str]:
     return list(values)
 
 
+def _count(d: Mapping[str, Any], name: str) -> int:
+    """A non-negative integer field of a stored record, 0 when absent (older records)."""
+    value = d.get(name, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError(f"{name} must be a non-negative integer")
+    return value
+
+
 def _objects(d: Mapping[str, Any], name: str) -> list[Mapping[str, Any]]:
     values = d.get(name, [])
     if not isinstance(values, list) or not all(isinstance(v, Mapping) for v in values):
@@ -201,6 +209,10 @@ class AttachmentRecord:
     # the sandbox's network namespace path as the runtime gave it at RunPodSandbox (the
     # runtime's own mount, which it removes when it stops the sandbox); "" if not recorded
     runtime_netns: str = ""
+    # 0 for the attachment a RunPodSandbox made; n > 0 for the n-th made late, at a container
+    # gate, for a sandbox whose RunPodSandbox attached nothing (its operations get a suffix,
+    # so an earlier attempt's records are never reused)
+    incarnation: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -210,6 +222,7 @@ class AttachmentRecord:
             "operations": list(self.operations),
             "error": self.error,
             "runtimeNetns": self.runtime_netns,
+            "incarnation": self.incarnation,
         }
 
     @classmethod
@@ -221,6 +234,7 @@ class AttachmentRecord:
             operations=_texts(d, "operations"),
             error=_text(d, "error", ""),
             runtime_netns=_text(d, "runtimeNetns", ""),
+            incarnation=_count(d, "incarnation"),
         )
 
 

@@ -15,6 +15,9 @@ pkg/api/plugin.go, pkg/api/event.go; containerd internal/nri/config.go):
 * pod events and StartContainer go through the dedicated RPCs and fall back to
   StateChange when the plugin answers UNIMPLEMENTED; ``state_change_only`` emulates a
   runtime that predates the dedicated RPCs;
+* with ``required_plugins`` (containerd's NRI default validator, see
+  :mod:`.required_plugins`), CreateContainer fails after the plugins' hooks when a plugin
+  the node or the Pod's annotation requires is not registered;
 * a restart forgets what plugins were told (containerd internal/nri/nri.go keeps each
   sandbox's NRI state in memory, set at RunPodSandbox; Synchronize after a restart sets
   the state of containers only): sandboxes given to :meth:`LabNriRuntime.restore` (from before a
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 
 from dmn.agent.protos import nri_api_pb2 as api
 from dmn.lab.runtime import wire
+from dmn.lab.runtime.required_plugins import RequiredPluginCheck, present_names
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +104,7 @@ class LabContainer:
 @dataclass(frozen=True)
 class RuntimeEvent:
     # registered | configured | synchronized | dropped | hook-error | fallback | unannounced
+    # | validator (the default validator refused a container)
     kind: str
     plugin: str
     detail: str = ""
@@ -227,8 +232,11 @@ class LabNriRuntime:
         state_change_only: bool = False,
         runtime_name: str = "dmn-lab",
         runtime_version: str = "0.1",
+        required_plugins: RequiredPluginCheck | None = None,
     ) -> None:
         self.socket_path = socket_path
+        #: containerd's default validator's required-plugin check (None: not enabled)
+        self.required_plugins = required_plugins
         self.request_timeout = request_timeout
         self.registration_timeout = registration_timeout
         self.sync_chunk = sync_chunk
@@ -443,6 +451,12 @@ class LabNriRuntime:
             for ctr in containers:
                 self.containers[ctr.id] = ctr
 
+    def run_pod_sandbox_unseen(self, pod: LabPod) -> None:
+        """A sandbox created while no plugin was registered (containerd runs the hook over no
+        plugin and starts the sandbox): later hooks of it reach the plugins as usual."""
+        with self._lock:
+            self.pods[pod.id] = pod
+
     def run_pod_sandbox(self, pod: LabPod, timeout: float | None = None) -> None:
         """``timeout`` overrides the request timeout for this hook only (tests of drops)."""
         with self._lock:
@@ -505,6 +519,16 @@ class LabNriRuntime:
             ):
                 rpl = api.CreateContainerResponse.FromString(out)
                 ctr.devices.extend(rpl.adjust.linux.devices)
+            if self.required_plugins is not None:
+                present = present_names(lk.full_name for lk in self._ready)
+                refusal = self.required_plugins.refusal(
+                    self.pods[pod_id].annotations, ctr.name, present
+                )
+                if refusal is not None:
+                    with self._changed:
+                        self.events.append(RuntimeEvent("validator", "", refusal))
+                        self._changed.notify_all()
+                    raise HookFailed(f"default-validator CreateContainer: {refusal}")
             ctr.state = api.CONTAINER_CREATED
             self.containers[ctr.id] = ctr
             return ctr

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from dmn.lab.runtime.required_plugins import TOLERATE_MISSING_PLUGINS
 from dmn.lab.upstream.images import PAUSE_IMAGE
 
 NODE_NAME = "lab-node"
@@ -31,6 +32,9 @@ POD_PREFIX = 24
 CNI_BRIDGE = "dmnlab-cni0"
 FEATURE_GATES = "DRADeviceCompatibilityGroups=true"
 DRIVER_NAMESPACE = "dra-multi-network"
+#: containerd's NRI request timeout (its default, written out: the fail-closed tests outlast
+#: it on purpose)
+NRI_REQUEST_TIMEOUT_S = 2
 
 
 @dataclass(frozen=True)
@@ -272,6 +276,11 @@ state = "{c / "state"}"
     socket_path = "{layout.nri_socket}"
     plugin_path = "{layout.root / "nri" / "plugins"}"
     plugin_config_path = "{layout.root / "nri" / "conf.d"}"
+    plugin_registration_timeout = "5s"
+    plugin_request_timeout = "{NRI_REQUEST_TIMEOUT_S}s"
+    [plugins.'io.containerd.nri.v1.nri'.default_validator]
+      enable = true
+      tolerate_missing_plugins_annotation = "{TOLERATE_MISSING_PLUGINS}"
 """
 
 

@@ -211,8 +211,9 @@ def test_sandbox_the_runtime_forgot_is_cleaned_up_at_synchronize(node: LabNode) 
 
 def test_repeated_callback_after_a_crash_before_ready_resumes(node: LabNode) -> None:
     """The journal as a crash between the last connect effect and the Ready commit leaves
-    it (attachment Connecting, operations Completed): the runtime's retry of the same
-    sandbox after an agent restart resumes the recorded operations, creating nothing twice."""
+    it (attachment Connecting, operations Completed): after an agent restart the sandbox's
+    first CreateContainer resumes the recorded operations (the late attachment at the gate),
+    creating nothing twice; a retry of the same sandbox's Run finds it Ready."""
     claim, pod = claimed_pod(node)
     pod_uid = pod["metadata"]["uid"]
     with scratch_netns("dmc1s") as sandbox:
@@ -224,13 +225,12 @@ def test_repeated_callback_after_a_crash_before_ready_resumes(node: LabNode) -> 
         with node.services.journal.batch() as b:
             b.put_attachment(rec)
         fresh = node.restart_agent()
-        with pytest.raises(HookFailed, match="E_NOT_READY"):
-            node.runtime.create_container("sb-crash", LabContainer("c-x", "sb-crash", "app"))
-        node.runtime.run_pod_sandbox(sb)  # the runtime retries the sandbox
+        node.runtime.create_container("sb-crash", LabContainer("c-x", "sb-crash", "app"))
         again = fresh.attachments.attachment(pod_uid, "sb-crash")
         assert again is not None and again.state is AttachmentState.READY
-        assert again.operations == rec.operations
+        assert again.operations == rec.operations and again.incarnation == 0
         assert names(sandbox) == ["lo", "net1"]
+        node.runtime.run_pod_sandbox(sb)  # the runtime retries the sandbox: already Ready
         node.runtime.create_container("sb-crash", LabContainer("c-y", "sb-crash", "app"))
         node.runtime.remove_pod_sandbox("sb-crash")
         assert names(sandbox) == ["lo"]

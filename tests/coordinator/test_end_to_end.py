@@ -147,11 +147,12 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
                 }
             ]
 
-            # the Ready sandbox runs containers; another incarnation of the Pod does not
+            # the Ready sandbox runs containers; another incarnation of the Pod does not (its
+            # RunPodSandbox never reached us; attached late, its claims are in use by sb-1)
             node.runtime.create_container("sb-1", LabContainer("ctr-1", "sb-1", "app"))
             node.runtime.start_container("ctr-1")
             node.runtime.pods["sb-2"] = LabPod("sb-2", pod_uid, "c1-pod", "default", "")
-            with pytest.raises(HookFailed, match="E_NOT_READY"):
+            with pytest.raises(HookFailed, match="E_CLAIM_IN_USE"):
                 node.runtime.create_container("sb-2", LabContainer("ctr-2", "sb-2", "app"))
             del node.runtime.pods["sb-2"]
 
@@ -177,7 +178,8 @@ def test_prepare_attach_gate_remove_unprepare(node: LabNode) -> None:
                 is AttachmentState.REMOVED
             )
             assert node.services.pins.list() == []
-            with pytest.raises(HookFailed, match="E_NOT_READY"):
+            # a stopped sandbox is never attached again, not even late
+            with pytest.raises(HookFailed, match="E_ATTACHMENT_STATE"):
                 node.runtime.create_container("sb-1", LabContainer("ctr-3", "sb-1", "app"))
             node.runtime.remove_pod_sandbox("sb-1")
             assert (
