@@ -27,7 +27,9 @@ Contract:
 * **Or a stop.** With :data:`FAULT_ACTION_ENV` set to ``stop`` the agent SIGSTOPs itself
   instead (every thread freezes, sockets stay open: a hung agent, as containerd's NRI
   request timeout sees it); the test sends SIGCONT. The log line is then
-  ``event=fault-point-stop``.
+  ``event=fault-point-stop``. With ``stall`` only the thread at the boundary sleeps
+  :data:`STALL_S` seconds (a slow hook in a live agent: the NRI adapter answers the runtime
+  at the hook's own deadline meanwhile); the line is ``event=fault-point-stall``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import fnmatch
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -54,7 +57,11 @@ log = logging.getLogger(__name__)
 FAULT_POINT_ENV = "DMN_TEST_FAULT_POINT"
 """The boundary name (or :mod:`fnmatch` pattern) at which the agent kills itself; test-only."""
 FAULT_ACTION_ENV = "DMN_TEST_FAULT_ACTION"
-"""``kill`` (the default: SIGKILL) or ``stop`` (SIGSTOP) at the fault point; test-only."""
+"""``kill`` (the default: SIGKILL), ``stop`` (SIGSTOP) or ``stall`` (this thread sleeps
+:data:`STALL_S`) at the fault point; test-only."""
+STALL_S = 6.0
+"""How long ``stall`` sleeps: longer than containerd's default NRI request timeout (2 s)."""
+ACTIONS = ("kill", "stop", "stall")
 TRIGGER_FILE = "fault-point.armed"
 """In the agent's state directory: the kill is armed while it exists, and consumes it."""
 
@@ -73,11 +80,13 @@ class FaultPoint:
         trigger: Path,
         kill: Callable[[], None] = lambda: os.kill(os.getpid(), signal.SIGKILL),
         action: str = "kill",
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.pattern = pattern
         self.trigger = trigger
         self._kill = kill
         self.action = action
+        self._sleep = sleep
 
     def __call__(self, name: str) -> None:
         if not fnmatch.fnmatchcase(name, self.pattern):
@@ -90,6 +99,8 @@ class FaultPoint:
         json_logs.flush()  # the writer thread's queue dies with the process otherwise
         if self.action == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
+        elif self.action == "stall":
+            self._sleep(STALL_S)
         else:
             self._kill()
 
@@ -103,8 +114,8 @@ def from_environment(
     if not pattern:
         return None
     action = env.get(FAULT_ACTION_ENV, "kill").strip() or "kill"
-    if action not in ("kill", "stop"):
-        log.error("event=fault-point-ignored action=%s (kill or stop)", action)
+    if action not in ACTIONS:
+        log.error("event=fault-point-ignored action=%s (one of %s)", action, ", ".join(ACTIONS))
         return None
     log.warning(
         "event=fault-point-configured pattern=%s action=%s trigger=%s (test-only: the agent "

@@ -36,6 +36,31 @@ def test_kills_once_at_a_matching_boundary_while_armed(tmp_path: Path) -> None:
     assert kills == ["killed"]  # one-shot: a restarted agent with the same env runs on
 
 
+def test_action_is_kill_stop_or_stall_and_nothing_else(tmp_path: Path) -> None:
+    point = {fault_points.FAULT_POINT_ENV: "coordinator:before-run-pod"}
+    for action in ("", "kill", "stop", "stall"):
+        env = {**point, fault_points.FAULT_ACTION_ENV: action}
+        hook = fault_points.from_environment(tmp_path, env)
+        assert isinstance(hook, FaultPoint) and hook.action == (action or "kill")
+    bad = {**point, fault_points.FAULT_ACTION_ENV: "reboot"}
+    assert fault_points.from_environment(tmp_path, bad) is None
+
+
+def test_stall_sleeps_this_thread_once(tmp_path: Path) -> None:
+    env = {
+        fault_points.FAULT_POINT_ENV: "coordinator:*",
+        fault_points.FAULT_ACTION_ENV: "stall",
+    }
+    hook = fault_points.from_environment(tmp_path, env)
+    assert isinstance(hook, FaultPoint)
+    slept: list[float] = []
+    hook._sleep = slept.append
+    (tmp_path / fault_points.TRIGGER_FILE).touch()
+    hook("coordinator:before-run-pod")
+    hook("coordinator:before-run-pod")
+    assert slept == [fault_points.STALL_S]
+
+
 class _Pools:
     def __init__(self) -> None:
         self.calls: list[str] = []

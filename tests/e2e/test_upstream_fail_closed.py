@@ -46,6 +46,7 @@ from tests.waiting import wait_for
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.adversarial,
+    pytest.mark.usefixtures("classes"),  # the shared-macvlan claim template, Ready
     pytest.mark.timeout(600),
     pytest.mark.skipif(
         installed_driver.HELM,
@@ -79,9 +80,7 @@ def disarmed(upstream_lab: UpstreamLab, pods: list[str]) -> Iterator[None]:
 
 
 def _arm(lab: UpstreamLab, action: str) -> None:
-    installed_driver.restart_agent_process(
-        lab, {FAULT_POINT_ENV: POINT, FAULT_ACTION_ENV: action}
-    )
+    installed_driver.restart_agent_process(lab, {FAULT_POINT_ENV: POINT, FAULT_ACTION_ENV: action})
     (lab.layout.agent_state / TRIGGER_FILE).touch()
 
 
@@ -226,3 +225,38 @@ def test_agent_hung_past_the_nri_timeout_never_lets_the_container_start_bare(
         f"{NRI_REQUEST_TIMEOUT_S}s): held while hung by {held_while_hung or 'nothing yet'}, "
         f"overall by {held}; late attachment: {'event=attached-late' in log}"
     )
+
+
+def test_slow_hook_in_a_live_agent_fails_the_sandbox_and_kubelet_makes_another(
+    upstream_lab: UpstreamLab, admin: Cluster, pods: list[str], disarmed: None
+) -> None:
+    """Only the hook is slow (its thread stalls past containerd's NRI timeout); the agent
+    itself answers at its own hook deadline (0.75 x the runtime's timeout) with an error,
+    so containerd fails that sandbox and kubelet creates another, which is attached in
+    RunPodSandbox. The layer that held: the agent's hook deadline."""
+    lab, kubectl = upstream_lab, Kubectl(upstream_lab.admin_kubeconfig)
+    _arm(lab, "stall")
+    late_before = installed_driver.agent_log(lab).count("event=attached-late")
+    lab_pods.run(admin, pods, "fc-slow", TEMPLATE)
+    wait_for(
+        lambda: f"event=fault-point-stall point={POINT} " in installed_driver.agent_log(lab),
+        timeout=lab_pods.WAIT,
+        interval=0.2,
+        what=f"the hook stalled at {POINT}",
+    )
+    lab_pods.wait_running(admin, "fc-slow")
+    assert _has_net1(kubectl, "fc-slow")
+    pod_uid = lab_pods.uid(admin, "fc-slow")
+    atts = _attachments(lab, pod_uid)
+    ready = [a for a in atts if a["state"] == "Ready"]
+    assert len(ready) == 1, atts
+    (status,) = _statuses(admin, "fc-slow")
+    assert not status.get("restartCount") and not status.get("lastState"), status
+    reasons = sorted({str(e.get("reason")) for e in lab_pods.events(admin, "fc-slow")})
+    sandboxes = {a["identity"]["sandboxID"] for a in atts}
+    print(
+        f"\nhook stalled in a live agent: Pod events {reasons}; sandboxes the agent "
+        f"recorded: {len(sandboxes)}; attached in RunPodSandbox: "
+        f"{installed_driver.agent_log(lab).count('event=attached-late') == late_before}"
+    )
+    assert "FailedCreatePodSandBox" in reasons, reasons
