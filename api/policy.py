@@ -439,7 +439,7 @@ NODE_CONDITION_TYPES: tuple[str, ...] = ("Ready", "Conflict", "Unsupported", "Pe
 class NodeCondition(Condition):
     """A condition in one node's report (tighter bounds than a top-level condition)."""
 
-    type: NodeConditionType = Field(description="Which node-owned condition.")  # type: ignore[assignment]
+    type: NodeConditionType = Field(description="Which node-owned condition.")
     status: Literal["True", "False", "Unknown"] = Field(description="Whether it holds.")
     observed_generation: int | None = Field(
         default=None, ge=0, description="Generation of the policy the condition is about."

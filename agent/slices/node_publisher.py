@@ -51,6 +51,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dmn.agent.inventory.facts import Inventory
+from dmn.agent.personas.build import node_selector_matches
 from dmn.agent.personas.status_report import report_policy_statuses
 from dmn.agent.slices.pins import allocated_devices
 from dmn.agent.slices.publication import TAINT_GRACE_S, NodePublication
@@ -205,7 +206,14 @@ class NodeSlicePublisher:
                 timer = threading.Timer(TAINT_GRACE_S + 0.1, self._wake.set)
                 timer.daemon = True
                 timer.start()
-            report_policy_statuses(self.cluster, self.events, plan.personas, policy_docs)
+            concerned = {
+                str(p.metadata.get("name", ""))
+                for p in self.policies
+                if node_selector_matches(p.spec.node_selector, self.labels)
+            }
+            report_policy_statuses(
+                self.cluster, self.events, plan.personas, policy_docs, self.node_name, concerned
+            )
             log.info(
                 "event=slices-published node=%s slices=%d devices=%d generation=%d",
                 self.node_name,
