@@ -226,3 +226,22 @@ def test_a_policy_deleted_meanwhile_is_no_failure(cluster: Cluster) -> None:
     created = cluster.create(r.DEVICE_EXPOSURE_POLICIES, _policy("gone-meanwhile"))
     cluster.delete(r.DEVICE_EXPOSURE_POLICIES, "gone-meanwhile")
     assert not write_node_entry(cluster, created, "a", _report("a"))
+
+
+def test_a_status_write_alone_does_not_wake_the_publisher() -> None:
+    """Each node's entry write is a MODIFIED of the policy for every node's watch: only a
+    change of the generation (the spec), a new or deleted policy wakes a pass."""
+    from dmn.agent.slices.node_publisher import _status_only
+    from dmn.api.cluster.access import WatchEvent
+
+    def event(kind: str, generation: int) -> WatchEvent:
+        return WatchEvent(kind, {"metadata": {"name": "p", "generation": generation}})
+
+    seen: dict[str, object] = {}
+    assert not _status_only(event("ADDED", 1), seen)
+    assert _status_only(event("MODIFIED", 1), seen)  # another node's entry
+    assert not _status_only(event("MODIFIED", 2), seen)  # the spec changed
+    assert _status_only(event("MODIFIED", 2), seen)
+    assert not _status_only(event("DELETED", 2), seen)
+    assert not _status_only(event("MODIFIED", 2), seen)  # unknown again: wake
+    assert not _status_only(WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": "9"}}), seen)
