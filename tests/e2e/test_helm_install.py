@@ -358,11 +358,16 @@ def test_the_agents_node_bound_token_writes_only_its_own_policy_status_entry(
     }
     admin.create(r.DEVICE_EXPOSURE_POLICIES, body)
     try:
-        stored = admin.get(r.DEVICE_EXPOSURE_POLICIES, name)
         entries = [_node_entry(f"other-{i:04d}") for i in range(4999)]
         entries.insert(2500, _node_entry(NODE_NAME))
-        stored["status"] = {**(stored.get("status") or {}), "nodes": entries}
-        admin.replace(r.DEVICE_EXPOSURE_POLICIES, stored, status=True)
+
+        def filled() -> bool:  # the controller writes its aggregate meanwhile: retry a 409
+            stored = admin.get(r.DEVICE_EXPOSURE_POLICIES, name)
+            stored["status"] = {**(stored.get("status") or {}), "nodes": entries}
+            admin.replace(r.DEVICE_EXPOSURE_POLICIES, stored, status=True)
+            return True
+
+        assert wait_for(filled, 30.0)
         agent = _agent_token_cluster(lab, admin)
 
         def attempt(change: Any) -> ApiFailure | None:
