@@ -425,20 +425,97 @@ class DeviceExposurePolicySpec(ApiModel):
     )
 
 
+#: Node reports one policy's status may hold (one per node the policy concerns). The bound
+#: keeps the cost of the node-authority admission policy's CEL finite; the API server's
+#: request size limit binds earlier for full entries (docs/operator-guide.md).
+MAX_POLICY_NODES = 5000
+#: Reason-coded problems one node reports on one policy (the aggregate keeps 64).
+MAX_NODE_DIAGNOSTICS = 16
+#: The conditions a node agent reports, each in its node's entry.
+NodeConditionType = Literal["Ready", "Conflict", "Unsupported", "PendingDrain"]
+NODE_CONDITION_TYPES: tuple[str, ...] = ("Ready", "Conflict", "Unsupported", "PendingDrain")
+
+
+class NodeCondition(Condition):
+    """A condition in one node's report (tighter bounds than a top-level condition)."""
+
+    type: NodeConditionType = Field(description="Which node-owned condition.")
+    status: Literal["True", "False", "Unknown"] = Field(description="Whether it holds.")
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="Generation of the policy the condition is about."
+    )
+    last_transition_time: str = Field(
+        json_schema_extra={"format": "date-time"}, description="When the status last changed."
+    )
+    reason: str = Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        description="Reason code (a finding's code when the condition is an error).",
+    )
+    message: str = Field(max_length=1024, description="Human-readable detail.")
+
+
+class NodePolicyStatus(ApiModel):
+    """What one node's agent made of the policy; only that node's agent writes it (the
+    chart's ``dra-multi-network-node-policystatus`` admission policy)."""
+
+    node_name: str = Field(
+        min_length=1, max_length=253, description="The node this report is from."
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="Generation of the policy the node acted upon."
+    )
+    conditions: list[NodeCondition] | None = list_map(
+        "type",
+        max_items=len(NODE_CONDITION_TYPES),
+        default=None,
+        description="Ready, Conflict, Unsupported and PendingDrain on this node.",
+    )
+    exposed_devices: int = Field(
+        default=0, ge=0, description="Personas this node publishes from the policy."
+    )
+    diagnostics: list[DiagnosticEntry] | None = Field(
+        default=None,
+        max_length=MAX_NODE_DIAGNOSTICS,
+        description="Reason-coded problems on this node (conflicts, limits).",
+    )
+    last_report_time: str = Field(
+        json_schema_extra={"format": "date-time"},
+        description="When the node last changed this report (not a heartbeat).",
+    )
+
+
 class DeviceExposurePolicyStatus(ApiModel):
-    """What the node agents made of the policy."""
+    """What the policy does across the cluster.
+
+    ``nodes`` holds each node agent's own report; every other field is the controller's:
+    ``Validated`` and the aggregate of the node reports (``Ready`` only when every reporting
+    node is ready, ``Conflict``/``Unsupported``/``PendingDrain`` when any node says so,
+    ``exposedDevices`` summed, ``diagnostics`` merged)."""
 
     observed_generation: int | None = Field(
-        default=None, ge=0, description="Generation last acted upon."
+        default=None, ge=0, description="Generation the controller last validated."
     )
     conditions: list[Condition] | None = list_map(
-        "type", max_items=16, default=None, description="Ready, Conflict, PendingDrain, ..."
+        "type",
+        max_items=16,
+        default=None,
+        description="Validated; Ready, Conflict, Unsupported, PendingDrain over all nodes.",
     )
     exposed_devices: int | None = Field(
-        default=None, ge=0, description="Personas currently published from this policy."
+        default=None, ge=0, description="Personas published from this policy on all nodes."
     )
     diagnostics: list[DiagnosticEntry] | None = Field(
         default=None, max_length=64, description="Reason-coded problems (conflicts, limits)."
+    )
+    nodes: list[NodePolicyStatus] | None = list_map(
+        "nodeName",
+        max_items=MAX_POLICY_NODES,
+        default=None,
+        description=(
+            "One report per node the policy concerns, each written by that node's agent only."
+        ),
     )
 
 

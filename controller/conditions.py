@@ -19,13 +19,14 @@ def now_rfc3339() -> str:
 def set_condition(
     conditions: Sequence[dict[str, Any]] | None,
     type_: str,
-    status: bool,
+    status: bool | None,
     reason: str,
     message: str,
     generation: int | None,
 ) -> list[dict[str, Any]]:
-    """Conditions with ``type_`` set; lastTransitionTime moves only when status changes."""
-    value = "True" if status else "False"
+    """Conditions with ``type_`` set (``status`` None: ``Unknown``); lastTransitionTime moves
+    only when status changes."""
+    value = "Unknown" if status is None else "True" if status else "False"
     out = [dict(c) for c in conditions or [] if c.get("type") != type_]
     old = next((c for c in conditions or [] if c.get("type") == type_), None)
     changed = old is None or old.get("status") != value

@@ -9,15 +9,17 @@ Conditions:
   reserved or oversized attributes);
 * ``PendingDrain`` — True when a change waits for allocations to drain.
 
-Policies are cluster-scoped; several nodes report on one policy, so the controller merges
-these per-node reports — this module only computes one node's view, purely.
+Policies are cluster-scoped; several nodes report on one policy, each into its own entry of
+``status.nodes`` (agent/personas/status_report.py), and the controller aggregates the entries
+into the top-level conditions (controller/plugin_status.py) — this module only computes one
+node's entry, purely.
 """
 
 from __future__ import annotations
 
 from dmn.agent.personas.model import FindingCode, PersonaSet
-from dmn.api.model import Condition, DiagnosticEntry
-from dmn.api.policy import DeviceExposurePolicyStatus
+from dmn.api.model import DiagnosticEntry
+from dmn.api.policy import MAX_NODE_DIAGNOSTICS, NodeCondition, NodePolicyStatus
 
 _UNSUPPORTED = frozenset(
     {
@@ -29,26 +31,28 @@ _UNSUPPORTED = frozenset(
         FindingCode.E_ATTRIBUTE_LIMIT,
     }
 )
-MAX_DIAGNOSTICS = 64
+MAX_DIAGNOSTICS = MAX_NODE_DIAGNOSTICS
 
 
 def policy_status(
-    policy_name: str, personas: PersonaSet, generation: int | None, now: str
-) -> DeviceExposurePolicyStatus:
-    """``now`` is an RFC 3339 timestamp (injected: this function reads no clock)."""
+    policy_name: str, personas: PersonaSet, generation: int | None, now: str, node_name: str
+) -> NodePolicyStatus:
+    """Node ``node_name``'s entry for the policy; ``now`` is an RFC 3339 timestamp (injected:
+    this function reads no clock) used as every ``lastTransitionTime`` and as
+    ``lastReportTime`` (the merge keeps the stored ones where nothing changed)."""
     mine = [f for f in personas.findings if f.policy == policy_name]
     exposed = sum(1 for p in personas.personas if p.policy == policy_name and not p.retained)
     codes = {f.code for f in mine}
 
-    def condition(kind: str, true: bool, reason: str, message: str) -> Condition:
-        return Condition.model_validate(
+    def condition(kind: str, true: bool, reason: str, message: str) -> NodeCondition:
+        return NodeCondition.model_validate(
             {
                 "type": kind,
                 "status": "True" if true else "False",
                 "observedGeneration": generation,
                 "lastTransitionTime": now,
                 "reason": reason,
-                "message": message,
+                "message": message[:1024],
             }
         )
 
@@ -88,11 +92,13 @@ def policy_status(
         )
         for f in mine[:MAX_DIAGNOSTICS]
     ]
-    return DeviceExposurePolicyStatus.model_validate(
+    return NodePolicyStatus.model_validate(
         {
+            "nodeName": node_name,
             "observedGeneration": generation,
             "conditions": [c.to_api() for c in conditions],
             "exposedDevices": exposed,
             "diagnostics": [d.to_api() for d in diagnostics] or None,
+            "lastReportTime": now,
         }
     )

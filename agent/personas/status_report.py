@@ -2,59 +2,110 @@
 
 Why: a policy conflict (two policies exposing one device as the same persona at equal
 priority) silently removes the device from the node's slices. :func:`policy_status`
-computes this node's view; this module makes it visible — the node-owned conditions
-(``Ready``, ``Conflict``, ``Unsupported``, ``PendingDrain``), ``exposedDevices`` and the
-reason-coded diagnostics (code, the other policy in the message, the device as the path)
-are merged into ``status`` (the controller's ``Validated`` condition is kept as it is),
-and every error finding is also a Warning Event on the policy, with the reason code as the
-Event reason (repeats are counted by the recorder, not duplicated).
+computes this node's view; this module makes it visible — as this node's own entry of the
+policy's ``status.nodes`` (its ``Ready``, ``Conflict``, ``Unsupported`` and ``PendingDrain``
+conditions, ``exposedDevices`` and the reason-coded diagnostics: code, the other policy in the
+message, the device as the path). Every error finding is also a Warning Event on the policy,
+with the reason code as the Event reason (repeats are counted by the recorder, not
+duplicated). The controller aggregates the entries into the top-level fields and owns them.
 
-Contract: best effort and idempotent — a status that would not change is not written, a
-condition keeps its ``lastTransitionTime`` while its status stays, and an API failure is
-logged, never raised (publication must not fail because a status write did). One node's
-view: with several nodes the last writer's view is shown (no per-node merge yet).
+Authority: a node's agent changes only the entry named after its own node; every other entry
+stays as it is *and where it is* (the chart's ``dra-multi-network-node-policystatus``
+admission policy compares the other entries in order with the stored ones, and refuses the
+write otherwise), and nothing outside ``status.nodes`` changes.
+
+Contract: best effort and idempotent — an entry that would not change is not written (a
+condition keeps its ``lastTransitionTime`` while its status stays, the entry its
+``lastReportTime`` while nothing in it changes), a write carries the ``resourceVersion`` it
+was merged onto and a conflict re-reads and merges again (a few times, then the next pass);
+an API failure is logged, never raised (publication must not fail because a status write
+did). A node writes an entry only for the policies that concern it (its node selector
+matches the node's labels, or the policy has personas or findings here); it removes its
+entry from the others.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from dmn.agent.personas.model import PersonaSet
 from dmn.agent.personas.status import policy_status
-from dmn.api.cluster import ApiFailure, Cluster
+from dmn.api.cluster import ApiFailure, Cluster, Conflict, NotFound
 from dmn.api.cluster import resources as r
 from dmn.api.cluster.events import EventRecorder
 
 log = logging.getLogger(__name__)
 
-#: conditions the node agents own; everything else (``Validated``) belongs to the controller
+#: conditions the node agents own, in their entries; ``Validated`` and the top-level
+#: aggregate belong to the controller
 NODE_CONDITIONS = frozenset({"Ready", "Conflict", "Unsupported", "PendingDrain"})
+#: writes of one entry per pass; a conflict (another node, or the controller, wrote the policy
+#: meanwhile) re-reads and merges again
+MAX_ATTEMPTS = 5
 
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def merged_status(current: Mapping[str, Any], computed: Mapping[str, Any]) -> dict[str, Any]:
-    """``current`` with the node-owned parts replaced by ``computed`` (pure)."""
-    old = {c.get("type"): c for c in current.get("conditions") or []}
-    conditions = [
-        c for c in current.get("conditions") or [] if c.get("type") not in NODE_CONDITIONS
-    ]
-    for cond in computed.get("conditions") or []:
-        previous = old.get(cond.get("type"))
-        if previous is not None and previous.get("status") == cond.get("status"):
-            cond = {**cond, "lastTransitionTime": previous.get("lastTransitionTime")}
+def _content(entry: Mapping[str, Any]) -> Any:
+    """What a report says, without its times (equal content: nothing to write)."""
+    return (
+        entry.get("observedGeneration"),
+        sorted(
+            (
+                str(c.get("type")),
+                str(c.get("status")),
+                str(c.get("reason")),
+                str(c.get("message")),
+                c.get("observedGeneration"),
+            )
+            for c in entry.get("conditions") or []
+        ),
+        entry.get("exposedDevices") or 0,
+        [
+            (str(d.get("code")), str(d.get("path") or ""), str(d.get("message")))
+            for d in entry.get("diagnostics") or []
+        ],
+    )
+
+
+def merged_entry(previous: Mapping[str, Any] | None, report: Mapping[str, Any]) -> dict[str, Any]:
+    """``report`` with the times ``previous`` (the stored entry) keeps: a condition's
+    ``lastTransitionTime`` while its status stays, and the whole stored entry while the
+    report says the same (pure)."""
+    if previous is not None and _content(previous) == _content(report):
+        return dict(previous)
+    old = {c.get("type"): c for c in (previous or {}).get("conditions") or []}
+    conditions = []
+    for cond in report.get("conditions") or []:
+        before = old.get(cond.get("type"))
+        if before is not None and before.get("status") == cond.get("status"):
+            cond = {**cond, "lastTransitionTime": before.get("lastTransitionTime")}
         conditions.append(cond)
-    return {
-        **current,
-        "conditions": conditions,
-        "exposedDevices": computed.get("exposedDevices"),
-        "diagnostics": computed.get("diagnostics"),
-    }
+    return {**report, "conditions": conditions}
+
+
+def merged_nodes(
+    nodes: Sequence[Mapping[str, Any]], node_name: str, report: Mapping[str, Any] | None
+) -> list[dict[str, Any]]:
+    """``nodes`` (a policy's ``status.nodes``) with node ``node_name``'s entry replaced by
+    ``report`` where it stands, appended when it had none, removed when ``report`` is None;
+    every other entry kept as it is and in its place (pure)."""
+    out: list[dict[str, Any]] = []
+    placed = False
+    for entry in nodes:
+        if entry.get("nodeName") != node_name:
+            out.append(dict(entry))
+        elif report is not None and not placed:
+            out.append(merged_entry(entry, report))
+            placed = True
+    if report is not None and not placed:
+        out.append(merged_entry(None, report))
+    return out
 
 
 def report_policy_statuses(
@@ -62,19 +113,24 @@ def report_policy_statuses(
     recorder: EventRecorder | None,
     personas: PersonaSet,
     policy_objects: Iterable[Mapping[str, Any]],
+    node_name: str,
+    concerned: Collection[str],
 ) -> None:
-    """Write each policy's node-owned status and a Warning Event per error finding."""
+    """Write this node's entry of each policy's status (``concerned``: the names of the
+    policies whose node selector matches this node) and a Warning Event per error finding."""
     now = _now()
+    here = set(concerned)
+    here |= {f.policy for f in personas.findings if f.policy}
+    here |= {p.policy for p in personas.personas if p.policy}
     for obj in policy_objects:
         meta = obj.get("metadata") or {}
         name = str(meta.get("name", ""))
-        computed = policy_status(name, personas, meta.get("generation"), now).to_api()
-        current = dict(obj.get("status") or {})
-        status = merged_status(current, computed)
+        report = None
+        if name in here:
+            generation = meta.get("generation")
+            report = policy_status(name, personas, generation, now, node_name).to_api()
         try:
-            if _comparable(status) != _comparable(current):
-                body = {**obj, "status": status}
-                cluster.replace(r.DEVICE_EXPOSURE_POLICIES, body, status=True)
+            write_node_entry(cluster, obj, node_name, report)
         except ApiFailure as exc:
             log.warning("event=policy-status-failed policy=%s error=%s", name, exc)
         if recorder is None:
@@ -86,12 +142,34 @@ def report_policy_statuses(
                 recorder.record(obj, "Warning", finding.code.value, message)
 
 
-def _comparable(status: Mapping[str, Any]) -> Any:
-    return (
-        sorted(
-            (str(c.get("type")), str(c.get("status")), str(c.get("reason")), str(c.get("message")))
-            for c in status.get("conditions") or []
-        ),
-        status.get("exposedDevices"),
-        status.get("diagnostics"),
-    )
+def write_node_entry(
+    cluster: Cluster, obj: Mapping[str, Any], node_name: str, report: Mapping[str, Any] | None
+) -> bool:
+    """Put ``report`` as node ``node_name``'s entry of the policy ``obj`` (None: remove it)
+    through the status subresource, under ``obj``'s resourceVersion; on a conflict re-read and
+    merge again. Whether a write was made (False: nothing to change, or the policy is gone);
+    :class:`ApiFailure` when the API refused it or the conflicts did not stop."""
+    name = str((obj.get("metadata") or {}).get("name", ""))
+    for attempt in range(MAX_ATTEMPTS):
+        status = dict(obj.get("status") or {})
+        current = list(status.get("nodes") or [])
+        nodes = merged_nodes(current, node_name, report)
+        if nodes == current:
+            return False
+        if nodes:
+            status["nodes"] = nodes
+        else:
+            status.pop("nodes", None)
+        try:
+            cluster.replace(r.DEVICE_EXPOSURE_POLICIES, {**obj, "status": status}, status=True)
+            return True
+        except Conflict:
+            if attempt + 1 == MAX_ATTEMPTS:
+                raise
+            try:
+                obj = cluster.get(r.DEVICE_EXPOSURE_POLICIES, name)
+            except NotFound:
+                return False
+        except NotFound:
+            return False
+    return False

@@ -51,13 +51,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from dmn.agent.inventory.facts import Inventory
+from dmn.agent.personas.build import node_selector_matches
 from dmn.agent.personas.status_report import report_policy_statuses
 from dmn.agent.slices.pins import allocated_devices
 from dmn.agent.slices.publication import TAINT_GRACE_S, NodePublication
 from dmn.agent.slices.publication_state import load_publication, save_publication
 from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, ListWatch, NotFound
 from dmn.api.cluster import resources as r
+from dmn.api.cluster.access import WatchEvent
 from dmn.api.cluster.events import EventRecorder
+from dmn.api.cluster.listwatch import SYNCED
 from dmn.api.identity import DRIVER
 from dmn.api.policy import DeviceExposurePolicy
 from dmn.host.kernel_events import ChangeMonitor
@@ -205,7 +208,14 @@ class NodeSlicePublisher:
                 timer = threading.Timer(TAINT_GRACE_S + 0.1, self._wake.set)
                 timer.daemon = True
                 timer.start()
-            report_policy_statuses(self.cluster, self.events, plan.personas, policy_docs)
+            concerned = {
+                str(p.metadata.get("name", ""))
+                for p in self.policies
+                if node_selector_matches(p.spec.node_selector, self.labels)
+            }
+            report_policy_statuses(
+                self.cluster, self.events, plan.personas, policy_docs, self.node_name, concerned
+            )
             log.info(
                 "event=slices-published node=%s slices=%d devices=%d generation=%d",
                 self.node_name,
@@ -268,10 +278,17 @@ class NodeSlicePublisher:
         lw = ListWatch(self.cluster, res, timeout_seconds=60)
         self._watches.append(lw)
 
+        # a policy's generation per name: a change of its status alone (another node's
+        # entry, the controller's aggregate) changes nothing this node publishes, and waking
+        # every node on each node's status write would cost passes quadratic in the nodes
+        generations: dict[str, object] = {}
+
         def loop() -> None:
             while not self._stop.is_set():
                 try:
-                    for _event in lw.events():
+                    for event in lw.events():
+                        if res is r.DEVICE_EXPOSURE_POLICIES and _status_only(event, generations):
+                            continue
                         self._wake.set()
                         if prompt:
                             self._prompt.set()
@@ -337,6 +354,21 @@ class NodeSlicePublisher:
             t.join(timeout=5)
         self._threads.clear()
         self._watches.clear()
+
+
+def _status_only(event: WatchEvent, generations: dict[str, object]) -> bool:
+    """Whether ``event`` is a MODIFIED of a policy whose ``metadata.generation`` did not move
+    (a status write); records the generation it carries."""
+    meta = (event.object or {}).get("metadata") or {}
+    name = meta.get("name")
+    if not name or event.type == SYNCED:
+        return False
+    if event.type == "DELETED":
+        generations.pop(str(name), None)
+        return False
+    before = generations.get(str(name))
+    generations[str(name)] = meta.get("generation")
+    return event.type == "MODIFIED" and before is not None and before == meta.get("generation")
 
 
 def _with_taint_times(doc: Obj, current: Obj) -> Obj:

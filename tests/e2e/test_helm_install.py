@@ -306,6 +306,116 @@ def test_the_agents_node_bound_token_writes_only_its_own_nodes_objects(
     agent.replace(r.RESOURCE_SLICES, own_slice, dry_run=True)
 
 
+POLICY_STATUS = "dra-multi-network-node-policystatus"
+
+
+def _node_entry(node: str, devices: int = 0) -> dict[str, Any]:
+    return {"nodeName": node, "exposedDevices": devices, "lastReportTime": "2026-01-01T00:00:00Z"}
+
+
+@pytest.mark.adversarial
+def test_the_agents_node_bound_token_writes_only_its_own_policy_status_entry(
+    lab: UpstreamLab, admin: Cluster
+) -> None:
+    """The agent Pod itself reported on the lab's DeviceExposurePolicies in its node's entry
+    of ``status.nodes`` through the chart's admission policy, and the controller summed the
+    entries into the top-level status. Then, with the agent's own credential (bound to
+    lab-node), on a policy whose status holds ``maxItems`` (5000) entries: the real API
+    server evaluates the chart's CEL within its cost limits, lets a change of the agent's own
+    entry through, and refuses a change of another node's entry and of the controller's
+    top-level status with the policy's messages (dry run: nothing is stored). The API
+    server's type check of the policy against the CRD's schema warns of nothing."""
+    kubectl = Kubectl(lab.admin_kubeconfig)
+    own: dict[str, Any] = {}
+
+    def reported() -> bool:
+        for policy in admin.list(r.DEVICE_EXPOSURE_POLICIES).items:
+            status = policy.get("status") or {}
+            entries = [e for e in status.get("nodes") or [] if e["nodeName"] == NODE_NAME]
+            conds = {c["type"]: c for c in status.get("conditions") or []}
+            if entries and entries[0]["exposedDevices"] > 0 and "Ready" in conds:
+                own.update(policy=policy, entry=entries[0], conds=conds)
+                return True
+        return False
+
+    assert wait_for(reported, WAIT), "no lab policy carries the agent's entry"
+    assert own["conds"]["Validated"]["status"] == "True"
+    assert own["policy"]["status"]["exposedDevices"] == sum(
+        e["exposedDevices"] for e in own["policy"]["status"]["nodes"]
+    )
+
+    name = "node-authority-policy"
+    body = {
+        "apiVersion": r.DEVICE_EXPOSURE_POLICIES.api_version,
+        "kind": "DeviceExposurePolicy",
+        "metadata": {"name": name},
+        "spec": {
+            # no node carries the label: no agent reports here, only this test writes
+            "nodeSelector": {"matchLabels": {"dmn.example/none": "none"}},
+            "selector": {"pciAddresses": ["0000:ff:1f.7"]},
+            "action": "Exclude",
+        },
+    }
+    admin.create(r.DEVICE_EXPOSURE_POLICIES, body)
+    try:
+        entries = [_node_entry(f"other-{i:04d}") for i in range(4999)]
+        entries.insert(2500, _node_entry(NODE_NAME))
+
+        def filled() -> bool:  # the controller writes its aggregate meanwhile: retry a 409
+            stored = admin.get(r.DEVICE_EXPOSURE_POLICIES, name)
+            stored["status"] = {**(stored.get("status") or {}), "nodes": entries}
+            admin.replace(r.DEVICE_EXPOSURE_POLICIES, stored, status=True)
+            return True
+
+        assert wait_for(filled, 30.0)
+        agent = _agent_token_cluster(lab, admin)
+
+        def attempt(change: Any) -> ApiFailure | None:
+            current = admin.get(r.DEVICE_EXPOSURE_POLICIES, name)
+            assert len(current["status"]["nodes"]) == 5000
+            change(current["status"])
+            try:
+                agent.replace(r.DEVICE_EXPOSURE_POLICIES, current, status=True, dry_run=True)
+            except ApiFailure as exc:
+                return exc
+            return None
+
+        def own_entry(status: dict[str, Any]) -> None:
+            status["nodes"][2500]["exposedDevices"] = 3
+
+        def other_entry(status: dict[str, Any]) -> None:
+            status["nodes"][4000]["exposedDevices"] = 3
+
+        def top_level(status: dict[str, Any]) -> None:
+            status["exposedDevices"] = 12345
+
+        for _ in range(3):  # the controller may write its aggregate meanwhile: a 409
+            allowed = attempt(own_entry)
+            if allowed is None or allowed.code != 409:
+                break
+        assert allowed is None, str(allowed)
+        for change, message in (
+            (other_entry, "may change only its own entry of a DeviceExposurePolicy"),
+            (top_level, "may change a DeviceExposurePolicy only in its own entry"),
+        ):
+            refused = attempt(change)
+            assert refused is not None and refused.code == 403, refused
+            assert f"the node agent on {NODE_NAME} {message}" in str(refused), str(refused)
+            assert POLICY_STATUS in str(refused), str(refused)
+    finally:
+        admin.delete(r.DEVICE_EXPOSURE_POLICIES, name)
+
+    def type_checked() -> bool:
+        shown = kubectl.run("get", "validatingadmissionpolicy", POLICY_STATUS, "-o", "json")
+        assert shown.returncode == 0, shown.stderr
+        status = json.loads(shown.stdout).get("status") or {}
+        own["typeChecking"] = status.get("typeChecking")
+        return "typeChecking" in status
+
+    assert wait_for(type_checked, 60.0), "the API server never type-checked the policy"
+    assert not (own["typeChecking"] or {}).get("expressionWarnings"), own["typeChecking"]
+
+
 def test_helm_upgrade_rolls_the_controller_with_the_webhook_judging_throughout(
     lab: UpstreamLab, admin: Cluster
 ) -> None:

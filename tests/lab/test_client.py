@@ -241,6 +241,12 @@ def test_policy_conflict_is_visible_on_both_policies_and_as_events(
             assert {d["code"] for d in diags} == {"E_POLICY_CONFLICT"}
             assert all(other in d["message"] for d in diags)
             assert len({d["path"] for d in diags}) == 2  # both lab links
+            # the node's own entry says the same; the top level is the controller's sum
+            (entry,) = status["nodes"]
+            node_conds = {c["type"]: c for c in entry["conditions"]}
+            assert node_conds["Conflict"]["status"] == "True"
+            assert {d["code"] for d in entry["diagnostics"]} == {"E_POLICY_CONFLICT"}
+            assert status["exposedDevices"] == entry["exposedDevices"]
         events = [
             e
             for e in cluster.list(r.EVENTS, "default").items

@@ -458,10 +458,12 @@ def test_policy_status_conditions(inv: Inventory) -> None:
                 selector={"pciAddresses": [MLX_PF0]})  # fmt: skip
     ps = build_personas(inv, [a, b, ok], {})
     now = "2026-11-29T08:00:00Z"
-    bad = {c.type: c for c in policy_status("a", ps, 3, now).conditions or []}
+    report = policy_status("a", ps, 3, now, "n1")
+    assert report.node_name == "n1" and report.last_report_time == now
+    bad = {c.type: c for c in report.conditions or []}
     assert bad["Ready"].status == "False" and bad["Conflict"].status == "True"
     assert bad["Ready"].reason == "E_POLICY_CONFLICT"
-    good = policy_status("ok", ps, 1, now)
+    good = policy_status("ok", ps, 1, now, "n1")
     conds = {c.type: c for c in good.conditions or []}
     assert conds["Ready"].status == "True" and good.exposed_devices == 1
     assert good.diagnostics is None
