@@ -879,12 +879,40 @@ def test_pod_webhooks_are_sent_only_pods_with_claims_or_extended_resources(case:
         assert got is sent, (kind, case)
 
 
-def test_pod_validation_also_sees_an_update_of_a_pod_that_required_plugins() -> None:
+REQ = "required-plugins.noderesource.dev"
+OURS = '["dra-multi-network"]'
+UPDATE_CASES = {
+    "removes-ours": ({f"{REQ}/pod": OURS}, {}, True),
+    "changes-ours": ({f"{REQ}/pod": OURS}, {f"{REQ}/pod": "[]"}, True),
+    "adds-a-container-key": (
+        {f"{REQ}/pod": OURS},
+        {f"{REQ}/pod": OURS, f"{REQ}/container.app": "[]"},
+        True,
+    ),
+    "adds-the-bare-key": ({}, {REQ: "[]"}, True),
+    "network-status-only": (
+        {f"{REQ}/pod": OURS},
+        {f"{REQ}/pod": OURS, "k8s.v1.cni.cncf.io/network-status": "[]"},
+        False,
+    ),
+    "no-annotations-either-side": (None, None, False),
+    "unrelated-label-edit": ({"a": "b"}, {"a": "c"}, False),
+}
+
+
+@pytest.mark.parametrize("case", UPDATE_CASES)
+def test_pod_validation_sees_an_update_only_when_required_plugins_change(case: str) -> None:
+    """Claims and limits are immutable: an update matters to the webhook only when it adds,
+    changes or removes a required-plugins annotation; every other update of our Pods (the
+    node agent's network-status patch) is not sent."""
     (hook,) = find(render(), "ValidatingWebhookConfiguration", "dra-multi-network-pods")["webhooks"]
     (condition,) = hook["matchConditions"]
-    old = _pod(annotations={"required-plugins.noderesource.dev/pod": '["dra-multi-network"]'})
-    ctx = {"object": _pod(annotations={}), "oldObject": old}
-    assert cel.evaluate(condition["expression"], ctx) is True
+    before, after, sent = UPDATE_CASES[case]
+    ctx = {
+        "object": _pod(claims=True, annotations=after),
+        "oldObject": _pod(claims=True, annotations=before),
+    }
+    assert cel.evaluate(condition["expression"], ctx) is sent, case
 
 
 def _toleration_decision(

@@ -222,9 +222,16 @@ def _addresses_of(
         (cidr,) = data["ips"]
         iface = ipaddress.ip_interface(cidr)
         assert iface.network == network and first <= iface.ip <= last, (name, cidr)
-        entries = lab_pools.network_status(admin.get(r.PODS, name, NAMESPACE))
-        assert [e.get("ips") for e in entries if e.get("interface") == "net1"] == [
-            [str(iface.ip)]
-        ], (name, entries)
+        # written after the claim's status, off the hook path (reporting, in order)
+        entries = wait_for(
+            lambda n=name: [  # type: ignore[misc]
+                e
+                for e in lab_pools.network_status(admin.get(r.PODS, n, NAMESPACE))
+                if e.get("interface") == "net1"
+            ],
+            timeout=lab_pods.WAIT,
+            what=f"{name}'s network-status",
+        )
+        assert [e.get("ips") for e in entries] == [[str(iface.ip)]], (name, entries)
         out[name] = str(iface.ip)
     return out
