@@ -562,10 +562,7 @@ class Store(InProcessControllers):
             new = self._apply_change(rt, current, body, patch, patch_type)
             self._check_kind(rt, new)
             meta = meta_of(new)
-            # the precondition is the version the *request* names (a PUT's body, or a patch
-            # that sets it), never the one a patch left in place from the stored object:
-            # a patch without it retries against the newer object instead of a 409
-            requested_rv = _requested_version(body, patch, patch_type)
+            requested_rv = meta.get("resourceVersion")
             if body is not None and not requested_rv and rt.custom:
                 raise errors.invalid_object(
                     rt.kind,
@@ -888,29 +885,3 @@ def _rule_view(obj: Obj) -> Obj:
     if visible:
         body["metadata"] = visible
     return body
-
-
-def _requested_version(body: Obj | None, patch: Any, patch_type: str) -> str | None:
-    """The resourceVersion a write makes its precondition: a PUT body's, a merge, strategic
-    or apply patch's ``metadata.resourceVersion``, a JSON patch's add/replace of
-    ``/metadata/resourceVersion``; None when the request names none."""
-    if body is not None:
-        meta = body.get("metadata")
-        value = meta.get("resourceVersion") if isinstance(meta, dict) else None
-    elif patch_type == patches.JSON_PATCH and isinstance(patch, list):
-        value = next(
-            (
-                op.get("value")
-                for op in patch
-                if isinstance(op, dict)
-                and op.get("path") == "/metadata/resourceVersion"
-                and op.get("op") in ("add", "replace")
-            ),
-            None,
-        )
-    elif isinstance(patch, dict):
-        meta = patch.get("metadata")
-        value = meta.get("resourceVersion") if isinstance(meta, dict) else None
-    else:
-        value = None
-    return str(value) if value else None
