@@ -10,9 +10,7 @@ a container of the sandbox already ran, or the sandbox was stopped.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -23,33 +21,20 @@ from dmn.agent.journal.records import AttachmentState
 from dmn.agent.nri.handler import HookDeadline
 from dmn.api.cluster import resources as r
 from dmn.engine.journal import OperationState
-from dmn.lab.allocator.service import ClaimService
-from dmn.lab.node import NODE_NAME
 from dmn.lab.runtime.nri_runtime import HookFailed, LabContainer, LabNriRuntime, LabPod
 from tests.coordinator.lab_node import WAIT, LabNode, lab_node
 from tests.coordinator.test_attach import names
 from tests.coordinator.test_end_to_end import snapshot
+from tests.coordinator.test_ordering import _ExpiresAt, claimed_pod
 from tests.kernel.scratch import netns_path, scratch_netns
 
 pytestmark = [pytest.mark.netns, pytest.mark.adversarial]
-
-_n = itertools.count()
 
 
 @pytest.fixture(scope="module")
 def node() -> Iterator[LabNode]:
     with lab_node() as n:
         yield n
-
-
-def claimed_pod(node: LabNode) -> tuple[dict[str, Any], dict[str, Any]]:
-    i = next(_n)
-    claim = node.claim(f"late-claim-{i}")
-    pod = node.pod(f"late-pod-{i}", f"late-claim-{i}")
-    (claim,) = ClaimService(node.cluster, NODE_NAME).allocate([claim], pod=pod)
-    meta = claim["metadata"]
-    assert node.services.preparation.prepare(meta["namespace"], meta["name"], meta["uid"])
-    return claim, pod
 
 
 def _reasons(node: LabNode, uid: str) -> list[str]:
@@ -210,15 +195,3 @@ def _att(node: LabNode, pod_uid: str, sandbox_id: str) -> str:
     rec = node.services.attachments.attachment(pod_uid, sandbox_id)
     assert rec is not None
     return attachment_id(rec.identity)
-
-
-class _ExpiresAt:
-    """A HookDeadline clock that passes the deadline at the n-th look."""
-
-    def __init__(self, looks: int) -> None:
-        self.looks = 0
-        self.expire_at = looks
-
-    def __call__(self) -> float:
-        self.looks += 1
-        return 1.0 if self.looks >= self.expire_at else 0.0
