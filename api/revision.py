@@ -64,6 +64,16 @@ class NetworkTopologyRevisionSpec(ApiModel):
     digest: str = Field(pattern=DIGEST)
     compiler_version: str = Field(max_length=64)
     opcode_contracts_digest: str = Field(pattern=DIGEST)
+    #: Opcode name -> short digest of its contract, for every opcode the revision uses: what
+    #: a node's agent must run to be eligible for it (:mod:`dmn.api.node_capability`).
+    #: Absent in revisions compiled before it was recorded.
+    opcode_contracts: dict[str, str] | None = Field(
+        default=None,
+        json_schema_extra={
+            "maxProperties": 256,
+            "additionalProperties": {"type": "string", "maxLength": 64},
+        },
+    )
     normalized_spec: dict[str, Any] = Field(json_schema_extra=PAYLOAD_EXTRA | {"maxProperties": 4})
     plugins: list[LockedPlugin] = list_map("name", max_items=MAX_STEPS)
     roots: list[RevisionRoot] = list_map("rootStep", max_items=MAX_ROOTS, min_length=1)

@@ -44,13 +44,13 @@ from dmn.controller.compile.digest import (
     normalize_spec,
     semantic_digest,
 )
-from dmn.controller.compile.opcode_contracts import opcode_contracts_digest
 from dmn.controller.compile.programs import step_programs, step_verdicts
 from dmn.engine.config_plan import ConfigPlan, config_parameter_problems, plan_for_config
 from dmn.interpreter.diagnostics import Code, Diagnostic, Severity
 from dmn.interpreter.documents import InputPort, OutputPort
 from dmn.interpreter.loader import Plugin
 from dmn.interpreter.source import SourceMap
+from dmn.opcodes.contracts import opcode_contract_digests, opcode_contracts_digest
 from dmn.opcodes.registry import default_registry
 from dmn.opcodes.spec import OpcodeRegistry
 
@@ -496,6 +496,7 @@ def compile_topology(
             "digest": digest,
             "compilerVersion": COMPILER_VERSION,
             "opcodeContractsDigest": op_digest,
+            "opcodeContracts": opcode_contract_digests(registry, used_opcodes),
             "normalizedSpec": normalized,
             "plugins": locked,
             "roots": root_entries,

@@ -40,7 +40,6 @@ from dmn.agent.coordinator.step_grants import StepGrants, check_step
 from dmn.agent.coordinator.verify import DriverResult, Refusal, VerifiedRoot
 from dmn.agent.personas.model import Grant, Persona, PersonaSet
 from dmn.controller.compile.compiler import compile_topology
-from dmn.controller.compile.opcode_contracts import opcode_contracts_digest
 from dmn.controller.compile.programs import step_programs
 from dmn.engine.binder import Call, bind_program
 from dmn.engine.bound import BoundProgram, EffectOutputRef
@@ -56,6 +55,7 @@ from dmn.interpreter.diagnostics import Diagnostic, Severity
 from dmn.interpreter.documents import InputPort
 from dmn.interpreter.loader import Plugin, load_builtin_plugins
 from dmn.interpreter.parameters import config_samples
+from dmn.opcodes.contracts import opcode_contracts_digest
 from dmn.opcodes.device_environment import BridgeGrant, OvsBridgeGrant
 from dmn.opcodes.registry import default_registry
 from dmn.vocabulary.handles import Handle, Scope

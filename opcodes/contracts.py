@@ -57,3 +57,25 @@ def opcode_contracts_digest(registry: OpcodeRegistry | None, names: Iterable[str
         spec = registry.get(name) if registry is not None else None
         contracts[name] = opcode_contract(spec) if spec is not None else None
     return sha256_digest(contracts)
+
+
+#: Hex digits of an opcode's contract digest in a node's capability report: enough to tell
+#: contracts apart, short enough that a report of every opcode stays a few KiB.
+SHORT_DIGEST_LEN = 16
+
+
+def opcode_contract_digests(
+    registry: OpcodeRegistry, names: Iterable[str] | None = None
+) -> dict[str, str]:
+    """Opcode name -> short digest of its contract, for ``names`` (default: every opcode the
+    registry holds). A revision pins these for what it uses; a node reports them for what
+    it can run; equal digests mean the node's executor has the contract the revision was
+    compiled against."""
+    wanted = sorted(set(names)) if names is not None else sorted(registry.names())
+    out: dict[str, str] = {}
+    for name in wanted:
+        spec = registry.get(name)
+        if spec is not None:
+            digest = sha256_digest(opcode_contract(spec)).removeprefix("sha256:")
+            out[name] = digest[:SHORT_DIGEST_LEN]
+    return out
