@@ -24,6 +24,7 @@ from dmn.api.cluster.reachability import ApiReachability
 from dmn.cli.command_line import CommandParser, run_command
 from dmn.controller.leader import LeaderElector
 from dmn.controller.manager import Controller
+from dmn.controller.node_capability import DEFAULT_GRACE_S, AgentPods
 from dmn.observability import json_logs
 from dmn.observability.health import HealthServer
 from dmn.observability.health import add_arguments as add_health_arguments
@@ -56,6 +57,20 @@ def _parser() -> CommandParser:
         action="append",
         default=[],
         help="identity allowed to write generated DeviceClasses and revisions (repeatable)",
+    )
+    p.add_argument(
+        "--agent-namespace",
+        help="namespace of the node agents' Pods (with --agent-selector: a Node is eligible "
+        "for Pods of ours only while its agent's Pod is Ready)",
+    )
+    p.add_argument("--agent-selector", help="label selector of the node agents' Pods")
+    p.add_argument(
+        "--capability-grace",
+        type=float,
+        default=DEFAULT_GRACE_S,
+        metavar="SECONDS",
+        help="how long a node agent's Pod may be not Ready before its Node loses its "
+        "capability labels",
     )
     p.add_argument("--log-level", default="INFO")
     add_health_arguments(p)
@@ -99,7 +114,19 @@ def _serve(args: argparse.Namespace) -> int:
             controller_users=frozenset(args.controller_user),
         )
         webhook.start()
-    controller = Controller(cluster, registry, workers=args.workers, resync=args.resync)
+    agents = (
+        AgentPods(args.agent_namespace, args.agent_selector)
+        if args.agent_namespace and args.agent_selector
+        else None
+    )
+    controller = Controller(
+        cluster,
+        registry,
+        workers=args.workers,
+        resync=args.resync,
+        agent_pods=agents,
+        capability_grace=args.capability_grace,
+    )
     # every replica serves probes and metrics; readiness is "the API server answers"
     # (a replica waiting for the Lease is ready to take over)
     health = None

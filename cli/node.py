@@ -53,6 +53,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from dmn.agent.capability_report import CapabilityReporter
 from dmn.agent.coordinator import NodeConfig, fault_points
 from dmn.agent.coordinator.handles import InventoryDevices
 from dmn.agent.coordinator.maintenance import MaintenanceConfig
@@ -67,6 +68,7 @@ from dmn.agent.slices.publication_state import STATE_FILE
 from dmn.api.cluster import ApiFailure, Cluster, NotFound, connect
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
+from dmn.api.node_capability import DEFAULT_REFRESH_S, EXPIRY_PERIODS
 from dmn.cli.command_line import CommandParser, UsageError, run_command
 from dmn.host.inventory_sources import NetlinkRdma, Pyroute2Devlink, Pyroute2Links
 from dmn.observability import json_logs
@@ -128,6 +130,14 @@ def _parser() -> CommandParser:
         type=float,
         default=DEFAULT_INTERVAL,
         help="seconds between writes of <state-dir>/readiness.json (dmn node-ready reads it)",
+    )
+    p.add_argument(
+        "--capability-refresh",
+        type=float,
+        default=DEFAULT_REFRESH_S,
+        metavar="SECONDS",
+        help="seconds between rewrites of this Node's capability annotation (it expires "
+        f"after {EXPIRY_PERIODS} of them; 0 writes none)",
     )
     p.add_argument(
         "--journal-retention-max-age",
@@ -304,6 +314,7 @@ def _serve(args: argparse.Namespace) -> int:
         return _fail(exc)
     agent: NodeAgent | None = None
     reporter: ReadinessReporter | None = None
+    capability: CapabilityReporter | None = None
     health: HealthServer | None = None
     failure: NodeStartError | None = None
     try:
@@ -321,6 +332,11 @@ def _serve(args: argparse.Namespace) -> int:
         reporter = ReadinessReporter(
             args.state_dir, agent.readiness, args.readiness_interval
         ).start()
+        if args.capability_refresh > 0:
+            agent.capability_refresh = args.capability_refresh
+            capability = CapabilityReporter(
+                cluster, args.node_name, agent.capability_report, args.capability_refresh
+            ).start()
         try:
             health = (
                 None
@@ -351,6 +367,8 @@ def _serve(args: argparse.Namespace) -> int:
     except NodeStartError as exc:
         failure = exc
     finally:
+        if capability is not None:
+            capability.stop()
         if reporter is not None:
             reporter.stop()
         if health is not None:

@@ -5,11 +5,12 @@ converges (level-triggered). A periodic resync re-enqueues every known object, s
 missed event is repaired within one resync period. Failed reconciles are retried with
 per-key exponential backoff; a key is never processed by two workers at once.
 
-Keys are ``(kind, name)`` with kind in topology | revision | plugin | policy | ippool (an
-IPAllocation names its pool; a deleted ResourceClaim re-enqueues every pool, whose
-reconcile collects the claim's addresses). A change of
-this driver's ResourceSlices re-enqueues every topology (its status counts the devices each
-class selects, from the slices this watch holds).
+Keys are ``(kind, name)`` with kind in topology | revision | plugin | policy | ippool |
+capability (an IPAllocation names its pool; a deleted ResourceClaim re-enqueues every pool,
+whose reconcile collects the claim's addresses; a Node, or its agent's Pod, names the Node
+whose capability labels to converge, and a revision that comes or goes names every Node).
+A change of this driver's ResourceSlices re-enqueues every topology (its status counts the
+devices each class selects, from the slices this watch holds).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dmn.api.cluster import resources as r
 from dmn.api.cluster.listwatch import SYNCED
 from dmn.api.identity import DRIVER, LABEL_MANAGED_BY, LABEL_TOPOLOGY, MANAGED_BY
 from dmn.controller.ippool import IPPoolReconciler
+from dmn.controller.node_capability import DEFAULT_GRACE_S, AgentPods, NodeCapabilityReconciler
 from dmn.controller.plugin_status import PluginStatusReconciler, PolicyStatusReconciler
 from dmn.controller.revision_gc import RevisionCollector
 from dmn.controller.topology import TopologyReconciler
@@ -44,6 +46,9 @@ class Controller:
     workers: int = 2
     resync: float = 30.0
     queue: RateLimitedQueue = field(default_factory=RateLimitedQueue)
+    #: the node agents' Pods (None: the agent is not a Pod, as in the embedded lab)
+    agent_pods: AgentPods | None = None
+    capability_grace: float = DEFAULT_GRACE_S
 
     def __post_init__(self) -> None:
         self.topologies = TopologyReconciler(
@@ -53,6 +58,12 @@ class Controller:
         self.plugins = PluginStatusReconciler(self.cluster, self.registry)
         self.policies = PolicyStatusReconciler(self.cluster)
         self.pools = IPPoolReconciler(self.cluster)
+        self.capabilities = NodeCapabilityReconciler(
+            self.cluster,
+            lambda: self._cached(r.NETWORK_TOPOLOGY_REVISIONS),
+            None if self.agent_pods is None else self._agent_pods,
+            grace=self.capability_grace,
+        )
         self._watches: list[ListWatch] = []
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -68,6 +79,21 @@ class Controller:
                 # code runs inside list(dict)), then sort the copy
                 return sorted(name for _, name in list(lw.known))
         return []
+
+    def _cached(self, res: Any) -> list[dict[str, Any]]:
+        """The objects the watch of ``res`` holds (one copy step: its thread mutates it)."""
+        for lw in self._watches:
+            if lw.resource is res:
+                return list(lw.known.values())
+        return []
+
+    def _agent_pods(self) -> list[dict[str, Any]]:
+        where = self.agent_pods
+        return [
+            p
+            for p in self._cached(r.PODS)
+            if where is not None and (p.get("metadata") or {}).get("namespace") == where.namespace
+        ]
 
     def enqueue_all(self, kind: str, res: Any) -> None:
         for name in self._names(res):
@@ -103,6 +129,8 @@ class Controller:
                 self.enqueue_all("revision", r.NETWORK_TOPOLOGY_REVISIONS)
         elif kind == "revision":
             self.queue.add(("revision", name))
+            if event.type != "MODIFIED":  # a requirement came or went: relabel every Node
+                self.enqueue_all("capability", r.NODES)
             topo = ((obj.get("spec") or {}).get("topologyRef") or {}).get("name")
             if topo and event.type == "DELETED":
                 self.queue.add(("topology", topo))
@@ -129,7 +157,13 @@ class Controller:
                 ]
                 for topo in names or [label]:
                     self.queue.add(("topology", topo))
+        elif kind == "agentpod":
+            node = (obj.get("spec") or {}).get("nodeName")
+            if node:
+                self.queue.add(("capability", str(node)))
         else:  # claims, attachments, nodes: anything that can release a revision
+            if kind == "node":
+                self.queue.add(("capability", name))
             self.enqueue_all("revision", r.NETWORK_TOPOLOGY_REVISIONS)
             if kind == "claim" and event.type == "DELETED":  # its addresses are collectable
                 self.enqueue_all("ippool", r.IP_POOLS)
@@ -143,6 +177,7 @@ class Controller:
             "plugin": self.plugins.reconcile,
             "policy": self.policies.reconcile,
             "ippool": self.pools.reconcile,
+            "capability": self.capabilities.reconcile,
         }
 
     def process_one(self, timeout: float | None = None) -> bool:
@@ -153,7 +188,7 @@ class Controller:
         try:
             result = self.handlers()[kind](name)
             self.queue.forget(key)
-            if kind in ("revision", "ippool") and result is False:
+            if kind in ("revision", "ippool", "capability") and result is False:
                 self.queue.add_after(key, self.resync)
             RECONCILES.labels(kind=kind, result="ok").inc()
         except (ApiFailure, RetryLater) as exc:
@@ -219,6 +254,7 @@ class Controller:
                 self.enqueue_all("plugin", r.NETWORK_PLUGINS)
                 self.enqueue_all("policy", r.DEVICE_EXPOSURE_POLICIES)
                 self.enqueue_all("ippool", r.IP_POOLS)
+                self.enqueue_all("capability", r.NODES)
             except Exception:
                 log.exception("resync pass failed; continuing")
 
@@ -235,6 +271,8 @@ class Controller:
         self._watch("claim", r.RESOURCE_CLAIMS)
         self._watch("attachment", r.NETWORK_ATTACHMENT_STATUSES)
         self._watch("node", r.NODES)
+        if self.agent_pods is not None:
+            self._watch("agentpod", r.PODS, self.agent_pods.selector)
         for i in range(self.workers):
             self._spawn(self._worker, f"worker-{i}")
         self._spawn(self._resync_loop, "resync")

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dmn import __version__
 from dmn.agent.coordinator.adapters import DraAdapter, NriAdapter
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.eswitch_modes import eswitch_pass
@@ -43,8 +44,12 @@ from dmn.agent.slices import NodeSlicePublisher
 from dmn.agent.slices.device_health import device_health
 from dmn.api.cluster import Cluster
 from dmn.api.cluster.reachability import ApiReachability
+from dmn.api.node_capability import DEFAULT_REFRESH_S, CapabilityReport
 from dmn.engine.runner import BoundaryHook
 from dmn.host.netns import current_boot_id
+from dmn.opcodes.contracts import opcode_contract_digests
+from dmn.opcodes.executor_table import default_executors
+from dmn.opcodes.registry import default_registry
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +81,8 @@ class NodeAgent:
         point ``dmn node`` builds from its environment (:mod:`.fault_points`), else None."""
         self.config = config
         self.fault = fault
+        #: seconds between capability reports (``dmn node --capability-refresh``)
+        self.capability_refresh = DEFAULT_REFRESH_S
         self.boot_id = boot_id  # injectable: tests restart the agent "after a reboot"
         self.cluster = cluster
         self.devices = devices
@@ -220,6 +227,27 @@ class NodeAgent:
             except Exception as exc:  # closed or failing store: not writable either
                 log.warning("event=journal-unreadable error=%s", exc)
         return Readiness(kubelet, nri, journal)
+
+    def capability_report(self, now: float) -> CapabilityReport:
+        """What this agent runs, for its Node's capability annotation
+        (:mod:`dmn.agent.capability_report`): every opcode that has both a contract in the
+        registry and an executor here, every plugin the claim verifier knows, and whether
+        the NRI plugin is registered and synchronized (the gate that holds containers)."""
+        services = self.services
+        plugins = services.preparation.claims.plugins if services is not None else {}
+        runnable = sorted(set(default_registry().names()) & set(default_executors()))
+        nri = self.plugin is not None and self.plugin.ready.is_set()
+        return CapabilityReport(
+            node=self.config.node_name,
+            boot_id=self.boot_id(),
+            agent_version=__version__,
+            observed_at=now,
+            refresh_s=self.capability_refresh,
+            nri_registered=nri,
+            nri_synchronized=nri,
+            opcodes=opcode_contract_digests(default_registry(), runnable),
+            builtins={name: p.contract_digest for name, p in sorted(plugins.items())},
+        )
 
     def wait_nri_ready(self) -> bool:
         """True once the NRI plugin registered and its first Synchronize completed."""
