@@ -151,7 +151,8 @@ def node_agent_rbac() -> list[dict[str, Any]]:
                 "arbitrary-node:patch",
             ],
         },
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        # get: its own Node; patch: its capability annotation (dmn/agent/capability_report.py)
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
         {
             "apiGroups": ["", "events.k8s.io"],
