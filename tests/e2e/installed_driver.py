@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +164,21 @@ def restart_agent_process(lab: UpstreamLab, env: dict[str, str]) -> None:
     lab.procs.start(AGENT_PROCESS, record.argv, dict(env) or None)
     _wait_marker(lab, SYNCHRONIZE, synced, "the new agent's NRI Synchronize", None)
     _wait_marker(lab, REGISTERED, registered, "the new agent's kubelet registration", None)
+
+
+def disarm_agent(lab: UpstreamLab) -> None:
+    """Never leave the lab armed (the process install): the agent runs — continued if a
+    test stopped it — without the test-only fault point's variables, and no trigger file is
+    left in its state directory."""
+    from dmn.agent.coordinator.fault_points import FAULT_POINT_ENV, TRIGGER_FILE
+
+    (lab.layout.agent_state / TRIGGER_FILE).unlink(missing_ok=True)
+    record = lab.procs.get(AGENT_PROCESS)
+    if record is not None and record.alive():
+        os.kill(record.pid, signal.SIGCONT)
+    armed = record is not None and FAULT_POINT_ENV in (record.env or {})
+    if armed or not agent_alive(lab):
+        restart_agent_process(lab, {})
 
 
 def agent_alive(lab: UpstreamLab) -> bool:

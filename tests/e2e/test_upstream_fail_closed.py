@@ -70,13 +70,16 @@ def disarmed(upstream_lab: UpstreamLab, pods: list[str]) -> Iterator[None]:
     """After the test (before its Pods are deleted): the agent runs, continued if stopped,
     without the fault point's variables, and no trigger file is left."""
     yield
-    (upstream_lab.layout.agent_state / TRIGGER_FILE).unlink(missing_ok=True)
-    record = upstream_lab.procs.get(installed_driver.AGENT_PROCESS)
-    if record is not None and record.alive():
-        os.kill(record.pid, signal.SIGCONT)
-    armed = record is not None and FAULT_POINT_ENV in (record.env or {})
-    if armed or not installed_driver.agent_alive(upstream_lab):
-        installed_driver.restart_agent_process(upstream_lab, {})
+    installed_driver.disarm_agent(upstream_lab)
+
+
+def _hold(admin: Cluster, name: str) -> None:
+    """For :data:`HOLD_S` seconds, check every half second that no container of ``name``
+    has started."""
+    deadline = time.monotonic() + HOLD_S
+    while time.monotonic() < deadline:
+        _never_started(admin, name)
+        time.sleep(0.5)
 
 
 def _arm(lab: UpstreamLab, action: str) -> None:
@@ -168,10 +171,7 @@ def test_agent_killed_in_run_pod_sandbox_holds_only_our_pod(
         interval=0.5,
         what="fc-killed's container refused",
     )
-    deadline = time.monotonic() + HOLD_S
-    while time.monotonic() < deadline:
-        _never_started(admin, "fc-killed")
-        time.sleep(0.5)
+    _hold(admin, "fc-killed")
     held = _held_by(admin, "fc-killed")
     assert held == "validator", lab_pods.describe(admin, "fc-killed")
     pod_uid = lab_pods.uid(admin, "fc-killed")
@@ -204,10 +204,7 @@ def test_agent_hung_past_the_nri_timeout_never_lets_the_container_start_bare(
     )
     # hung for longer than containerd waits for a hook: containerd gives up on the plugin
     # and starts the sandbox; no container may start meanwhile
-    deadline = time.monotonic() + HOLD_S
-    while time.monotonic() < deadline:
-        _never_started(admin, "fc-hung")
-        time.sleep(0.5)
+    _hold(admin, "fc-hung")
     held_while_hung = _held_by(admin, "fc-hung")
     os.kill(record.pid, signal.SIGCONT)
     lab_pods.wait_running(admin, "fc-hung")

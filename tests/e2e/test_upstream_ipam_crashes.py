@@ -102,23 +102,13 @@ def crash_pool(upstream_session: Session) -> Iterator[CrashPool]:
                 created.clear()
                 wait_for(lambda: not lab_pools.held(admin, POOL), timeout=lab_pods.WAIT)
             finally:
-                _disarm(lab)  # removing a Pod needs a running agent
+                installed_driver.disarm_agent(lab)  # removing a Pod needs a running agent
                 lab_pods.remove(admin, *created)
                 with contextlib.suppress(NotFound):
                     admin.delete(r.RESOURCE_CLAIM_TEMPLATES, POOL, NAMESPACE)
     finally:
-        _disarm(lab)
+        installed_driver.disarm_agent(lab)
         admin.close()
-
-
-def _disarm(lab: UpstreamLab) -> None:
-    """Never leave the lab armed: the agent running, without the fault point's variable,
-    and no trigger file."""
-    (lab.layout.agent_state / TRIGGER_FILE).unlink(missing_ok=True)
-    record = lab.procs.get(installed_driver.AGENT_PROCESS)
-    armed = record is not None and FAULT_POINT_ENV in (record.env or {})
-    if armed or not installed_driver.agent_alive(lab):
-        installed_driver.restart_agent_process(lab, {})
 
 
 @pytest.fixture
@@ -127,7 +117,7 @@ def disarmed(upstream_lab: UpstreamLab, pods: list[str]) -> Iterator[None]:
     before it): the agent runs again without the fault point, also when the test failed
     between a kill and the restart."""
     yield
-    _disarm(upstream_lab)
+    installed_driver.disarm_agent(upstream_lab)
 
 
 def _in_use(admin: Cluster, kubectl: Kubectl, names: list[str]) -> dict[str, str]:
