@@ -88,12 +88,7 @@ class Controller:
         return []
 
     def _agent_pods(self) -> list[dict[str, Any]]:
-        where = self.agent_pods
-        return [
-            p
-            for p in self._cached(r.PODS)
-            if where is not None and (p.get("metadata") or {}).get("namespace") == where.namespace
-        ]
+        return self._cached(r.PODS)  # watched in the agents' namespace only
 
     def enqueue_all(self, kind: str, res: Any) -> None:
         for name in self._names(res):
@@ -214,10 +209,12 @@ class Controller:
         res: Any,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        namespace: str | None = None,
     ) -> None:
         lw = ListWatch(
             self.cluster,
             res,
+            namespace,
             label_selector=label_selector,
             field_selector=field_selector,
             timeout_seconds=60,
@@ -272,7 +269,9 @@ class Controller:
         self._watch("attachment", r.NETWORK_ATTACHMENT_STATUSES)
         self._watch("node", r.NODES)
         if self.agent_pods is not None:
-            self._watch("agentpod", r.PODS, self.agent_pods.selector)
+            # namespaced: the chart grants the controller Pods of its release namespace only
+            where = self.agent_pods
+            self._watch("agentpod", r.PODS, where.selector, namespace=where.namespace)
         for i in range(self.workers):
             self._spawn(self._worker, f"worker-{i}")
         self._spawn(self._resync_loop, "resync")
