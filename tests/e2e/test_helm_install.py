@@ -44,6 +44,9 @@ from dmn.api.cluster import ApiFailure, Cluster, NotFound, connect
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
 from dmn.api.ipam.ipallocation import Owner, allocation_manifest
+from dmn.api.node_capability import ANNOTATION as CAPABILITY_ANNOTATION
+from dmn.api.node_capability import LABEL_PREFIX as CAPABILITY_PREFIX
+from dmn.api.node_capability import capability_labels, parse_report, revision_requirement
 from dmn.lab import manifests
 from dmn.lab.cluster import PLUGIN_DIR, chart_manifests
 from dmn.lab.demo import TOPOLOGIES, apply_pools, wait_settled
@@ -304,6 +307,48 @@ def test_the_agents_node_bound_token_writes_only_its_own_nodes_objects(
         r.NETWORK_ATTACHMENT_STATUSES, _attachment_status(NODE_NAME), NAMESPACE, dry_run=True
     )
     agent.replace(r.RESOURCE_SLICES, own_slice, dry_run=True)
+
+
+@pytest.mark.adversarial
+def test_only_the_agent_and_the_controller_write_the_nodes_capability(
+    lab: UpstreamLab, admin: Cluster, macvlan_template: None
+) -> None:
+    """Design §9.3 on the real API server with the chart's policies: the agent Pod wrote its
+    Node's capability report and the controller Pod labelled the Node for every live
+    revision; a cluster admin may change neither the report nor a label, the agent's own
+    bound token may rewrite its report but not a label (dry run: nothing is stored)."""
+    wanted = {
+        req.key
+        for req in map(revision_requirement, admin.list(r.NETWORK_TOPOLOGY_REVISIONS).items)
+        if req is not None
+    }
+    assert wanted
+    labelled = wait_for(
+        lambda: set(capability_labels(admin.get(r.NODES, NODE_NAME))) == wanted, lab_pods.WAIT
+    )
+    node = admin.get(r.NODES, NODE_NAME)
+    assert labelled, node["metadata"].get("labels")
+    report = node["metadata"]["annotations"][CAPABILITY_ANNOTATION]
+    assert parse_report(report).node == NODE_NAME
+    label = sorted(wanted)[0]
+    agent = _agent_token_cluster(lab, admin)
+    cases = [
+        (admin, {"annotations": {CAPABILITY_ANNOTATION: report.replace('"v":1', '"v":1 ')}},
+         "node agent running on this Node"),
+        (admin, {"labels": {label: None}}, "only the dra-multi-network controller"),
+        (admin, {"labels": {f"{CAPABILITY_PREFIX}/{'0' * 16}": "true"}},
+         "only the dra-multi-network controller"),
+        (agent, {"labels": {label: None}}, "only the dra-multi-network controller"),
+    ]  # fmt: skip
+    for who, metadata, message in cases:
+        with pytest.raises(ApiFailure) as refused:
+            who.patch(r.NODES, NODE_NAME, {"metadata": metadata}, dry_run=True)
+        assert refused.value.code == 403, (metadata, refused.value)
+        assert message in str(refused.value), (metadata, str(refused.value))
+    agent.patch(
+        r.NODES, NODE_NAME, {"metadata": {"annotations": {CAPABILITY_ANNOTATION: report}}},
+        dry_run=True,
+    )  # fmt: skip
 
 
 POLICY_STATUS = "dra-multi-network-node-policystatus"
