@@ -153,10 +153,9 @@ def required_terms(affinity: Any) -> list[Any] | None:
     return current if isinstance(current, list) else None
 
 
-def _readable(terms: list[Any] | None) -> bool:
-    return terms is not None and all(
-        isinstance(t, Mapping) and isinstance(t.get("matchExpressions", []) or [], list)
-        for t in terms
+def _readable(terms: list[Any]) -> bool:
+    return all(
+        isinstance(t, Mapping) and isinstance(t.get("matchExpressions") or [], list) for t in terms
     )
 
 
@@ -171,6 +170,7 @@ def with_keys(affinity: Any, keys: Iterable[str]) -> tuple[dict[str, Any] | None
     if terms is None or not _readable(terms):
         return None, f"{AFFINITY_PATH} is not of a Pod's shape"
     new_terms: list[Any] = []
+    changed = not terms
     for term in terms:
         missing = [k for k in wanted if not _requires(term.get("matchExpressions"), k)]
         if _matches_nothing(term) or not missing:
@@ -178,10 +178,11 @@ def with_keys(affinity: Any, keys: Iterable[str]) -> tuple[dict[str, Any] | None
             continue
         expressions = [*(term.get("matchExpressions") or []), *map(_exists, missing)]
         new_terms.append({**term, "matchExpressions": expressions})
+        changed = True
+    if not changed:
+        return None, ""
     if not terms:
         new_terms = [{"matchExpressions": [_exists(k) for k in wanted]}]
-    elif new_terms == terms:
-        return None, ""
     base = dict(_map(affinity))
     node = dict(_map(base.get("nodeAffinity")))
     required = dict(_map(node.get(REQUIRED)))
