@@ -304,6 +304,29 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Keep the plugin in the annotation; delete and recreate the Pod to change it.",
     ),
     _r(
+        "E_POD_NODE_CAPABILITY",
+        ADMIT,
+        "A created Pod that uses a network of this driver has a required node affinity term "
+        "(or none at all) that does not require the `capable.dra-multi-network.schseba."
+        "github.io/<digest>` label of each revision it uses (`operator: Exists`), so the "
+        "scheduler could place it on a node whose agent cannot run those revisions. The "
+        "mutating webhook adds these expressions; this means the Pod was created around it.",
+        "Let the mutating webhook run (check the `dra-multi-network-pods` registration and "
+        "that a controller replica serves), or add the expressions the message names to "
+        "every term of `requiredDuringSchedulingIgnoredDuringExecution`.",
+    ),
+    _r(
+        "E_POD_NODE_BYPASS",
+        ADMIT,
+        "A created Pod that uses a network of this driver sets `spec.nodeName` to a Node "
+        "that does not exist or lacks the capability label of a revision it uses (its node "
+        "agent is down, stale or runs other executor contracts). Binding by name skips the "
+        "scheduler, so it may not skip this check.",
+        "Leave `spec.nodeName` empty and let the scheduler pick a capable node, or bring the "
+        "named node's agent up to a build that runs the revision (its Node then gets the "
+        "label within one capability refresh).",
+    ),
+    _r(
         "E_CONFLICT",
         ADMIT,
         "An existing object conflicts with what would be created "

@@ -78,6 +78,11 @@ class Code(StrEnum):
     E_POD_NRI_REQUIREMENT = "E_POD_NRI_REQUIREMENT"
     #: A Pod update that removes our plugin from a required-plugins annotation.
     E_POD_NRI_REQUIREMENT_REMOVED = "E_POD_NRI_REQUIREMENT_REMOVED"
+    #: A created Pod of ours whose required node affinity admits nodes not labelled able to
+    #: run its revisions' executor contracts.
+    E_POD_NODE_CAPABILITY = "E_POD_NODE_CAPABILITY"
+    #: A created Pod of ours whose spec.nodeName names a Node lacking those labels.
+    E_POD_NODE_BYPASS = "E_POD_NODE_BYPASS"
     #: IP address management (IPPool validation and the allocator's refusals).
     E_IPPOOL_SUBNET = "E_IPPOOL_SUBNET"
     E_IPPOOL_RANGE_OUTSIDE_SUBNET = "E_IPPOOL_RANGE_OUTSIDE_SUBNET"

@@ -17,8 +17,13 @@ admission uses), or a container limit names an extended resource such a class de
 (``spec.extendedResourceName``, or the implicit ``deviceclass.resource.kubernetes.io/<class>``).
 Pods that are not ours are admitted unchanged: this module never blocks another driver's Pod.
 
+A Pod of ours also gets a required node affinity on the capability labels of the revisions
+it uses, and a created one that lacks it or names a Node without them in ``spec.nodeName``
+is refused (:mod:`.pod_affinity`, design §9.3).
+
 Everything here is data in, decision out: the thin adapter in :mod:`.pod_sources` reads the
-claims, templates and classes the Pod names (:func:`claim_refs` says which). Nothing here
+claims, templates and classes the Pod names (:func:`claim_refs` says which), the revisions
+those classes pin (:func:`revisions_to_read`) and the Node a created Pod names. Nothing here
 raises on any JSON value (a property test feeds it arbitrary Pod-shaped data).
 """
 
@@ -33,6 +38,7 @@ import yaml
 
 from dmn import NRI_PLUGIN_NAME
 from dmn.api.identity import DRIVER, LABEL_MANAGED_BY, LABEL_REVISION, LABEL_TOPOLOGY, MANAGED_BY
+from dmn.controller.webhook import pod_affinity
 from dmn.interpreter.diagnostics import Code, Diagnostic
 
 #: containerd/NRI's annotation naming the plugins a Pod (or one container) requires.
@@ -60,10 +66,14 @@ class ClaimRef:
 @dataclass(frozen=True)
 class World:
     """What the adapter read for one Pod: the claims and templates :func:`claim_refs` named
-    (kind, name) -> object, absent when it does not exist; and every DeviceClass."""
+    (kind, name) -> object, absent when it does not exist; every DeviceClass; the
+    NetworkTopologyRevisions :func:`revisions_to_read` named, by name; and the Node a
+    created Pod's ``spec.nodeName`` names, by name (absent: it does not exist)."""
 
     objects: Mapping[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
     classes: Sequence[Mapping[str, Any]] = ()
+    revisions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    nodes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -165,14 +175,18 @@ def _containers(pod: Any) -> list[tuple[str, Mapping[str, Any]]]:
     ]
 
 
-def class_uses(pod: Any, world: World) -> tuple[list[ClassUse], list[str]]:
-    """The classes of ours the Pod uses (by claim or extended resource), and a warning per
-    claim or template that does not exist yet (Kubernetes lets it come later)."""
-    ours = {
+def _our_classes(world: World) -> dict[str, Mapping[str, Any]]:
+    return {
         str(_map(c.get("metadata")).get("name")): c
         for c in world.classes
         if isinstance(c, Mapping) and is_our_class(c)
     }
+
+
+def class_uses(pod: Any, world: World) -> tuple[list[ClassUse], list[str]]:
+    """The classes of ours the Pod uses (by claim or extended resource), and a warning per
+    claim or template that does not exist yet (Kubernetes lets it come later)."""
+    ours = _our_classes(world)
     uses: list[ClassUse] = []
     warnings: list[str] = []
     for ref in claim_refs(pod):
@@ -194,6 +208,25 @@ def class_uses(pod: Any, world: World) -> tuple[list[ClassUse], list[str]]:
             if isinstance(resource, str) and resource in extended:
                 uses.append(ClassUse(f"{path}.resources.limits[{resource}]", extended[resource]))
     return uses, warnings
+
+
+def revisions_to_read(pod: Any, world: World) -> list[str]:
+    """The NetworkTopologyRevisions the classes of ours ``pod`` uses pin (``world`` needs
+    only the claims, templates and classes): what the adapter reads next."""
+    ours = _our_classes(world)
+    uses, _ = class_uses(pod, world)
+    return pod_affinity.revision_names(ours.get(u.name) for u in uses)
+
+
+def _needs(uses: list[ClassUse], world: World) -> pod_affinity.Needs:
+    pairs = [(u.path, u.name) for u in uses]
+    return pod_affinity.needs(pairs, _our_classes(world), world.revisions)
+
+
+def node_name(pod: Any) -> str | None:
+    """The Node ``spec.nodeName`` binds the Pod to, None when it names none."""
+    name = _map(_map(pod).get("spec")).get("nodeName")
+    return name if isinstance(name, str) and name else None
 
 
 def parse_plugins(value: Any) -> list[str] | None:
@@ -233,12 +266,28 @@ def _encode(names: list[str]) -> str:
 def mutate(pod: Any, world: World, plugin: str = NRI_PLUGIN_NAME) -> Decision:
     """For a Pod of ours: JSONPatch operations that put ``plugin`` in the Pod's
     required-plugins annotation (merged into the list already there) and in every
-    container-scoped one it carries. Other names are kept; a value that is not a list is
-    left alone (the validating webhook refuses it, with the reason)."""
+    container-scoped one it carries, and that require the capability labels of its
+    revisions in every term of its required node affinity (:func:`.pod_affinity.with_keys`).
+    Other names and affinity fields are kept; a value that is not a list, or an affinity not
+    of a Pod's shape, is left alone (the validating webhook refuses it, with the reason)."""
     uses, warnings = class_uses(pod, world)
     decision = Decision(uses=uses, warnings=warnings)
     if not uses:
         return decision
+    _annotate(pod, decision, plugin)
+    need = _needs(uses, world)
+    decision.warnings.extend(need.warnings)
+    spec = _map(pod).get("spec")
+    affinity, problem = pod_affinity.with_keys(_map(spec).get("affinity"), need.keys)
+    if problem:
+        decision.warnings.append(f"{problem}; the node capability affinity was not added")
+    elif affinity is not None and isinstance(spec, Mapping):
+        decision.patch.append({"op": "add", "path": "/spec/affinity", "value": affinity})
+    return decision
+
+
+def _annotate(pod: Any, decision: Decision, plugin: str) -> None:
+    """Add to ``decision`` the patch (or warnings) for the required-plugins annotations."""
     metadata = _map(pod).get("metadata")
     annotations = _map(_map(metadata).get("annotations"))
     wanted: dict[str, str] = {}
@@ -252,7 +301,7 @@ def mutate(pod: Any, world: World, plugin: str = NRI_PLUGIN_NAME) -> Decision:
         elif plugin not in names:
             wanted[key] = _encode([*names, plugin])
     if not wanted:
-        return decision
+        return
     if not isinstance(metadata, Mapping):
         decision.patch.append({"op": "add", "path": "/metadata", "value": {"annotations": wanted}})
     elif not isinstance(metadata.get("annotations"), Mapping):
@@ -261,7 +310,6 @@ def mutate(pod: Any, world: World, plugin: str = NRI_PLUGIN_NAME) -> Decision:
         decision.patch.extend(
             {"op": "add", "path": _pointer(k), "value": v} for k, v in sorted(wanted.items())
         )
-    return decision
 
 
 def _revision_mix(
@@ -300,10 +348,12 @@ def validate(
     pod: Any, old: Any, world: World, plugin: str = NRI_PLUGIN_NAME, operation: str = "CREATE"
 ) -> Decision:
     """Denials for a Pod (after mutation): a created Pod of ours must name ``plugin`` in its
-    Pod required-plugins annotation and in every container-scoped one, and must not use
-    classes of two revisions of one topology; an UPDATE never removes ``plugin`` from a
-    required-plugins annotation that named it (and is not judged otherwise: ``world`` is
-    not read for it)."""
+    Pod required-plugins annotation and in every container-scoped one, must not use
+    classes of two revisions of one topology, must require its revisions' capability labels
+    in every term of its required node affinity, and a ``spec.nodeName`` it names must be a
+    Node carrying them; an UPDATE never removes ``plugin`` from a required-plugins annotation
+    that named it (and is not judged otherwise: ``world`` is not read for it, and a Pod's
+    affinity can only change while it is gated)."""
     annotations = _map(_map(_map(pod).get("metadata")).get("annotations"))
     if operation != "CREATE":
         # an update changes neither claims nor extended resources: only the removal rule
@@ -314,12 +364,7 @@ def validate(
         decision = Decision(uses=uses, warnings=warnings)
     uses = decision.uses
     if uses:
-        ours = {
-            str(_map(c.get("metadata")).get("name")): c
-            for c in world.classes
-            if isinstance(c, Mapping) and is_our_class(c)
-        }
-        decision.denials.extend(_revision_mix(uses, ours))
+        decision.denials.extend(_revision_mix(uses, _our_classes(world)))
         for key in sorted({POD_KEY, *_requirement_keys(annotations)}):
             if not _lists_plugin(annotations, key, plugin):
                 decision.denials.append(
@@ -332,6 +377,11 @@ def validate(
                         path=f"metadata.annotations[{key}]",
                     )
                 )
+        need = _needs(uses, world)
+        decision.warnings.extend(need.warnings)
+        spec = _map(_map(pod).get("spec"))
+        decision.denials.extend(pod_affinity.affinity_denials(spec.get("affinity"), need))
+        decision.denials.extend(pod_affinity.node_denials(spec.get("nodeName"), world.nodes, need))
     if operation == "UPDATE":
         before = _map(_map(_map(old).get("metadata")).get("annotations"))
         for key in _requirement_keys(before):

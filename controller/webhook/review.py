@@ -17,7 +17,9 @@ What is validated (design §4.1, §9.2), always failing closed:
 * DeviceClass — a generated class (managed-by label, or carrying our
   TopologyRootConfiguration) is written or deleted only by the controller's identities;
 * Pod create/update (:mod:`.pods`) — a Pod of ours must name our NRI plugin in its
-  required-plugins annotation and use one revision per topology; an update keeps our plugin
+  required-plugins annotation and use one revision per topology; a created one must require
+  its revisions' node capability labels in its node affinity and may not be bound by
+  ``spec.nodeName`` to a Node without them (:mod:`.pod_affinity`); an update keeps our plugin
   in that annotation. Unlike the rest, a Pod whose facts cannot be read is admitted (with a
   warning): Pod admission must never block Pods that are not ours. :func:`mutate_pod` is
   the mutating half (``POST /mutate-pods``).

@@ -22,6 +22,7 @@ from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, connect
 from dmn.api.cluster import resources as r
 from dmn.api.ipam.allocator import AddressRequest
 from dmn.api.ipam.client import Allocation, AllocationClient, Owner
+from dmn.api.node_capability import LABEL_PREFIX
 from dmn.controller.webhook.pods import POD_KEY
 from dmn.lab import manifests
 from dmn.lab.demo import NEGATIVE, TOPOLOGIES, wait_settled
@@ -342,6 +343,27 @@ def test_a_pod_with_a_claim_of_ours_gets_our_nri_plugin_required(
             admin, _pod("ours2", pod_templates["ours"], annotations={POD_KEY: '["other"]'})
         )
         assert json.loads(_annotations(merged)[POD_KEY]) == ["other", NRI_PLUGIN_NAME]
+    finally:
+        admin.close()
+
+
+def test_a_pod_of_ours_requires_a_capable_node(
+    control_plane: Session, pod_templates: dict[str, str]
+) -> None:
+    """The mutating webhook's node affinity passes the real API server's Pod validation and
+    is stored; binding by spec.nodeName to a Node that is not labelled capable (here: none,
+    this lab has no node) is refused by the validating webhook."""
+    admin = control_plane.lab.admin()
+    try:
+        stored = _dry_create(admin, _pod("capable", pod_templates["ours"]))
+        required = stored["spec"]["affinity"]["nodeAffinity"]  # type: ignore[index]
+        (term,) = required["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        (expression,) = term["matchExpressions"]
+        assert expression["key"].startswith(LABEL_PREFIX + "/"), expression
+        assert expression["operator"] == "Exists"
+        with pytest.raises(ApiFailure) as bypass:
+            _dry_create(admin, _pod("bound", pod_templates["ours"], nodeName="nowhere"))
+        assert "E_POD_NODE_BYPASS" in str(bypass.value)
     finally:
         admin.close()
 

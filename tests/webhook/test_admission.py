@@ -4,6 +4,7 @@ end to end: the lab API server calling the webhook while the real controller run
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import http.client
 import json
@@ -363,6 +364,29 @@ def test_builtin_as_an_api_server_stores_it_is_admitted(
     assert resp["allowed"] is False
 
 
+@contextlib.contextmanager
+def _pod_webhooks(ctl: Cluster, webhook: WebhookServer, ca_file: Path) -> Iterator[None]:
+    """The chart's Pod webhooks (mutating on /mutate-pods, validating on /validate), pointed
+    at the test's webhook server, registered for the duration."""
+    docs = render()
+    bundle = base64.b64encode(ca_file.read_bytes()).decode()
+    for kind, res in (
+        ("MutatingWebhookConfiguration", r.MUTATING_WEBHOOK_CONFIGURATIONS),
+        ("ValidatingWebhookConfiguration", r.VALIDATING_WEBHOOK_CONFIGURATIONS),
+    ):
+        config = find(docs, kind, "dra-multi-network-pods")
+        for hook in config["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": webhook.url + path, "caBundle": bundle}
+        config["metadata"] = {"name": "dra-multi-network-pods"}
+        ctl.create(res, config)
+    try:
+        yield
+    finally:
+        ctl.delete(r.MUTATING_WEBHOOK_CONFIGURATIONS, "dra-multi-network-pods")
+        ctl.delete(r.VALIDATING_WEBHOOK_CONFIGURATIONS, "dra-multi-network-pods")
+
+
 def test_pod_admission_through_the_lab_api_server(
     lab: LabApiServer, webhook: WebhookServer, pki: tuple[Path, Path, Path]
 ) -> None:
@@ -374,62 +398,115 @@ def test_pod_admission_through_the_lab_api_server(
     from dmn import NRI_PLUGIN_NAME
     from dmn.controller.webhook.pods import POD_KEY
 
-    docs = render()
-    bundle = base64.b64encode(pki[0].read_bytes()).decode()
     with (
         Cluster(connect(url=lab.url, token="ctl")) as ctl,
         Cluster(connect(url=lab.url, token="alice")) as alice,
+        _pod_webhooks(ctl, webhook, pki[0]),
     ):
-        for kind, res in (
-            ("MutatingWebhookConfiguration", r.MUTATING_WEBHOOK_CONFIGURATIONS),
-            ("ValidatingWebhookConfiguration", r.VALIDATING_WEBHOOK_CONFIGURATIONS),
-        ):
-            config = find(docs, kind, "dra-multi-network-pods")
-            for hook in config["webhooks"]:
-                path = hook["clientConfig"]["service"]["path"]
-                hook["clientConfig"] = {"url": webhook.url + path, "caBundle": bundle}
-            config["metadata"] = {"name": "dra-multi-network-pods"}
-            ctl.create(res, config)
-        try:
-            ours = {"app.kubernetes.io/managed-by": "dra-multi-network-controller"}
-            for name, labels in (("pods-ours", ours), ("pods-other", {})):
-                ctl.create(
-                    r.DEVICE_CLASSES,
-                    {
-                        "apiVersion": "resource.k8s.io/v1",
-                        "kind": "DeviceClass",
-                        "metadata": {"name": name, "labels": labels},
-                        "spec": {},
-                    },
-                )
-                requests = [{"name": "n", "exactly": {"deviceClassName": name}}]
-                template = {
+        ours = {"app.kubernetes.io/managed-by": "dra-multi-network-controller"}
+        for name, labels in (("pods-ours", ours), ("pods-other", {})):
+            ctl.create(
+                r.DEVICE_CLASSES,
+                {
                     "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceClaimTemplate",
-                    "metadata": {"name": name},
-                    "spec": {"spec": {"devices": {"requests": requests}}},
-                }
-                alice.create(r.RESOURCE_CLAIM_TEMPLATES, template, "default")
-            stored = {}
-            for name in ("pods-ours", "pods-other"):
-                pod = {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": name},
-                    "spec": {
-                        "containers": [{"name": "app", "image": "x"}],
-                        "resourceClaims": [{"name": "n", "resourceClaimTemplateName": name}],
-                    },
-                }
-                stored[name] = alice.create(r.PODS, pod, "default")
-            annotations = stored["pods-ours"]["metadata"]["annotations"]
-            assert json.loads(annotations[POD_KEY]) == [NRI_PLUGIN_NAME]
-            assert POD_KEY not in (stored["pods-other"]["metadata"].get("annotations") or {})
-            with pytest.raises(ApiFailure) as dropped:
-                alice.patch(
-                    r.PODS, "pods-ours", {"metadata": {"annotations": {POD_KEY: "[]"}}}, "default"
-                )
-            assert "E_POD_NRI_REQUIREMENT_REMOVED" in str(dropped.value)
-        finally:
-            ctl.delete(r.MUTATING_WEBHOOK_CONFIGURATIONS, "dra-multi-network-pods")
-            ctl.delete(r.VALIDATING_WEBHOOK_CONFIGURATIONS, "dra-multi-network-pods")
+                    "kind": "DeviceClass",
+                    "metadata": {"name": name, "labels": labels},
+                    "spec": {},
+                },
+            )
+            requests = [{"name": "n", "exactly": {"deviceClassName": name}}]
+            template = {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": name},
+                "spec": {"spec": {"devices": {"requests": requests}}},
+            }
+            alice.create(r.RESOURCE_CLAIM_TEMPLATES, template, "default")
+        stored = {}
+        for name in ("pods-ours", "pods-other"):
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {
+                    "containers": [{"name": "app", "image": "x"}],
+                    "resourceClaims": [{"name": "n", "resourceClaimTemplateName": name}],
+                },
+            }
+            stored[name] = alice.create(r.PODS, pod, "default")
+        annotations = stored["pods-ours"]["metadata"]["annotations"]
+        assert json.loads(annotations[POD_KEY]) == [NRI_PLUGIN_NAME]
+        assert POD_KEY not in (stored["pods-other"]["metadata"].get("annotations") or {})
+        with pytest.raises(ApiFailure) as dropped:
+            alice.patch(
+                r.PODS, "pods-ours", {"metadata": {"annotations": {POD_KEY: "[]"}}}, "default"
+            )
+        assert "E_POD_NRI_REQUIREMENT_REMOVED" in str(dropped.value)
+
+
+def test_pod_admission_adds_node_capability_through_the_lab_api_server(
+    lab: LabApiServer, webhook: WebhookServer, pki: tuple[Path, Path, Path]
+) -> None:
+    """A revision and its class as the controller writes them, read back by the webhook
+    from the lab API server: a Pod naming a template of the class is stored with a required
+    node affinity on the revision's capability label; a Pod bound by spec.nodeName to a Node
+    without the label, or to no Node, is refused; one bound to a labelled Node is stored."""
+    from dmn.api.node_capability import revision_requirement
+    from dmn.controller.webhook.pod_affinity import REQUIRED
+
+    topo = example("vfio")
+    topo["metadata"].update(name="pods-affinity", uid="uid-pods-affinity")
+    compiled = compile_topology(topo, load_builtin_plugins()).compiled
+    assert compiled is not None
+    requirement = revision_requirement(compiled.revision)
+    assert requirement is not None
+    key = requirement.key
+    with (
+        Cluster(connect(url=lab.url, token="ctl")) as ctl,
+        Cluster(connect(url=lab.url, token="alice")) as alice,
+        _pod_webhooks(ctl, webhook, pki[0]),
+    ):
+        revision = ctl.create(r.NETWORK_TOPOLOGY_REVISIONS, compiled.revision)
+        (cls,) = compiled.device_classes(revision["metadata"]["uid"])
+        ctl.create(r.DEVICE_CLASSES, cls)
+        for name, labels in (("capable", {key: "true"}), ("plain", {})):
+            ctl.create(
+                r.NODES,
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}},
+            )
+        requests = [{"name": "n", "exactly": {"deviceClassName": cls["metadata"]["name"]}}]
+        alice.create(
+            r.RESOURCE_CLAIM_TEMPLATES,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "pods-affinity"},
+                "spec": {"spec": {"devices": {"requests": requests}}},
+            },
+            "default",
+        )
+
+        def pod(name: str, **spec: Any) -> dict[str, Any]:
+            return {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {
+                    "containers": [{"name": "app", "image": "x"}],
+                    "resourceClaims": [{"name": "n", "resourceClaimTemplateName": "pods-affinity"}],
+                    **spec,
+                },
+            }
+
+        anti = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+        stored = alice.create(r.PODS, pod("affinity-free", affinity=anti), "default")
+        assert stored["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"] == [
+            {"matchExpressions": [{"key": key, "operator": "Exists"}]}
+        ]
+        assert stored["spec"]["affinity"]["podAntiAffinity"] == anti["podAntiAffinity"]
+        for node in ("plain", "nowhere"):
+            with pytest.raises(ApiFailure) as bypass:
+                alice.create(r.PODS, pod(f"affinity-{node}", nodeName=node), "default")
+            assert "E_POD_NODE_BYPASS" in str(bypass.value), node
+        bound = alice.create(r.PODS, pod("affinity-capable", nodeName="capable"), "default")
+        assert bound["spec"]["nodeName"] == "capable"

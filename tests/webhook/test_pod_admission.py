@@ -1,10 +1,12 @@
 """Pod admission's pure core (dmn/controller/webhook/pods.py) and its review functions:
-which Pods are ours, the JSONPatch that names our NRI plugin, the denials; no I/O."""
+which Pods are ours, the JSONPatch that names our NRI plugin (and requires the capability
+labels of their revisions: more in test_pod_affinity.py), the denials; no I/O."""
 
 from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -21,13 +23,33 @@ from dmn.api.identity import (
     LABEL_TOPOLOGY,
     MANAGED_BY,
 )
+from dmn.api.node_capability import revision_requirement
 from dmn.controller.webhook import pods
+from dmn.controller.webhook.pod_affinity import REQUIRED
 from dmn.controller.webhook.pods import CLAIM, POD_KEY, TEMPLATE, World
 from dmn.controller.webhook.review import ReviewContext, mutate_pod, review
 from dmn.lab.apiserver.patches import json_patch
 from dmn.opcodes.registry import default_registry
 
 PLUGIN = NRI_PLUGIN_NAME
+
+
+def _digest(revision: str) -> str:
+    return "sha256:" + revision.encode().hex().ljust(64, "0")[:64]
+
+
+def _revision(name: str, opcodes: dict[str, str] | None) -> dict[str, Any]:
+    """A NetworkTopologyRevision as admission reads it (only what the decision looks at)."""
+    spec: dict[str, Any] = {"digest": _digest(name), "plugins": []}
+    if opcodes is not None:
+        spec["opcodeContracts"] = opcodes
+    return {"metadata": {"name": name, "uid": f"uid-{name}"}, "spec": spec}
+
+
+def _root_config(revision: str) -> dict[str, Any]:
+    ref = {"name": revision, "uid": f"uid-{revision}", "digest": _digest(revision)}
+    params = {"kind": "TopologyRootConfiguration", "revisionRef": ref, "rootStep": "root"}
+    return {"opaque": {"driver": DRIVER, "parameters": params}}
 
 
 def _class(
@@ -45,6 +67,8 @@ def _class(
     if stable:
         labels[LABEL_STABLE_CLASS] = "true"
     spec: dict[str, Any] = {"selectors": []}
+    if ours:
+        spec["config"] = [_root_config(revision)]
     if extended:
         spec["extendedResourceName"] = extended
     return {"metadata": {"name": name, "labels": labels}, "spec": spec}
@@ -97,6 +121,19 @@ def _pod(
     return pod
 
 
+REVISIONS = {"net-r1": _revision("net-r1", {"linux/link-move/v1": "0123456789abcdef"})}
+KEY = revision_requirement(REVISIONS["net-r1"]).key  # type: ignore[union-attr]
+AFFINITY_OP = {
+    "op": "add",
+    "path": "/spec/affinity",
+    "value": {
+        "nodeAffinity": {
+            REQUIRED: {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": KEY, "operator": "Exists"}]}]
+            }
+        }
+    },
+}
 OURS = _class("net-root-abc")
 STABLE = _class("net-root", stable=True, extended="example.com/net")
 OTHER = _class("gpu", ours=False)
@@ -109,6 +146,11 @@ WORLD = World(
         (CLAIM, "c-old"): _claim(),
     },
     classes=[OURS, STABLE, OTHER],
+    revisions=REVISIONS,
+    nodes={
+        "capable": {"metadata": {"name": "capable", "labels": {KEY: "true"}}},
+        "plain": {"metadata": {"name": "plain", "labels": {"zone": "a"}}},
+    },
 )
 
 
@@ -140,7 +182,8 @@ def test_a_pod_of_ours_gets_our_plugin_in_the_pod_annotation(
     decision = pods.mutate(pod, WORLD)
     assert decision.ours and not decision.warnings
     assert decision.patch == [
-        {"op": "add", "path": "/metadata/annotations", "value": {POD_KEY: f'["{PLUGIN}"]'}}
+        {"op": "add", "path": "/metadata/annotations", "value": {POD_KEY: f'["{PLUGIN}"]'}},
+        AFFINITY_OP,
     ]
     mutated = _applied(pod, decision)
     assert _listed(mutated) == [PLUGIN]
@@ -158,6 +201,7 @@ def test_other_names_are_kept_and_container_keys_get_ours_too() -> None:
     assert {op["path"] for op in decision.patch} == {
         "/metadata/annotations/required-plugins.noderesource.dev~1pod",
         "/metadata/annotations/required-plugins.noderesource.dev~1container.app",
+        "/spec/affinity",
     }
     mutated = _applied(pod, decision)
     assert _listed(mutated) == ["other", PLUGIN]
@@ -203,7 +247,8 @@ def test_a_pod_of_ours_without_our_plugin_is_denied() -> None:
     pod = _pod([{"name": "n", "resourceClaimName": "c-ours"}], annotations={POD_KEY: '["other"]'})
     denials = pods.validate(pod, None, WORLD).denials
     assert [(d.code.value, d.path) for d in denials] == [
-        ("E_POD_NRI_REQUIREMENT", f"metadata.annotations[{POD_KEY}]")
+        ("E_POD_NRI_REQUIREMENT", f"metadata.annotations[{POD_KEY}]"),
+        ("E_POD_NODE_CAPABILITY", f"spec.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms"),
     ]
     assert "spec.resourceClaims[0].resourceClaimName" in denials[0].message
 
@@ -217,8 +262,8 @@ def test_a_container_key_without_our_plugin_is_denied_and_a_malformed_value_kept
         annotations={POD_KEY: f'["{PLUGIN}"]', key: "not: [a list"},
     )
     decision = pods.mutate(pod, WORLD)
-    assert decision.patch == [] and "not a list of plugin names" in decision.warnings[0]
-    assert [d.path for d in pods.validate(pod, None, WORLD).denials] == [
+    assert decision.patch == [AFFINITY_OP] and "not a list of plugin names" in decision.warnings[0]
+    assert [d.path for d in pods.validate(_applied(pod, decision), None, WORLD).denials] == [
         f"metadata.annotations[{key}]"
     ]
 
@@ -391,6 +436,46 @@ _container = st.one_of(
         },
     ),
 )
+_expression = st.one_of(
+    _json,
+    st.fixed_dictionaries(
+        {
+            "key": st.sampled_from([KEY, "zone", ""]),
+            "operator": st.sampled_from(["Exists", "In", "DoesNotExist"]),
+        },
+        optional={"values": st.one_of(_json, st.lists(st.text(max_size=3), max_size=2))},
+    ),
+)
+_term = st.one_of(
+    _json,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "matchExpressions": st.one_of(_json, st.lists(_expression, max_size=3)),
+            "matchFields": st.one_of(_json, st.lists(_json, max_size=1)),
+        },
+    ),
+)
+_node_affinity = st.one_of(
+    _json,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            REQUIRED: st.one_of(
+                _json,
+                st.fixed_dictionaries(
+                    {},
+                    optional={"nodeSelectorTerms": st.one_of(_json, st.lists(_term, max_size=3))},
+                ),
+            ),
+            "preferredDuringSchedulingIgnoredDuringExecution": _json,
+        },
+    ),
+)
+_affinity = st.one_of(
+    _json,
+    st.fixed_dictionaries({}, optional={"nodeAffinity": _node_affinity, "podAntiAffinity": _json}),
+)
 _pods = st.one_of(
     _json,
     st.fixed_dictionaries(
@@ -407,32 +492,84 @@ _pods = st.one_of(
                         "resourceClaims": st.one_of(_json, st.lists(_claim_entry, max_size=3)),
                         "containers": st.one_of(_json, st.lists(_container, max_size=2)),
                         "initContainers": st.lists(_container, max_size=1),
+                        "affinity": _affinity,
+                        "nodeName": st.one_of(
+                            st.sampled_from(["capable", "plain", "gone", ""]), _json
+                        ),
                     },
                 ),
             ),
         },
     ),
 )
+#: Pods that are certainly ours (a claim of our class), with arbitrary affinity and nodeName
+_our_pods = st.fixed_dictionaries(
+    {
+        "spec": st.fixed_dictionaries(
+            {
+                "resourceClaims": st.just([{"name": "n", "resourceClaimName": "c-ours"}]),
+            },
+            optional={
+                "affinity": _affinity,
+                "nodeName": st.one_of(st.sampled_from(["capable", "plain", "gone"]), _json),
+                "containers": st.one_of(_json, st.lists(_container, max_size=2)),
+            },
+        )
+    },
+    optional={
+        "metadata": st.fixed_dictionaries({}, optional={"annotations": _annotations}),
+    },
+)
+#: what admission may read as a revision: anything, or one that is nearly right
+_revision_junk = st.one_of(
+    st.none(),
+    _json,
+    st.fixed_dictionaries(
+        {
+            "spec": st.fixed_dictionaries(
+                {"digest": st.just(_digest("net-r1"))},
+                optional={"opcodeContracts": _json, "plugins": _json},
+            )
+        }
+    ),
+)
 
 
 @pytest.mark.property
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(pod=_pods, old=_pods, world_junk=st.lists(_json, max_size=2))
-def test_arbitrary_pod_json_never_raises(pod: Any, old: Any, world_junk: list[Any]) -> None:
-    world = World(objects=WORLD.objects, classes=[*WORLD.classes, *world_junk])
+@given(
+    pod=st.one_of(_pods, _our_pods),
+    old=_pods,
+    world_junk=st.lists(_json, max_size=2),
+    revision_junk=_revision_junk,
+)
+def test_arbitrary_pod_json_never_raises(
+    pod: Any, old: Any, world_junk: list[Any], revision_junk: Any
+) -> None:
+    """Nothing raises; a mutated Pod of ours passes validation except for what mutation
+    cannot repair (and warned about), a mixed revision or a nodeName; mutating it again
+    changes no affinity."""
+    revisions = dict(REVISIONS) if revision_junk is None else {"net-r1": revision_junk}
+    world = dataclasses.replace(WORLD, classes=[*WORLD.classes, *world_junk], revisions=revisions)
     decision = pods.mutate(pod, world)
     assert all(op["op"] == "add" for op in decision.patch)
-    if decision.patch and isinstance(pod, dict):
-        mutated = json_patch(pod, decision.patch)
-        assert (
-            pods.validate(mutated, None, world).denials == []
-            or any("not a list" in w for w in decision.warnings)
-            or pods.validate(mutated, None, world).denials[0].code.value == "E_POD_REVISION_MIXED"
-        )
+    if decision.ours and isinstance(pod, dict):
+        mutated = json_patch(pod, decision.patch) if decision.patch else pod
+        tolerated = {"E_POD_REVISION_MIXED", "E_POD_NODE_BYPASS"}
+        if any("not a list" in w for w in decision.warnings):
+            tolerated.add("E_POD_NRI_REQUIREMENT")
+        if any("not of a Pod's shape" in w for w in decision.warnings):
+            tolerated.add("E_POD_NODE_CAPABILITY")
+        codes = {d.code.value for d in pods.validate(mutated, None, world).denials}
+        assert codes <= tolerated, (codes, decision.warnings)
+        again = pods.mutate(mutated, world).patch
+        assert not any(op["path"] == "/spec/affinity" for op in again)
     for operation in ("CREATE", "UPDATE"):
         checked = pods.validate(pod, old, world, operation=operation)
         assert all(d.code.value.startswith("E_POD_") for d in checked.denials)
     response = review(_request(pod, "UPDATE", old), _context(world))
+    assert isinstance(response["allowed"], bool)
+    response = review(_request(pod), _context(world))
     assert isinstance(response["allowed"], bool)
     response = mutate_pod(_request(pod), _context(world))
     assert isinstance(response["allowed"], bool)
