@@ -182,13 +182,21 @@ def revision_requirement(revision: Mapping[str, Any]) -> Requirement | None:
     for pin in spec.get("plugins") or ():
         if not isinstance(pin, Mapping):
             continue
-        impl = ((pin.get("descriptor") or {}).get("spec") or {}).get("implementation") or {}
-        if isinstance(impl, Mapping) and impl.get("type") == "Builtin":
+        if _implementation_type(pin) == "Builtin":
             builtins.append((str(pin.get("name")), str(pin.get("contractDigest"))))
     return Requirement(
         opcodes=tuple(sorted((str(k), str(v)) for k, v in opcodes.items())),
         builtins=tuple(sorted(builtins)),
     )
+
+
+def _implementation_type(pin: Mapping[str, Any]) -> Any:
+    """``spec.implementation.type`` of a locked plugin: its ``descriptor`` is the plugin's
+    JSON form, the NetworkPlugin document under ``descriptor`` beside its programs."""
+    node: Any = pin.get("descriptor")
+    for key in ("descriptor", "spec", "implementation"):
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node.get("type") if isinstance(node, Mapping) else None
 
 
 @dataclass(frozen=True)

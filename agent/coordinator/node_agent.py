@@ -47,7 +47,7 @@ from dmn.api.cluster.reachability import ApiReachability
 from dmn.api.node_capability import DEFAULT_REFRESH_S, CapabilityReport
 from dmn.engine.runner import BoundaryHook
 from dmn.host.netns import current_boot_id
-from dmn.opcodes.contracts import opcode_contract_digests
+from dmn.interpreter.opcode_contracts import opcode_contract_digests
 from dmn.opcodes.executor_table import default_executors
 from dmn.opcodes.registry import default_registry
 

@@ -40,7 +40,7 @@ from dmn.controller.manager import Controller
 from dmn.controller.node_capability import AgentPods, NodeCapabilityReconciler, agent_ready
 from dmn.interpreter.loader import load_builtin_plugins
 from dmn.lab.apiserver import LabApiServer
-from dmn.opcodes.contracts import opcode_contract_digests
+from dmn.interpreter.opcode_contracts import opcode_contract_digests
 from dmn.opcodes.executor_table import default_executors
 from dmn.opcodes.registry import default_registry
 from tests.controller.support import EXAMPLES, client_for, example, install, wait_for
@@ -108,6 +108,8 @@ def test_what_the_agent_runs_satisfies_every_example_revision() -> None:
     report = agent_report()
     requirements = {revision_requirement(rev) for rev in revs}
     assert None not in requirements
+    # every example uses a builtin plugin: its contract digest is part of the requirement
+    assert all(req is not None and req.builtins for req in requirements)
     for req in requirements:
         assert req is not None and report.satisfies(req)
     # many revisions, few requirements: the labels a node carries stay few
