@@ -6,12 +6,13 @@ required node affinity on the labels of the revisions its claims use.
 
 * The report is there, names the node, says NRI is up; the labels are exactly the
   requirements of the live revisions, and a Pod of ours carries the affinity and runs.
-* The report is overwritten with what an older agent would report (another contract for
-  one opcode): the controller takes the labels away, a new Pod of ours stays Pending with
-  the real scheduler's node-affinity message (no sandbox is ever made for it), a Pod
-  without claims of ours still runs, and a Pod of ours naming the node directly
-  (``spec.nodeName``) is refused by admission; the agent's next refresh restores the
-  report, the labels come back and the waiting Pod runs with its network.
+* The report is overwritten with what an agent of another build would report (other
+  contracts for the opcodes the revisions use): the controller takes the labels away, a
+  new Pod of ours stays Pending with the real scheduler's node-affinity message (no
+  sandbox is ever made for it), a Pod without claims of ours still runs, and a Pod of ours
+  naming the node directly (``spec.nodeName``) is refused by admission; the agent's next
+  refresh restores the report, the labels come back and the waiting Pod runs with its
+  network.
 """
 
 from __future__ import annotations
@@ -83,12 +84,19 @@ def test_the_node_is_labelled_for_what_its_agent_runs_and_our_pod_is_held_to_it(
 
 
 def _as_older_agent(admin: Cluster) -> None:
-    """Overwrite the report with one whose first opcode has another contract digest."""
+    """Overwrite the report with what an agent of another build would say: every opcode the
+    live revisions use has another contract digest there."""
     value = _node(admin)["metadata"]["annotations"][ANNOTATION]
     report = parse_report(value)
-    first = sorted(report.opcodes)[0]
-    older = value.replace(f'"{first}":"{report.opcodes[first]}"', f'"{first}":"{"0" * 16}"')
-    assert older != value
+    used = {
+        name
+        for rev in admin.list(r.NETWORK_TOPOLOGY_REVISIONS).items
+        for name in (rev["spec"].get("opcodeContracts") or {})
+    }
+    older = value
+    for name in sorted(used & set(report.opcodes)):
+        older = older.replace(f'"{name}":"{report.opcodes[name]}"', f'"{name}":"{"0" * 16}"')
+    assert used and older != value
     admin.patch(r.NODES, NODE_NAME, {"metadata": {"annotations": {ANNOTATION: older}}})
 
 
