@@ -49,8 +49,8 @@ from dmn.engine.config_plan import ConfigPlan, config_parameter_problems, plan_f
 from dmn.interpreter.diagnostics import Code, Diagnostic, Severity
 from dmn.interpreter.documents import InputPort, OutputPort
 from dmn.interpreter.loader import Plugin
-from dmn.interpreter.source import SourceMap
 from dmn.interpreter.opcode_contracts import opcode_contract_digests, opcode_contracts_digest
+from dmn.interpreter.source import SourceMap
 from dmn.opcodes.registry import default_registry
 from dmn.opcodes.spec import OpcodeRegistry
 

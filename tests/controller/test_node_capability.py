@@ -39,8 +39,8 @@ from dmn.controller.compile.compiler import compile_topology
 from dmn.controller.manager import Controller
 from dmn.controller.node_capability import AgentPods, NodeCapabilityReconciler, agent_ready
 from dmn.interpreter.loader import load_builtin_plugins
-from dmn.lab.apiserver import LabApiServer
 from dmn.interpreter.opcode_contracts import opcode_contract_digests
+from dmn.lab.apiserver import LabApiServer
 from dmn.opcodes.executor_table import default_executors
 from dmn.opcodes.registry import default_registry
 from tests.controller.support import EXAMPLES, client_for, example, install, wait_for

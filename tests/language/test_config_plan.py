@@ -54,8 +54,8 @@ from dmn.interpreter.config_schema import (
 from dmn.interpreter.diagnostics import Diagnostic, Severity
 from dmn.interpreter.documents import InputPort
 from dmn.interpreter.loader import Plugin, load_builtin_plugins
-from dmn.interpreter.parameters import config_samples
 from dmn.interpreter.opcode_contracts import opcode_contracts_digest
+from dmn.interpreter.parameters import config_samples
 from dmn.opcodes.device_environment import BridgeGrant, OvsBridgeGrant
 from dmn.opcodes.registry import default_registry
 from dmn.vocabulary.handles import Handle, Scope
