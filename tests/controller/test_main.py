@@ -73,8 +73,12 @@ def test_controller_process(lab: LabApiServer, cluster: Cluster) -> None:
         assert lease["spec"]["holderIdentity"] == "proc-1"
         assert _get(port, "/readyz") == "[+]api-reachable ok\nok\n"
         assert _get(port, "/livez").endswith("ok\n")
-        metrics = _get(port, "/metrics")
-        assert 'dmn_reconciles_total{kind="topology",result="ok"}' in metrics
+        # the counter moves once the reconcile returns, just after its status write
+        wait_for(
+            lambda: 'dmn_reconciles_total{kind="topology",result="ok"}' in _get(port, "/metrics"),
+            timeout=30,
+            what="the topology reconcile counted",
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)

@@ -338,7 +338,7 @@ def test_only_the_agent_and_the_controller_write_the_nodes_capability(
         (admin, {"labels": {label: None}}, "only the dra-multi-network controller"),
         (admin, {"labels": {f"{CAPABILITY_PREFIX}/{'0' * 16}": "true"}},
          "only the dra-multi-network controller"),
-        (agent, {"labels": {label: None}}, "only the dra-multi-network controller"),
+        (agent, {"labels": {label: None}}, "may change nothing of a Node but its annotation"),
     ]  # fmt: skip
     for who, metadata, message in cases:
         with pytest.raises(ApiFailure) as refused:
@@ -580,8 +580,12 @@ def test_the_unprivileged_agent_attaches_with_only_the_charts_capabilities(
 
         pins = str(lab.layout.agent_state / "netns") + "/"
         uids = {admin.get(r.PODS, n, NAMESPACE)["metadata"]["uid"] for n in pods}
-        live = [a for a in _journal(lab)["attachments"] if a["identity"]["podUID"] in uids]
-        assert len(live) == 2 and {a["state"] for a in live} == {"Ready"}, live
+        records = [a for a in _journal(lab)["attachments"] if a["identity"]["podUID"] in uids]
+        # a sandbox whose hook passed its deadline on a loaded machine is Removed with that
+        # error, and kubelet's next sandbox of the Pod is attached: count the attached ones
+        live = [a for a in records if a["state"] != "Removed"]
+        assert len(live) == 2 and {a["state"] for a in live} == {"Ready"}, records
+        assert all(a["error"] for a in records if a["state"] == "Removed"), records
         in_agent = [m for m in _mounts(pid) if m.startswith(pins)]
         assert len(in_agent) == 2, in_agent
         assert not [m for m in _mounts() if m.startswith(pins)]  # HostToContainer: not ours
@@ -598,7 +602,7 @@ def test_the_unprivileged_agent_attaches_with_only_the_charts_capabilities(
         lab_pods.delete(admin, *pods)
         lab_pods.wait_gone(admin, *pods)
         done = [a for a in _journal(lab)["attachments"] if a["identity"]["podUID"] in uids]
-        assert len(done) == 2 and {a["state"] for a in done} == {"Removed"}, done
+        assert len(done) == len(records) and {a["state"] for a in done} == {"Removed"}, done
         assert not [m for m in _mounts(pid) if m.startswith(pins)]
         lab_pods.wait_claims_gone(admin, uids)  # their shares free the links for a handoff
         _whole_link_handoff(lab, admin, kubectl, pods)
