@@ -253,9 +253,11 @@ def test_a_restarted_publisher_keeps_its_promises(tmp_path: Path) -> None:
         pinned = result["device"]
         publication.publish()
         generation = publication.publication.publisher.generation
-        policy = cluster.get(r.DEVICE_EXPOSURE_POLICIES, "lab-link-macvlan")
-        policy["spec"]["exposure"]["capacity"]["children"]["value"] = "2"
-        cluster.replace(r.DEVICE_EXPOSURE_POLICIES, policy)
+        # a merge patch, as kubectl patch sends: the agents and the controller write this
+        # policy's status meanwhile (each write moves its resourceVersion), and a get-then-
+        # replace lost that race once in CI with a 409
+        patch = {"spec": {"exposure": {"capacity": {"children": {"value": "2"}}}}}
+        cluster.patch(r.DEVICE_EXPOSURE_POLICIES, "lab-link-macvlan", patch)
 
         def restarted(state_file: Path | None) -> NodeSlicePublisher:
             fresh = NodeSlicePublisher(
