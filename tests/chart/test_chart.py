@@ -23,6 +23,7 @@ from dmn.api.identity import DRIVER, GROUP
 from dmn.controller.webhook.review import _is_generated_class
 
 from .helm import CHART, VALUES, find, helm, render
+from .policy_eval import evaluate_policy
 
 VALUE_SETS = [(), ("all-options.yaml",), ("secret-certs.yaml",), ("issuer-ref.yaml",)]
 CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
@@ -440,22 +441,7 @@ def _policy_verdict(
     the API server evaluates the policy: the operation follows from which object is there,
     the variables are evaluated in order (a later one may use an earlier one)."""
     policy = find(render(), "ValidatingAdmissionPolicy", name)["spec"]
-    extra = {} if bound_node is None else {"authentication.kubernetes.io/node-name": [bound_node]}
-    operation = "CREATE" if old is None else "DELETE" if obj is None else "UPDATE"
-    request = {"userInfo": {"username": user, "extra": extra}, "operation": operation}
-    ctx: dict[str, Any] = {"request": request, "object": obj, "oldObject": old}
-    if not all(cel.evaluate(m["expression"], ctx) for m in policy["matchConditions"]):
-        return "skip", []
-    variables: dict[str, Any] = {}
-    ctx["variables"] = variables
-    for v in policy["variables"]:
-        variables[v["name"]] = cel.evaluate(v["expression"], ctx)
-    messages = []
-    for v in policy["validations"]:
-        if not cel.evaluate(v["expression"], ctx):
-            expr = v.get("messageExpression")
-            messages.append(cel.evaluate(expr, ctx) if expr else v["message"])
-    return ("deny" if messages else "allow"), messages
+    return evaluate_policy(policy, user, bound_node, obj, old)
 
 
 def _policy_decision(

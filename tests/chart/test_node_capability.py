@@ -11,7 +11,6 @@ import json
 from functools import cache
 from typing import Any
 
-import cel
 import pytest
 
 from dmn.api.node_capability import (
@@ -24,6 +23,7 @@ from dmn.api.node_capability import (
 from dmn.cli.command_line import UsageError
 
 from .helm import CHART, find, helm, render
+from .policy_eval import evaluate_policy
 
 CAPABILITIES = "dra-multi-network-node-capabilities"
 WRITERS = "dra-multi-network-node-writers"
@@ -121,23 +121,7 @@ def _verdict(
 ) -> tuple[str, list[str]]:
     """('skip' (not matched), 'allow' or 'deny', the failed validations' messages) of one
     policy for a request on the nodes resource; CREATE when there is no old object."""
-    policy = _policies()[name]
-    extra = {} if bound is None else {"authentication.kubernetes.io/node-name": [bound]}
-    operation = "CREATE" if old is None else "UPDATE"
-    request = {"userInfo": {"username": user, "extra": extra}, "operation": operation}
-    ctx: dict[str, Any] = {"request": request, "object": obj, "oldObject": old}
-    if not all(cel.evaluate(m["expression"], ctx) for m in policy["matchConditions"]):
-        return "skip", []
-    variables: dict[str, Any] = {}
-    ctx["variables"] = variables
-    for v in policy["variables"]:
-        variables[v["name"]] = cel.evaluate(v["expression"], ctx)
-    messages = []
-    for v in policy["validations"]:
-        if not cel.evaluate(v["expression"], ctx):
-            expr = v.get("messageExpression")
-            messages.append(cel.evaluate(expr, ctx) if expr else v["message"])
-    return ("deny" if messages else "allow"), messages
+    return evaluate_policy(_policies()[name], user, bound, obj, old)
 
 
 def _decision(

@@ -12,7 +12,6 @@ import contextlib
 import functools
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -43,7 +42,7 @@ from dmn.interpreter.opcode_contracts import opcode_contract_digests
 from dmn.lab.apiserver import LabApiServer
 from dmn.opcodes.executor_table import default_executors
 from dmn.opcodes.registry import default_registry
-from tests.controller.support import EXAMPLES, client_for, example, install, wait_for
+from tests.controller.support import EXAMPLES, client_for, example, wait_for
 
 NOW = 1_800_000_000.0
 
@@ -230,21 +229,7 @@ def test_an_agent_pod_not_ready_for_the_grace_period_vetoes() -> None:
     assert not agent_ready([], "n1", NOW, 60)
 
 
-# --- against the lab API server ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def lab() -> Iterator[LabApiServer]:
-    with LabApiServer(bookmark_interval=0.5) as server:
-        with client_for(server.url) as cluster:
-            install(cluster)
-        yield server
-
-
-@pytest.fixture
-def cluster(lab: LabApiServer) -> Iterator[Cluster]:
-    with client_for(lab.url) as c:
-        yield c
+# --- against the lab API server (tests/controller/conftest.py: lab, cluster) -------------
 
 
 class Clock:
