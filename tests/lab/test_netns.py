@@ -39,6 +39,9 @@ def test_demo_on_real_links_removes_its_namespace() -> None:
 
 
 def test_inventory_reads_the_lab_namespace(tmp_path: Path) -> None:
+    """The pair is operationally up when :func:`node_netns.create` returns: the lab scans
+    its inventory right after, and a link read as ``LOWERLAYERDOWN`` then was published as
+    unhealthy (tainted) for the rest of the lab's life."""
     name = node_netns.create(tmp_path, node.LAB_LINKS)
     try:
         inventory = node.inventory(tmp_path / "sys", node_netns.link_source(name))
@@ -48,6 +51,8 @@ def test_inventory_reads_the_lab_namespace(tmp_path: Path) -> None:
             assert item.kind is ItemKind.LINK and not item.protected
             state = item.netdevs[0].state
             assert isinstance(state, LinkState) and state.kind == "veth" and state.mtu == 1500
+            # the kernel's operstate, not just the admin flag, at once (the lab scans now)
+            assert state.operstate.upper() == "UP", state
     finally:
         node_netns.remove_recorded(tmp_path)
     assert name not in netns.listnetns()
