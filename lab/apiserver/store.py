@@ -10,11 +10,16 @@ Semantics implemented here (the HTTP layer only translates):
 * create: name or ``generateName``, 409 AlreadyExists, the namespace must exist and not be
   terminating, ``uid``/``creationTimestamp``/``generation``; ``resourceVersion`` must not be set.
 * update and patch: optimistic concurrency (409 Conflict on a stale ``resourceVersion``; a
-  custom resource PUT must carry one), the status subresource split (main-resource writes keep
-  the old status, ``/status`` writes keep everything but status), ``generation`` bumped only
-  when something outside metadata (and outside status, where status is a subresource)
-  changed, no-op writes neither bump the version nor emit an event, no new finalizers once
-  deletion started, and the object disappears when its last finalizer goes.
+  custom resource PUT must carry one). The precondition is only what the *request* names: a
+  PUT body's ``metadata.resourceVersion``, a merge or strategic patch's, a JSON patch's
+  add/replace of ``/metadata/resourceVersion``. A patch that names none is applied to the
+  newest object again when another write lands first, never answered 409 (the merged
+  result always carries the stored version, so it is no precondition). The status
+  subresource split (main-resource writes keep the old status, ``/status`` writes keep
+  everything but status), ``generation`` bumped only when something outside metadata (and
+  outside status, where status is a subresource) changed, no-op writes neither bump the
+  version nor emit an event, no new finalizers once deletion started, and the object
+  disappears when its last finalizer goes.
 * delete: preconditions, finalizers → ``deletionTimestamp`` (+ generation bump), graceful
   deletion of Pods bound to a node (the kubelet finishes it with ``gracePeriodSeconds=0``),
   propagation ``Background`` (default), ``Foreground`` and ``Orphan``.
@@ -562,7 +567,12 @@ class Store(InProcessControllers):
             new = self._apply_change(rt, current, body, patch, patch_type)
             self._check_kind(rt, new)
             meta = meta_of(new)
-            requested_rv = meta.get("resourceVersion")
+            # the precondition is what the request names: a PUT body's version, a patch's own
+            requested_rv = (
+                meta.get("resourceVersion")
+                if body is not None
+                else _patch_version(patch, patch_type)
+            )
             if body is not None and not requested_rv and rt.custom:
                 raise errors.invalid_object(
                     rt.kind,
@@ -885,3 +895,23 @@ def _rule_view(obj: Obj) -> Obj:
     if visible:
         body["metadata"] = visible
     return body
+
+
+def _patch_version(patch: Any, patch_type: str) -> str | None:
+    """The resourceVersion a patch itself names as its precondition, or None.
+
+    Not the patched object's: that carries the stored version in any case, so reading it
+    from there turned every patch racing another writer into a 409 kube-apiserver never
+    sends (its GuaranteedUpdate applies the patch to the newer object again)."""
+    named: Any = None
+    if patch_type == patches.JSON_PATCH and isinstance(patch, list):
+        for op in patch:
+            if (
+                isinstance(op, dict)
+                and op.get("op") in ("add", "replace")
+                and op.get("path") == "/metadata/resourceVersion"
+            ):
+                named = op.get("value")
+    elif isinstance(patch, dict) and isinstance(patch.get("metadata"), dict):
+        named = patch["metadata"].get("resourceVersion")
+    return str(named) if named else None
