@@ -58,9 +58,10 @@ class CapabilityReporter:
         self._thread.start()
         return self
 
-    def write_once(self) -> bool:
-        """Write the current report; False when the API server refused or did not answer."""
-        report = self.report(self.clock())
+    def write_once(self, report: CapabilityReport | None = None) -> bool:
+        """Write ``report`` (default: the current one); False when the API server refused or
+        did not answer."""
+        report = report if report is not None else self.report(self.clock())
         body = {"metadata": {"annotations": {ANNOTATION: report.to_annotation()}}}
         try:
             self.cluster.patch(r.NODES, self.node_name, body)
@@ -81,10 +82,11 @@ class CapabilityReporter:
     def tick(self) -> None:
         """One pass of the loop: write when the refresh is due or the NRI state changed."""
         now = self.clock()
-        changed = self.written is not None and _state(self.report(now)) != _state(self.written)
+        report = self.report(now)
+        changed = self.written is not None and _state(report) != _state(self.written)
         if now < self._next_at and not changed:
             return
-        ok = self.write_once()
+        ok = self.write_once(report)
         self._next_at = self.clock() + (self.refresh if ok else min(RETRY_S, self.refresh))
 
     def _loop(self) -> None:

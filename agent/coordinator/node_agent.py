@@ -15,6 +15,7 @@ use private ones).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -60,6 +61,14 @@ class AgentSockets:
     plugins_dir: str | os.PathLike[str] = DEFAULT_PLUGINS_DIR
     nri: PluginConfig | None = None  # None: PluginConfig() defaults (containerd's socket)
     nri_ready_timeout: float = 30.0
+
+
+@functools.cache
+def _runnable_opcode_digests() -> dict[str, str]:
+    """Short contract digest of every opcode with both a contract in the registry and an
+    executor: fixed for the life of the process (the capability reporter asks each second)."""
+    runnable = sorted(set(default_registry().names()) & set(default_executors()))
+    return opcode_contract_digests(default_registry(), runnable)
 
 
 class NodeAgent:
@@ -235,7 +244,6 @@ class NodeAgent:
         the NRI plugin is registered and synchronized (the gate that holds containers)."""
         services = self.services
         plugins = services.preparation.claims.plugins if services is not None else {}
-        runnable = sorted(set(default_registry().names()) & set(default_executors()))
         nri = self.plugin is not None and self.plugin.ready.is_set()
         return CapabilityReport(
             node=self.config.node_name,
@@ -245,7 +253,7 @@ class NodeAgent:
             refresh_s=self.capability_refresh,
             nri_registered=nri,
             nri_synchronized=nri,
-            opcodes=opcode_contract_digests(default_registry(), runnable),
+            opcodes=_runnable_opcode_digests(),
             builtins={name: p.contract_digest for name, p in sorted(plugins.items())},
         )
 

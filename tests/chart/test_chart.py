@@ -350,6 +350,10 @@ def test_both_components_may_write_events_and_nothing_more_of_them() -> None:
         ("webhook.certificates.source=secret", "secretName"),
         ("webhook.pods.timeoutSeconds=31", "timeoutSeconds"),
         ("nri.tolerateMissingPluginsAnnotation=a b", "tolerateMissingPluginsAnnotation"),
+        ("nodeAgent.capability.refreshSeconds=0", "refreshSeconds"),
+        ("nodeAgent.capability.refreshSeconds=601", "refreshSeconds"),
+        ("controller.capability.graceSeconds=-1", "graceSeconds"),
+        ("controller.capability.other=1", "other"),
     ],
 )
 def test_values_schema_refuses_bad_values(setting: str, message: str) -> None:
