@@ -111,13 +111,23 @@ def format_time(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
-def _parse_time(value: Any) -> float:
+def parse_time(value: Any) -> float | None:
+    """Epoch seconds of an RFC 3339 UTC timestamp with whole seconds (as Kubernetes writes
+    them, e.g. a condition's ``lastTransitionTime``), None for anything else."""
     if not isinstance(value, str):
-        raise ReportError("observedAt is not a string")
+        return None
     try:
         return float(calendar.timegm(time.strptime(value, "%Y-%m-%dT%H:%M:%SZ")))
-    except (ValueError, OverflowError) as exc:
-        raise ReportError(f"observedAt {value[:40]!r} is not RFC 3339 UTC seconds") from exc
+    except (ValueError, OverflowError):
+        return None
+
+
+def _parse_time(value: Any) -> float:
+    parsed = parse_time(value)
+    if parsed is None:
+        shown = value[:40] if isinstance(value, str) else type(value).__name__
+        raise ReportError(f"observedAt {shown!r} is not RFC 3339 UTC seconds")
+    return parsed
 
 
 def _names(value: Any, what: str) -> dict[str, str]:

@@ -17,7 +17,6 @@ manager looks again after one resync.
 
 from __future__ import annotations
 
-import calendar
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -31,6 +30,7 @@ from dmn.api.node_capability import (
     capability_labels,
     label_patch,
     node_verdict,
+    parse_time,
     revision_requirement,
 )
 
@@ -49,15 +49,6 @@ class AgentPods:
     selector: str
 
 
-def _since(timestamp: Any) -> float | None:
-    if not isinstance(timestamp, str):
-        return None
-    try:
-        return float(calendar.timegm(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ")))
-    except ValueError:
-        return None
-
-
 def agent_ready(pods: Iterable[Mapping[str, Any]], node: str, now: float, grace: float) -> bool:
     """Whether ``node``'s agent counts as Ready (pure): some agent Pod bound to it is Ready,
     or has been not Ready for less than ``grace`` seconds."""
@@ -71,7 +62,7 @@ def agent_ready(pods: Iterable[Mapping[str, Any]], node: str, now: float, grace:
                 continue
             if cond.get("status") == "True":
                 return True
-            since = _since(cond.get("lastTransitionTime"))
+            since = parse_time(cond.get("lastTransitionTime"))
             if since is not None and now - since < grace:
                 return True
     return False
