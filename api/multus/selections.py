@@ -304,12 +304,13 @@ def _owned(
 ) -> dict[int, ManagedSelection]:
     """Entry index -> the registry entry it is, with the ownership checks of rules 3, 4, 6."""
     by_target = {(s.namespace, s.name): s for s in registry}
+    by_name = {s.name: s for s in registry}
     sources = {(s.source.namespace, s.source.name): s for s in registry}
     owned: dict[int, ManagedSelection] = {}
     for i, entry in enumerate(entries):
         field = f"{_NETWORKS_FIELD}[{i}]"
         target = entry.target(pod_namespace)
-        selection = by_target.get((target[0] or "", target[1]))
+        selection = by_target.get((target[0] or "", target[1])) or by_name.get(entry.name)
         if selection is None:
             manual = sources.get((target[0] or "", target[1]))
             if manual is not None and check_manual:
