@@ -32,6 +32,12 @@ Facts of v1.0.1 this follows (``cmd/dranet/app.go``, ``pkg/driver``, ``pkg/inven
   client then retries for about 15 s before dranet publishes anything;
 * it writes its PCI database to a fresh directory in ``$TMPDIR`` and never removes it:
   ``TMPDIR`` is below the lab directory;
+* it writes a claim's ``status.devices`` by server-side apply. kube-apiserver v1.37.2
+  re-encodes the allocation's opaque parameters on that path, so when they were stored in
+  another JSON form (our Python client writes ``{"a": 1}``, kubectl ``{"a":1}``) the apply
+  reads as a change of ``status.allocation`` and is refused (it would need
+  ``resourceclaims/binding``): the Pod runs with its link but the claim shows nothing.
+  :meth:`DranetPeer.add_claim_template` therefore writes templates through kubectl;
 * the RBAC it ships lacks what kube-apiserver 1.37 requires for writing a claim's
   ``status.devices`` (``resourceclaims/driver``, see ``docs/upstream-lab.md``): the peer's
   ClusterRole grants ``associated-node:patch``/``update`` for ``dra.net``, and its token
@@ -45,6 +51,7 @@ import json
 import logging
 import os
 import socket
+import subprocess
 import sys
 import time
 import urllib.request
@@ -274,13 +281,20 @@ class DranetPeer:
             health = free_local_port()
             argv = launcher_argv(layout.kubelet_root, layout.nri_socket.parent)
             argv += dranet_argv(binary, kc, self.links, health, self.verbosity)
+            metadata = free_local_port()
+            while metadata == health:
+                metadata = free_local_port()
             env = {
-                "GCE_METADATA_HOST": f"127.0.0.1:{free_local_port()}",
+                "GCE_METADATA_HOST": f"127.0.0.1:{metadata}",
                 "TMPDIR": str(self.root / "tmp"),
             }
             self.lab.procs.start(PROCESS, argv, env)
-            self._wait("dranet /healthz", lambda: _healthy(health))
-            self._wait("dranet's ResourceSlice", lambda: self.published(admin) == self.links)
+            try:
+                self._wait("dranet /healthz", lambda: _healthy(health))
+                self._wait("dranet's ResourceSlice", lambda: self.published(admin) == self.links)
+            except PeerError:
+                self.stop()
+                raise
         finally:
             admin.close()
         log.info("event=dranet-started links=%s", ",".join(self.links))
@@ -320,7 +334,7 @@ class DranetPeer:
             )
         created = _shallowest_missing(DIAL_DIR)
         assert created is not None
-        self._record(lambda rec: rec.paths.append(str(created)))
+        self._record(_add_path(str(created)))
         DIAL_DIR.parent.mkdir(parents=True, exist_ok=True)
         DIAL_DIR.symlink_to(target)
 
@@ -366,6 +380,21 @@ class DranetPeer:
             f"{what}: not ready after {self.timeout:.0f}s; {self.lab.procs.tail(PROCESS)}",
         )
 
+    # --- workloads ---------------------------------------------------------------------
+
+    def add_claim_template(
+        self, name: str, namespace: str, link: str | None = None, if_name: str | None = None
+    ) -> None:
+        """Create :func:`claim_template` through kubectl, as compact JSON (see the module
+        docstring: with our client's JSON dranet's status write would be refused)."""
+        doc = claim_template(name, namespace, link, if_name)
+        kubectl = build.bin_dir("kubernetes") / "kubectl"
+        argv = [str(kubectl), "--kubeconfig", str(self.lab.admin_kubeconfig), "apply", "-f", "-"]
+        text = json.dumps(doc, separators=(",", ":"))
+        out = subprocess.run(argv, input=text, capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise PeerError("E_DRANET_TEMPLATE", f"kubectl apply {name}: {out.stderr.strip()}")
+
     # --- state -------------------------------------------------------------------------
 
     def running(self) -> bool:
@@ -402,18 +431,23 @@ class DranetPeer:
         log.info("event=dranet-stopped")
 
     def _remove_links(self) -> None:
+        """Delete each pair still (half) in the host (one end deletes both); a pair with
+        an end inside a Pod stays recorded: it goes with the Pod's namespace, or ``down``."""
         from pyroute2 import IPRoute
 
-        firsts = set(self.links[::2])
         with IPRoute() as ip:
-            for name in firsts:
+            for name in self.links:
                 for index in ip.link_lookup(ifname=name):
                     ip.link("del", index=index)
-        self._record(lambda rec: setattr(rec, "links", [n for n in rec.links if n not in firsts]))
+            left = {n for n in self.links if ip.link_lookup(ifname=n)}
+        pairs = zip(self.links[::2], self.links[1::2], strict=True)
+        gone = {first for first, second in pairs if not {first, second} & left}
+        self._record(_drop("links", gone))
 
     def _remove_dial_path(self) -> None:
         """The link, then each directory the peer created for it if it is empty now (kubelet
-        may have put something of its own beside it meanwhile)."""
+        may have put something of its own beside it meanwhile); what is left stays recorded
+        for ``down``."""
         record = HostRecord.load(self.lab.host_file)
         ours = [p for p in record.paths if _below(DIAL_DIR, Path(p))]
         if DIAL_DIR.is_symlink():
@@ -424,7 +458,7 @@ class DranetPeer:
                     break
                 with contextlib.suppress(OSError):
                     directory.rmdir()
-        self._record(lambda rec: setattr(rec, "paths", [p for p in rec.paths if p not in ours]))
+        self._record(_drop("paths", {p for p in ours if not os.path.lexists(p)}))
 
     @contextlib.contextmanager
     def running_beside(self) -> Iterator[DranetPeer]:
@@ -436,9 +470,25 @@ class DranetPeer:
             self.stop()
 
 
+def _drop(field: str, names: set[str]) -> Callable[[HostRecord], None]:
+    """A change that removes ``names`` from the record's list ``field``."""
+
+    def change(record: HostRecord) -> None:
+        setattr(record, field, [n for n in getattr(record, field) if n not in names])
+
+    return change
+
+
 def _add_link(name: str) -> Callable[[HostRecord], None]:
     def change(record: HostRecord) -> None:
         record.links.append(name)
+
+    return change
+
+
+def _add_path(path: str) -> Callable[[HostRecord], None]:
+    def change(record: HostRecord) -> None:
+        record.paths.append(path)
 
     return change
 

@@ -3,10 +3,12 @@
 The smoke CI runs so the peer's build and start stay honest: dranet starts on the lab's
 kubelet and containerd (:class:`~dmn.lab.upstream.dranet.DranetPeer`), publishes a
 ResourceSlice with its own links only while ours lists only ours, and both NRI plugins are
-registered with containerd; a Pod with a claim on one dranet link runs with that link
-inside while a Pod of ours runs with its macvlan ``net1``; deleting the dranet Pod gives
-the link back to the host; stopping the peer undoes what it did to the host (the module's
-last test). ``test_upstream_zz_down.py`` then compares the whole host with before ``up``.
+registered with containerd; two Pods with a claim on one dranet link each run with that
+link inside (one under its own name, one renamed by the claim's config) and the claims show
+dranet's ``networkData``, while a Pod of ours runs with its macvlan ``net1``; deleting the
+dranet Pods gives the links back to the host, same MAC, and to dranet's slice; stopping
+the peer undoes what it did to the host (the module's last test).
+``test_upstream_zz_down.py`` then compares the whole host with before ``up``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e]
 WAIT = 120.0
-TEMPLATE = "dranet-first-link"
 
 
 @pytest.fixture(scope="module")
@@ -108,54 +109,66 @@ def test_dranet_publishes_its_links_and_ours_only_ours(
     assert order.index("00-dra.net") < order.index("10-dra-multi-network"), order
 
 
-def test_a_pod_gets_a_dranet_link_beside_a_pod_of_ours_and_gives_it_back(
+def _dranet_status(admin: Cluster, pod_name: str) -> list[dict[str, Any]]:
+    (claim,) = lab_pods.claims_of(admin, lab_pods.uid(admin, pod_name))
+    status = admin.get(r.RESOURCE_CLAIMS, claim["metadata"]["name"], NAMESPACE).get("status")
+    return [d for d in (status or {}).get("devices") or [] if d.get("driver") == dranet.DRIVER]
+
+
+def test_pods_get_dranet_links_beside_a_pod_of_ours_and_give_them_back(
     upstream_lab: UpstreamLab,
     admin: Cluster,
     peer: dranet.DranetPeer,
     classes: dict[str, str],
     pods: list[str],
 ) -> None:
-    link = peer.links[0]
-    before = _host_link(link)
-    assert before is not None
-    admin.apply(dranet.claim_template(TEMPLATE, NAMESPACE, link=link))
-    for name, template in (("dranet-a", TEMPLATE), ("dmn-beside-dranet", "shared-macvlan")):
-        lab_pods.run(admin, pods, name, template)
-    lab_pods.wait_running(admin, "dranet-a", "dmn-beside-dranet")
+    """``dranet-a`` gets ``dmnlab-dr0`` under its own name (dranet's native mode),
+    ``dranet-b`` gets ``dmnlab-dr1`` renamed ``net1`` (its opaque config), while a Pod of
+    ours gets a macvlan ``net1`` on the lab's link."""
+    wanted = {"dranet-a": (peer.links[0], None), "dranet-b": (peer.links[1], "net1")}
+    before = {name: _host_link(link) for name, (link, _) in wanted.items()}
+    assert None not in before.values(), before
+    for name, (link, if_name) in wanted.items():
+        peer.add_claim_template(name, NAMESPACE, link=link, if_name=if_name)
+        lab_pods.run(admin, pods, name, name)
+    lab_pods.run(admin, pods, "dmn-beside-dranet", "shared-macvlan")
+    lab_pods.wait_running(admin, *wanted, "dmn-beside-dranet")
     kubectl = Kubectl(upstream_lab.admin_kubeconfig)
-    inside = kubectl.exec("dranet-a", "ip", "-o", "link", "show", link)
-    assert inside.returncode == 0, (inside.stderr, lab_pods.describe(admin, "dranet-a"))
-    assert before["mac"] in inside.stdout, inside.stdout
-    assert _host_link(link) is None
+    for name, (link, if_name) in wanted.items():
+        inside = kubectl.exec(name, "ip", "-o", "link", "show", if_name or link)
+        assert inside.returncode == 0, (inside.stderr, lab_pods.describe(admin, name))
+        mac = before[name]["mac"]  # type: ignore[index]
+        assert mac in inside.stdout, inside.stdout
+        assert _host_link(link) is None
+        status = wait_for(
+            lambda name=name: _dranet_status(admin, name),
+            timeout=WAIT,
+            what=f"dranet's status.devices on {name}'s claim",
+        )
+        assert status[0]["networkData"] == {
+            "interfaceName": if_name or link,
+            "hardwareAddress": mac,
+        }, status
     # dranet's inventory is the host's links: one inside a Pod leaves its slice meanwhile
-    wait_for(lambda: link not in peer.published(admin), timeout=WAIT, what=f"{link} unpublished")
+    wait_for(lambda: not peer.published(admin), timeout=WAIT, what="links unpublished")
     ours = kubectl.exec("dmn-beside-dranet", "ip", "-o", "link", "show", "net1")
     assert ours.returncode == 0, (ours.stderr, lab_pods.describe(admin, "dmn-beside-dranet"))
-    (claim,) = lab_pods.claims_of(admin, lab_pods.uid(admin, "dranet-a"))
-    status = wait_for(
-        lambda: [
-            d
-            for d in (admin.get(r.RESOURCE_CLAIMS, claim["metadata"]["name"], NAMESPACE))
-            .get("status", {})
-            .get("devices")
-            or []
-            if d.get("driver") == dranet.DRIVER
-        ],
-        timeout=WAIT,
-        what="dranet's status.devices on the claim",
-    )
-    assert status[0]["networkData"]["interfaceName"] == link, status
-    assert status[0]["networkData"]["hardwareAddress"] == before["mac"], status
 
-    lab_pods.remove(admin, "dranet-a")
-    pods.remove("dranet-a")
-    assert wait_for(lambda: _host_link(link), timeout=WAIT, what=f"{link} back in the host") == (
-        before
+    lab_pods.remove(admin, *wanted)
+    for name in wanted:
+        pods.remove(name)
+    back = wait_for(
+        lambda: all(_host_link(link) for link, _ in wanted.values()),
+        timeout=WAIT,
+        what="the links back in the host",
     )
-    wait_for(lambda: peer.published(admin) == peer.links, timeout=WAIT, what=f"{link} republished")
+    assert back
+    assert {name: _host_link(link) for name, (link, _) in wanted.items()} == before
+    wait_for(lambda: peer.published(admin) == peer.links, timeout=WAIT, what="republished")
     still = kubectl.exec("dmn-beside-dranet", "ip", "-o", "link", "show", "net1")
     assert still.returncode == 0, still.stderr
-    admin.delete(r.RESOURCE_CLAIM_TEMPLATES, TEMPLATE, NAMESPACE)
+    for name in wanted:
+        admin.delete(r.RESOURCE_CLAIM_TEMPLATES, name, NAMESPACE)
 
 
 def test_stopping_dranet_undoes_its_host_changes(
