@@ -53,6 +53,7 @@ COMPONENTS = (
     "pause",
     "prometheus-operator",
     "cert-manager",
+    "dranet",
 )
 
 
@@ -305,6 +306,12 @@ def build_cert_manager(pin: dict[str, object], out: Path, work: Path) -> None:
     _copy_crds(pin, out, work)
 
 
+def build_dranet(pin: dict[str, object], out: Path, work: Path) -> None:
+    """dranet's one command: its go.mod has no local replaces, so ``go install`` builds it
+    (pure Go: netlink, eBPF loading and the PCI database need no cgo)."""
+    _install([f"{pin['module']}/cmd/dranet"], str(pin["version"]), out, work)
+
+
 BUILDERS = {
     "kubernetes": build_kubernetes,
     "etcd": build_etcd,
@@ -315,6 +322,7 @@ BUILDERS = {
     "pause": build_pause,
     "prometheus-operator": build_prometheus_operator,
     "cert-manager": build_cert_manager,
+    "dranet": build_dranet,
 }
 
 

@@ -39,6 +39,7 @@ from dmn.api.cluster import resources as r
 from dmn.controller.conditions import condition_true
 from dmn.lab.cluster import LabError
 from dmn.lab.upstream import build, configs, host_changes, images
+from dmn.lab.upstream import dranet as dranet_peer
 from dmn.lab.upstream.configs import (
     DRIVER_NAMESPACE,
     NODE_IP,
@@ -316,6 +317,7 @@ class UpstreamLab:
             with contextlib.suppress(Exception):
                 self._delete_pods()
         for name in (
+            dranet_peer.PROCESS,  # a test peer's, if one was started beside our driver
             "dmn-node",
             "dmn-controller",
             "kubelet",
