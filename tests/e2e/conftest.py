@@ -38,6 +38,7 @@ from dmn.lab.upstream import host_changes
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.driver import DriverDeployment
 from dmn.lab.upstream.helm_driver import HelmDriver
+from dmn.lab.upstream.multus import MultusInstall
 from tests.e2e import installed_driver, lab_pods
 
 
@@ -178,6 +179,21 @@ def helm_session(request: pytest.FixtureRequest) -> Iterator[Session]:
 def control_plane() -> Iterator[Session]:
     """etcd, kube-apiserver, our controller and webhook only (fast; no kubelet)."""
     yield from _session(with_node=False)
+
+
+@pytest.fixture(scope="module")
+def multus_lab(upstream_session: Session) -> Iterator[MultusInstall]:
+    """Multus (thin plugin, ahead of the Pod network) and Whereabouts (IPAM and its control
+    loop Pod) in the session's node lab, for the requesting module only: no other lab is
+    brought up, and the modules that do not ask run without Multus in their Pods' path.
+    Afterwards every Pod still selecting networks is deleted (through Multus) and Multus is
+    taken out of the path again; the CRDs and their objects stay until ``down``."""
+    lab = upstream_session.lab
+    install = lab.enable_multus()
+    try:
+        yield install
+    finally:
+        lab.disable_multus()
 
 
 @pytest.fixture(scope="session")
