@@ -10,10 +10,11 @@ the ``test_upstream*`` modules, its ``helm uninstall`` just before
 ``test_upstream_zz_down.py``'s ``down``. Each test cleans up its own Pods and waits where
 the next test depends on it. The control-plane-only lab and that own Helm lab are one per
 module; those modules run first (``pytest_collection_modifyitems``), so their labs are down
-before the session's node lab takes the machine-wide lock. A lab is brought down at the end
-of its scope, also after failures; its state directory is a short path under /tmp (unix
-socket paths must fit sockaddr_un). Never skipped: without the built components the fixture
-fails with the build command.
+before the session's node lab takes the machine-wide lock. A module that needs Multus asks
+for ``multus_lab``, which adds it to the session's node lab for that module only. A lab is
+brought down at the end of its scope, also after failures; its state directory is a short
+path under /tmp (unix socket paths must fit sockaddr_un). Never skipped: without the built
+components the fixture fails with the build command.
 """
 
 from __future__ import annotations
