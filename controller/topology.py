@@ -53,6 +53,7 @@ from dmn.controller.device_matches import CONDITION as DEVICES_MATCHED
 from dmn.controller.device_matches import ClassMatch, count_matches, matches_condition
 from dmn.controller.stable_classes import StableClasses
 from dmn.controller.workqueue import RetryLater
+from dmn.interpreter.checker import CleanVerdicts
 from dmn.interpreter.diagnostics import Code, Diagnostic
 from dmn.observability.metrics import EVENTS_RECORDED
 from dmn.opcodes.spec import OpcodeRegistry
@@ -141,6 +142,9 @@ class TopologyReconciler:
     published_slices: Callable[[], list[dict[str, Any]] | None] = lambda: None
     selectors: SelectorCache = field(default_factory=SelectorCache)
     plugin_objects: StoredStateCache[Converted] = field(default_factory=StoredStateCache)
+    #: clean checker verdicts across compiles: a topology is compiled again after its own
+    #: status write and on every resync, with the same plugin objects (``plugin_objects``)
+    verdicts: CleanVerdicts = field(default_factory=lambda: CleanVerdicts(kept_plugins=64))
 
     def reconcile(self, name: str) -> None:
         stable = StableClasses(self.cluster)
@@ -157,7 +161,9 @@ class TopologyReconciler:
             return
         plugin_objs = self.cluster.list(r.NETWORK_PLUGINS).items
         plugins, invalid = plugins_from_objects(plugin_objs, self.plugin_objects)
-        result = compile_topology(topo, plugins, self.registry, uid=meta["uid"])
+        result = compile_topology(
+            topo, plugins, self.registry, uid=meta["uid"], verdicts=self.verdicts
+        )
         if result.compiled is None:
             # again with positions in the served object's YAML rendering (only on failure:
             # rendering and re-parsing is not free, and a Ready topology has no diagnostic)

@@ -12,24 +12,44 @@ VM's half-hour in CI. Most of their kill points repeat what another matrix alrea
   ``after-undoing:``, ``after-undo:``) exercise its executor's capture/observe/undo/recover,
   which is the same code in every program that uses the opcode.
 
-So by default each opcode's boundaries are killed in exactly one matrix, its owner in
-:data:`OWNERS` (the matrix on the substrate made for that opcode; ``linux/link-move`` and
+So each opcode's boundaries are killed in exactly one matrix, its owner in :data:`OWNERS`
+(the matrix on the substrate made for that opcode; ``linux/link-move`` and
 ``linux/link-configure`` are owned by the host-kernel matrices, which run outside the VM),
-and the operation's boundaries only on the host. ``DMN_CRASH_MATRIX=full`` kills at every
-boundary of every matrix, as before; run it when an executor or the runner changes.
+and the operation's boundaries only on the host.
 
-Each matrix still surveys its complete boundary list with one uninterrupted run and asserts
-it, so a new boundary is seen even where it is not killed.
+A kernel-lab matrix (a ``tests.kernel_lab`` owner) kills by default at one *slice* of its
+owned points: of the owned points of each phase, in boundary order, those at positions
+``slice, slice + SLICES, ...`` (at least one). The slice is the checkout's commit count modulo
+:data:`SLICES` (``git rev-list --count HEAD``), so consecutive commits of one branch kill at
+complementary halves and every owned point is killed within :data:`SLICES` consecutive runs;
+a run on one commit always kills at the same points (a failure reproduces). The run's header
+names its slice (:func:`describe`). ``DMN_CRASH_MATRIX`` chooses otherwise:
+
+* ``owned``: every owned point of every matrix (one whole cycle of slices in one run);
+* ``full``: every boundary of every matrix; run it when an executor or the runner changes;
+* ``slice:N``: slice ``N`` (e.g. to repeat another commit's CI run).
+
+Host matrices (other owners) always kill at every owned point. Each matrix still surveys its
+complete boundary list with one uninterrupted run and asserts it, so a new boundary is seen
+even where it is not killed.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import TypeVar
 
 from dmn.engine.bound import BoundProgram
 
 FULL_ENV = "DMN_CRASH_MATRIX"
+SLICES = 2
+ROTATED_PREFIX = "tests.kernel_lab."
+_REPO = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 # opcode -> the test module whose matrix kills at that opcode's boundaries by default
 OWNERS: Mapping[str, str] = {
@@ -70,16 +90,80 @@ def full_matrix() -> bool:
     return os.environ.get(FULL_ENV, "") == "full"
 
 
+@cache
+def _commit_slice() -> int:
+    """The checkout's commit count modulo :data:`SLICES` (0 without git history)."""
+    try:
+        proc = subprocess.run(
+            ["git", "rev-list", "--count", "HEAD"],
+            cwd=_REPO, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        return int(proc.stdout.strip()) % SLICES
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return 0
+
+
+def mode() -> str:
+    """This run's choice, resolved: ``full``, ``owned`` or ``slice:N`` (the default slice
+    computed from the checkout). The kernel lab hands it to the guest as it is, so the guest
+    collects and kills exactly as the host chose."""
+    value = os.environ.get(FULL_ENV, "")
+    if value in ("full", "owned"):
+        return value
+    if value.startswith("slice:"):
+        try:
+            return f"slice:{int(value.removeprefix('slice:')) % SLICES}"
+        except ValueError as exc:
+            raise ValueError(f"{FULL_ENV}={value!r}: expected full, owned or slice:N") from exc
+    if value:
+        raise ValueError(f"{FULL_ENV}={value!r}: expected full, owned or slice:N")
+    return f"slice:{_commit_slice()}"
+
+
+def describe() -> str:
+    """One line for the session header: which kernel-lab kill points this run takes."""
+    chosen = mode()
+    if chosen == "full":
+        return f"crash matrices: every boundary ({FULL_ENV}=full)"
+    if chosen == "owned":
+        return f"crash matrices: every owned kill point ({FULL_ENV}=owned)"
+    return (
+        f"crash matrices: kernel-lab kill points of {chosen} of {SLICES} "
+        f"({FULL_ENV}=owned for all owned points, =full for every boundary)"
+    )
+
+
+def rotated(items: Sequence[T], owner: str = ROTATED_PREFIX) -> list[T]:
+    """This run's slice of ``items`` (kill points in order) for ``owner``: all of them
+    unless ``owner`` is a kernel-lab module and the run takes one slice; never none of a
+    non-empty list."""
+    chosen = mode()
+    if not owner.startswith(ROTATED_PREFIX) or not chosen.startswith("slice:"):
+        return list(items)
+    index = int(chosen.removeprefix("slice:"))
+    picked = list(items[index::SLICES])
+    if not picked and items:
+        picked = [items[index % len(items)]]
+    return picked
+
+
 def effect_kinds(program: BoundProgram) -> dict[str, str]:
     """Effect id -> opcode, as the boundary names spell the id."""
     return {effect.id: effect.kind for effect in program.effects}
 
 
-def crash_points(names: Sequence[str], kinds: Mapping[str, str], owner: str) -> list[int]:
+def crash_points(
+    names: Sequence[str],
+    kinds: Mapping[str, str],
+    owner: str,
+    keep: Callable[[str], bool] = lambda name: False,
+) -> list[int]:
     """Indices into ``names`` (one uninterrupted run's boundaries, in order) to kill at.
 
     ``owner`` is the calling test module (``__name__``). An effect whose opcode has no owner
-    is killed everywhere it appears (nothing else would prove it).
+    is killed everywhere it appears (nothing else would prove it). A kernel-lab owner gets
+    this run's slice of them (:func:`rotated`), plus every owned boundary ``keep`` names:
+    those a test's own assertions need killed in every run.
     """
     if full_matrix():
         return list(range(len(names)))
@@ -93,4 +177,5 @@ def crash_points(names: Sequence[str], kinds: Mapping[str, str], owner: str) -> 
             raise AssertionError(f"boundary {name!r} names no effect of the program")
         if OWNERS.get(kind, owner) == owner:
             picked.append(index)
-    return picked
+    kept = {index for index in picked if keep(names[index])}
+    return sorted(kept | set(rotated([i for i in picked if i not in kept], owner)))

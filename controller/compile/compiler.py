@@ -46,6 +46,7 @@ from dmn.controller.compile.digest import (
 )
 from dmn.controller.compile.programs import step_programs, step_verdicts
 from dmn.engine.config_plan import ConfigPlan, config_parameter_problems, plan_for_config
+from dmn.interpreter.checker import CleanVerdicts
 from dmn.interpreter.diagnostics import Code, Diagnostic, Severity
 from dmn.interpreter.documents import InputPort, OutputPort
 from dmn.interpreter.loader import Plugin
@@ -235,12 +236,15 @@ def compile_topology(
     *,
     source: SourceMap | None = None,
     uid: str | None = None,
+    verdicts: CleanVerdicts | None = None,
 ) -> CompileResult:
     """Compile one NetworkTopology object against ``plugins`` (name → loaded plugin).
 
     ``registry`` defaults to the project's opcode registry.
     ``uid`` overrides ``metadata.uid`` (the controller passes the live object's UID; the
     offline preview has none and digests over an empty UID).
+    ``verdicts``: the clean checker verdicts to reuse and add to (the controller keeps one
+    across compiles); a fresh one for this compile without it.
     """
     if registry is None:
         registry = default_registry()
@@ -374,7 +378,8 @@ def compile_topology(
     _check_ifnames(steps, report)
 
     used_opcodes: set[str] = set()
-    verdicts = step_verdicts()
+    if verdicts is None:
+        verdicts = step_verdicts()
     for s in steps.values():
         found = step_programs(s.descriptor, s.plan, registry, verdicts)
         where = f"spec.steps[{s.index}]"

@@ -11,6 +11,8 @@ compilation repeats the admission check for objects stored before or around it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ from dmn.interpreter.diagnostics import Code, Diagnostic, has_errors
 from dmn.interpreter.documents import NetworkPlugin, parse_document
 from dmn.interpreter.loader import Plugin, load_builtin_plugins, plugin_from_descriptor
 from dmn.interpreter.source import SourceMap, YamlDocument
+from dmn.opcodes.registry import default_registry
 from dmn.opcodes.spec import OpcodeRegistry
 
 
@@ -49,7 +52,16 @@ def checked_plugin_object(
     """:func:`plugin_from_object` then the language checker on the whole plugin, the check
     the controller's status and the webhook both make. When it fails, the diagnostics carry
     line and column in the served object's YAML rendering (:mod:`dmn.api.served_yaml`; the
-    object is rendered and re-parsed only then)."""
+    object is rendered and re-parsed only then).
+
+    A plugin that passes is remembered by its content (:class:`_PassedChecks`): the same
+    plugin checked again — after its own status write, by the webhook and the controller,
+    or by another controller in this process — is not checked again."""
+    key = _PASSED.key(obj, registry)
+    if key is not None:
+        hit = _PASSED.get(key)
+        if hit is not None:
+            return hit[0], list(hit[1])
     name = str((obj.get("metadata") or {}).get("name", ""))
     file = source_label("NetworkPlugin", name)
 
@@ -62,7 +74,49 @@ def checked_plugin_object(
     plugin, diagnostics = run(None)
     if plugin is None or has_errors(diagnostics):
         plugin, diagnostics = run(served_document(obj, "NetworkPlugin").source)
+    elif key is not None:
+        _PASSED.put(key, (plugin, tuple(diagnostics)))
     return plugin, diagnostics
+
+
+@dataclass
+class _PassedChecks:
+    """Checks that passed, by what the check reads: the object less ``status`` and every
+    ``metadata`` field but ``name`` (:func:`plugin_from_object` drops the rest), digested.
+
+    A passing check's diagnostics (warnings at most) carry no served-YAML positions, so
+    they depend on that content alone; a failing one's do (the served rendering includes
+    metadata) and is never kept. Only for the process's :func:`default_registry` (built
+    once, never changed); the builtins a check compares with are the process's own too.
+    Bounded (oldest out first); safe from any thread."""
+
+    kept: int = 256
+    _entries: dict[str, Converted] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def key(self, obj: Mapping[str, Any], registry: OpcodeRegistry) -> str | None:
+        if registry is not default_registry():
+            return None
+        content = {k: v for k, v in obj.items() if k not in ("status", "metadata")}
+        content["metadata"] = {"name": (obj.get("metadata") or {}).get("name")}
+        try:
+            text = json.dumps(content, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError):
+            return None
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def get(self, key: str) -> Converted | None:
+        with self._lock:
+            return self._entries.get(key)
+
+    def put(self, key: str, value: Converted) -> None:
+        with self._lock:
+            while len(self._entries) >= self.kept:
+                del self._entries[next(iter(self._entries))]
+            self._entries[key] = value
+
+
+_PASSED = _PassedChecks()
 
 
 def same_contract(a: Plugin, b: Plugin) -> bool:

@@ -17,14 +17,18 @@ re-running the checks. Anything that iterates the config (``len``, keys, items) 
 verdict depend on all of it, and it is not remembered. Verdicts with diagnostics are never
 remembered: their text and positions are the checker's to produce, and they are rare.
 
-Scope: one caller's (the compiler makes one per compile, so every compile checks each plugin
-at least once). Entries hold the plugin and registry they were computed for, so an identity
-is never reused for another object.
+Scope: one caller's. The compiler makes one per compile unless its caller hands it one; the
+controller's topology reconciler keeps one for its lifetime (a topology is compiled again
+after its own status write and on every resync, with the same plugin objects from its
+stored-state cache), bounded by ``kept_plugins`` and ``kept_reads``. Entries hold the plugin
+and registry they were computed for, so an identity is never reused for another object.
+Safe from any thread (the checks themselves run outside the lock).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -100,10 +104,17 @@ def _same_reads(config: Mapping[str, Any], reads: Mapping[str, str]) -> bool:
 
 
 class CleanVerdicts:
-    """Clean :func:`~dmn.interpreter.checker.check_validated` verdicts of one scope."""
+    """Clean :func:`~dmn.interpreter.checker.check_validated` verdicts of one scope.
 
-    def __init__(self) -> None:
+    ``kept_plugins``: at most that many plugin/registry pairs are remembered (oldest out
+    first; None: no bound, for a scope as short as one compile); ``kept_reads``: at most
+    that many read sets per pair (oldest out first)."""
+
+    def __init__(self, kept_plugins: int | None = None, kept_reads: int = 64) -> None:
         self._clean: dict[tuple[int, int], tuple[Plugin, OpcodeRegistry, list[dict[str, str]]]] = {}
+        self._kept_plugins = kept_plugins
+        self._kept_reads = kept_reads
+        self._lock = threading.Lock()
         self.reused = 0
         self.checked = 0
 
@@ -115,15 +126,27 @@ class CleanVerdicts:
         from dmn.interpreter.checker import check_validated
 
         key = (id(plugin), id(registry))
-        entry = self._clean.get(key)
-        if entry is not None and any(_same_reads(config, reads) for reads in entry[2]):
-            self.reused += 1
-            return []
+        with self._lock:
+            entry = self._clean.get(key)
+            if entry is not None and any(_same_reads(config, reads) for reads in entry[2]):
+                self.reused += 1
+                return []
         recorder = ConfigReads(config)
         found = check_validated(plugin, registry, recorder)
-        self.checked += 1
-        if not found and not recorder.whole:
+        if found or recorder.whole:
+            with self._lock:
+                self.checked += 1
+            return found
+        with self._lock:
+            self.checked += 1
+            entry = self._clean.get(key)
             if entry is None:
+                if self._kept_plugins is not None:
+                    while self._clean and len(self._clean) >= self._kept_plugins:
+                        del self._clean[next(iter(self._clean))]
                 entry = self._clean[key] = (plugin, registry, [])
-            entry[2].append(recorder.reads())
+            reads = entry[2]
+            while reads and len(reads) >= self._kept_reads:
+                del reads[0]
+            reads.append(recorder.reads())
         return found

@@ -4,6 +4,7 @@ it in ``.ci/run`` first), and ``helm template`` output parsed into objects."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import subprocess
@@ -56,9 +57,24 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 def render(
     values: Sequence[str] = (), sets: Sequence[str] = (), namespace: str = "dmn-system"
 ) -> list[dict[str, Any]]:
-    """Every object ``helm template --include-crds`` renders for the given values files."""
+    """Every object ``helm template --include-crds`` renders for the given values files.
+
+    One ``helm template`` per distinct arguments and values-file contents per session (a
+    render is ~1 s of CPU, and the chart tests ask for the same few renders hundreds of
+    times); each caller gets its own deep copy, so a test may change what it got. The
+    chart's generated certificates are therefore the same for every caller of one render:
+    no test compares two renders' certificates.
+    """
+    files = tuple((name, (VALUES / name).read_bytes()) for name in values)
+    return copy.deepcopy(_render_once(files, tuple(sets), namespace))
+
+
+@cache
+def _render_once(
+    files: tuple[tuple[str, bytes], ...], sets: tuple[str, ...], namespace: str
+) -> list[dict[str, Any]]:
     args = ["template", "dmn", str(CHART), "--namespace", namespace, "--include-crds"]
-    for name in values:
+    for name, _ in files:
         args += ["--values", str(VALUES / name)]
     for item in sets:
         args += ["--set", item]

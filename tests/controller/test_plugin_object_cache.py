@@ -70,3 +70,44 @@ def test_a_resync_does_not_re_check_an_unchanged_plugin(
     status = cluster.get(r.NETWORK_PLUGINS, name)["status"]
     assert status["contractDigest"] and status["conditions"][0]["status"] == "True"
     assert checks == [name, name]
+
+
+def test_a_passing_plugin_is_checked_once_per_content_and_a_failing_one_every_time(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the language check reads (the object less status and metadata but its name)
+    keys the passing checks: a new stored state with the same content — another API
+    server's copy, or the plugin after its own status write — is not checked again; a
+    changed spec is, and a failing check (its positions come from the served YAML, with
+    metadata) is never kept."""
+    from dmn.controller.compile import plugin_sources
+    from dmn.opcodes.registry import default_registry
+
+    monkeypatch.setattr(plugin_sources, "_PASSED", plugin_sources._PassedChecks())
+    checked: list[str] = []
+    real = plugin_sources.check_plugin
+
+    def counted(plugin: Any, registry: Any) -> Any:
+        checked.append(plugin.name)
+        return real(plugin, registry)
+
+    monkeypatch.setattr(plugin_sources, "check_plugin", counted)
+    registry = default_registry()
+    obj = cluster.get(r.NETWORK_PLUGINS, "ovs-cni")
+    first, problems = plugin_sources.checked_plugin_object(obj, registry)
+    assert first is not None and not problems and checked == ["ovs-cni"]
+    elsewhere = copy.deepcopy(obj)
+    elsewhere["metadata"] |= {"uid": "another", "resourceVersion": "9", "labels": {"a": "b"}}
+    elsewhere["status"] = {"contractDigest": "x"}
+    again, problems = plugin_sources.checked_plugin_object(elsewhere, registry)
+    assert again is first and not problems and checked == ["ovs-cni"]
+    # another registry object: checked anew, and what it gave is not shared
+    plugin_sources.checked_plugin_object(obj, plugin_sources.OpcodeRegistry())
+    assert len(checked) > 1
+    assert len(plugin_sources._PASSED._entries) == 1
+    changed = copy.deepcopy(obj)
+    changed["spec"]["implementation"]["handler"] = "not-a-handler"
+    for _ in range(2):
+        _, problems = plugin_sources.checked_plugin_object(changed, registry)
+        assert problems and problems[0].code == "E_CONFLICT"
+    assert len(plugin_sources._PASSED._entries) == 1

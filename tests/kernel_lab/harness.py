@@ -42,8 +42,8 @@ from typing import Any
 
 import pytest
 
+from tests import crash_points
 from tests.crash_fork_server import start_crash_fork_server
-from tests.crash_points import FULL_ENV
 from tests.kernel_lab.guest import GUEST_ENV
 from tests.kernel_lab.image import REPO_ROOT, RUNS_ROOT, BootImage, ImageError, prepare
 from tests.kernel_lab.vm import CPU_MODEL, QEMU, VmRun, qemu_command
@@ -129,8 +129,9 @@ class LabSession:
         request: dict[str, Any] = {"nodeids": self.nodeids, "per_test_timeout": 900}
         if _env_number(PROFILE_ENV, 0) > 0:
             request["profile_hz"] = _env_number(PROFILE_ENV, 0)
-        # the guest collects the same parameters as the host (a full matrix has more)
-        request["crash_matrix"] = os.environ.get(FULL_ENV, "")
+        # the guest collects and kills as the host chose (a full matrix has more parameters,
+        # a slice fewer): the resolved choice, never recomputed in the guest
+        request["crash_matrix"] = crash_points.mode()
         (self.run_dir / "request.json").write_text(json.dumps(request))
         # bytecode for the guest: it reads the host tree read-only, writes would land in tmpfs
         for folder in (
@@ -287,6 +288,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     end = vm.marks.get("LAB-PYTEST-END")
     console = vm.console_path.relative_to(REPO_ROOT)
     tr.write_line(f"kernel {lab.image.describe()} under qemu TCG; console {console}")
+    tr.write_line(crash_points.describe())
     tr.write_line(
         "boot to stage 2: "
         + (f"{boot:.1f}s" if boot is not None else "n/a")

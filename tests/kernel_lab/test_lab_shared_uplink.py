@@ -29,7 +29,7 @@ from dmn.opcodes.device_environment import BridgeGrant, DeviceEnvironment, Uplin
 from dmn.opcodes.effect_records import HOLDING_STATES, RecordedEffect
 from dmn.opcodes.executor import EffectContext, ExecutorError, Observed
 from tests.crash_fork_server import crash_fork_server
-from tests.crash_points import crash_points, effect_kinds
+from tests.crash_points import crash_points, effect_kinds, rotated
 from tests.kernel.node import Node, bind, call
 from tests.kernel.scratch import netns_path
 from tests.kernel.world import EXECUTORS, World, world
@@ -361,7 +361,8 @@ def test_uplink_profile_crash_at_every_boundary(lab: Lab, tmp_path: Path, shared
             names, kinds = _boundaries(node, lab, phase)
             assert lab.bridge_state() == baseline
             if shared:
-                wanted = [i for i, name in enumerate(names) if name.endswith(":uplink-vlan")]
+                uplink = [i for i, name in enumerate(names) if name.endswith(":uplink-vlan")]
+                wanted = rotated(uplink, __name__)
             else:
                 wanted = crash_points(names, kinds, __name__)
                 surveyed[phase] = len(names)
@@ -382,12 +383,17 @@ def test_uplink_profile_crash_at_every_boundary(lab: Lab, tmp_path: Path, shared
                 points[phase].append(names[index])
         if shared:
             assert points == {
-                "run": [
-                    "after-before-image:uplink-vlan",
-                    "after-apply:uplink-vlan",
-                    "after-outcome:uplink-vlan",
-                ],
-                "cleanup": ["after-undoing:uplink-vlan", "after-undo:uplink-vlan"],
+                "run": rotated(
+                    [
+                        "after-before-image:uplink-vlan",
+                        "after-apply:uplink-vlan",
+                        "after-outcome:uplink-vlan",
+                    ],
+                    __name__,
+                ),
+                "cleanup": rotated(
+                    ["after-undoing:uplink-vlan", "after-undo:uplink-vlan"], __name__
+                ),
             }, points
             assert (100, False, False) in lab.table()
             node.cleanup("holder")

@@ -118,3 +118,42 @@ def test_a_32_step_topology_checks_each_plugin_once(monkeypatch: pytest.MonkeyPa
     assert fresh.compiled is not None
     assert fresh.compiled.revision == result.compiled.revision
     assert fresh.diagnostics == result.diagnostics
+
+
+def test_a_memo_handed_to_compiles_checks_each_plugin_once_across_them() -> None:
+    """What the controller's topology reconciler does: one memo across compiles (a topology
+    is compiled again after its status write and on every resync) gives the same revision
+    and diagnostics as a fresh compile, without checking again."""
+    plugins = load_builtin_plugins()
+    reg = default_registry()
+    data = yaml.safe_load(yaml.safe_dump(topology_32(), sort_keys=False))
+    memo = CleanVerdicts(kept_plugins=64)
+    results = [compile_topology(data, plugins, reg, uid="u", verdicts=memo) for _ in range(3)]
+    fresh = compile_topology(data, plugins, reg, uid="u")
+    assert fresh.compiled is not None
+    for result in results:
+        assert result.compiled is not None and result.compiled.revision == fresh.compiled.revision
+        assert result.diagnostics == fresh.diagnostics
+    assert memo.checked == 3 and memo.reused == 3 * 32 - 3
+
+
+def test_a_bounded_memo_forgets_the_oldest_plugins_and_reads() -> None:
+    plugin_a = _plugin("call.config.mode == 'a'", "false")
+    plugin_b = _plugin("call.config.mode == 'b'", "false")
+    reg = registry()
+    memo = CleanVerdicts(kept_plugins=1, kept_reads=1)
+
+    def config(mode: str) -> dict[str, Any]:
+        normalised, problems = validate_config(
+            plugin_a.descriptor.spec.config_schema,
+            {"ifName": "net1", "vlanId": 100, "up": True, "mode": mode},
+        )
+        assert not problems
+        return normalised
+
+    for plugin, mode in ((plugin_a, "a"), (plugin_a, "a"), (plugin_a, "b"), (plugin_a, "a")):
+        assert memo.check(plugin, reg, config(mode)) == []
+    assert (memo.checked, memo.reused) == (3, 1)  # one read set kept: "b" pushed "a" out
+    assert memo.check(plugin_b, reg, config("a")) == []  # plugin_a's entry goes
+    assert memo.check(plugin_a, reg, config("b")) == []
+    assert (memo.checked, memo.reused) == (5, 1)
