@@ -30,6 +30,7 @@ RUN = "runner and journal"
 INV = "inventory and slices"
 CLI = "command line and lab"
 IPAM = "IP address management"
+MULTUS = "Multus automatic mode"
 
 
 def _r(code: str, area: str, meaning: str, action: str) -> ReasonCode:
@@ -1736,6 +1737,117 @@ REGISTRY: tuple[ReasonCode, ...] = (
         CLI,
         "Building the pinned upstream components failed.",
         "Read the build log; check Go module proxy access.",
+    ),
+    # ---- Multus automatic mode (issue 41): template resolution and rendering, the Pod's
+    # networks annotation, shadow NADs and the attachment gate (dmn.api.multus)
+    _r(
+        "E_MULTUS_TEMPLATE_MISSING",
+        MULTUS,
+        "Neither the allocated device's multusTemplate attribute nor the class's configuration "
+        "names a NetworkAttachmentDefinition template, or the named template does not exist.",
+        "Set the template in the DeviceClass configuration or in the device's exposure "
+        "attributes, and create the NetworkAttachmentDefinition it names.",
+    ),
+    _r(
+        "E_MULTUS_TEMPLATE_INVALID",
+        MULTUS,
+        "A template reference or a template's spec.config is malformed: not one JSON object "
+        "(null, array or scalar root, bad JSON), larger than 64 KiB or nested deeper than 32 "
+        "levels, a repeated critical key (type, name, cniVersion, plugins, master, device, "
+        "deviceID, pciBusID, ipam, network_name, ...), both type and plugins at the root, a "
+        "missing or mistyped field, an invalid CNI name or reference.",
+        "Fix the template or the reference at the reported field; nothing was changed on the "
+        "node or in the API.",
+    ),
+    _r(
+        "E_MULTUS_TEMPLATE_UNSUPPORTED",
+        MULTUS,
+        "A well-formed template the automatic mode cannot bind safely: no inline "
+        "configuration, a plugin type other than macvlan, ipvlan, host-device or sriov, zero "
+        "or two device-consuming plugins, the device plugin not first, a plugin after it that "
+        "is not an allowed metaplugin (tuning), nested Multus, an unsupported cniVersion, "
+        "linkInContainer, or Whereabouts node_slice_size.",
+        "Use a template with one device plugin first and only tuning after it, a supported "
+        "cniVersion, and no Multus configuration inside it.",
+    ),
+    _r(
+        "E_MULTUS_TEMPLATE_CONFLICT",
+        MULTUS,
+        "The device's multusTemplate attribute and the class's configuration both name a "
+        "template, and after namespace resolution they are different templates.",
+        "Make the two references agree, or keep only one of them.",
+    ),
+    _r(
+        "E_MULTUS_TEMPLATE_FORBIDDEN",
+        MULTUS,
+        "The template is in a namespace the Pod may not read templates from.",
+        "Put the template in the Pod's namespace or in a namespace the driver's template "
+        "access allows.",
+    ),
+    _r(
+        "E_MULTUS_DEVICE_MISMATCH",
+        MULTUS,
+        "The template does not fit the allocated device: it names another device "
+        "(master, device, deviceID, pciBusID, hwaddr or kernelpath differing from the "
+        "allocation), or its plugin needs a device kind the allocation lacks (a parent link "
+        "for macvlan and ipvlan, a PCI function for sriov).",
+        "Remove static device fields from the template (the driver injects the allocated "
+        "device), or use a template whose plugin fits the class's devices.",
+    ),
+    _r(
+        "E_MULTUS_SELECTION_INVALID",
+        MULTUS,
+        "The Pod's k8s.v1.cni.cncf.io/networks annotation is malformed (not a JSON array of "
+        "objects with a string name, or invalid comma notation); the driver does not "
+        "replace it.",
+        "Fix the Pod's networks annotation at the reported entry.",
+    ),
+    _r(
+        "E_MULTUS_MANUAL_SELECTION",
+        MULTUS,
+        "The Pod selects by hand (networks annotation) a template that one of its claims "
+        "binds automatically; two attachments of one network would be ambiguous.",
+        "Remove the named entry from the Pod's networks annotation (the claim brings the "
+        "network), or use a class without a Multus template to keep selecting it by hand.",
+    ),
+    _r(
+        "E_MULTUS_INTERFACE_CONFLICT",
+        MULTUS,
+        "Another entry of the Pod's networks annotation uses (explicitly or by its position) "
+        "the interface name a managed selection needs.",
+        "Give the named entry another interface name.",
+    ),
+    _r(
+        "E_MULTUS_ANNOTATION_SIZE",
+        MULTUS,
+        "Adding the managed selections would make the Pod's annotations exceed Kubernetes' "
+        "total limit of 256 KiB (all keys and values); nothing was written.",
+        "Request fewer devices per Pod or shrink the Pod's other annotations.",
+    ),
+    _r(
+        "E_MULTUS_OWNERSHIP",
+        MULTUS,
+        "The driver's record of the selections it owns is malformed or of an unknown "
+        "version, a managed selection was edited, or a selection names a generated shadow "
+        "the record does not own; the driver does not guess what to change.",
+        "Restore or remove the edited entry; an unknown version needs the driver version "
+        "that wrote it.",
+    ),
+    _r(
+        "E_MULTUS_SHADOW_CONFLICT",
+        MULTUS,
+        "A NetworkAttachmentDefinition with the shadow's generated name exists but is not the "
+        "binding's (other owner, provenance or configuration), or it is being deleted.",
+        "Inspect the object; the driver never overwrites it. Recreate the workload after "
+        "removing a foreign object.",
+    ),
+    _r(
+        "E_MULTUS_NOT_ATTACHED",
+        MULTUS,
+        "Multus' network-status of the Pod does not show the managed interface of the shadow "
+        "network, so the container is held.",
+        "Check that Multus runs on the node and reads the Pod live, and the delegate plugin's "
+        "and its IPAM's logs.",
     ),
 )
 
