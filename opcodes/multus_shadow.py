@@ -1,5 +1,6 @@
 """What proves a shadow NetworkAttachmentDefinition ours, and the JSON patches that change
-one object of the recorded UID only (design §6.8).
+one object of the recorded UID only (design §6.8). Shared by the ``multus/*`` executors and
+the node agent's pre-check of shadow names (which may not import an opcode family).
 
 Ownership is the object this node recorded, never a name or an annotation alone: the
 recorded UID once the create's outcome is journaled; before that (a create whose response

@@ -8,6 +8,11 @@
   prepared claim is ``E_ALLOCATION_CHANGED``.
 * :meth:`PreparationService.unprepare` is retryable while an attachment of the claim
   remains, else undoes the prepare operations from the journal and records Released.
+* Multus automatic mode (design §6.8): before the node lock, :class:`.multus_plan.
+  MultusPlanner` verifies the consumer and renders every template of the claim's
+  ``multus-cni`` roots (API reads only, refusing bad input before any change); the bindings
+  reach the ``multus/*`` effects through the run's environment. Their undo is the release
+  order of design §6.8, the shadow's finalizer last, before Released.
 
 Collaborators are passed in (journal, pins, operations, claim verifier, device view and
 the node lock shared with the other services); this class builds none of them.
@@ -29,6 +34,7 @@ from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.device_metadata import ClaimIdentity, DeviceMetadataFiles, MetadataDevice
 from dmn.agent.coordinator.handles import DeviceView, root_allocation
+from dmn.agent.coordinator.multus_plan import MultusPlanner
 from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.operations import NodeOperations, short_digest
 from dmn.agent.coordinator.verify import Refusal, VerifiedClaim, driver_results, fingerprint
@@ -46,6 +52,7 @@ from dmn.engine.binder import Call
 from dmn.engine.mutation_lock import claim_key, device_key
 from dmn.engine.runner import RunRefused
 from dmn.host.pins import NamespacePins, PinError
+from dmn.opcodes.multus_objects import ShadowBinding
 
 log = logging.getLogger("dmn.agent.coordinator.coordinator")
 
@@ -72,6 +79,9 @@ class PreparationService:
         self._lock = lock
         #: KEP-5304 metadata files (None: not written); set by the node services
         self.metadata: DeviceMetadataFiles | None = None
+        #: Multus automatic mode's consumer check and template rendering (design §6.8; None:
+        #: no multus-cni root binds, its effects refuse); set by the node services
+        self.multus: MultusPlanner | None = None
 
     def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
         """NodePrepare of one claim; raises :class:`Refusal` (nothing changed) or returns
@@ -90,11 +100,14 @@ class PreparationService:
         verified = self.claims.verify(claim)
         if verified is None:
             return []
+        # Multus automatic mode: the consumer verified and every template rendered, with API
+        # reads only and before the node lock (design §6.8): bad input refuses here
+        bindings = self.multus.plan(claim, verified) if self.multus is not None else []
         devices = [device_key(root.persona.inventory_id) for root in verified.roots]
         with self._lock.hold(f"prepare {uid}", [claim_key(uid), *devices]):
             done = self._recorded(uid, fp)  # prepared meanwhile (a kubelet retry)
             if done is None:
-                done = self._prepare(verified)
+                done = self._prepare(verified, bindings)
             self._publish_metadata(claim, done)
             return done
 
@@ -168,7 +181,9 @@ class PreparationService:
             if res.holder == holder:
                 b.delete_reservation(res.resource)
 
-    def _prepare(self, v: VerifiedClaim) -> list[PreparedDevice]:
+    def _prepare(
+        self, v: VerifiedClaim, bindings: list[ShadowBinding] | None = None
+    ) -> list[PreparedDevice]:
         ops = [f"prep-{short_digest(v.claim_uid + v.fingerprint)}-{root.step}" for root in v.roots]
         devices = [
             PreparedDevice(
@@ -230,6 +245,7 @@ class PreparationService:
                     done,
                     failed=("E_PREPARE_FAILED", f"root {root.step}"),
                     allowed_drivers=root.persona.allowed_drivers,
+                    multus_bindings=bindings or (),
                 )
         except (Refusal, RunRefused, PinError) as exc:
             cleaned = self.operations.undo(reversed(done))

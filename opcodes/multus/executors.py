@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
+from dmn.opcodes import multus_shadow as shadow
 from dmn.opcodes.device_environment import multus_objects
 from dmn.opcodes.executor import (
     EffectContext,
@@ -45,7 +46,7 @@ from dmn.opcodes.executor import (
     RecoveryObservation,
     UndoDeferred,
 )
-from dmn.opcodes.multus import shadow, specs
+from dmn.opcodes.multus import specs
 from dmn.opcodes.multus_objects import (
     ApiRefused,
     ApiUnreachable,

@@ -128,9 +128,10 @@ BINDING_READY = OpcodeSpec(
         "preparation is Ready."
     ),
     undo=(
-        "First of the binding's undos (the release order of design §6.8): deletes the shadow with its "
-        "recorded UID as precondition (one being deleted, or gone, is fine); our finalizer "
-        "keeps it, with its frozen configuration, until `multus/shadow-nad/v1` is undone."
+        "First of the binding's undos (the release order of design §6.8): deletes the shadow "
+        "with its recorded UID as precondition (one being deleted, or gone, is fine); our "
+        "finalizer keeps it, with its frozen configuration, until `multus/shadow-nad/v1` is "
+        "undone."
     ),
     parameters=NoParameters,
     inputs={"attachment": _attachment(Access.READ)},
