@@ -282,7 +282,7 @@ def _check_grant(root: VerifiedRoot, rendered: RenderedTemplate) -> None:
         )
 
 
-def _nad(
+def shadow_object(
     config: NodeConfig,
     pod: Mapping[str, Any],
     identity: BindingIdentity,
@@ -291,6 +291,10 @@ def _nad(
     rendered: RenderedTemplate,
     source: Mapping[str, Any],
 ) -> dict[str, Any]:
+    """The complete shadow to create: in the Pod's namespace, owned by the Pod (its UID,
+    ``blockOwnerDeletion: false``, no ``controller``), protected by this node's finalizer,
+    with only our labels and the versioned provenance annotation (never anything copied from
+    the template) and the frozen configuration."""
     pod_meta = pod["metadata"]
     provenance = {
         "version": BINDING_VERSION,
@@ -401,7 +405,7 @@ def plan_bindings(
     for root, identity, rendered, source_obj in planned:
         name = shadow_name(identity, rendered.source)
         interface = interfaces[identity]
-        body = _nad(config, pod, identity, name, interface, rendered, source_obj)
+        body = shadow_object(config, pod, identity, name, interface, rendered, source_obj)
         selection = SelectionEntry(
             binding_key(identity),
             verified.claim_uid,
