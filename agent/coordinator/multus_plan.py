@@ -70,7 +70,8 @@ from dmn.opcodes.multus_objects import PodRef, SelectionEntry, ShadowBinding
 from dmn.opcodes.multus_shadow import problems
 from dmn.vocabulary.terms import Access, HandleType
 
-MULTUS_PLUGIN = "multus-cni"
+#: The builtin plugins of this mode: a whole device, and a share of a parent.
+MULTUS_PLUGINS = frozenset({"multus-cni", "multus-cni-shared"})
 CONSUMER = "E_MULTUS_CONSUMER"
 
 DOMAIN = "multus.dra-multi-network.schseba.github.io"
@@ -89,12 +90,12 @@ CHILDREN = frozenset({"macvlan", "ipvlan"})
 
 
 def multus_roots(verified: VerifiedClaim) -> list[VerifiedRoot]:
-    """The roots of the claim that run the builtin ``multus-cni`` (an administrator's plugin
-    never binds a template: its multus effects refuse without a binding)."""
+    """The roots of the claim that run a builtin of this mode (an administrator's plugin never
+    binds a template: its multus effects refuse without a binding)."""
     return [
         root
         for root in verified.roots
-        if root.plugin.name == MULTUS_PLUGIN
+        if root.plugin.name in MULTUS_PLUGINS
         and root.plugin.descriptor.spec.implementation.type == "Builtin"
     ]
 
@@ -195,7 +196,7 @@ def _our_interfaces(
             [
                 (str(s["id"]), {**(s.get("config") or {}), **workload.get(str(s["id"]), {})})
                 for s in normalized.get("steps") or []
-                if (s.get("pluginRef") or {}).get("name") != MULTUS_PLUGIN
+                if (s.get("pluginRef") or {}).get("name") not in MULTUS_PLUGINS
             ]
         )
     names = {str(c[IFNAME_KEY]) for steps in claims_steps for _, c in steps if IFNAME_KEY in c}
