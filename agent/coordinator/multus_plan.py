@@ -29,7 +29,8 @@ the first effect runs, so bad input changes nothing on the node or in the API:
 4. **Render.** :func:`~dmn.api.multus.template.render_template` freezes the configuration.
 5. **Names.** The binding's key and shadow name (:mod:`dmn.api.multus.names`), interfaces
    ``net<n>`` skipping every name the Pod's selections and this driver's own interfaces
-   (every claim of the Pod, renamed as attachment renames them) already take.
+   (every claim of the Pod, renamed as attachment renames them) already take; a binding the
+   Pod's registry already records keeps its interface.
 6. **Selection.** The Pod's selection takes every entry of the claim
    (:func:`~dmn.api.multus.selections.merge_selections`, dry run: manual selection of the
    template, interface conflicts, the annotation size limit), and no object of another
@@ -58,7 +59,13 @@ from dmn.api.multus.errors import (
 )
 from dmn.api.multus.names import BindingIdentity, assign_interfaces, binding_key, shadow_name
 from dmn.api.multus.resolution import resolve_template
-from dmn.api.multus.selections import ManagedSelection, merge_selections, selected_interfaces
+from dmn.api.multus.selections import (
+    REGISTRY_ANNOTATION,
+    ManagedSelection,
+    merge_selections,
+    parse_registry,
+    selected_interfaces,
+)
 from dmn.api.multus.template import (
     AllocatedDevice,
     RenderedTemplate,
@@ -392,7 +399,7 @@ def plan_bindings(
             root.result.device,
         )
         planned.append((root, identity, rendered, source_obj))
-    interfaces = assign_interfaces([p[1] for p in planned], frozenset(taken))
+    interfaces = _interfaces(annotations, [p[1] for p in planned], taken)
     ref_pod = PodRef(
         namespace,
         str(pod_meta["name"]),
@@ -432,6 +439,22 @@ def plan_bindings(
     _check_selection(annotations, bindings)
     _check_shadow_names(cluster, bindings)
     return bindings
+
+
+def _interfaces(
+    annotations: Mapping[str, str], identities: Sequence[BindingIdentity], taken: set[str]
+) -> dict[BindingIdentity, str]:
+    """``net<n>`` per binding; a binding the Pod's registry already records keeps its
+    interface (a retry after a crash left it merged: a prepared binding never changes)."""
+    try:
+        recorded = {
+            s.key: s.interface for s in parse_registry(annotations.get(REGISTRY_ANNOTATION))
+        }
+    except MultusError as exc:
+        raise _refuse(exc) from exc
+    kept = {i: recorded[binding_key(i)] for i in identities if binding_key(i) in recorded}
+    fresh = assign_interfaces([i for i in identities if i not in kept], frozenset(taken))
+    return {**kept, **fresh}
 
 
 def managed(entry: SelectionEntry) -> ManagedSelection:

@@ -101,8 +101,13 @@ class PreparationService:
         if verified is None:
             return []
         # Multus automatic mode: the consumer verified and every template rendered, with API
-        # reads only and before the node lock (design §6.8): bad input refuses here
-        bindings = self.multus.plan(claim, verified) if self.multus is not None else []
+        # reads only and before the node lock (design §6.8): bad input refuses here — unless
+        # every root already completed (a crash before Prepared): the runner replays those
+        bindings = (
+            self.multus.plan(claim, verified)
+            if self.multus is not None and not self._completed(verified)
+            else []
+        )
         devices = [device_key(root.persona.inventory_id) for root in verified.roots]
         with self._lock.hold(f"prepare {uid}", [claim_key(uid), *devices]):
             done = self._recorded(uid, fp)  # prepared meanwhile (a kubelet retry)
@@ -151,6 +156,14 @@ class PreparationService:
                 return list(rec.devices)
         return None
 
+    def _operations(self, v: VerifiedClaim) -> list[str]:
+        return [f"prep-{short_digest(v.claim_uid + v.fingerprint)}-{root.step}" for root in v.roots]
+
+    def _completed(self, v: VerifiedClaim) -> bool:
+        """Every root's prepare operation is recorded Completed (replayed, not run)."""
+        records = [self.journal.load_operation(op) for op in self._operations(v)]
+        return all(rec is not None and rec.state.value == "Completed" for rec in records)
+
     def _holder(self, v: VerifiedClaim) -> str:
         return f"prep/{v.claim_uid}/{v.fingerprint}"
 
@@ -184,7 +197,7 @@ class PreparationService:
     def _prepare(
         self, v: VerifiedClaim, bindings: list[ShadowBinding] | None = None
     ) -> list[PreparedDevice]:
-        ops = [f"prep-{short_digest(v.claim_uid + v.fingerprint)}-{root.step}" for root in v.roots]
+        ops = self._operations(v)
         devices = [
             PreparedDevice(
                 root.result.request, root.result.pool, root.result.device, root.result.share_id

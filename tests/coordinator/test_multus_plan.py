@@ -17,14 +17,14 @@ import pytest
 
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.handles import FunctionFacts, LinkFacts, RdmaFacts, RepresentorFacts
-from dmn.agent.coordinator.multus_plan import FINALIZER, plan_bindings
+from dmn.agent.coordinator.multus_plan import FINALIZER, managed, plan_bindings
 from dmn.agent.coordinator.verify import DriverResult, Refusal, VerifiedClaim, VerifiedRoot
 from dmn.agent.personas.model import Grant, Persona, PersonaSet
 from dmn.api.cluster import Cluster, Forbidden, connect
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
 from dmn.api.multus.resolution import TEMPLATE_ATTRIBUTE
-from dmn.api.multus.selections import NETWORKS_ANNOTATION
+from dmn.api.multus.selections import NETWORKS_ANNOTATION, merge_selections
 from dmn.api.root_config import TopologyRootConfiguration
 from dmn.interpreter.loader import load_builtin_plugins
 from dmn.lab.apiserver import LabApiServer
@@ -411,3 +411,15 @@ def test_the_same_inputs_give_the_same_plan(cluster: Cluster) -> None:
     c.template("macvlan-net", MACVLAN)
     first = plan(c, root(c, {"name": "macvlan-net"}))
     assert plan(c, root(c, {"name": "macvlan-net"})) == first
+
+
+def test_a_binding_the_pod_already_records_keeps_its_interface(cluster: Cluster) -> None:
+    """A retry after a crash that left the selection merged plans the same interface: the
+    recorded one is not a name taken by someone else."""
+    c = case(cluster)
+    c.template("macvlan-net", MACVLAN)
+    (b,) = plan(c, root(c, {"name": "macvlan-net"}))
+    merged = merge_selections({}, [managed(b.selection)])
+    assert merged is not None
+    cluster.patch(r.PODS, "app", {"metadata": {"annotations": merged}}, c.namespace)
+    assert plan(c, root(c, {"name": "macvlan-net"})) == [b]
