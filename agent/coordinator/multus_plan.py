@@ -84,6 +84,9 @@ CONSUMER = "E_MULTUS_CONSUMER"
 DOMAIN = "multus.dra-multi-network.schseba.github.io"
 FINALIZER = f"{DOMAIN}/attachment-protection"
 BINDING_ANNOTATION = f"{DOMAIN}/binding"
+#: The node's name (not a label: a node name may exceed a label value's 63 characters); the
+#: chart's policy dra-multi-network-node-shadows lets an agent write only its own node's
+NODE_NAME_ANNOTATION = f"{DOMAIN}/node-name"
 MANAGED_BY = f"{DOMAIN}/managed-by"
 POD_UID_LABEL = f"{DOMAIN}/pod-uid"
 CLAIM_UID_LABEL = f"{DOMAIN}/claim-uid"
@@ -339,7 +342,8 @@ def shadow_object(
             "namespace": str(pod_meta["namespace"]),
             "labels": labels,
             "annotations": {
-                BINDING_ANNOTATION: json.dumps(provenance, sort_keys=True, separators=(",", ":"))
+                BINDING_ANNOTATION: json.dumps(provenance, sort_keys=True, separators=(",", ":")),
+                NODE_NAME_ANNOTATION: config.node_name,
             },
             "ownerReferences": [
                 {
