@@ -59,6 +59,8 @@ from dmn.api.multus.template import (
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 REGISTRY_ANNOTATION = "multus.dra-multi-network.schseba.github.io/selections"
 REGISTRY_VERSION = 1
+#: The interface the runtime gives the Pod's cluster network; never a managed one.
+PRIMARY_INTERFACE = "eth0"
 #: Kubernetes' limit on the sum of all annotation keys and values of one object, in bytes.
 MAX_ANNOTATIONS_BYTES = 256 * 1024
 
@@ -356,6 +358,12 @@ def _check_interfaces(entries: Sequence[_Entry], managed_at: set[int]) -> None:
     names = _effective_interfaces(entries)
     first: dict[str, int] = {}
     for i, name in enumerate(names):
+        if i in managed_at and name == PRIMARY_INTERFACE:
+            raise MultusError(
+                INTERFACE_CONFLICT,
+                f"{_NETWORKS_FIELD}[{i}]",
+                f"a managed selection may not use the Pod's primary interface {name!r}",
+            )
         if name in first and (i in managed_at or first[name] in managed_at):
             other = i if first[name] in managed_at else first[name]
             raise MultusError(

@@ -337,6 +337,11 @@ def test_a_managed_interface_taken_by_another_entry_is_a_conflict() -> None:
     merged({NET: "x"}, managed(interface="net2"))
 
 
+def test_a_managed_selection_never_takes_the_primary_interface() -> None:
+    e = refused({}, managed(interface="eth0"))
+    assert e.reason == errors.INTERFACE_CONFLICT and "primary" in e.message
+
+
 def test_selected_interfaces_are_explicit_or_positional() -> None:
     annotations = {NET: '[{"name":"a"},{"name":"b","interface":"eth7"},{"name":"c"}]'}
     assert selected_interfaces(annotations) == {"net1", "eth7", "net3"}

@@ -290,6 +290,12 @@ def test_numbers_keep_their_exact_text() -> None:
         assert piece in out
 
 
+def test_an_integer_of_fifty_thousand_digits_is_kept_digit_for_digit() -> None:
+    digits = "9" * 50_000  # far past Python's 4300-digit int() conversion limit
+    text = '{"cniVersion":"1.0.0","type":"macvlan","n":' + digits + "}"
+    assert render(text).config.endswith(b'"n":' + digits.encode() + b"}")
+
+
 def test_unknown_fields_keep_their_order_and_values() -> None:
     text = (
         '{"zeta":{"b":1,"a":[true,false,null]},"cniVersion":"1.0.0","type":"macvlan",'
