@@ -1,9 +1,10 @@
-"""Multus automatic mode on the lab node (:mod:`tests.coordinator.lab_node`): the NAD CRD, a
+"""Multus automatic mode on the lab node (:mod:`tests.coordinator.lab_node`): the NAD CRD and
+the operator guide's worked example (``examples/multus``: the template ``macvlan-net``, a
 DeviceExposurePolicy that offers every lab link's ``macvlan`` persona to ``multus-cni-shared``
-(priority 200: it takes the persona over from the lab's ``macvlan-cni`` policy), a
-``multus-macvlan`` topology whose class binds the template ``macvlan-net``, the template, and
-a stand-in for Multus itself: :func:`multus_attached` writes the network-status Multus writes
-after a successful ADD (the lab runs no Multus; the upstream lab does)."""
+at priority 200, taking it over from the lab's ``macvlan-cni`` policy, and the
+``multus-macvlan`` topology whose class binds the template), and a stand-in for Multus
+itself: :func:`multus_attached` writes the network-status Multus writes after a successful
+ADD (the lab runs no Multus; the upstream lab will)."""
 
 from __future__ import annotations
 
@@ -11,61 +12,29 @@ import itertools
 import json
 from typing import Any
 
+import yaml
+
 from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
-from dmn.api.identity import API_VERSION
 from dmn.api.multus.network_status import NETWORK_STATUS_ANNOTATION
 from dmn.lab.allocator.service import ClaimService
 from dmn.lab.demo import wait_settled
 from dmn.lab.node import NODE_NAME
+from dmn.lab.shipped import examples_dir
 from tests.coordinator.lab_node import WAIT, LabNode, create_claim
-from tests.fixtures.multus import nad, nad_crd
+from tests.fixtures.multus import nad_crd
 from tests.waiting import wait_for
 
 NADS = r.NETWORK_ATTACHMENT_DEFINITIONS
-MULTUS_OPS = ["multus/shadow-nad/v1", "multus/pod-selection/v1", "multus/binding-ready/v1"]
-TEMPLATE = {
-    "cniVersion": "1.0.0",
-    "name": "macvlan-net",
-    "type": "macvlan",
-    "mode": "bridge",
-    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.78.0.0/24"}]]},
-}
-POLICY = {
-    "apiVersion": API_VERSION,
-    "kind": "DeviceExposurePolicy",
-    "metadata": {"name": "lab-link-multus"},
-    "spec": {
-        "priority": 200,
-        "action": "Expose",
-        "selector": {"kind": "Link"},
-        "exposure": {
-            "persona": "macvlan",
-            "plugin": "multus-cni-shared",
-            "mode": "shared",
-            "allowMultipleAllocations": True,
-            "capacity": {"children": {"value": "4"}},
-            "compatibility": [{"scope": "Interface", "domain": "interface", "groups": ["macvlan"]}],
-            "effectPermissions": MULTUS_OPS,
-        },
-    },
-}
-TOPOLOGY = {
-    "apiVersion": API_VERSION,
-    "kind": "NetworkTopology",
-    "metadata": {"name": "multus-macvlan"},
-    "spec": {
-        "effectBudget": {"allow": MULTUS_OPS},
-        "steps": [
-            {
-                "id": "net",
-                "kind": "Allocation",
-                "pluginRef": {"name": "multus-cni-shared"},
-                "config": {"mode": "shared", "template": {"name": "macvlan-net"}},
-            }
-        ],
-    },
-}
+EXAMPLE = examples_dir() / "multus"
+
+
+def example(name: str) -> dict[str, Any]:
+    """One document of the operator guide's worked example (``examples/multus``)."""
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLE / name).read_text())
+    return doc
+
+
 _n = itertools.count()
 
 
@@ -74,8 +43,8 @@ def enable_multus(node: LabNode) -> str:
     once the node publishes its links for ``multus-cni-shared``."""
     cluster = node.cluster
     cluster.create(r.CUSTOM_RESOURCE_DEFINITIONS, nad_crd())
-    cluster.apply(POLICY)
-    cluster.apply(TOPOLOGY)
+    cluster.apply(example("20-policy.yaml"))
+    cluster.apply(example("30-topology.yaml"))
     (topo,) = wait_settled(cluster, ["multus-macvlan"], WAIT)
     assert topo.ready == "True", topo
     wait_for(
@@ -85,7 +54,7 @@ def enable_multus(node: LabNode) -> str:
         timeout=WAIT,
         what="the lab links published for multus-cni-shared",
     )
-    cluster.create(NADS, nad("default", "macvlan-net", json.dumps(TEMPLATE)), "default")
+    cluster.create(NADS, example("10-template.yaml"), "default")
     return topo.device_classes[0]
 
 
