@@ -12,9 +12,10 @@ Which shadows: the journal's, never the Pod's annotations — the exports of the
 prepare operations (their ``NetworkAttachment/v1`` handles: namespace, name, interface),
 so a tenant who edits the selection cannot make the gate skip one. A sandbox without such
 exports passes with no read at all. The Pod is read from the informer cache first, then
-from the API server, and re-read (sleeping between reads) until the hook's deadline draws
-near; then the container is refused with ``E_MULTUS_NOT_ATTACHED`` (retryable: the runtime
-asks again, as it does for any refused CreateContainer). Never under the node lock.
+from the API server, and re-read (sleeping between reads) for at most :data:`MAX_HOLD`
+seconds and never past the hook's deadline; then the container is refused with
+``E_MULTUS_NOT_ATTACHED`` (retryable: the runtime asks again, as it does for any refused
+CreateContainer). Never under the node lock.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ log = logging.getLogger("dmn.agent.coordinator.coordinator")
 INTERVAL = 0.2
 #: Share of the hook's time left unused, so the refusal reaches the runtime in time.
 MARGIN = 0.1
+#: The longest a hook waits for the report. Multus writes it inside its ADD, before the
+#: runtime creates any container, so a wait covers only the API server's and the cache's
+#: lag; a Pod whose report never comes must not hold one of the agent's few hook workers
+#: for a whole deadline (other Pods' hooks would queue behind it): the runtime asks again.
+MAX_HOLD = 5.0
 
 
 def managed_interfaces(
@@ -114,7 +120,9 @@ class MultusGate:
         cached = self.objects.pod(namespace, pod_name, pod_uid) if self.objects else None
         if cached is not None and not self._missing(cached, wanted):
             return
-        budget = deadline.remaining() * (1 - MARGIN) if deadline is not None else 0.0
+        budget = 0.0
+        if deadline is not None:
+            budget = min(deadline.remaining() * (1 - MARGIN), MAX_HOLD)
         end = time.monotonic() + budget
         while True:
             missing = self._missing(self._fresh(namespace, pod_name, pod_uid), wanted)
