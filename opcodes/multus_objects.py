@@ -152,8 +152,9 @@ class ShadowBinding:
     """One allocated device bound to a template: the allocation (claim UID, request, pool,
     device — the device handle's provenance must name exactly these), the consumer, the
     shadow object to create (complete: metadata with its owner reference, labels,
-    provenance annotation and protection finalizer; ``spec.config`` the frozen rendered
-    bytes), its digest, the interface the Pod gets and the Pod selection entry."""
+    provenance annotations and protection finalizer; ``spec.config`` the frozen rendered
+    bytes), its digest, the interface the Pod gets, the Pod selection entry and the
+    delegate plugin's type."""
 
     claim_uid: str
     request: str
@@ -164,6 +165,9 @@ class ShadowBinding:
     digest: str
     interface: str
     selection: SelectionEntry
+    #: the template's device plugin (macvlan, ipvlan, host-device, sriov): what Multus does
+    #: with the device, checked against the access the effect's device port proves
+    delegate: str
 
     @property
     def namespace(self) -> str:
@@ -184,6 +188,7 @@ class ShadowBinding:
             "digest": self.digest,
             "interface": self.interface,
             "selection": self.selection.to_json(),
+            "delegate": self.delegate,
         }
 
     @classmethod
@@ -198,6 +203,7 @@ class ShadowBinding:
             str(data["digest"]),
             str(data["interface"]),
             SelectionEntry.from_json(data["selection"]),
+            str(data["delegate"]),
         )
 
 

@@ -56,7 +56,12 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         "IPv4 and IPv6",
     ),
     SubstrateRow(
-        ("multus/shadow-nad", "multus/pod-selection", "multus/binding-ready"),
+        (
+            "multus/shadow-nad",
+            "multus/shadow-nad-shared",
+            "multus/pod-selection",
+            "multus/binding-ready",
+        ),
         ("opcodes/multus/",),
         "lab API server (the NetworkAttachmentDefinition CRD; the same create, delete, "
         "finalizer and JSON patch semantics checked against the real kube-apiserver v1.37.2): "

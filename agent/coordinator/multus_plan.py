@@ -438,6 +438,7 @@ def plan_bindings(
                 rendered.digest,
                 interface,
                 selection,
+                rendered.delegate_type,
             )
         )
     _check_selection(annotations, bindings)

@@ -164,14 +164,26 @@ def _recorded_uid(outputs: Outputs) -> str:
     return value if isinstance(value, str) else ""
 
 
-class ShadowNad:
-    """``multus/shadow-nad/v1``."""
+#: Delegates that take the device whole (its link moved, its VF driven by the plugin).
+WHOLE = frozenset({"host-device", "sriov"})
 
-    spec: OpcodeSpec = specs.SHADOW_NAD
+
+class ShadowNad:
+    """``multus/shadow-nad/v1`` (a whole device) and ``multus/shadow-nad-shared/v1`` (a
+    share): one protocol, two typed device ports."""
+
+    def __init__(self, spec: OpcodeSpec) -> None:
+        self.spec = spec
 
     def capture(self, ctx: EffectContext) -> Any:
         port = _port(ctx)
-        binding = _binding(port, _single(ctx, "device"))
+        device = _single(ctx, "device")
+        binding = _binding(port, device)
+        if binding.delegate in WHOLE and not device.grants(Access.EXCLUSIVE_CONFIGURE):
+            raise ExecutorError(
+                "E_MULTUS_DEVICE_MISMATCH",
+                f"{binding.delegate} takes device {device.id} whole; it is only a share",
+            )
         live = _api("read the shadow", lambda: port.read_nad(binding.namespace, binding.name))
         if live is not None:
             found = shadow.problems(live, binding.nad)
@@ -483,7 +495,8 @@ class BindingReady:
 
 
 EXECUTORS: Mapping[str, Executor] = {
-    specs.SHADOW_NAD.name: ShadowNad(),
+    specs.SHADOW_NAD.name: ShadowNad(specs.SHADOW_NAD),
+    specs.SHADOW_NAD_SHARED.name: ShadowNad(specs.SHADOW_NAD_SHARED),
     specs.POD_SELECTION.name: PodSelection(),
     specs.BINDING_READY.name: BindingReady(),
 }

@@ -19,6 +19,11 @@ deletion with its UID as precondition; ``multus/pod-selection`` removes the clai
 owned selections; ``multus/shadow-nad`` (last undone, after every other effect of the
 preparation is durably undone) removes only this node's protection finalizer with a
 UID- and resourceVersion-checked JSON patch.
+
+The shadow comes in two typed forms because what Multus does with the device is access the
+checker proves: ``multus/shadow-nad`` takes a device handed over whole (``ExclusiveConfigure``:
+any delegate), ``multus/shadow-nad-shared`` a share of a parent (``CreateChild``: only a
+macvlan or ipvlan delegate, which makes a child of it).
 """
 
 from __future__ import annotations
@@ -47,47 +52,72 @@ class NoParameters(ParameterModel):
     journaled in its before-image."""
 
 
-def _attachment(access: Access | None = None, inherits: str | None = None) -> PortSpec:
+def _attachment(inherits: str | None = None) -> PortSpec:
+    """The shadow's handle as an output (it carries Read: a later effect may name it)."""
     return PortSpec(
-        HandleType.NETWORK_ATTACHMENT, None, ScopeKind.HOST, access, grants=_READ, inherits=inherits
+        HandleType.NETWORK_ATTACHMENT, None, ScopeKind.HOST, grants=_READ, inherits=inherits
     )
 
 
-SHADOW_NAD = OpcodeSpec(
-    name="multus/shadow-nad/v1",
-    summary="Create the Pod-owned shadow NetworkAttachmentDefinition bound to the device.",
-    changes=(
-        "Creates, in the consuming Pod's namespace, one NetworkAttachmentDefinition under a "
-        "name derived from the binding (Pod, claim, driver, pool, device) whose "
-        "`spec.config` is the administrator's template rendered for the allocated device "
-        "(frozen bytes, digest journaled), owned by the verified Pod (ownerReference with "
-        "its UID, `blockOwnerDeletion: false`), carrying this node's protection finalizer "
-        "and provenance labels and annotation — all in the one create, journaled before "
-        "it is sent. A lost response is resolved by reading the name: an object equal to "
-        "the recorded one in identity and content is adopted; any other object under the "
-        "name is `E_MULTUS_SHADOW_CONFLICT` and is never changed. A shadow being deleted "
-        "is `E_MULTUS_SHADOW_DELETING`."
-    ),
-    undo=(
-        "Last of the binding's undos, after every other effect of the preparation is "
-        "durably undone: makes sure the recorded shadow (same UID) has been asked to go, "
-        "then removes only this node's finalizer from it with a JSON patch that tests its "
-        "UID and resourceVersion (a changed resourceVersion is read again and retried; a "
-        "replaced UID is never touched). A shadow that is gone, or is being deleted "
-        "without our finalizer, is done."
-    ),
-    parameters=NoParameters,
-    inputs={
-        "device": PortSpec(
-            HandleType.KERNEL_INTERFACE, frozenset({LinkType.ETHERNET}), ScopeKind.HOST
-        )
-    },
-    outputs={"attachment": _attachment()},
-    hooks=_PREPARE,
-    reversibility=Reversibility.REVERSIBLE,
-    recovery=_RECOVERY,
-    requires=frozenset({"consumer-verified", "shadow-name-free"}),
-    postconditions=frozenset({"shadow-present"}),
+_ATTACHMENT_INPUT = PortSpec(HandleType.NETWORK_ATTACHMENT, None, ScopeKind.HOST, Access.READ)
+
+
+_SHADOW_CHANGES = (
+    "Creates, in the consuming Pod's namespace, one NetworkAttachmentDefinition under a "
+    "name derived from the binding (Pod, claim, driver, pool, device) whose "
+    "`spec.config` is the administrator's template rendered for the allocated device "
+    "(frozen bytes, digest journaled), owned by the verified Pod (ownerReference with "
+    "its UID, `blockOwnerDeletion: false`), carrying this node's protection finalizer "
+    "and provenance labels and annotations — all in the one create, journaled before "
+    "it is sent. A lost response is resolved by reading the name: an object equal to "
+    "the recorded one in identity and content is adopted; any other object under the "
+    "name is `E_MULTUS_SHADOW_CONFLICT` and is never changed. A shadow being deleted "
+    "is `E_MULTUS_SHADOW_DELETING`."
+)
+_SHADOW_UNDO = (
+    "Last of the binding's undos, after every other effect of the preparation is "
+    "durably undone: makes sure the recorded shadow (same UID) has been asked to go, "
+    "then removes only this node's finalizer from it with a JSON patch that tests its "
+    "UID and resourceVersion (a changed resourceVersion is read again and retried; a "
+    "replaced UID is never touched). A shadow that is gone, or is being deleted "
+    "without our finalizer, is done."
+)
+
+
+def _shadow(name: str, summary: str, access: Access, delegates: str) -> OpcodeSpec:
+    return OpcodeSpec(
+        name=name,
+        summary=summary,
+        changes=f"{_SHADOW_CHANGES} {delegates}",
+        undo=_SHADOW_UNDO,
+        parameters=NoParameters,
+        inputs={
+            "device": PortSpec(
+                HandleType.KERNEL_INTERFACE, frozenset({LinkType.ETHERNET}), ScopeKind.HOST, access
+            )
+        },
+        outputs={"attachment": _attachment()},
+        hooks=_PREPARE,
+        reversibility=Reversibility.REVERSIBLE,
+        recovery=_RECOVERY,
+        requires=frozenset({"consumer-verified", "shadow-name-free"}),
+        postconditions=frozenset({"shadow-present"}),
+    )
+
+
+SHADOW_NAD = _shadow(
+    "multus/shadow-nad/v1",
+    "Create the Pod-owned shadow NetworkAttachmentDefinition for a whole allocated device.",
+    Access.EXCLUSIVE_CONFIGURE,
+    "The device is handed over whole: any delegate (host-device, sriov, or a macvlan or "
+    "ipvlan master).",
+)
+SHADOW_NAD_SHARED = _shadow(
+    "multus/shadow-nad-shared/v1",
+    "Create the Pod-owned shadow NetworkAttachmentDefinition for a share of a parent.",
+    Access.CREATE_CHILD,
+    "The device is a share of its parent: only a macvlan or ipvlan delegate, whose child "
+    "Multus creates (a delegate that takes the device whole is `E_MULTUS_DEVICE_MISMATCH`).",
 )
 
 POD_SELECTION = OpcodeSpec(
@@ -110,8 +140,8 @@ POD_SELECTION = OpcodeSpec(
         "nothing."
     ),
     parameters=NoParameters,
-    inputs={"attachment": _attachment(Access.READ)},
-    outputs={"attachment": _attachment(inherits="attachment")},
+    inputs={"attachment": _ATTACHMENT_INPUT},
+    outputs={"attachment": _attachment("attachment")},
     hooks=_PREPARE,
     reversibility=Reversibility.REVERSIBLE,
     recovery=_RECOVERY,
@@ -134,8 +164,8 @@ BINDING_READY = OpcodeSpec(
         "undone."
     ),
     parameters=NoParameters,
-    inputs={"attachment": _attachment(Access.READ)},
-    outputs={"attachment": _attachment(inherits="attachment")},
+    inputs={"attachment": _ATTACHMENT_INPUT},
+    outputs={"attachment": _attachment("attachment")},
     hooks=_PREPARE,
     reversibility=Reversibility.REVERSIBLE,
     recovery=_RECOVERY,
@@ -143,4 +173,4 @@ BINDING_READY = OpcodeSpec(
     postconditions=frozenset({"shadow-present", "selection-present"}),
 )
 
-SPECS: tuple[OpcodeSpec, ...] = (SHADOW_NAD, POD_SELECTION, BINDING_READY)
+SPECS: tuple[OpcodeSpec, ...] = (SHADOW_NAD, SHADOW_NAD_SHARED, POD_SELECTION, BINDING_READY)

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.netns, pytest.mark.crash]
 
 USER = '[{"name":"user-net","interface":"eth7"}]'
 KINDS = {
-    "shadow": "multus/shadow-nad/v1",
+    "shadow": "multus/shadow-nad-shared/v1",
     "select": "multus/pod-selection/v1",
     "ready": "multus/binding-ready/v1",
 }

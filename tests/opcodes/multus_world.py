@@ -222,6 +222,7 @@ def make_world(
         SelectionEntry(
             binding_key(identity), claim_uid, namespace, name, "net1", namespace, "macvlan-net"
         ),
+        rendered.delegate_type,
     )
     device = Handle(
         id="dev0",

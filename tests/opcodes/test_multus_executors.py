@@ -6,6 +6,7 @@ the objects — never adopted, never deleted, never overwritten unless proven ou
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 
@@ -332,3 +333,13 @@ def test_template_objects_are_never_read_by_the_effects(world: MultusWorld) -> N
     assert prepare(world, runner(world)).ok
     shadow = world.shadow()
     assert shadow is not None and json.loads(shadow["spec"]["config"])["type"] == "macvlan"
+
+
+def test_a_share_never_hands_its_device_over_whole(cluster: Cluster) -> None:
+    """The executor checks again what the node's plan checked: a binding whose delegate
+    takes the device whole (host-device) on a share is refused before any request."""
+    world = make_world(cluster)
+    world.binding = dataclasses.replace(world.binding, delegate="host-device")
+    result = prepare(world, runner(world))
+    assert result.failure is not None and result.failure.code == "E_MULTUS_DEVICE_MISMATCH"
+    assert world.shadow() is None and world.port.calls == []
