@@ -1584,6 +1584,25 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Remove or rename the link, or choose another lab link name.",
     ),
     _r(
+        "E_DRANET_START",
+        CLI,
+        "The dranet peer (a benchmark and test peer of the upstream lab) exited or did not "
+        "publish its own links in time.",
+        "Read the tail of dranet's log in the lab's logs directory.",
+    ),
+    _r(
+        "E_DRANET_DIAL_PATH",
+        CLI,
+        "The dranet peer's kubelet plugin path exists on the host and is not this lab's.",
+        "Another dranet may be installed; remove it or run the peer on another machine.",
+    ),
+    _r(
+        "E_DRANET_TEMPLATE",
+        CLI,
+        "kubectl could not apply a claim template for the dranet peer.",
+        "Read kubectl's message in the error.",
+    ),
+    _r(
         "E_BUSYBOX_MISSING",
         CLI,
         "busybox is not installed for the lab's images.",

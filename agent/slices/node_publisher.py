@@ -339,6 +339,9 @@ class NodeSlicePublisher:
                 resync=w.resync,
             )
             self._monitor.start()
+            # the inventory was scanned at construction, before the listeners were bound: a
+            # link that came or went in between has no event, so rescan once now they are
+            self.inventory_changed("inventory-watch-started")
         return self
 
     def stop(self) -> None:

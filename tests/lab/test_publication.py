@@ -154,6 +154,51 @@ def test_link_changes_in_the_lab_namespace_republish(tmp_path: Path) -> None:
         assert lab.publication.publication.publisher.generation > withdrawn
 
 
+def _settled(ip: Any, names: tuple[str, ...]) -> bool:
+    """Whether every link has a link-local IPv6 address past duplicate address detection:
+    its end is the last event the kernel raises on its own for a new link."""
+    tentative = 0x40  # IFA_F_TENTATIVE
+    for name in names:
+        index = ip.link_lookup(ifname=name)[0]
+        addrs = ip.get_addr(index=index, family=10)
+        if not addrs or any(a.get_attr("IFA_FLAGS", a["flags"]) & tentative for a in addrs):
+            return False
+    return True
+
+
+def test_a_link_added_before_the_watch_starts_is_published(tmp_path: Path) -> None:
+    """The publisher scans at construction and binds its rtnetlink listener at start: a link
+    that appears in between raises no event the listener can see. Resync is an hour away, so
+    the link is published only if start rescans once its listeners are bound."""
+    from pyroute2 import IPRoute
+
+    from dmn.agent.slices.node_publisher import InventoryWatch
+
+    with LabCluster(StateDir(tmp_path), resync=3600.0, links="netns", follow_links=True) as lab:
+        cluster, publication = lab.client(), lab.publication
+        assert publication is not None
+        initial = wait_for(lambda: sorted(_devices(cluster)), what="the lab's devices")
+        publication.stop()
+        with IPRoute(netns=lab.netns) as ip:
+            ip.link("del", ifname="lab0")
+        fresh = NodeSlicePublisher(
+            cluster, publication.node_name, publication.scan, resync=3600.0,
+            inventory_watch=InventoryWatch(netns=lab.netns, udev=False),
+        )  # fmt: skip
+        fresh.publish()
+        assert not _devices(cluster)
+        with IPRoute(netns=lab.netns) as ip:
+            ip.link("add", ifname="lab0", kind="veth", peer="lab1")
+            for name in ("lab0", "lab1"):
+                ip.link("set", index=ip.link_lookup(ifname=name)[0], state="up", mtu=1500)
+            wait_for(lambda: _settled(ip, ("lab0", "lab1")), what="IPv6 DAD on the new links")
+        fresh.start()
+        try:
+            wait_for(lambda: sorted(_devices(cluster)) == initial, what="the added links published")
+        finally:
+            fresh.stop()
+
+
 class _Writes:
     """The real client, recording the slice writes made through it."""
 
