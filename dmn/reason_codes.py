@@ -1868,6 +1868,45 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "Check that Multus runs on the node and reads the Pod live, and the delegate plugin's "
         "and its IPAM's logs.",
     ),
+    # ---- Multus automatic mode, the node agent's side: consumer verification and the
+    # multus/* effects (design §6.8)
+    _r(
+        "E_MULTUS_CONSUMER",
+        MULTUS,
+        "A claim of an automatic-mode class is not reserved for exactly one Pod, or that Pod "
+        "is gone, replaced (another UID), terminating, on another node, uses the host "
+        "network or does not reference the claim; nothing was changed.",
+        "Use one ResourceClaimTemplate-generated claim per Pod (shared claims are not "
+        "supported in this mode) and no hostNetwork; a terminating Pod is not prepared.",
+    ),
+    _r(
+        "E_MULTUS_NOT_CONFIGURED",
+        MULTUS,
+        "A multus/* effect ran without the node agent's verified binding for its device, or "
+        "on a node without an API connection for it (an administrator's own plugin cannot "
+        "bind a template: only the builtin multus-cni does, after the agent verified the "
+        "consumer and rendered the template).",
+        "Use the builtin multus-cni plugin in the topology.",
+    ),
+    _r(
+        "E_MULTUS_API",
+        MULTUS,
+        "The API server refused, failed or did not answer a request of a multus/* effect "
+        "(read or write of the shadow NetworkAttachmentDefinition, the Pod or the claim). "
+        "A forward change is compensated; an undo is deferred and retried by the next "
+        "unprepare or recovery, never quarantined for it.",
+        "Check the node agent's API server connection and its RBAC (network-attachment-"
+        "definitions get/create/delete/patch, pods get/patch).",
+    ),
+    _r(
+        "E_MULTUS_SHADOW_DELETING",
+        MULTUS,
+        "The binding's shadow NetworkAttachmentDefinition is being deleted while the "
+        "binding is live (someone deleted it); a deletion cannot be cancelled, so the "
+        "binding is not made Ready and the shadow keeps its frozen configuration until the "
+        "claim is released.",
+        "Delete and recreate the Pod.",
+    ),
 )
 
 #: Codes that carry a number: (regex, entry describing the family).

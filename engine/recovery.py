@@ -17,7 +17,9 @@ Applied            —               undo
 Undoing            —               undo again (undo is idempotent by contract)
 =================  ==============  ============================================
 
-An undo that raises leaves the effect Quarantined. Quarantined effects are never applied or
+An undo that raises leaves the effect Quarantined — except ``UndoDeferred`` (a peer such as
+the API server did not answer): the effect stays Undoing, the operation unfinished, and the
+next cleanup or recovery undoes it again. Quarantined effects are never applied or
 undone again automatically; they stay visible (``dmn journal show``) and keep their
 resources reserved until an operator resolves them.
 

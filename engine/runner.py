@@ -70,7 +70,9 @@ are durable), ``after-apply:<effect>``, ``after-outcome:<effect>`` (outcome obse
 durable: it is written with the next batch), ``before-completed``, ``after-completed`` (the
 end record written; unsynced with ``sync_end=False``), and on the undo path
 ``after-undoing:<effect>``, ``after-undo:<effect>``, ``after-compensated`` (the final
-Undone/Quarantined record written).
+Undone/Quarantined record written), and ``after-undo-deferred:<effect>`` when an undo could
+not reach what it changes (:class:`~dmn.opcodes.executor.UndoDeferred`): the effect stays
+Undoing, the operation unfinished, and the next cleanup or recovery continues from it.
 """
 
 from __future__ import annotations
@@ -98,7 +100,13 @@ from dmn.engine.journal import (
 from dmn.engine.mutation_lock import NodeMutationLock, operation_key
 from dmn.engine.recovery import UndoAction, decide_compensation, observation_of
 from dmn.interpreter.canonical_json import JSONValue
-from dmn.opcodes.executor import EffectContext, Executor, ExecutorError, RecoveryObservation
+from dmn.opcodes.executor import (
+    EffectContext,
+    Executor,
+    ExecutorError,
+    RecoveryObservation,
+    UndoDeferred,
+)
 from dmn.vocabulary.handles import Handle
 from dmn.vocabulary.terms import Reversibility
 
@@ -724,6 +732,20 @@ class Runner:
             self._boundary(f"after-undoing:{rec.id}")
             try:
                 executor.undo(self._context(op, rec), rec.before, rec.outputs)
+            except UndoDeferred as exc:
+                # nothing after it is undone: the reverse order is the contract
+                rec.failure = Failure(exc.code, str(exc), rec.id)
+                rec.note = "undo deferred; retried by the next cleanup or recovery"
+                self.journal.commit(op, [rec], sync=True)
+                self._boundary(f"after-undo-deferred:{rec.id}")
+                _log.warning(
+                    "operation=%s effect=%s event=undo-deferred code=%s message=%s",
+                    op.operation_id,
+                    rec.id,
+                    exc.code,
+                    exc,
+                )
+                return
             except Exception as exc:
                 code, msg = _describe(exc)
                 rec.state = EffectState.QUARANTINED

@@ -28,6 +28,7 @@ from dmn.host.netns import LinkEnvironment
 from dmn.host.netns_sysfs import MountedNetnsSysfs, NetnsSysfs
 from dmn.opcodes.address_pools import AddressPools, ClaimOwner
 from dmn.opcodes.effect_records import EffectRecords
+from dmn.opcodes.multus_objects import MultusObjects
 
 SYSFS = Path("/sys")
 DEV = Path("/dev")
@@ -143,6 +144,10 @@ class DeviceEnvironment(LinkEnvironment):
     """The ResourceClaim the agent verified for this run and the node's name: who holds
     the addresses a run allocates. None for cleanup and recovery (they read the owner from
     the before-image) and where no claim was verified."""
+    multus: MultusObjects | None = None
+    """The API port of the ``multus/*`` executors (:mod:`dmn.opcodes.multus_objects`),
+    carrying the shadow bindings the agent verified for this run; None where the node has
+    no cluster connection (the executors refuse)."""
 
     @classmethod
     def extend(
@@ -209,3 +214,7 @@ def address_pools(env: Any) -> AddressPools | None:
 
 def claim_owner(env: Any) -> ClaimOwner | None:
     return env.claim_owner if isinstance(env, DeviceEnvironment) else None
+
+
+def multus_objects(env: Any) -> MultusObjects | None:
+    return env.multus if isinstance(env, DeviceEnvironment) else None

@@ -69,6 +69,13 @@ ExecutorError = HostError
 itself, so a kernel refusal raised below the executor is the effect's failure as it is."""
 
 
+class UndoDeferred(HostError):
+    """``undo`` could not reach what it must change (an API server that did not answer)
+    and changed nothing a later undo would not redo: the runner leaves the effect Undoing
+    and the operation unfinished, undoes nothing after it, and a later cleanup or recovery
+    undoes it again — instead of quarantining an effect whose undo a blip interrupted."""
+
+
 class Executor(Protocol):
     spec: OpcodeSpec
 

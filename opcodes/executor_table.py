@@ -20,6 +20,7 @@ from dmn.opcodes.executor import Executor
 from dmn.opcodes.ib.executors import EXECUTORS as IB
 from dmn.opcodes.ip.executors import EXECUTORS as IP
 from dmn.opcodes.linux.executors import EXECUTORS as LINUX
+from dmn.opcodes.multus.executors import EXECUTORS as MULTUS
 from dmn.opcodes.ovs.executors import EXECUTORS as OVS
 from dmn.opcodes.pci.executors import EXECUTORS as PCI
 from dmn.opcodes.rdma.executors import EXECUTORS as RDMA
@@ -47,4 +48,5 @@ def default_executors() -> dict[str, Executor]:
         **SYSCTL,
         **ETHTOOL,
         **IP,
+        **MULTUS,
     }

@@ -65,6 +65,16 @@ REQUIRES: Mapping[str, str] = MappingProxyType(
         "carried-config-absent": "the link has none of the carried addresses and no route "
         "holds the destination, table and metric of a carried route (an entry this effect "
         "did not add is never adopted)",
+        "consumer-verified": "the node agent verified, before any change, that the claim is "
+        "reserved for exactly one live Pod on this node that references it, and rendered "
+        "every template of it; the binding names exactly this allocated device",
+        "shadow-name-free": "no object holds the shadow's name, or the one that does equals "
+        "the recorded shadow in identity and content (a lost create response of ours)",
+        "selection-mergeable": "the Pod of the recorded UID is live on this node and its "
+        "selection takes the entry: no manual selection of the managed template, every "
+        "owned entry provable from the registry, the annotations within the size limit",
+        "shadow-owned": "the shadow of the recorded UID equals the recorded one in identity "
+        "and content",
     }
 )
 
@@ -113,5 +123,10 @@ POSTCONDITIONS: Mapping[str, str] = MappingProxyType(
         "carried-config-present": "every carried address is on the link (none failed "
         "duplicate address detection), with its kernel creation stamp recorded, and every "
         "carried route is in the sandbox through the link as recorded",
+        "shadow-present": "the shadow exists under the recorded UID with the verified Pod as "
+        "owner, this node's finalizer, the recorded provenance and the exact frozen "
+        "configuration, and is not being deleted",
+        "selection-present": "the Pod of the recorded UID selects the shadow under the "
+        "recorded interface and this node's registry records the entry",
     }
 )

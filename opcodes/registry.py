@@ -10,7 +10,8 @@ changes what the node exposes before a sandbox exists — ``share/hold-parent``,
 ``sriov/vf-configure``; ``connect`` holds
 everything that acts toward the verified sandbox — ``linux/*``, ``vfio/device-access``,
 ``rdma/*``, ``ib/port-configure``, ``bridge/*``, ``ovs/port-attach``,
-``sysctl/interface``, ``ethtool/features``;
+``sysctl/interface``, ``ethtool/features``; ``multus/*`` runs at prepare too (the API
+objects Multus reads at sandbox creation must exist before it);
 ``representor/configure`` is legal in both because a representor is a host resource that a
 root may settle at prepare and a bridge operation finishes at connect.
 """
@@ -25,6 +26,7 @@ from dmn.opcodes.ethtool import specs as ethtool
 from dmn.opcodes.ib import specs as ib
 from dmn.opcodes.ip import specs as ip
 from dmn.opcodes.linux import specs as linux
+from dmn.opcodes.multus import specs as multus
 from dmn.opcodes.ovs import specs as ovs
 from dmn.opcodes.pci import specs as pci
 from dmn.opcodes.rdma import specs as rdma
@@ -50,6 +52,7 @@ ALL_SPECS: tuple[OpcodeSpec, ...] = (
     *sysctl.SPECS,
     *ethtool.SPECS,
     *ip.SPECS,
+    *multus.SPECS,
 )
 
 

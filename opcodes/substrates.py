@@ -56,6 +56,19 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         "IPv4 and IPv6",
     ),
     SubstrateRow(
+        (
+            "multus/shadow-nad",
+            "multus/shadow-nad-shared",
+            "multus/pod-selection",
+            "multus/binding-ready",
+        ),
+        ("opcodes/multus/",),
+        "lab API server (the NetworkAttachmentDefinition CRD; the same create, delete, "
+        "finalizer and JSON patch semantics checked against the real kube-apiserver v1.37.2): "
+        "lost responses, foreign and tampered shadows, tenant-written selections, SIGKILL at "
+        "every boundary; no run against real Multus yet",
+    ),
+    SubstrateRow(
         ("ip/carried-host-config",),
         ("opcodes/ip/",),
         "host kernel (a veth stand-in with host addresses and routes moved into a scratch "

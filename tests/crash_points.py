@@ -83,6 +83,11 @@ OWNERS: Mapping[str, str] = {
     "ip/rules/v1": "tests.kernel.test_program_crashes",
     "ip/pool-addresses/v1": "tests.kernel.test_ip_pool_crashes",
     "ip/carried-host-config/v1": "tests.kernel.test_program_crashes",
+    # API effects: the whole agent killed on the lab node (their world is the API server)
+    "multus/shadow-nad/v1": "tests.coordinator.test_multus_crash",  # one executor class with
+    "multus/shadow-nad-shared/v1": "tests.coordinator.test_multus_crash",  # this one
+    "multus/pod-selection/v1": "tests.coordinator.test_multus_crash",
+    "multus/binding-ready/v1": "tests.coordinator.test_multus_crash",
 }  # share/hold-parent has none: macvlan (host) and ipvlan (lab) shares differ in the kernel
 
 

@@ -31,6 +31,7 @@ class HandleType(StrEnum):
     SHARED_PARENT = "SharedParent/v1"
     HOST_REPRESENTOR = "HostRepresentor/v1"
     PCI_FUNCTION = "PciFunction/v1"
+    NETWORK_ATTACHMENT = "NetworkAttachment/v1"
 
 
 HandleTypeName = Literal[
@@ -40,6 +41,7 @@ HandleTypeName = Literal[
     "SharedParent/v1",
     "HostRepresentor/v1",
     "PciFunction/v1",
+    "NetworkAttachment/v1",
 ]
 
 

@@ -24,6 +24,9 @@ from dmn.agent.coordinator.device_metadata import DeviceMetadataFiles, MetadataL
 from dmn.agent.coordinator.eswitch_modes import EswitchModes
 from dmn.agent.coordinator.fault_points import PoolBoundaries
 from dmn.agent.coordinator.handles import DeviceView
+from dmn.agent.coordinator.multus_gate import MultusGate
+from dmn.agent.coordinator.multus_objects import ClusterMultusObjects
+from dmn.agent.coordinator.multus_plan import MultusPlanner
 from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.node_objects import NodeObjects
 from dmn.agent.coordinator.operations import NodeOperations, device_environment
@@ -87,6 +90,8 @@ class NodeServices:
         pools: AddressPools = ClusterAddressPools(AllocationClient(cluster))
         if ipam_boundary is not None:
             pools = PoolBoundaries(pools, ipam_boundary)
+        # multus/* reach the API server through the agent's own connection too
+        multus = ClusterMultusObjects(cluster)
         runner = Runner(
             journal,
             executors if executors is not None else default_executors(),
@@ -96,6 +101,7 @@ class NodeServices:
                 ovsdb_remote=config.ovsdb_remote,
                 records=records,
                 address_pools=pools,
+                multus=multus,
             ),
             boundary=boundary,
             lock=mutation,
@@ -108,6 +114,7 @@ class NodeServices:
             config.ovsdb_remote,
             records=records,
             address_pools=pools,
+            multus=multus,
         )
         claims = ClaimVerifier(config, cluster, devices, known, objects)
         lock = NodeLock(mutation, journal)
@@ -115,6 +122,8 @@ class NodeServices:
             config, cluster, journal, pins, operations, claims, boot_id, lock, objects
         )
         preparation = PreparationService(config, journal, pins, operations, claims, devices, lock)
+        preparation.multus = MultusPlanner(cluster, config, devices)
+        attachments.multus = MultusGate(cluster, journal, objects)
         if config.plugin_data_dir is not None:
             layout = MetadataLayout(config.driver, config.plugin_data_dir, config.cdi_root)
             preparation.metadata = attachments.metadata = DeviceMetadataFiles(layout)

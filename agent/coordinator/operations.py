@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dmn.agent.coordinator.multus_objects import ClusterMultusObjects
 from dmn.agent.coordinator.step_grants import StepGrants
 from dmn.agent.coordinator.verify import Refusal
 from dmn.engine.binder import Call, bind_program
@@ -27,6 +28,7 @@ from dmn.interpreter.loader import Plugin
 from dmn.opcodes.address_pools import AddressPools, ClaimOwner
 from dmn.opcodes.device_environment import CDI_ROOT, OVSDB_REMOTE, DeviceEnvironment
 from dmn.opcodes.effect_records import EffectRecords
+from dmn.opcodes.multus_objects import ShadowBinding
 
 log = logging.getLogger("dmn.agent.coordinator.coordinator")
 
@@ -58,15 +60,19 @@ def device_environment(
     records: EffectRecords | None = None,
     address_pools: AddressPools | None = None,
     claim_owner: ClaimOwner | None = None,
+    multus: ClusterMultusObjects | None = None,
+    multus_bindings: Sequence[ShadowBinding] = (),
 ) -> DeviceEnvironment:
     """The executors' environment for one run: the pins' namespaces (this attachment's
     sandbox), the node's CDI directory and OVSDB endpoint (node facts: flags, never config),
     what the device's policy allows — its drivers (``hardware.allowedDrivers``) and the
     bridges of the step (``allowedHostBridges``/``allowedOvsBridges``) — the journal's
     read-only effect records (shared-reference executors count from them), the IPPool
-    allocation port over the agent's cluster connection and the ResourceClaim the agent
-    verified for this run (who holds the addresses it allocates). Cleanup and recovery get
-    no drivers, no bridges and no claim: they only restore what the journal recorded."""
+    allocation port over the agent's cluster connection, the ResourceClaim the agent
+    verified for this run (who holds the addresses it allocates) and the Multus API port
+    holding the shadow bindings the agent verified for this run (design §6.8). Cleanup and
+    recovery get no drivers, no bridges, no claim and no binding: they only restore what the
+    journal recorded."""
     base = pins.link_environment(attachment)
     grants = grants or StepGrants()
     try:
@@ -80,6 +86,7 @@ def device_environment(
             effect_records=records,
             address_pools=address_pools,
             claim_owner=claim_owner,
+            multus=multus.bound(multus_bindings) if multus is not None else None,
         )
     finally:
         base.close()
@@ -95,9 +102,11 @@ class NodeOperations:
         ovsdb_remote: str = OVSDB_REMOTE,
         records: EffectRecords | None = None,
         address_pools: AddressPools | None = None,
+        multus: ClusterMultusObjects | None = None,
     ) -> None:
         self.runner = runner
         self.address_pools = address_pools
+        self.multus = multus
         self.pins = pins
         self.cdi_root = cdi_root
         self.ovsdb_remote = ovsdb_remote
@@ -110,6 +119,7 @@ class NodeOperations:
         allowed_drivers: Iterable[str] = (),
         grants: StepGrants | None = None,
         claim_owner: ClaimOwner | None = None,
+        multus_bindings: Sequence[ShadowBinding] = (),
     ) -> DeviceEnvironment:
         return device_environment(
             self.pins,
@@ -121,6 +131,8 @@ class NodeOperations:
             records=self.records,
             address_pools=self.address_pools,
             claim_owner=claim_owner,
+            multus=self.multus,
+            multus_bindings=multus_bindings,
         )
 
     def boundary(self, name: str) -> None:
@@ -150,12 +162,13 @@ class NodeOperations:
         allowed_drivers: Iterable[str] = (),
         grants: StepGrants | None = None,
         claim_owner: ClaimOwner | None = None,
+        multus_bindings: Sequence[ShadowBinding] = (),
     ) -> RunResult:
         """Run one bound program in a fresh device environment and record ``op`` in ``done``
         (so a later failure undoes it too); a result that is not ok becomes a Refusal with
         the runner's code, else ``failed[0]``, prefixed by ``failed[1]``. ``sync_end=False``:
         the caller's next synced commit makes the end record durable (see the runner)."""
-        env = self.environment(attachment, allowed_drivers, grants, claim_owner)
+        env = self.environment(attachment, allowed_drivers, grants, claim_owner, multus_bindings)
         try:
             result = self.runner.run(
                 op, scope, program, digests=digests, env=env, sync_end=sync_end

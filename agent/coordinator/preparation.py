@@ -8,6 +8,11 @@
   prepared claim is ``E_ALLOCATION_CHANGED``.
 * :meth:`PreparationService.unprepare` is retryable while an attachment of the claim
   remains, else undoes the prepare operations from the journal and records Released.
+* Multus automatic mode (design §6.8): before the node lock, :class:`.multus_plan.
+  MultusPlanner` verifies the consumer and renders every template of the claim's
+  ``multus-cni`` roots (API reads only, refusing bad input before any change); the bindings
+  reach the ``multus/*`` effects through the run's environment. Their undo is the release
+  order of design §6.8, the shadow's finalizer last, before Released.
 
 Collaborators are passed in (journal, pins, operations, claim verifier, device view and
 the node lock shared with the other services); this class builds none of them.
@@ -29,6 +34,7 @@ from dmn.agent.coordinator.claim_verifier import ClaimVerifier
 from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.device_metadata import ClaimIdentity, DeviceMetadataFiles, MetadataDevice
 from dmn.agent.coordinator.handles import DeviceView, root_allocation
+from dmn.agent.coordinator.multus_plan import MultusPlanner
 from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.operations import NodeOperations, short_digest
 from dmn.agent.coordinator.verify import Refusal, VerifiedClaim, driver_results, fingerprint
@@ -46,6 +52,7 @@ from dmn.engine.binder import Call
 from dmn.engine.mutation_lock import claim_key, device_key
 from dmn.engine.runner import RunRefused
 from dmn.host.pins import NamespacePins, PinError
+from dmn.opcodes.multus_objects import ShadowBinding
 
 log = logging.getLogger("dmn.agent.coordinator.coordinator")
 
@@ -72,6 +79,9 @@ class PreparationService:
         self._lock = lock
         #: KEP-5304 metadata files (None: not written); set by the node services
         self.metadata: DeviceMetadataFiles | None = None
+        #: Multus automatic mode's consumer check and template rendering (design §6.8; None:
+        #: no multus-cni root binds, its effects refuse); set by the node services
+        self.multus: MultusPlanner | None = None
 
     def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
         """NodePrepare of one claim; raises :class:`Refusal` (nothing changed) or returns
@@ -90,11 +100,19 @@ class PreparationService:
         verified = self.claims.verify(claim)
         if verified is None:
             return []
+        # Multus automatic mode: the consumer verified and every template rendered, with API
+        # reads only and before the node lock (design §6.8): bad input refuses here — unless
+        # every root already completed (a crash before Prepared): the runner replays those
+        bindings = (
+            self.multus.plan(claim, verified)
+            if self.multus is not None and not self._completed(verified)
+            else []
+        )
         devices = [device_key(root.persona.inventory_id) for root in verified.roots]
         with self._lock.hold(f"prepare {uid}", [claim_key(uid), *devices]):
             done = self._recorded(uid, fp)  # prepared meanwhile (a kubelet retry)
             if done is None:
-                done = self._prepare(verified)
+                done = self._prepare(verified, bindings)
             self._publish_metadata(claim, done)
             return done
 
@@ -138,6 +156,14 @@ class PreparationService:
                 return list(rec.devices)
         return None
 
+    def _operations(self, v: VerifiedClaim) -> list[str]:
+        return [f"prep-{short_digest(v.claim_uid + v.fingerprint)}-{root.step}" for root in v.roots]
+
+    def _completed(self, v: VerifiedClaim) -> bool:
+        """Every root's prepare operation is recorded Completed (replayed, not run)."""
+        records = [self.journal.load_operation(op) for op in self._operations(v)]
+        return all(rec is not None and rec.state.value == "Completed" for rec in records)
+
     def _holder(self, v: VerifiedClaim) -> str:
         return f"prep/{v.claim_uid}/{v.fingerprint}"
 
@@ -168,8 +194,10 @@ class PreparationService:
             if res.holder == holder:
                 b.delete_reservation(res.resource)
 
-    def _prepare(self, v: VerifiedClaim) -> list[PreparedDevice]:
-        ops = [f"prep-{short_digest(v.claim_uid + v.fingerprint)}-{root.step}" for root in v.roots]
+    def _prepare(
+        self, v: VerifiedClaim, bindings: list[ShadowBinding] | None = None
+    ) -> list[PreparedDevice]:
+        ops = self._operations(v)
         devices = [
             PreparedDevice(
                 root.result.request, root.result.pool, root.result.device, root.result.share_id
@@ -230,6 +258,7 @@ class PreparationService:
                     done,
                     failed=("E_PREPARE_FAILED", f"root {root.step}"),
                     allowed_drivers=root.persona.allowed_drivers,
+                    multus_bindings=bindings or (),
                 )
         except (Refusal, RunRefused, PinError) as exc:
             cleaned = self.operations.undo(reversed(done))

@@ -7,7 +7,8 @@
   topological order (Operation steps take earlier steps' exports), commit Ready. A failure
   cleans up what ran, releases the pin and refuses the hook.
 * :meth:`~SandboxAttachmentService.gate` (Create/StartContainer): a Pod with our claims
-  starts containers only in the exact sandbox whose attachment is Ready;
+  starts containers only in the exact sandbox whose attachment is Ready (and, in Multus
+  automatic mode, once Multus reports every managed interface attached: :mod:`.multus_gate`);
   :meth:`~SandboxAttachmentService.device_nodes` lists the VFIO device nodes its connect
   programs granted, which CreateContainer adds to every container of that sandbox.
 * :meth:`~SandboxAttachmentService.stop_pod` fences the attachment (no run of it can
@@ -55,6 +56,7 @@ from dmn.agent.coordinator.config import NodeConfig
 from dmn.agent.coordinator.device_metadata import DeviceMetadataFiles, from_status_entries
 from dmn.agent.coordinator.handles import operation_inputs
 from dmn.agent.coordinator.interface_names import IFNAME_KEY, distinct_interface_names
+from dmn.agent.coordinator.multus_gate import MultusGate
 from dmn.agent.coordinator.node_lock import NodeLock
 from dmn.agent.coordinator.node_objects import NodeObjects
 from dmn.agent.coordinator.operations import NodeOperations, short_digest
@@ -86,7 +88,7 @@ from dmn.agent.journal.records import (
 )
 from dmn.agent.journal.store import JournalStore
 from dmn.agent.node_events import NodeEventReporter, pod_object
-from dmn.agent.nri.handler import HookDeadline
+from dmn.agent.nri.handler import HookDeadline, current_deadline
 from dmn.api.cluster import Cluster
 from dmn.engine.binder import Call
 from dmn.engine.journal import EffectRecord, Fence
@@ -167,6 +169,9 @@ class SandboxAttachmentService:
         self.events: NodeEventReporter | None = None
         #: KEP-5304 metadata files (None: not written); set by the node services
         self.metadata: DeviceMetadataFiles | None = None
+        #: Multus automatic mode's container gate (design §6.8; None: not checked); set by
+        #: the node services
+        self.multus: MultusGate | None = None
         # status is reporting, never authority: written off the hook path, in order
         self.status = StatusWriter()
         # a hook's fresh API reads that do not depend on each other go out together (never
@@ -545,6 +550,11 @@ class SandboxAttachmentService:
                 prepared_rec = self.journal.load_operation(prepared_ops[step_id])
                 if prepared_rec is None:
                     raise Refusal("E_NOT_PREPARED", f"root {step_id} has no prepare record")
+                if plugin.program("connect") is None:
+                    # nothing of it runs in the sandbox (multus-cni: Multus attaches it at
+                    # sandbox creation, design §6.8): what it prepared is what it exports
+                    exports[step_id] = dict(prepared_rec.result)
+                    continue
                 call = Call(
                     config=config,
                     operation_id=op,
@@ -605,15 +615,33 @@ class SandboxAttachmentService:
             att = self.journal.get_attachment(identity)
             if att is not None and att.state is AttachmentState.READY:
                 self._check_ready(att, sandbox_id)
-                return
+                ready = att
+            else:
+                ready = None
+        if ready is not None:
+            self._hold_for_multus(namespace, pod_name, ready, late)
+            return
         if att is not None and late is None:
             raise Refusal("E_NOT_READY", f"sandbox {sandbox_id} is {att.state.value}")
         if self.objects is not None and self.objects.proves_no_claims(namespace, pod_name, pod_uid):
             return
         if late is not None:
             self.attach_late(namespace, pod_name, pod_uid, sandbox_id, late)
+            attached = self.journal.get_attachment(identity)
+            if attached is not None and attached.state is AttachmentState.READY:
+                self._hold_for_multus(namespace, pod_name, attached, late)
         elif self._pod_claims(namespace, pod_name, pod_uid):
             raise Refusal("E_NOT_READY", f"sandbox {sandbox_id} is not attached")
+
+    def _hold_for_multus(
+        self, namespace: str, pod_name: str, att: AttachmentRecord, late: LateAttach | None
+    ) -> None:
+        """Multus automatic mode: hold the container until Multus reports every managed
+        interface of the Ready attachment attached (:mod:`.multus_gate`), outside the lock."""
+        if self.multus is None:
+            return
+        deadline = late.deadline if late is not None else current_deadline()
+        self.multus.hold(namespace, pod_name, att.identity.pod_uid, att, deadline)
 
     def _check_ready(self, att: AttachmentRecord, sandbox_id: str) -> None:
         if self.pins.ref(attachment_id(att.identity)) is None:

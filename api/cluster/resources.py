@@ -87,6 +87,11 @@ VALIDATING_WEBHOOK_CONFIGURATIONS = Resource(
     "ValidatingWebhookConfiguration",
     False,
 )
+# the Network Plumbing WG's NetworkAttachmentDefinition (Multus automatic mode's shadows and
+# templates; the CRD is Multus', never installed by this project's chart)
+NETWORK_ATTACHMENT_DEFINITIONS = Resource(
+    "k8s.cni.cncf.io", "v1", "network-attachment-definitions", "NetworkAttachmentDefinition", True
+)
 MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
     "admissionregistration.k8s.io",
     "v1",

@@ -154,6 +154,13 @@ def node_agent_rbac() -> list[dict[str, Any]]:
         # get: its own Node; patch: its capability annotation (dmn/agent/capability_report.py)
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+        # Multus automatic mode (the chart's rule, design §6.8): templates read, shadows
+        # created, deleted with a UID precondition and their finalizer patched away
+        {
+            "apiGroups": ["k8s.cni.cncf.io"],
+            "resources": ["network-attachment-definitions"],
+            "verbs": ["get", "create", "delete", "patch"],
+        },
         {
             "apiGroups": ["", "events.k8s.io"],
             "resources": ["events"],

@@ -52,6 +52,10 @@ FUNCTION_BOUND = _h("0000:3b:02.1", HandleType.PCI_FUNCTION, RW | {Access.DEVICE
 REPRESENTOR = _h("pf0vf1", HandleType.HOST_REPRESENTOR, RW)
 PARENT = iface("ens1f0", LinkType.ETHERNET, Access.CREATE_CHILD)
 SHARED = _h("ens1f0", HandleType.SHARED_PARENT, frozenset({Access.CREATE_CHILD}), LinkType.ETHERNET)
+# a shared parent as the allocation hands it to a prepare program (CreateChild only)
+SHARED_LINK = _h(
+    "ens1f0", HandleType.KERNEL_INTERFACE, frozenset({Access.CREATE_CHILD}), LinkType.ETHERNET
+)
 
 ETH = {"ifName": "net1", "mtu": 1500, "up": True}
 
@@ -188,6 +192,20 @@ SCENARIOS: list[tuple[str, str, str, dict[str, Any], dict[str, Any]]] = [
         {"prepared": {"function": (FUNCTION_BOUND,), "representor": (REPRESENTOR,)}},
     ),
     ("macvlan-prepare", "macvlan-cni", "prepare", ETH, {"allocation": {"parent": (PARENT,)}}),
+    (
+        "multus-whole-prepare",
+        "multus-cni",
+        "prepare",
+        {"mode": "kernel", "template": {"name": "hd-net"}},
+        {"allocation": {"device": (iface("ens2"),)}},
+    ),
+    (
+        "multus-shared-prepare",
+        "multus-cni-shared",
+        "prepare",
+        {"mode": "shared", "template": {"name": "macvlan-net", "namespace": "infra"}},
+        {"allocation": {"device": (SHARED_LINK,)}},
+    ),
     ("macvlan-connect", "macvlan-cni", "connect", ETH, {"prepared": {"parent": (SHARED,)}}),
     ("ipvlan-prepare", "ipvlan-cni", "prepare", ETH, {"allocation": {"parent": (PARENT,)}}),
     ("ipvlan-connect", "ipvlan-cni", "connect", ETH, {"prepared": {"parent": (SHARED,)}}),

@@ -191,6 +191,31 @@ def test_undo_failure_quarantines_and_keeps_undoing_the_rest() -> None:
     assert err.value.code is RunCode.E_QUARANTINED
 
 
+def test_deferred_undo_stops_the_reverse_pass_and_is_retried_not_quarantined() -> None:
+    """An undo whose peer did not answer (``UndoDeferred``) leaves its effect Undoing and the
+    operation unfinished, undoes nothing before it in the program (reverse order is the
+    contract), and the next cleanup continues from it."""
+    runner, journal, world = make()
+    assert runner.run("op1", "att/a", child_program()).ok
+    world.fail = {"defer-undo": "mtu"}
+    result = runner.cleanup("op1")
+    assert result.state is OperationState.UNDOING and not result.quarantined
+    op = journal.load_operation("op1")
+    assert [e.state for e in op.effects] == [
+        EffectState.APPLIED,
+        EffectState.UNDOING,
+        EffectState.UNDONE,
+    ]
+    assert "vlan10" in state(world)["objects"]  # create is not undone before mtu
+    assert [o.operation_id for o in journal.unfinished_operations()] == ["op1"]
+    world.fail = {}
+    result = runner.cleanup("op1")
+    assert result.state is OperationState.UNDONE
+    assert state(world) == INITIAL
+    undos = [c for c in world.calls if c.startswith("undo:")]
+    assert undos == ["undo:up", "undo:mtu", "undo:mtu", "undo:create"]
+
+
 def test_foreign_object_with_expected_name_is_never_adopted_or_deleted() -> None:
     runner, _, world = make()
     result = runner.run("op1", "att/a", child_program(name="other"))

@@ -9,7 +9,8 @@ name is never adopted or deleted.
 
 Failure injection: ``world.fail`` maps ``"apply"``/``"observe"``/``"undo"``/``"recover"``
 to effect ids whose call raises (``observe`` may instead return postconditions false when
-the value is ``"postcondition"``).
+the value is ``"postcondition"``); ``"defer-undo"`` makes that effect's undo raise
+``UndoDeferred`` (a peer that did not answer).
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from dmn.opcodes.executor import EffectContext, ExecutorError, Observed, RecoveryObservation
+from dmn.opcodes.executor import (
+    EffectContext,
+    ExecutorError,
+    Observed,
+    RecoveryObservation,
+    UndoDeferred,
+)
 from dmn.opcodes.spec import OpcodeSpec, PortSpec
 from dmn.vocabulary.handles import Handle, Provenance
 from dmn.vocabulary.terms import Access, HandleType, Hook, LinkType, RecoveryStrategy, Reversibility
@@ -61,6 +68,8 @@ class World:
     def check_fail(self, step: str, effect_id: str) -> None:
         if self.fail.get(step) == effect_id:
             raise ExecutorError("E_INJECTED", f"injected {step} failure in {effect_id}")
+        if step == "undo" and self.fail.get("defer-undo") == effect_id:
+            raise UndoDeferred("E_INJECTED", f"injected unreachable peer in {effect_id}")
 
 
 class Params(BaseModel):

@@ -26,6 +26,8 @@ BUILTIN_NAMES = {
     "accelerated-bridge-cni",
     "accelerated-bridge-cni-uplink",
     "ovs-cni",
+    "multus-cni",
+    "multus-cni-shared",
 }
 
 

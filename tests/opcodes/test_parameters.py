@@ -50,6 +50,11 @@ VALID: dict[str, dict[str, Any]] = {
     "ip/rules/v1": {"rules": [{"priority": 100, "from": "10.0.0.0/24", "table": 100}]},
     "ip/neighbours/v1": {"neighbours": [{"address": "10.0.0.9", "lladdr": "02:00:00:00:00:09"}]},
     "ip/pool-addresses/v1": {"pool": "macvlan-v4", "address": "10.56.0.240"},
+    # what a multus effect binds comes from the node, never from parameters
+    "multus/shadow-nad/v1": {},
+    "multus/shadow-nad-shared/v1": {},
+    "multus/pod-selection/v1": {},
+    "multus/binding-ready/v1": {},
     "ip/carried-host-config/v1": {},
 }
 

@@ -53,6 +53,10 @@ VOCABULARY = {
     "ip/rules/v1",
     "ip/pool-addresses/v1",
     "ip/carried-host-config/v1",
+    "multus/shadow-nad/v1",
+    "multus/shadow-nad-shared/v1",
+    "multus/pod-selection/v1",
+    "multus/binding-ready/v1",
 }
 
 P, C = Hook.PREPARE, Hook.CONNECT
@@ -91,6 +95,10 @@ CONTRACT = {
     "ip/rules/v1": ({C}, REV),
     "ip/pool-addresses/v1": ({C}, REV),
     "ip/carried-host-config/v1": ({C}, REV),
+    "multus/shadow-nad/v1": ({P}, REV),
+    "multus/shadow-nad-shared/v1": ({P}, REV),
+    "multus/pod-selection/v1": ({P}, REV),
+    "multus/binding-ready/v1": ({P}, REV),
 }
 
 SPECS = sorted(ALL_SPECS, key=lambda s: s.name)
@@ -223,6 +231,10 @@ def test_connect_prepare_split() -> None:
         "pci/function-reset/v1",
         "devlink/eswitch-configure/v1",
         "sriov/vf-configure/v1",
+        "multus/shadow-nad/v1",
+        "multus/shadow-nad-shared/v1",
+        "multus/pod-selection/v1",
+        "multus/binding-ready/v1",
     }
 
 

@@ -27,7 +27,9 @@ OPERATIONS = {
     "accelerated-bridge-cni-uplink",
     "ovs-cni",
 }
-BUILTINS = sorted(ALLOCATION_ROOTS | OPERATIONS)
+# Multus automatic mode (design §6.8): prepare only; Multus owns the sandbox's ADD and DEL
+MULTUS_ROOTS = {"multus-cni", "multus-cni-shared"}
+BUILTINS = sorted(ALLOCATION_ROOTS | OPERATIONS | MULTUS_ROOTS)
 REGISTRY = default_registry()
 
 
@@ -48,7 +50,9 @@ def test_programs_dir_holds_exactly_the_builtins() -> None:
     assert dirs == BUILTINS
     for name in BUILTINS:
         files = {p.name for p in (PROGRAMS_DIR / name / "v1").iterdir()}
-        expected = {"plugin.yaml", "connect.yaml"}
+        expected = {"plugin.yaml", "prepare.yaml"} if name in MULTUS_ROOTS else {"plugin.yaml"}
+        if name not in MULTUS_ROOTS:
+            expected.add("connect.yaml")
         if name in ALLOCATION_ROOTS:
             expected.add("prepare.yaml")
         assert files == expected, name
@@ -72,6 +76,11 @@ def test_descriptor_identity_and_cleanup(name: str, plugins: dict[str, Plugin]) 
     assert hooks is not None
     # plugin.yaml carries only the cleanup entries; the programs are the sibling files
     assert hooks.prepare is None and hooks.connect is None
+    if name in MULTUS_ROOTS:
+        assert spec.step_kinds == ["Allocation"] and hooks.remove is None
+        assert hooks.unprepare is not None and hooks.unprepare.undo == "prepare"
+        assert plugin.program("prepare") is not None and plugin.program("connect") is None
+        return
     assert hooks.remove is not None and hooks.remove.undo == "connect"
     if name in ALLOCATION_ROOTS:
         assert spec.step_kinds == ["Allocation"]

@@ -33,7 +33,7 @@ def _digests_in_subprocess(seed: str) -> dict[str, str]:
 
 def test_digests_are_stable_across_processes_and_hash_seeds() -> None:
     here = digests()
-    assert len(here) == 12 and all(v.startswith("sha256:") for v in here.values())
+    assert len(here) == 14 and all(v.startswith("sha256:") for v in here.values())
     assert len(set(here.values())) == len(here)
     assert _digests_in_subprocess("1") == here
     assert _digests_in_subprocess("2727") == here
