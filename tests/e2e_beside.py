@@ -4,9 +4,12 @@ The e2e tests spend most of their time waiting on real components (kube-apiserve
 scheduler, kubelet, containerd: ~450 s of a ~1300 s host session, little of it CPU), and the
 other host tests never touch the upstream lab. When one session selects both, this plugin
 
-1. moves the ``e2e`` items to the end and, as soon as collection finishes, starts
+1. moves the ``e2e`` items, and the :data:`FOLLOWERS` (``fresh_machine`` and ``image``: each
+   works in a root filesystem of its own, and the second process finished ~190 s before the
+   first in CI), to the end and, as soon as collection finishes, starts
    ``python -m pytest <their node ids>`` in a new process group, with its output in a run
-   folder under :data:`RUNS_ROOT` (the last :data:`KEEP_RUNS` are kept);
+   folder under :data:`RUNS_ROOT` (the last :data:`KEEP_RUNS` are kept); the followers run
+   there after the e2e tests, so never beside them;
 2. never runs those items in this process: at the first one it waits for the second process,
    then replays its reports (:mod:`tests.report_stream`) into this session, so the terminal
    and ``--junitxml`` show every e2e outcome as usual; an item the second process never
@@ -20,8 +23,9 @@ state a lab could have made, and labs of concurrent runs take turns through a lo
 here first: ``/run/netns`` (the host tests' namespaces are mounted there and the lab's
 ``down`` removes the fixed paths it found absent).
 
-``DMN_E2E_BESIDE=0`` keeps the e2e tests in this process, in the order pytest gives. A
-session that selected only e2e tests (or no other host test) runs them in-process too.
+``DMN_E2E_BESIDE=0`` keeps the e2e tests (and the followers) in this process, in the order
+pytest gives. A session that selected no e2e test, or no other host test, runs them
+in-process too.
 ``DMN_E2E_BESIDE_TIMEOUT`` (s, default 3000) bounds the second process; at its end, or when
 this session ends first, the process is interrupted (SIGINT: its fixtures bring the lab
 down) and killed 180 s later.
@@ -45,6 +49,8 @@ from tests.kernel_lab.guest import GUEST_ENV
 from tests.report_stream import REPORTS, ReportStream, read_reports, replay
 
 MARKER = "e2e"
+#: markers of tests that go with the e2e tests to the second process, after them
+FOLLOWERS = ("fresh_machine", "image")
 SWITCH_ENV = "DMN_E2E_BESIDE"
 RUN_ENV = "DMN_E2E_BESIDE_RUN"
 TIMEOUT_ENV = "DMN_E2E_BESIDE_TIMEOUT"
@@ -57,6 +63,10 @@ OUTPUT = "output.log"
 
 def _is_e2e(item: pytest.Item) -> bool:
     return item.get_closest_marker(MARKER) is not None
+
+
+def _is_beside(item: pytest.Item) -> bool:
+    return _is_e2e(item) or any(item.get_closest_marker(m) is not None for m in FOLLOWERS)
 
 
 def _timeout() -> float:
@@ -83,6 +93,7 @@ class BesideRun:
     """This session's second process and what it reported."""
 
     nodeids: list[str]
+    selected: frozenset[str] = frozenset()
     run_dir: Path | None = None
     process: subprocess.Popen[bytes] | None = None
     started: float = 0.0
@@ -193,20 +204,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not _enabled():
         return
     e2e = [i for i in items if _is_e2e(i)]
-    rest = [i for i in items if not _is_e2e(i)]
+    followers = [i for i in items if _is_beside(i) and not _is_e2e(i)]
+    rest = [i for i in items if not _is_beside(i)]
     if not e2e or not rest:
         return
-    items[:] = rest + e2e
-    for item in e2e:  # this session only waits; the second process's own timeouts govern
+    beside = e2e + followers
+    items[:] = rest + beside
+    for item in beside:  # this session only waits; the second process's own timeouts govern
         item.add_marker(pytest.mark.timeout(_timeout() + INTERRUPT_GRACE_S + 60))
-    config.stash[_SELECTED_KEY] = [i.nodeid for i in e2e]
+    config.stash[_SELECTED_KEY] = [i.nodeid for i in beside]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     nodeids = session.config.stash.get(_SELECTED_KEY, None)
     if not nodeids or session.config.option.collectonly:
         return
-    run = BesideRun(nodeids)
+    run = BesideRun(nodeids, frozenset(nodeids))
     session.config.stash[_RUN_KEY] = run
     run.start()
 
@@ -214,7 +227,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
     run = item.config.stash.get(_RUN_KEY, None)
-    if run is None or not _is_e2e(item):
+    if run is None or item.nodeid not in run.selected:
         return None
     run.collect()
     replay(item, run.reports, run.failure_text)
@@ -235,7 +248,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     tr.section("e2e beside")
     wall = f"{run.wall_s:.1f}s" if run.wall_s is not None else "n/a"
     tr.write_line(
-        f"{len(run.nodeids)} e2e test(s) in a second process: wall {wall}; this session "
+        f"{len(run.nodeids)} test(s) (e2e, then {', '.join(FOLLOWERS)}) in a second process: "
+        f"wall {wall}; this session "
         f"waited {run.waited_s:.1f}s for it at the end; output {run.run_dir / OUTPUT}"
         if run.run_dir
         else "not started"
