@@ -1,6 +1,7 @@
 """``dmn lab``: the embedded single-node lab (control plane only, for now).
 
     dmn lab up [--state-dir DIR] [--port N] [--detach] [--links recorded|netns]
+    dmn lab up --backend upstream [--install process|helm] [--multus] [--state-dir DIR]
     dmn lab apply -f FILE|DIR [--state-dir DIR]
     dmn lab get KIND [NAME] | KIND/NAME [-n NAMESPACE] [-o yaml|json|name] [--state-dir DIR]
     dmn lab delete -f FILE|DIR | KIND NAME | KIND/NAME [-n NAMESPACE] [--ignore-not-found]
@@ -67,6 +68,10 @@ INSTALL_HELP = (
     "upstream backend: our driver as host processes (process), or by `helm install` of the "
     "chart with the locally built image, as Pods (helm)"
 )
+MULTUS_HELP = (
+    "upstream backend: Multus (thin plugin) ahead of the Pod network, and Whereabouts IPAM "
+    "with its reconciler (built by lab/upstream/build.py multus whereabouts)"
+)
 LINKS_HELP = "the lab node's links: recorded facts, or a real veth pair in a lab-owned netns"
 STOP_TIMEOUT = 30.0
 
@@ -93,10 +98,10 @@ def _logging(level: int) -> None:
 # --- up / down ---------------------------------------------------------------------------
 
 
-def _upstream_lab(state_dir: Path, install: str = "process") -> Any:
+def _upstream_lab(state_dir: Path, install: str = "process", multus: bool = False) -> Any:
     from dmn.lab.upstream.cluster import UpstreamLab
 
-    return UpstreamLab(state_dir, driver=_driver(install))
+    return UpstreamLab(state_dir, driver=_driver(install), multus=multus)
 
 
 def _driver(install: str) -> Any:
@@ -113,9 +118,11 @@ def _driver(install: str) -> Any:
 def _up(args: argparse.Namespace) -> int:
     state = StateDir(args.state_dir)
     if args.backend == "upstream":
-        return _up_upstream(state, args.install)
+        return _up_upstream(state, args.install, args.multus)
     if args.install != "process":
         raise _Failure("E_USAGE", "--install helm needs --backend upstream")
+    if args.multus:
+        raise _Failure("E_USAGE", "--multus needs --backend upstream")
     running = state.running_pid()
     if running is not None:
         raise _Failure("E_LAB_RUNNING", f"a lab is already running (pid {running}) in {state.root}")
@@ -161,7 +168,7 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _up_upstream(state: StateDir, install: str) -> int:
+def _up_upstream(state: StateDir, install: str, multus: bool) -> int:
     from dmn.lab.cluster import LabError
 
     if os.geteuid() != 0:
@@ -169,7 +176,7 @@ def _up_upstream(state: StateDir, install: str) -> int:
     if state.running_pid() is not None:
         raise _Failure("E_LAB_RUNNING", f"an embedded lab is running in {state.root}")
     _logging(logging.INFO)
-    lab = _upstream_lab(state.root, install)
+    lab = _upstream_lab(state.root, install, multus)
     try:
         url = lab.up()
     except LabError as exc:
@@ -646,6 +653,7 @@ def _parser() -> CommandParser:
     up.add_argument("--links", choices=LINK_MODES, default="recorded", help=LINKS_HELP)
     up.add_argument("--backend", choices=BACKENDS, default="embedded", help=BACKEND_HELP)
     up.add_argument("--install", choices=INSTALLS, default="process", help=INSTALL_HELP)
+    up.add_argument("--multus", action="store_true", help=MULTUS_HELP)
     with_state(sub.add_parser("down", help="stop a running lab"))
     with_state(sub.add_parser("kubeconfig", help="print the running lab's admin kubeconfig path"))
     apply = with_state(sub.add_parser("apply", help="create or update objects from manifests"))

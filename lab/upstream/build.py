@@ -16,6 +16,9 @@ Contract:
   ``k8s.io/*`` modules (read from the downloaded go.mod, not hard-coded) by its published
   version, and stamp the version with ldflags so binaries report v1.37.2.
 - etcd's server module also carries local replaces; a wrapper that requires it builds.
+- Whereabouts' go.mod replaces one dependency by another version; ``go install`` refuses any
+  replace, so a wrapper requires it and carries the same (non-local) replaces, read from the
+  downloaded go.mod.
 
 Runs with the system ``python3`` (stdlib only): CI calls it before the project venv exists.
 ``--print-bin NAME`` prints the directory holding component NAME's binaries.
@@ -54,6 +57,8 @@ COMPONENTS = (
     "prometheus-operator",
     "cert-manager",
     "dranet",
+    "multus",
+    "whereabouts",
 )
 
 
@@ -251,8 +256,12 @@ def build_pause(pin: dict[str, object], out: Path, work: Path) -> None:
 
 
 def _copy_crds(pin: dict[str, object], out: Path, work: Path) -> None:
-    """The module's CRD manifests (``pin["crds"]``, a folder in the module) into ``crds``
-    beside ``out``: the real schemas of the objects the chart renders for that operator."""
+    """The module's CRD manifests into ``crds`` beside ``out``: the real schemas of the
+    objects the lab or the chart create for that component.
+
+    ``pin["crds"]`` names a folder of the module (every file matching ``pin["crd_files"]``,
+    default ``*.yaml``, is copied as it is) or one multi-document manifest, from which only
+    the CustomResourceDefinition documents are kept, one file per CRD named after it."""
     module, version = str(pin["module"]), str(pin["version"])
     work.mkdir(parents=True, exist_ok=True)
     if not (work / "go.mod").exists():
@@ -261,11 +270,34 @@ def _copy_crds(pin: dict[str, object], out: Path, work: Path) -> None:
     source = Path(info["Dir"]) / str(pin["crds"])
     target = out.parent / "crds"
     target.mkdir(parents=True, exist_ok=True)
-    found = sorted(source.glob("*.yaml"))
-    if not found:
+    if source.is_file():
+        found = crd_documents(source.read_text())
+        if not found:
+            raise RuntimeError(f"no CustomResourceDefinition in {source}")
+        for name, text in found.items():
+            (target / f"{name}.yaml").write_text(text)
+        return
+    files = sorted(source.glob(str(pin.get("crd_files", "*.yaml"))))
+    if not files:
         raise RuntimeError(f"no CRD manifests in {source}")
-    for crd in found:
+    for crd in files:
         shutil.copyfile(crd, target / crd.name)
+
+
+def crd_documents(manifest: str) -> dict[str, str]:
+    """The CustomResourceDefinition documents of a multi-document YAML manifest, by
+    ``metadata.name``. Read by lines (no YAML parser: this script runs on the stdlib
+    alone): a document is a CRD when a top-level ``kind:`` line says so, and its name is
+    the first ``name:`` line indented below the top-level ``metadata:``."""
+    out = {}
+    for document in re.split(r"^---[^\n]*$", manifest, flags=re.M):
+        if not re.search(r"^kind:\s*CustomResourceDefinition\s*$", document, re.M):
+            continue
+        name = re.search(r"^metadata:\s*\n(?:\s+.*\n)*?\s+name:\s*(\S+)\s*$", document, re.M)
+        if name is None:
+            raise RuntimeError("a CustomResourceDefinition without metadata.name")
+        out[name.group(1).strip("'\"")] = document.strip("\n") + "\n"
+    return out
 
 
 def build_prometheus_operator(pin: dict[str, object], out: Path, work: Path) -> None:
@@ -312,6 +344,63 @@ def build_dranet(pin: dict[str, object], out: Path, work: Path) -> None:
     _install([f"{pin['module']}/cmd/dranet"], str(pin["version"]), out, work)
 
 
+def build_multus(pin: dict[str, object], out: Path, work: Path) -> None:
+    """Multus' thin plugin and its thick daemon and shim, the version stamped where
+    ``--version`` reads it, and its CRD. Through a wrapper module: ``go install
+    <pkg>@<version>`` first asks the proxy for the module's version list (to report a
+    deprecation), which the proxy here refuses for this module (403), while the pinned
+    version itself downloads."""
+    module, version = str(pin["module"]), str(pin["version"])
+    _wrapper(work, "dmnlab/multus", [f"{module} {version}"], [])
+    commands = {c: f"{module}/cmd/{c}" for c in pin["commands"]}  # type: ignore[attr-defined]
+    imports = "\n".join(f'\t_ "{p}"' for p in commands.values())
+    (work / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
+    _go(["mod", "tidy", "-e"], work)
+    flags = f"-s -w -X {module}/pkg/multus.version={version}"
+    for name, package in commands.items():
+        _go(["build", "-trimpath", "-ldflags", flags, "-o", f"{out}/{name}", package], work)
+    _copy_crds(pin, out, work)
+
+
+def module_replaces(gomod: str) -> list[str]:
+    """The ``replace`` directives of a go.mod that name a module version (``old =>
+    new version``), in ``go.mod`` syntax without the keyword; a replace by a local folder
+    cannot be carried into another module and is left out."""
+    lines = re.findall(r"^replace\s+(.+?)\s*$", gomod, re.M)
+    for block in re.findall(r"^replace\s*\(\s*\n(.*?)^\)", gomod, re.M | re.S):
+        lines += [line.strip() for line in block.splitlines() if line.strip()]
+    kept = []
+    for line in lines:
+        line = line.split("//", 1)[0].strip()
+        if "=>" not in line or line.startswith("("):
+            continue
+        target = line.split("=>", 1)[1].split()
+        if len(target) == 2 and not target[0].startswith((".", "/")):
+            kept.append(line)
+    return kept
+
+
+def build_whereabouts(pin: dict[str, object], out: Path, work: Path) -> None:
+    """The Whereabouts CNI binary (package ``cmd``) and its reconciler ``ip-control-loop``
+    (``cmd/controlloop``), through a wrapper module that carries the module's replaces, the
+    version stamped in its ``pkg/version``; and its three CRDs."""
+    module, version = str(pin["module"]), str(pin["version"])
+    probe = work.with_name(work.name + "-probe")
+    probe.mkdir(parents=True, exist_ok=True)
+    (probe / "go.mod").write_text("module dmnlab/probe\n\ngo 1.26\n")
+    info = json.loads(_go(["mod", "download", "-json", f"{module}@{version}"], probe))
+    replaces = module_replaces(Path(info["GoMod"]).read_text())
+    _wrapper(work, "dmnlab/whereabouts", [f"{module} {version}"], replaces)
+    programs = {"whereabouts": f"{module}/cmd", "ip-control-loop": f"{module}/cmd/controlloop"}
+    imports = "\n".join(f'\t_ "{p}"' for p in programs.values())
+    (work / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
+    _go(["mod", "tidy", "-e"], work)
+    flags = f"-s -w -X {module}/pkg/version.Version={version}"
+    for name, package in programs.items():
+        _go(["build", "-trimpath", "-ldflags", flags, "-o", f"{out}/{name}", package], work)
+    _copy_crds(pin, out, work)
+
+
 BUILDERS = {
     "kubernetes": build_kubernetes,
     "etcd": build_etcd,
@@ -323,6 +412,8 @@ BUILDERS = {
     "prometheus-operator": build_prometheus_operator,
     "cert-manager": build_cert_manager,
     "dranet": build_dranet,
+    "multus": build_multus,
+    "whereabouts": build_whereabouts,
 }
 
 

@@ -6,7 +6,8 @@ gate), kube-controller-manager, kube-scheduler, containerd (NRI on, runc, the re
 ``bridge`` + ``host-local`` CNI plugins as the primary network), kubelet as node
 ``lab-node``; imports the lab's two images; then hands over to a
 :class:`~dmn.lab.upstream.driver.DriverDeployment` for our CRDs, controller, webhook and
-node agent. ``up`` returns when all of that is ready; the processes keep running.
+node agent, and (``multus=True``) adds Multus and Whereabouts. ``up`` returns when all of
+that is ready; the processes keep running.
 
 Everything lives below ``<state dir>/up``; what cannot (links in the host namespace, cgroup
 roots, kernel settings kubelet writes, fixed host paths) is recorded in ``host.json``
@@ -58,6 +59,7 @@ from dmn.lab.upstream.driver import (
     ProcessDriver,
 )
 from dmn.lab.upstream.host_changes import CGROUP_NAME, HostRecord
+from dmn.lab.upstream.multus import MultusInstall
 from dmn.lab.upstream.pki import LabCA
 from dmn.lab.upstream.processes import ProcessTable
 from dmn.lab.upstream.workloads import DAEMON_SETS, DEPLOYMENTS
@@ -89,10 +91,16 @@ class UpstreamLab:
         driver: DriverDeployment | None = None,
         timeout: float = 180.0,
         with_node: bool = True,
+        multus: bool = False,
     ) -> None:
         """``with_node=False``: the control plane only (etcd, kube-apiserver, our controller
-        and webhook) — no controller manager, scheduler, containerd, kubelet or agent."""
+        and webhook) — no controller manager, scheduler, containerd, kubelet or agent.
+        ``multus``: Multus and Whereabouts too (:mod:`~dmn.lab.upstream.multus`); a
+        running lab takes them with :meth:`enable_multus`."""
+        if multus and not with_node:
+            raise LabError("E_USAGE", "Multus needs the node (kubelet and containerd)")
         self.with_node = with_node
+        self.multus = multus
         self.layout = Layout(state_root / "up")
         self.procs = ProcessTable(self.layout.root)
         self.driver = driver or ProcessDriver()
@@ -155,6 +163,8 @@ class UpstreamLab:
                     "run: python3 lab/upstream/build.py",
                 )
             out[name] = directory
+        if self.multus:
+            self._multus().binaries()
         return out
 
     def _up(self, bins: dict[str, Path]) -> str:
@@ -195,6 +205,8 @@ class UpstreamLab:
                     with_node=self.with_node,
                 )
             )
+            if self.multus:
+                self._multus().install(admin, server, ports.apiserver)
         finally:
             admin.close()
         log.info("event=lab-up server=%s root=%s", server, layout.root)
@@ -276,7 +288,8 @@ class UpstreamLab:
         layout.containerd.mkdir(parents=True, exist_ok=True)
         layout.nri_socket.parent.mkdir(parents=True, exist_ok=True)
         layout.cni_conf.mkdir(parents=True, exist_ok=True)
-        (layout.cni_conf / "10-dmn-lab.conflist").write_text(configs.cni_conflist(layout))
+        layout.cni_bin.mkdir(parents=True, exist_ok=True)
+        (layout.cni_conf / configs.PRIMARY_CONFLIST).write_text(configs.cni_conflist(layout))
         layout.containerd_config.write_text(
             configs.containerd_config(layout, bins["runc"] / "runc", bins["cni"])
         )
@@ -304,6 +317,35 @@ class UpstreamLab:
             time.sleep(0.3)
         where = f"; {self.procs.tail(proc)}" if proc else ""
         raise LabError("E_LAB_START", f"{what}: not ready after {self.timeout:.0f}s{where}")
+
+    # --- Multus ---------------------------------------------------------------------------
+
+    def _multus(self) -> MultusInstall:
+        return MultusInstall(self.layout, self.timeout)
+
+    def enable_multus(self) -> MultusInstall:
+        """Put Multus (thin) and Whereabouts into this running lab's Pod path (a no-op
+        when they are); returns the handle tests create networks with."""
+        install = self._multus()
+        if install.enabled():
+            return install
+        info = self.info()
+        port = int(info["ports"]["apiserver"])  # type: ignore[index]
+        admin = self.admin()
+        try:
+            install.install(admin, str(info["server"]), port)
+        finally:
+            admin.close()
+        return install
+
+    def disable_multus(self) -> None:
+        """Take Multus out of the Pod path again (Pods selecting networks are deleted)."""
+        install = self._multus()
+        admin = self.admin()
+        try:
+            install.uninstall(admin)
+        finally:
+            admin.close()
 
     # --- down ----------------------------------------------------------------------------
 

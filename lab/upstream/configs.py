@@ -30,6 +30,9 @@ POD_CIDR = "10.244.0.0/24"
 POD_GATEWAY = "10.244.0.1"
 POD_PREFIX = 24
 CNI_BRIDGE = "dmnlab-cni0"
+#: the primary Pod network's file in the CNI configuration directory (``--multus`` puts
+#: Multus' ahead of it, naming this file as Multus' cluster network)
+PRIMARY_CONFLIST = "10-dmn-lab.conflist"
 FEATURE_GATES = "DRADeviceCompatibilityGroups=true"
 DRIVER_NAMESPACE = "dra-multi-network"
 #: containerd's NRI request timeout (its default, written out: the fail-closed tests outlast
@@ -88,6 +91,12 @@ class Layout:
     @property
     def cni_conf(self) -> Path:
         return self.root / "cni" / "net.d"
+
+    @property
+    def cni_bin(self) -> Path:
+        """The lab's own CNI plugin directory, searched after the reference plugins' (it
+        starts empty; ``--multus`` installs Multus and Whereabouts there)."""
+        return self.root / "cni" / "bin"
 
     @property
     def cni_data(self) -> Path:
@@ -221,7 +230,8 @@ def scheduler_argv(binary: Path, layout: Layout) -> list[str]:
 
 
 def containerd_config(layout: Layout, runc: Path, cni_bin: Path) -> str:
-    """containerd 2.x config version 3; every path below the lab directory."""
+    """containerd 2.x config version 3; every path below the lab directory. CNI plugins are
+    looked up in the reference plugins' build, then in the lab's own directory."""
     c = layout.containerd
     return f"""version = 3
 root = "{c / "root"}"
@@ -263,7 +273,7 @@ state = "{c / "state"}"
           Root = "{c / "runc"}"
           SystemdCgroup = false
     [plugins.'io.containerd.cri.v1.runtime'.cni]
-      bin_dirs = ["{cni_bin}"]
+      bin_dirs = ["{cni_bin}", "{layout.cni_bin}"]
       conf_dir = "{layout.cni_conf}"
       max_conf_num = 1
 

@@ -1,9 +1,11 @@
-"""The upstream lab's two images, built as docker-archive tarballs without any registry.
+"""The upstream lab's images, built as docker-archive tarballs without any registry.
 
 * ``localhost/dmn-lab/pause:1`` — the project's pause program (``pause/main.go``, built by
   ``build.py pause``) as ``/pause``; containerd's CRI uses it as the sandbox image.
 * ``localhost/dmn-lab/busybox:1`` — Debian's static busybox (``busybox-static``) as
   ``/bin/busybox`` with applet links for ``sh ip ping nc sleep`` and a few more.
+* with ``--multus`` only, a one-program image per static Go binary the lab runs as a Pod
+  (:func:`program_archive`: Whereabouts' ``ip-control-loop``), tagged with its pin.
 
 An archive is the format ``ctr images import`` reads: ``manifest.json`` (``RepoTags``), one
 image config (os, architecture, rootfs diff id) and one uncompressed layer. Archives are
@@ -114,18 +116,29 @@ def busybox_archive(busybox: Path = BUSYBOX_BINARY) -> bytes:
     return archive(BUSYBOX_IMAGE, entries, config)
 
 
+def program_archive(tag: str, binary: Path) -> bytes:
+    """An image holding one static program as ``/<name>``, its entrypoint."""
+    entries = [*_base_dirs(), Entry(binary.name, binary.read_bytes())]
+    return archive(tag, entries, {"Entrypoint": [f"/{binary.name}"], "Env": ["PATH=/"]})
+
+
+def write_archive(directory: Path, ref: str, data: bytes) -> Path:
+    """Write one image archive into ``directory``, named after the reference's last part."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / (ref.rsplit("/", 1)[-1].replace(":", "-") + ".tar")
+    path.write_bytes(data)
+    return path
+
+
 def write_archives(directory: Path, pause_binary: Path) -> dict[str, Path]:
     """Write both archives into ``directory``; returns image reference → archive path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    out = {}
-    for ref, data in (
-        (PAUSE_IMAGE, pause_archive(pause_binary)),
-        (BUSYBOX_IMAGE, busybox_archive()),
-    ):
-        path = directory / (ref.rsplit("/", 1)[-1].replace(":", "-") + ".tar")
-        path.write_bytes(data)
-        out[ref] = path
-    return out
+    return {
+        ref: write_archive(directory, ref, data)
+        for ref, data in (
+            (PAUSE_IMAGE, pause_archive(pause_binary)),
+            (BUSYBOX_IMAGE, busybox_archive()),
+        )
+    }
 
 
 def import_images(ctr: Path, address: str, archives: dict[str, Path]) -> None:

@@ -10,10 +10,11 @@ the ``test_upstream*`` modules, its ``helm uninstall`` just before
 ``test_upstream_zz_down.py``'s ``down``. Each test cleans up its own Pods and waits where
 the next test depends on it. The control-plane-only lab and that own Helm lab are one per
 module; those modules run first (``pytest_collection_modifyitems``), so their labs are down
-before the session's node lab takes the machine-wide lock. A lab is brought down at the end
-of its scope, also after failures; its state directory is a short path under /tmp (unix
-socket paths must fit sockaddr_un). Never skipped: without the built components the fixture
-fails with the build command.
+before the session's node lab takes the machine-wide lock. A module that needs Multus asks
+for ``multus_lab``, which adds it to the session's node lab for that module only. A lab is
+brought down at the end of its scope, also after failures; its state directory is a short
+path under /tmp (unix socket paths must fit sockaddr_un). Never skipped: without the built
+components the fixture fails with the build command.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from dmn.lab.upstream import host_changes
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.driver import DriverDeployment
 from dmn.lab.upstream.helm_driver import HelmDriver
+from dmn.lab.upstream.multus import MultusInstall
 from tests.e2e import installed_driver, lab_pods
 
 
@@ -178,6 +180,21 @@ def helm_session(request: pytest.FixtureRequest) -> Iterator[Session]:
 def control_plane() -> Iterator[Session]:
     """etcd, kube-apiserver, our controller and webhook only (fast; no kubelet)."""
     yield from _session(with_node=False)
+
+
+@pytest.fixture(scope="module")
+def multus_lab(upstream_session: Session) -> Iterator[MultusInstall]:
+    """Multus (thin plugin, ahead of the Pod network) and Whereabouts (IPAM and its control
+    loop Pod) in the session's node lab, for the requesting module only: no other lab is
+    brought up, and the modules that do not ask run without Multus in their Pods' path.
+    Afterwards every Pod still selecting networks is deleted (through Multus) and Multus is
+    taken out of the path again; the CRDs and their objects stay until ``down``."""
+    lab = upstream_session.lab
+    install = lab.enable_multus()
+    try:
+        yield install
+    finally:
+        lab.disable_multus()
 
 
 @pytest.fixture(scope="session")
