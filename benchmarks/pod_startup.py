@@ -42,7 +42,9 @@ machine's heavy lock, which the whole run holds::
 to ``startup_p50_ms``, ``startup_p90_ms``, ``startup_p99_ms``, ``added_p50_ms``,
 ``added_p99_ms``, ``teardown_p50_ms``, ``cpu_ms_per_pod`` (burst), ``serial`` (the same of
 the one-at-a-time Pods), ``spread`` and ``left_behind``; ``whole_link`` maps ``dmn_whole``
-and ``dranet`` to the one-at-a-time figures. Never a timed test: the e2e smoke
+and ``dranet`` to the one-at-a-time figures. ``--keep-logs DIR`` keeps the lab's logs and
+``--trace FILE`` each Pod's wall-clock marks, to set against containerd's and kubelet's
+log lines. Never a timed test: the e2e smoke
 (``tests/e2e/test_upstream_pod_startup.py``) runs a few Pods and asserts only that each
 system's Pods get their interface and that the object has its keys.
 """
@@ -308,6 +310,14 @@ def node_cpu_ms(lab: UpstreamLab) -> float:
     return ticks * 1000.0 / hz
 
 
+#: per Pod: wall-clock seconds of create call, Running seen, delete call, DELETED seen
+TRACE: list[dict[str, Any]] = []
+
+
+def _wall(mono: float) -> float:
+    return time.time() - (time.monotonic() - mono)
+
+
 @dataclass
 class Batch:
     startup_ms: list[float] = field(default_factory=list)
@@ -351,6 +361,16 @@ def run_burst(
         list(pool.map(delete, names))
     watch.wait("gone", names, f"{system} Pods gone")
     batch.teardown_ms = [(watch.gone[n] - deleted[n]) * 1000 for n in names]
+    for n in names:
+        TRACE.append(
+            {
+                "pod": n,
+                "created": _wall(created[n]),
+                "running": _wall(watch.running[n]),
+                "deleted": _wall(deleted[n]),
+                "gone": _wall(watch.gone[n]),
+            }
+        )
     batch.cpu_ms_per_pod = (node_cpu_ms(bench.lab) - cpu0) / len(names)
     batch.left_behind = left_behind(bench, system)
     return batch
@@ -561,6 +581,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--keep-logs", type=Path, help="copy the lab's logs here before down")
+    parser.add_argument("--trace", type=Path, help="write each Pod's wall-clock marks here")
     args = parser.parse_args()
     serial = args.pods if args.serial is None else args.serial
 
@@ -584,6 +605,8 @@ def main() -> int:
                 shutil.copytree(lab.layout.root / "logs", args.keep_logs, dirs_exist_ok=True)
             problems = lab.down()
             shutil.rmtree(root, ignore_errors=True)
+    if args.trace:
+        args.trace.write_text("".join(json.dumps(t) + "\n" for t in TRACE))
     result["wall_s"] = round(time.monotonic() - started, 1)
     result["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     result["commit"] = subprocess.run(
