@@ -291,7 +291,8 @@ class DranetPeer:
             self.lab.procs.start(PROCESS, argv, env)
             try:
                 self._wait("dranet /healthz", lambda: _healthy(health))
-                self._wait("dranet's ResourceSlice", lambda: self.published(admin) == self.links)
+                wanted = tuple(sorted(self.links))
+                self._wait("dranet's ResourceSlice", lambda: self.published(admin) == wanted)
             except PeerError:
                 self.stop()
                 raise
@@ -410,7 +411,8 @@ class DranetPeer:
         ]
 
     def published(self, admin: Cluster) -> tuple[str, ...]:
-        """The device names in dranet's ResourceSlices for the lab node, sorted."""
+        """The device names in dranet's ResourceSlices for the lab node, sorted (``dmnlab-dr10``
+        before ``dmnlab-dr2``: compare with ``sorted(links)``)."""
         return tuple(
             sorted(d["name"] for s in self.slices(admin) for d in s["spec"].get("devices") or [])
         )
