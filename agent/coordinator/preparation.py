@@ -86,7 +86,9 @@ class PreparationService:
     def prepare(self, namespace: str, name: str, uid: str) -> list[PreparedDevice]:
         """NodePrepare of one claim; raises :class:`Refusal` (nothing changed) or returns
         the prepared devices. The API reads (claim, revision) happen before the node lock
-        is taken, never under it; the journal is checked again under the lock."""
+        is taken, never under it; the journal is checked again under the lock. The claim is
+        read from the API server; its pinned revision may be the informer's exact copy
+        when that copy's phase passes (:mod:`.claim_verifier`)."""
         claim = self.claims.read(namespace, name, uid)
         results = driver_results(claim, self.config.driver)
         if not results:
@@ -97,7 +99,7 @@ class PreparationService:
             if done is not None:
                 self._publish_metadata(claim, done)
                 return done
-        verified = self.claims.verify(claim)
+        verified = self.claims.verify(claim, cached=True)  # the claim itself was read fresh
         if verified is None:
             return []
         # Multus automatic mode: the consumer verified and every template rendered, with API

@@ -300,6 +300,13 @@ def fingerprint(claim_uid: str, results: Sequence[DriverResult]) -> str:
     )
 
 
+def revision_usable(revision: Mapping[str, Any], accept_superseded: bool = False) -> bool:
+    """Whether :func:`verify_allocation` accepts ``revision``'s phase: Ready, or also
+    Superseded for an already prepared claim (``accept_superseded``)."""
+    superseded = (revision.get("status") or {}).get("phase") == "Superseded"
+    return _ready(revision) or (accept_superseded and superseded)
+
+
 def _ready(revision: Mapping[str, Any]) -> bool:
     status = revision.get("status") or {}
     if status.get("phase") != "Ready":
@@ -426,8 +433,7 @@ def verify_allocation(
             f"{ref.digest}",
             "revisionRef.digest",
         )
-    superseded = (revision.get("status") or {}).get("phase") == "Superseded"
-    if not _ready(revision) and not (accept_superseded and superseded):
+    if not revision_usable(revision, accept_superseded):
         raise Refusal("E_REVISION_NOT_READY", f"revision {ref.name} is not Ready", "status")
     roots = {str(r["rootStep"]): r for r in spec.get("roots") or []}
     by_step: dict[str, DriverResult] = {}

@@ -44,17 +44,22 @@ def _family(family: int) -> Family:
     return 6 if family == 6 else 4
 
 
-#: How long a pool read for an effect's capture serves its allocations (seconds).
+#: How long one read of a pool serves captures and allocations (seconds).
 PLAN_REUSE_SECONDS = 2.0
 
 
 class ClusterAddressPools:
     """:class:`~dmn.opcodes.address_pools.AddressPools` over :class:`AllocationClient`.
 
-    The pool an effect's capture just read (:meth:`subnets`) serves that effect's
-    allocations for :data:`PLAN_REUSE_SECONDS` instead of a second read of the same object:
-    an allocation was never atomic with its pool read (the API server's create is the
-    arbiter), so reading it a moment earlier changes nothing but one round trip per family.
+    One successful read of a pool serves every capture (:meth:`subnets`) and allocation
+    on this node for :data:`PLAN_REUSE_SECONDS` after it was read (never refreshed by a
+    use, so no answer is older than that), instead of a read of the same object per
+    effect and family. An allocation was never atomic with its pool read: the API
+    server's create arbitrates the address, and the controller keeps a deleted pool's
+    finalizer while any allocation exists, whenever it was created. So a read a moment
+    older changes only how soon a pool edit or deletion is seen — by at most that
+    window — and saves one round trip per Pod in a burst, where the serialized NRI
+    hooks come one after another. A pool that could not be read is never reused.
     """
 
     def __init__(self, client: AllocationClient, clock: Callable[[], float] = time.monotonic):
@@ -70,17 +75,27 @@ class ClusterAddressPools:
             return None
         return got[1]
 
-    def subnets(self, pool: str) -> tuple[PoolSubnet, ...] | PoolRefusal:
+    def _plan(self, pool: str) -> PoolPlan | PoolRefusal:
+        """The pool read within the window, else read now (and kept from now on)."""
+        plan = self._recent(pool)
+        if plan is not None:
+            return plan
         with _reachable(f"read IPPool {pool}"):
-            plan = self.client.pool_plan(pool)
-        if isinstance(plan, Refused):
+            read = self.client.pool_plan(pool)
+        if isinstance(read, Refused):
             with self._lock:
                 self._plans.pop(pool, None)
-            return PoolRefusal(plan.code, plan.message)
+            return PoolRefusal(read.code, read.message)
         with self._lock:
             if len(self._plans) >= 64:
                 self._plans.clear()
-            self._plans[pool] = (self._clock(), plan)
+            self._plans[pool] = (self._clock(), read)
+        return read
+
+    def subnets(self, pool: str) -> tuple[PoolSubnet, ...] | PoolRefusal:
+        plan = self._plan(pool)
+        if isinstance(plan, PoolRefusal):
+            return plan
         return tuple(
             PoolSubnet(
                 family,
@@ -95,10 +110,11 @@ class ClusterAddressPools:
         self, pool: str, family: int, address: str | None, owner: ClaimOwner, operation: str
     ) -> PoolLease | PoolRefusal:
         request = AddressRequest(_family(family), address)
+        plan = self._plan(pool)
+        if isinstance(plan, PoolRefusal):
+            return plan
         with _reachable(f"allocate from IPPool {pool}"):
-            got = self.client.allocate(
-                pool, request, _owner(owner, operation), plan=self._recent(pool)
-            )
+            got = self.client.allocate(pool, request, _owner(owner, operation), plan=plan)
         if isinstance(got, Refused):
             return PoolRefusal(got.code, got.message)
         return PoolLease(got.name, got.uid, pool, got.address, family)

@@ -14,6 +14,18 @@ counts once for that root and once for each distinct frame of this repository on
 
 Samples are wall clock: waiting on the API server, a lock or the kernel counts, as it does
 in a Pod's startup.
+
+``DMN_THREAD_CPU=DIR`` instead (or as well) records CPU time, not stacks: every second it
+reads each live thread's user + system time from ``/proc/self/task/<tid>/stat`` and
+rewrites ``DIR/threads-<pid>.json`` with the CPU milliseconds per thread name (a pool's
+numbered workers and ``Thread-N (target)`` folded into one name; threads that ended keep
+their last reading) and the process total. Why: in a Pod burst the node's two cores are
+the currency, and wall-clock stacks do not say which of the agent's background threads
+(publication, inventory rescans, status writes, watches) compete with the hooks. It only
+reads ``/proc`` once a second, so it can run beside a timed benchmark::
+
+    DMN_THREAD_CPU=/tmp/cpu PYTHONPATH=benchmarks/stack_sampler \\
+        .venv/bin/python benchmarks/pod_startup.py ...
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -82,6 +95,50 @@ def _sample(out: Path) -> None:
             written = time.monotonic()
         time.sleep(0.005)
 
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_ms(stat_path: str) -> float | None:
+    try:
+        with open(stat_path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) * 1000.0 / _TICKS  # utime, stime
+
+
+def _thread_name(name: str) -> str:
+    m = re.fullmatch(r"Thread-\d+ \((.+)\)", name)
+    if m:
+        return m.group(1)
+    return re.sub(r"[_-]\d+$", "", name)
+
+
+def _thread_cpu(out: Path) -> None:
+    last: dict[int, tuple[str, float]] = {}
+    while True:
+        time.sleep(1.0)
+        for t in threading.enumerate():
+            tid = t.native_id
+            if tid is None:
+                continue
+            ms = _cpu_ms(f"/proc/self/task/{tid}/stat")
+            if ms is not None:
+                last[tid] = (_thread_name(t.name), ms)
+        by_name: collections.Counter[str] = collections.Counter()
+        for name, ms in last.values():
+            by_name[name] += ms
+        doc = {"process_cpu_ms": _cpu_ms("/proc/self/stat"), "threads_cpu_ms": by_name}
+        out.write_text(json.dumps(doc))
+
+
+if os.environ.get("DMN_THREAD_CPU"):
+    _cpu_target = Path(os.environ["DMN_THREAD_CPU"]) / f"threads-{os.getpid()}.json"
+    _cpu_target.parent.mkdir(parents=True, exist_ok=True)
+    threading.Thread(
+        target=_thread_cpu, args=(_cpu_target,), daemon=True, name="thread-cpu"
+    ).start()
 
 if os.environ.get("DMN_STACK_SAMPLES"):
     _target = Path(os.environ["DMN_STACK_SAMPLES"]) / f"samples-{os.getpid()}.json"

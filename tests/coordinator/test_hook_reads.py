@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -235,3 +236,79 @@ def test_revision_cache_answers_only_for_the_pinned_identity(cluster: Cluster) -
     objects._revision_event("ADDED", rev)
     objects._revisions_synced.clear()  # a failed informer proves nothing
     assert objects.revision("rev-a", "u1", "sha256:aa") is None
+
+
+def test_prepare_and_attach_take_the_pinned_revision_from_the_cache_only_when_it_would_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """:class:`ClaimVerifier` with ``cached``: the informer's copy of the exact pinned
+    revision serves when its phase is one the check accepts (Ready; also Superseded for an
+    attachment); a cached copy whose phase would refuse is never used — the API server's
+    copy decides — and without ``cached`` the API server is always asked."""
+    from types import SimpleNamespace
+
+    from dmn.agent.coordinator import claim_verifier
+    from dmn.agent.coordinator.claim_verifier import ClaimVerifier
+    from dmn.agent.coordinator.config import NodeConfig
+    from dmn.agent.coordinator.verify import revision_usable
+
+    def rev(phase: str) -> dict[str, Any]:
+        ready = [{"type": "Ready", "status": "True"}] if phase == "Ready" else []
+        return {
+            "metadata": {"name": "rev-a", "uid": "u1"},
+            "spec": {"digest": "sha256:aa"},
+            "status": {"phase": phase, "conditions": ready},
+        }
+
+    fresh = rev("Ready")
+    ref = SimpleNamespace(name="rev-a", uid="u1", digest="sha256:aa")
+    result = SimpleNamespace(root=SimpleNamespace(revision_ref=ref))
+    monkeypatch.setattr(claim_verifier, "driver_results", lambda claim, driver: [result])
+
+    def check(uid: str, results: Any, revision: Any, **kw: Any) -> Any:
+        if not revision_usable(revision, kw.get("accept_superseded", False)):
+            raise Refusal("E_REVISION_NOT_READY", "not ready")
+        return revision
+
+    monkeypatch.setattr(claim_verifier, "verify_allocation", check)
+
+    class Cache:
+        copy: dict[str, Any] | None = None
+
+        def revision(self, name: str, uid: str, digest: str) -> dict[str, Any] | None:
+            return self.copy if (name, uid, digest) == ("rev-a", "u1", "sha256:aa") else None
+
+    class Api:
+        reads = 0
+
+        def get(self, res: Resource, name: str, namespace: str | None = None) -> Any:
+            self.reads += 1
+            return fresh
+
+    cache, api = Cache(), Api()
+    devices = SimpleNamespace(personas=lambda: {})
+    verifier = ClaimVerifier(
+        NodeConfig(NODE, "node-uid", state_dir=Path("/nonexistent")),
+        cast(Cluster, api),
+        cast(Any, devices),
+        {},
+        cast(NodeObjects, cache),
+    )
+    claim_obj = {"metadata": {"uid": "c1"}}
+    for cached_phase, superseded_ok, reads, served in (
+        ("Ready", False, 0, "cache"),  # a prepare: one round trip fewer
+        ("Superseded", False, 1, "api"),  # would refuse: the API server decides
+        ("Failed", False, 1, "api"),
+        ("Superseded", True, 0, "cache"),  # an attachment of a prepared claim accepts it
+        ("Pending", True, 1, "api"),
+    ):
+        cache.copy, api.reads = rev(cached_phase), 0
+        got = verifier.verify(claim_obj, accept_superseded=superseded_ok, cached=True)
+        assert api.reads == reads
+        assert got is (cache.copy if served == "cache" else fresh)
+    cache.copy, api.reads = rev("Ready"), 0
+    assert verifier.verify(claim_obj) is fresh and api.reads == 1  # not cached: always asked
+    cache.copy, fresh = None, rev("Superseded")
+    with pytest.raises(Refusal) as info:
+        verifier.verify(claim_obj, cached=True)  # nothing cached: the API server's refusal
+    assert info.value.code == "E_REVISION_NOT_READY"

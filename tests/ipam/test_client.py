@@ -222,8 +222,9 @@ def test_bad_input_is_a_refusal_not_a_traceback(cluster: Cluster) -> None:
 
 def test_the_node_allocates_from_the_pool_its_capture_just_read(cluster: Cluster) -> None:
     """ip/pool-addresses reads the pool at capture (subnets) and allocates right after: the
-    node's port reuses that read for PLAN_REUSE_SECONDS (one GET fewer per family), then
-    reads again; a pool that could not be read is never reused."""
+    node's port reuses that read for PLAN_REUSE_SECONDS after it was read (one GET fewer
+    per family, and per Pod for the next captures), then reads again; a pool that could not
+    be read is never reused."""
     from dmn.api.ipam.node_pools import PLAN_REUSE_SECONDS, ClusterAddressPools
     from dmn.opcodes.address_pools import ClaimOwner, PoolLease
 
@@ -245,9 +246,18 @@ def test_the_node_allocates_from_the_pool_its_capture_just_read(cluster: Cluster
         assert not isinstance(pools.subnets("reuse"), Exception)
         lease = pools.allocate("reuse", 4, None, claim, "op-a")
         assert isinstance(lease, PoolLease) and reads == ["reuse"]
-        now[0] += PLAN_REUSE_SECONDS + 0.1
+        now[0] += PLAN_REUSE_SECONDS - 0.1  # the next Pod's capture: the same read serves
+        assert not isinstance(pools.subnets("reuse"), Exception)
+        assert reads == ["reuse"]
+        now[0] += 0.2  # older than the window since the read (a use never refreshes it)
         again = pools.allocate("reuse", 4, None, claim, "op-b")
         assert isinstance(again, PoolLease) and reads == ["reuse", "reuse"]
+        now[0] += 0.1
+        assert not isinstance(pools.subnets("reuse"), Exception)
+        assert reads == ["reuse", "reuse"]
+        now[0] += PLAN_REUSE_SECONDS + 0.1
+        assert not isinstance(pools.subnets("reuse"), Exception)
+        assert reads == ["reuse", "reuse", "reuse"]
         assert pools.subnets("missing").code == "E_IPAM_UNKNOWN_POOL"  # type: ignore[union-attr]
         assert pools.allocate("missing", 4, None, claim, "op-c").code == "E_IPAM_UNKNOWN_POOL"  # type: ignore[union-attr]
     finally:
