@@ -122,6 +122,7 @@ class NodeSlicePublisher:
         self._wake = threading.Event()
         self._prompt = threading.Event()  # ends the pause between passes (policies, stop)
         self._rescan = threading.Event()
+        self._due = threading.Event()  # a trigger other than a rescan: the pass must run
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._watches: list[ListWatch] = []
@@ -205,7 +206,7 @@ class NodeSlicePublisher:
                 save_publication(self.state_file, self.publication)
             if plan.taints_pending:
                 # an unhealthy device still within its grace: look again once it is over
-                timer = threading.Timer(TAINT_GRACE_S + 0.1, self._wake.set)
+                timer = threading.Timer(TAINT_GRACE_S + 0.1, self._trigger)
                 timer.daemon = True
                 timer.start()
             concerned = {
@@ -269,9 +270,15 @@ class NodeSlicePublisher:
     # --- triggers ------------------------------------------------------------------------
 
     def inventory_changed(self, reason: str) -> None:
-        """The :class:`ChangeMonitor` callback: rescan, then republish (in the loop)."""
+        """The :class:`ChangeMonitor` callback: rescan, then republish (in the loop) if the
+        rescan found the inventory changed."""
         log.info("event=inventory-changed node=%s reason=%s", self.node_name, reason)
         self._rescan.set()
+        self._wake.set()
+
+    def _trigger(self) -> None:
+        """Ask for a pass whatever a rescan finds."""
+        self._due.set()
         self._wake.set()
 
     def _watch(self, res: r.Resource, prompt: bool = False) -> None:
@@ -282,6 +289,10 @@ class NodeSlicePublisher:
         # entry, the controller's aggregate) changes nothing this node publishes, and waking
         # every node on each node's status write would cost passes quadratic in the nodes
         generations: dict[str, object] = {}
+        # this node's devices per claim UID, as last seen: a claim event that leaves them as
+        # they were (created unallocated, reservedFor, the agent's own status write, another
+        # node's allocation) changes no pin; in a Pod storm those are most claim events
+        pinned: dict[str, frozenset[str]] = {}
 
         def loop() -> None:
             while not self._stop.is_set():
@@ -289,6 +300,9 @@ class NodeSlicePublisher:
                     for event in lw.events():
                         if res is r.DEVICE_EXPOSURE_POLICIES and _status_only(event, generations):
                             continue
+                        if res is r.RESOURCE_CLAIMS and not self._pins_moved(event, pinned):
+                            continue
+                        self._due.set()
                         self._wake.set()
                         if prompt:
                             self._prompt.set()
@@ -301,22 +315,50 @@ class NodeSlicePublisher:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self.resync)
+            woke = self._wake.wait(self.resync)
             if self._stop.is_set():
                 return
             self._wake.clear()
+            # triggers set _due before _wake: one arriving from here on wakes the next turn
+            due = not woke or self._due.is_set()
+            if due:
+                self._due.clear()
             try:
                 if self._rescan.is_set():
                     self._rescan.clear()
-                    self.inventory = self.scan()
-                self.publish()
+                    scanned = self.scan()
+                    due = due or scanned != self.inventory
+                    self.inventory = scanned
+                if due:
+                    self.publish()
             except ApiFailure as exc:
+                self._due.set()  # the next trigger retries, even a rescan that changes nothing
                 log.info("event=publication-retry node=%s error=%s", self.node_name, exc)
             except Exception:
+                self._due.set()
                 log.exception("event=publication-failed node=%s", self.node_name)
             self._notify()
             self._prompt.wait(self.coalesce)  # triggers meanwhile are kept in _wake
             self._prompt.clear()
+
+    def _pins_moved(self, event: WatchEvent, pinned: dict[str, frozenset[str]]) -> bool:
+        """Whether a ResourceClaim event may change this node's allocated devices (updating
+        ``pinned``); the SYNCED marker after a (re)list always counts."""
+        if event.type == SYNCED:
+            return True
+        meta = (event.object or {}).get("metadata") or {}
+        uid = str(meta.get("uid") or meta.get("name") or "")
+        before = pinned.get(uid, frozenset())
+        now = (
+            frozenset()
+            if event.type == "DELETED"
+            else _node_devices(event.object or {}, self.driver, self.node_name)
+        )
+        if now:
+            pinned[uid] = now
+        else:
+            pinned.pop(uid, None)
+        return now != before
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
@@ -346,7 +388,7 @@ class NodeSlicePublisher:
 
     def stop(self) -> None:
         self._stop.set()
-        self._wake.set()
+        self._trigger()
         self._prompt.set()
         if self._monitor is not None:
             self._monitor.stop()
@@ -357,6 +399,10 @@ class NodeSlicePublisher:
             t.join(timeout=5)
         self._threads.clear()
         self._watches.clear()
+
+
+def _node_devices(claim: Obj, driver: str, pool: str) -> frozenset[str]:
+    return allocated_devices((claim,), driver, pool)
 
 
 def _status_only(event: WatchEvent, generations: dict[str, object]) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,33 @@ def test_a_pass_with_nothing_changed_writes_no_slice(tmp_path: Path) -> None:
         assert writes.writes == []
 
 
+def _allocated_here(cluster: Cluster, name: str, device: str, pool: str = "lab-node") -> None:
+    """Create claim ``name`` and write an allocation of ``device`` in ``pool`` to its status
+    (as the scheduler does; the device need not exist: only the pin set is looked at)."""
+    request = {"deviceClassName": "x", "allocationMode": "ExactCount", "count": 1}
+    claim = cluster.create(
+        r.RESOURCE_CLAIMS,
+        {
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "net1", "exactly": request}]}},
+        },
+        "default",
+    )
+    result = {"request": "net1", "driver": DRIVER, "pool": pool, "device": device}
+    claim["status"] = {"allocation": {"devices": {"results": [result]}}}
+    cluster.replace(r.RESOURCE_CLAIMS, claim, status=True)
+
+
+def _pass_counter(publication: NodeSlicePublisher) -> list[float]:
+    import time
+
+    passes: list[float] = []
+    time.sleep(1.5)  # the passes of the lab's own start are over
+    publication.add_listener(lambda: passes.append(time.monotonic()))
+    passes.clear()  # add_listener calls it once right away
+    return passes
+
+
 def test_a_burst_of_claim_changes_is_coalesced_and_none_is_lost(tmp_path: Path) -> None:
     """Issue 15: claim events arrive several times a second in a Pod storm and each woke a
     pass at once; passes now follow each other ``coalesce`` seconds apart at the earliest
@@ -260,23 +288,73 @@ def test_a_burst_of_claim_changes_is_coalesced_and_none_is_lost(tmp_path: Path) 
     with LabCluster(StateDir(tmp_path), resync=3600.0) as lab:
         cluster, publication = lab.client(), lab.publication
         assert publication is not None and publication.coalesce == 1.0
-        passes: list[float] = []
-        time.sleep(1.5)  # the passes of the lab's own start are over
-        publication.add_listener(lambda: passes.append(time.monotonic()))
-        passes.clear()  # add_listener calls it once right away
+        passes = _pass_counter(publication)
         start = time.monotonic()
         for i in range(20):
-            request = {"deviceClassName": "x", "allocationMode": "ExactCount", "count": 1}
-            body = {
-                "metadata": {"name": f"burst-{i}", "namespace": "default"},
-                "spec": {"devices": {"requests": [{"name": "net1", "exactly": request}]}},
-            }
             last = time.monotonic()  # before the change: its pass ends after this
-            cluster.create(r.RESOURCE_CLAIMS, body, "default")
+            _allocated_here(cluster, f"burst-{i}", f"gone-{i}")
             time.sleep(0.05)
         wait_for(lambda: any(t > last for t in passes), what="a pass after the last change")
         elapsed = passes[-1] - start
         assert 1 <= len(passes) <= elapsed / publication.coalesce + 3, (len(passes), elapsed)
+        assert publication.allocated >= {f"gone-{i}" for i in range(20)}
+
+
+def test_claim_events_that_move_no_pin_of_this_node_start_no_pass(tmp_path: Path) -> None:
+    """Issue 43: in a Pod storm most claim events change nothing this node pins (a claim
+    created unallocated, reservedFor, the agent's own status writes, another node's
+    allocation), and each pass lists every claim of the cluster while the runtime's hooks
+    wait on the same interpreter. Those events start no pass; one that allocates a device of
+    this node, or takes it back, does."""
+    with LabCluster(StateDir(tmp_path), resync=3600.0) as lab:
+        cluster, publication = lab.client(), lab.publication
+        assert publication is not None
+        passes = _pass_counter(publication)
+        request = {"deviceClassName": "x", "allocationMode": "ExactCount", "count": 1}
+        for i in range(5):
+            body = {
+                "metadata": {"name": f"idle-{i}", "namespace": "default"},
+                "spec": {"devices": {"requests": [{"name": "net1", "exactly": request}]}},
+            }
+            cluster.create(r.RESOURCE_CLAIMS, body, "default")
+        _allocated_here(cluster, "elsewhere", "eth0-macvlan", pool="another-node")
+        mine = cluster.get(r.RESOURCE_CLAIMS, "idle-0", "default")
+        mine["metadata"]["labels"] = {"touched": "yes"}
+        cluster.replace(r.RESOURCE_CLAIMS, mine)
+        _allocated_here(cluster, "marker", "marker-device")  # its pass follows the others
+        wait_for(lambda: "marker-device" in publication.allocated, what="the marker's pass")
+        wait_for(lambda: len(passes) >= 1, what="the marker's pass reported")
+        assert len(passes) == 1, passes
+        cluster.delete(r.RESOURCE_CLAIMS, "marker", "default")
+        wait_for(lambda: "marker-device" not in publication.allocated, what="the pin released")
+        assert len(passes) == 2, passes
+
+
+def test_a_rescan_that_finds_the_same_inventory_starts_no_pass(tmp_path: Path) -> None:
+    """Issue 43: every Pod's sandbox adds and removes links on the host (the primary
+    network's veth, our children before they move), and each raised an inventory rescan and
+    then a full pass. A rescan whose inventory equals the last one writes and lists nothing;
+    one that differs republishes."""
+    with LabCluster(StateDir(tmp_path), resync=3600.0) as lab:
+        publication = lab.publication
+        assert publication is not None
+        passes = _pass_counter(publication)
+        calls: list[str] = []
+        publish = publication.publish
+
+        def counted() -> list[Any]:
+            calls.append("publish")
+            return publish()
+
+        publication.publish = counted  # type: ignore[method-assign]
+        publication.inventory_changed("rtnl:RTM_NEWLINK")
+        wait_for(lambda: len(passes) >= 1, what="the rescan's turn")
+        assert calls == []
+        scan = publication.scan
+        publication.inventory = dataclasses.replace(publication.inventory, notes=("stale",))
+        publication.inventory_changed("rtnl:RTM_DELLINK")
+        wait_for(lambda: calls == ["publish"], what="a pass after a changed rescan")
+        assert publication.inventory == scan()
 
 
 def test_a_restarted_publisher_keeps_its_promises(tmp_path: Path) -> None:
