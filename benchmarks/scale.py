@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -618,6 +619,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         problems = lab.down()
         if problems:
             out["downProblems"] = problems
+        elif not args.state_dir:
+            shutil.rmtree(state, ignore_errors=True)
     out["claims_per_s"] = out.get("ours", {}).get("claimsPerSecond")
     out["bound_p50_ms"] = out.get("ours", {}).get("boundP50Ms")
     out["bound_p99_ms"] = out.get("ours", {}).get("boundP99Ms")
