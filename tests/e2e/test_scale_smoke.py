@@ -31,15 +31,15 @@ KEYS = (
 
 def test_small_scale_run_reports_every_figure_and_allocates_every_claim() -> None:
     args = scale.parser().parse_args(
-        ["--nodes", "10", "--pods", "10", "--topologies", "5", "--workers", "4",
-         "--timeout", "120"]
+        ["--nodes", "10", "--pfs", "1", "--vfs", "8", "--pods", "10", "--topologies", "5",
+         "--workers", "4", "--timeout", "120"]
     )  # fmt: skip
     with _lab_turn():
         result = scale.run(args)
     missing = [k for k in KEYS if result.get(k) is None]
     assert not missing, (missing, result)
     assert result["nodes"] == 10
-    assert result["devices"] == 10 * 4 * (64 + 1)  # every VF kernel, every PF macvlan
+    assert result["devices"] == 10 * (8 + 1)  # every VF kernel, the PF macvlan
     assert result["republishGenerations"] == [2]
     for phase in ("ours", "baseline"):
         assert result[phase]["allocated"] == result[phase]["bound"] == 10, result[phase]
