@@ -134,9 +134,14 @@ class NodeSlicePublisher:
     # --- one pass ------------------------------------------------------------------------
 
     def _own_slices(self) -> list[Obj]:
+        """This node's slices of this driver. The server filters (``spec.nodeName`` and
+        ``spec.driver`` are ResourceSlice field selectors): listing every slice made each
+        pass read the whole cluster's pools, a cost per node that grew with the node count
+        (benchmarks/scale.py). The check here stays for a server that ignores the selector."""
+        selector = f"spec.nodeName={self.node_name},spec.driver={self.driver}"
         return [
             s
-            for s in self.cluster.list(r.RESOURCE_SLICES).items
+            for s in self.cluster.list(r.RESOURCE_SLICES, field_selector=selector).items
             if (s.get("spec") or {}).get("driver") == self.driver
             and (s.get("spec") or {}).get("nodeName") == self.node_name
         ]

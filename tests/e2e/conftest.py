@@ -127,6 +127,7 @@ def _lab_turn() -> Iterator[None]:
 
 
 CONTROL_PLANE_MODULE = "tests.e2e.test_control_plane"
+SCALE_MODULE = "tests.e2e.test_scale_smoke"
 HELM_MODULE = "tests.e2e.test_helm_install"
 DOWN_MODULE = "tests.e2e.test_upstream_zz_down"
 
@@ -141,7 +142,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     Helm-installed session lab ``test_helm_install.py`` is not one of them: it runs after
     the other node modules (its upgrade and uninstall change the driver under them), just
     before the down comparison."""
-    own = (CONTROL_PLANE_MODULE,) if installed_driver.HELM else (CONTROL_PLANE_MODULE, HELM_MODULE)
+    own = (
+        (CONTROL_PLANE_MODULE, SCALE_MODULE)
+        if installed_driver.HELM
+        else (CONTROL_PLANE_MODULE, SCALE_MODULE, HELM_MODULE)
+    )
 
     def rank(item: pytest.Item) -> int:
         module = _module(item)

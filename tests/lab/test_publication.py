@@ -401,3 +401,55 @@ def test_a_restarted_publisher_keeps_its_promises(tmp_path: Path) -> None:
         forgetful = restarted(None)
         assert _devices(cluster)[pinned]["capacity"][capacity]["value"] == "2"
         assert forgetful.publication.publisher.generation > again.publication.publisher.generation
+
+
+class _ListSpy:
+    """The real client, recording how many ResourceSlices each list of them returned."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.slice_lists: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.cluster, name)
+        if name != "list":
+            return attr
+
+        def listed(res: Any, *args: Any, **kwargs: Any) -> Any:
+            out = attr(res, *args, **kwargs)
+            if res is r.RESOURCE_SLICES:
+                self.slice_lists.append(len(out.items))
+            return out
+
+        return listed
+
+
+def test_a_pass_reads_only_its_own_pool_from_the_server(tmp_path: Path) -> None:
+    """Another node's slices are not transferred to this node's pass (the server filters by
+    node and driver): listing every slice made each pass cost more the more nodes the
+    cluster had (benchmarks/scale.py). Its own slices are still found and kept."""
+    with LabCluster(StateDir(tmp_path), resync=3600.0) as lab:
+        cluster, publication = lab.client(), lab.publication
+        assert publication is not None
+        publication.stop()
+        ours = publication.publish()
+        other = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": "elsewhere-network-devices-0"},
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": "elsewhere",
+                "pool": {"name": "elsewhere", "generation": 1, "resourceSliceCount": 1},
+                "devices": [],
+            },
+        }
+        cluster.create(r.RESOURCE_SLICES, other)
+        spy = _ListSpy(cluster)
+        publication.cluster = spy  # type: ignore[assignment]
+        again = publication.publish()
+        assert spy.slice_lists == [len(ours)]
+        assert [s["metadata"]["resourceVersion"] for s in again] == [
+            s["metadata"]["resourceVersion"] for s in ours
+        ]
+        assert cluster.get(r.RESOURCE_SLICES, "elsewhere-network-devices-0")
