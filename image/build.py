@@ -22,6 +22,9 @@ Contract:
   a wheel that carries any of it is refused. ``dmn lab`` in the image says it is not
   installed (``E_LAB_NOT_INSTALLED``).
 - ``<cache>`` is ``$DMN_IMAGE_CACHE`` or ``/var/cache/dmn-image`` — outside the clone.
+  One build at a time per cache (an exclusive lock on ``<cache>/.build.lock``): two test
+  processes may ask at once (the helm e2e lab and ``tests/image``), and a second build of
+  the same key would remove the first one's half-written directory.
 - The image's default user is ``dmn`` (65532:65532, non-root): the controller runs as
   it; the node agent's DaemonSet overrides the user and states its capabilities.
 - Layer tars are deterministic: sorted entries, mtimes clamped to ``SOURCE_DATE_EPOCH``
@@ -35,6 +38,8 @@ resolved dependency versions. Prints one JSON object: the rootfs, the archive an
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import gzip
 import hashlib
 import json
@@ -497,6 +502,17 @@ def project_version() -> str:
 
 def ensure(python: Path) -> Built:
     """Build (or reuse) the image for the current checkout; see the module contract."""
+    cache_root().mkdir(parents=True, exist_ok=True)
+    with (cache_root() / ".build.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _ensure(python)
+        finally:
+            with contextlib.suppress(OSError):
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _ensure(python: Path) -> Built:
     pins = runtime_pins(python)
     base, base_key = build_base(python, pins)
     version = project_version()

@@ -1,6 +1,6 @@
 """What Multus automatic mode relies on from an API server, written once and run against the
 lab's (``tests/apiserver/test_nad_semantics.py``) and the real kube-apiserver v1.37.2
-(``tests/e2e/test_nad_semantics.py``), so the stand-in cannot drift from the real one.
+(``tests/e2e/test_control_plane.py``), so the stand-in cannot drift from the real one.
 
 Each check takes a :class:`~dmn.api.cluster.Cluster` with the NetworkAttachmentDefinition CRD
 installed and a fresh namespace holding one Pod named ``owner`` (its UID is the owner

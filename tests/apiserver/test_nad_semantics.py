@@ -1,6 +1,6 @@
 """The lab API server serves the NetworkAttachmentDefinition CRD with the semantics Multus
 automatic mode uses (``tests/apiserver/nad_semantics.py``; the same checks run against the
-real kube-apiserver in ``tests/e2e/test_nad_semantics.py``), and its garbage collector treats
+real kube-apiserver in ``tests/e2e/test_control_plane.py``), and its garbage collector treats
 a shadow owned by a Pod as the real one does: the Pod's deletion asks for the shadow's, and
 the protection finalizer keeps it, with its configuration, until the node removes it."""
 

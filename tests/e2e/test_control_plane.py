@@ -3,7 +3,10 @@
 A control-plane-only upstream lab (etcd, kube-apiserver with RBAC+Node authorization and
 the compatibility-groups gate, our controller and webhook registered as a real
 ValidatingWebhookConfiguration) for this module; `dmn lab down` at the end and the host
-compared with before.
+compared with before. The API semantics Multus automatic mode relies on are checked on the
+same lab (the checks the lab API server passes, ``tests/apiserver/nad_semantics.py``, so a
+difference is found where it would matter); they had a control-plane lab of their own
+(~16 s of lab up and down).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -30,8 +34,10 @@ from dmn.lab.node import HOST_DEVICE_TOPOLOGY
 from dmn.lab.upstream import build
 from dmn.lab.upstream.configs import DRIVER_NAMESPACE
 from dmn.lab.upstream.driver import NODE_SA
+from tests.apiserver import nad_semantics as sem
 from tests.e2e import installed_driver
 from tests.e2e.conftest import Session, host_snapshot
+from tests.fixtures.multus import nad_crd
 from tests.ipam import arbiter_checks
 from tests.waiting import wait_for
 
@@ -452,6 +458,34 @@ def test_with_the_controller_stopped_pods_are_not_blocked_and_the_policy_holds(
     finally:
         installed_driver.start_controller(lab, admin, stopped)
         admin.close()
+
+
+@pytest.fixture(scope="module")
+def nad_admin(control_plane: Session) -> Iterator[Cluster]:
+    """The lab with the NetworkAttachmentDefinition CRD served."""
+    cluster = control_plane.lab.admin()
+    try:
+        with contextlib.suppress(AlreadyExists):
+            cluster.create(r.CUSTOM_RESOURCE_DEFINITIONS, nad_crd())
+        wait_for(
+            lambda: cluster.list(sem.NADS, "default") is not None,
+            timeout=60,
+            what="the NetworkAttachmentDefinition CRD served",
+            tolerate=(ApiFailure,),
+        )
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize("check", sem.CHECKS, ids=lambda c: c.__name__)
+def test_nad_semantics(nad_admin: Cluster, check: Callable[[Cluster, str, dict], None]) -> None:
+    namespace = f"nad-{uuid.uuid4().hex[:8]}"
+    nad_admin.create(r.NAMESPACES, {"metadata": {"name": namespace}})
+    # no controller manager here: the default service account the Pod needs is ours to make
+    nad_admin.create(r.SERVICE_ACCOUNTS, {"metadata": {"name": "default"}}, namespace)
+    owner = nad_admin.create(r.PODS, sem.pod(namespace), namespace)
+    check(nad_admin, namespace, owner)
 
 
 def test_zz_kubeconfig_then_down_leaves_the_host_as_before(control_plane: Session) -> None:

@@ -1,6 +1,6 @@
 """The ``multus/*`` executors through the real runner against the lab API server (its
 NetworkAttachmentDefinition semantics are checked against the real kube-apiserver in
-``tests/e2e/test_nad_semantics.py``): what a binding creates, the release order, lost
+``tests/e2e/test_control_plane.py``): what a binding creates, the release order, lost
 responses, an API server that does not answer, another writer, and what a tenant can do to
 the objects — never adopted, never deleted, never overwritten unless proven ours."""
 
