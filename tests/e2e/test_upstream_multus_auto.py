@@ -203,6 +203,13 @@ def test_one_pod_has_the_drivers_own_net1_and_multus_net2(
     pods.clear()
 
 
+def _operstate(name: str) -> str:
+    out = subprocess.run(
+        ["ip", "-j", "link", "show", name], capture_output=True, text=True, check=True
+    )
+    return str(json.loads(out.stdout)[0].get("operstate"))
+
+
 def _host_links() -> set[str]:
     out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True, check=True)
     return {link["ifname"] for link in json.loads(out.stdout)}
@@ -227,3 +234,13 @@ def test_a_host_device_template_hands_the_allocated_link_over(
         pods.clear()
         wait_for(lambda: not shadows(admin), timeout=WAIT, interval=0.5, what="no shadow")
         wait_for(lambda: link in _host_links(), timeout=WAIT, interval=0.5, what="link back")
+        # the reference host-device plugin's DEL returns the link down (its veth peer then
+        # has no carrier, and the node publishes both links' devices unhealthy): up again,
+        # as an administrator would after such a plugin, for the tests after this one
+        subprocess.run(["ip", "link", "set", link, "up"], check=True)
+        wait_for(
+            lambda: all(_operstate(n) == "UP" for n in LAB_LINKS),
+            timeout=WAIT,
+            interval=0.5,
+            what="the lab links up again",
+        )
