@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -42,6 +41,8 @@ from tests.e2e.multus_auto import (
     auto_pod,
     automatic_mode,
     bound,
+    host_links,
+    lab_links_restored,
     macvlan_template,
     shadows,
     whole_links_for_multus,
@@ -203,44 +204,29 @@ def test_one_pod_has_the_drivers_own_net1_and_multus_net2(
     pods.clear()
 
 
-def _operstate(name: str) -> str:
-    out = subprocess.run(
-        ["ip", "-j", "link", "show", name], capture_output=True, text=True, check=True
-    )
-    return str(json.loads(out.stdout)[0].get("operstate"))
-
-
-def _host_links() -> set[str]:
-    out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True, check=True)
-    return {link["ifname"] for link in json.loads(out.stdout)}
-
-
 def test_a_host_device_template_hands_the_allocated_link_over(
     auto: str, admin: Cluster, upstream_lab: UpstreamLab, pods: list[str]
 ) -> None:
-    with whole_links_for_multus(admin):
-        name = "auto-hostdev"
-        admin.create(r.PODS, auto_pod(name, ("e2e-auto-hostdev",)), NAMESPACE)
-        pods.append(name)
-        lab_pods.wait_running(admin, name)
-        pod_uid = lab_pods.uid(admin, name)
-        (shadow,) = shadows(admin, pod_uid)
-        link = json.loads(shadow["spec"]["config"])["device"]
-        assert link in LAB_LINKS and link not in _host_links()  # in the Pod now
-        kubectl = Kubectl(upstream_lab.admin_kubeconfig)
-        shown = kubectl.exec(name, "ip", "link", "show", "net1")
-        assert shown.returncode == 0, shown.stdout + shown.stderr
-        lab_pods.remove(admin, name)
+    name = "auto-hostdev"
+    try:
+        with whole_links_for_multus(admin):
+            admin.create(r.PODS, auto_pod(name, ("e2e-auto-hostdev",)), NAMESPACE)
+            pods.append(name)
+            lab_pods.wait_running(admin, name)
+            pod_uid = lab_pods.uid(admin, name)
+            (shadow,) = shadows(admin, pod_uid)
+            link = json.loads(shadow["spec"]["config"])["device"]
+            assert link in LAB_LINKS and link not in host_links()  # in the Pod now
+            kubectl = Kubectl(upstream_lab.admin_kubeconfig)
+            shown = kubectl.exec(name, "ip", "link", "show", "net1")
+            assert shown.returncode == 0, shown.stdout + shown.stderr
+            lab_pods.remove(admin, name)
+            pods.clear()
+            wait_for(lambda: not shadows(admin), timeout=WAIT, interval=0.5, what="no shadow")
+            wait_for(lambda: link in host_links(), timeout=WAIT, interval=0.5, what="link back")
+    finally:
+        # also when the test failed: the Pod gone first (it may still hold the link), then
+        # the links up again and untainted for the modules after this one
+        lab_pods.remove(admin, *pods)
         pods.clear()
-        wait_for(lambda: not shadows(admin), timeout=WAIT, interval=0.5, what="no shadow")
-        wait_for(lambda: link in _host_links(), timeout=WAIT, interval=0.5, what="link back")
-        # the reference host-device plugin's DEL returns the link down (its veth peer then
-        # has no carrier, and the node publishes both links' devices unhealthy): up again,
-        # as an administrator would after such a plugin, for the tests after this one
-        subprocess.run(["ip", "link", "set", link, "up"], check=True)
-        wait_for(
-            lambda: all(_operstate(n) == "UP" for n in LAB_LINKS),
-            timeout=WAIT,
-            interval=0.5,
-            what="the lab links up again",
-        )
+        lab_links_restored(admin)
