@@ -52,6 +52,7 @@ from tests.waiting import wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 USER_NAD = "e2e-auto-user"
+DONE = "/tmp/done"  # the user's Pod exits once the test touched it
 USER_SELECTION = '[{"name":"e2e-auto-user","interface":"usr0","x-dmn-test":{"kept":[1,2.50]}}]'
 
 
@@ -107,13 +108,13 @@ def user_nad(auto: str, multus_lab: MultusInstall, admin: Cluster) -> Iterator[s
 
 
 def test_a_users_selection_survives_prepare_and_release_and_a_manual_one_is_refused(
-    auto: str, user_nad: str, admin: Cluster, pods: list[str]
+    auto: str, user_nad: str, upstream_lab: UpstreamLab, admin: Cluster, pods: list[str]
 ) -> None:
     name = "auto-user"
     manifest = auto_pod(
         name,
         annotations={NETWORKS_ANNOTATION: USER_SELECTION},
-        command=("sleep", "20"),
+        command=("sh", "-c", f"until [ -e {DONE} ]; do sleep 1; done"),
         restart="Never",
     )
     admin.create(r.PODS, manifest, NAMESPACE)
@@ -124,6 +125,8 @@ def test_a_users_selection_survives_prepare_and_release_and_a_manual_one_is_refu
     annotations = admin.get(r.PODS, name, NAMESPACE)["metadata"]["annotations"]
     assert annotations[NETWORKS_ANNOTATION].startswith(USER_SELECTION[:-1] + ",")
     # the container exits, the Pod Succeeds: kubelet releases the claim, the Pod stays
+    done = Kubectl(upstream_lab.admin_kubeconfig).exec(name, "touch", DONE)
+    assert done.returncode == 0, done.stdout + done.stderr
     wait_for(
         lambda: pod_phase(admin, name) == "Succeeded",
         timeout=WAIT,
