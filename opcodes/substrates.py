@@ -66,7 +66,8 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         "lab API server (the NetworkAttachmentDefinition CRD; the same create, delete, "
         "finalizer and JSON patch semantics checked against the real kube-apiserver v1.37.2): "
         "lost responses, foreign and tampered shadows, tenant-written selections, SIGKILL at "
-        "every boundary; no run against real Multus yet",
+        "every boundary; upstream lab with real Multus (thin) and Whereabouts: macvlan and "
+        "host-device delegates, Pods pinging, the agent killed between each step",
     ),
     SubstrateRow(
         ("ip/carried-host-config",),

@@ -8,7 +8,10 @@ policy that takes the lab links' ``macvlan`` persona over for ``multus-cni-share
 binds the template, and a claim template; afterwards it removes them and waits until the
 node publishes its links for ``macvlan-cni`` again, so the modules after it find the lab
 as they expect. :func:`whole_links_for_multus` does the same with the ``kernel`` persona
-for ``multus-cni`` and a host-device template.
+for ``multus-cni`` and a host-device template, and afterwards :func:`lab_links_restored`
+brings the lab links back as the lab made them: the reference host-device plugin's DEL
+returns a link down, its veth peer loses carrier, and the node taints both links' devices
+``NoSchedule`` (unhealthy) — every later module's claim on them would be unschedulable.
 """
 
 from __future__ import annotations
@@ -16,17 +19,20 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from dmn.agent.coordinator.multus_plan import FINALIZER, POD_UID_LABEL
+from dmn.agent.slices.device_health import UNHEALTHY_TAINT_KEY
 from dmn.api.cluster import Cluster, NotFound
 from dmn.api.cluster import resources as r
 from dmn.api.identity import API_VERSION, DRIVER
 from dmn.api.multus.selections import NETWORKS_ANNOTATION, REGISTRY_ANNOTATION
 from dmn.lab.demo import wait_settled
 from dmn.lab.pod_demo import NAMESPACE, claim_template
+from dmn.lab.upstream.driver import LAB_LINKS
 from dmn.lab.upstream.images import BUSYBOX_IMAGE
 from dmn.lab.upstream.multus import MultusInstall
 from dmn.lab.upstream.multus_configs import network_attachment_definition, network_status
@@ -134,8 +140,56 @@ def _taken_over(
             interval=0.5,
             what=f"the lab links published for {before} again",
         )
+        wait_for(
+            lambda: not tainted_unhealthy(admin),
+            timeout=WAIT,
+            interval=0.5,
+            what="no device of ours tainted unhealthy",
+        )
         with contextlib.suppress(NotFound):
             admin.delete(NADS, template["metadata"]["name"], NAMESPACE)
+
+
+def host_links() -> dict[str, dict[str, Any]]:
+    """The host's links by name (``ip -j link``)."""
+    out = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True, check=True)
+    return {link["ifname"]: link for link in json.loads(out.stdout)}
+
+
+def tainted_unhealthy(admin: Cluster) -> list[str]:
+    """Names of our published devices the node taints unhealthy."""
+    return [
+        d["name"]
+        for s in admin.list(r.RESOURCE_SLICES).items
+        if (s.get("spec") or {}).get("driver") == DRIVER
+        for d in s["spec"].get("devices") or []
+        if any(t.get("key") == UNHEALTHY_TAINT_KEY for t in d.get("taints") or [])
+    ]
+
+
+def lab_links_restored(admin: Cluster) -> None:
+    """Wait until both lab links are on the host again, set each up (a delegate's DEL may
+    leave it down), and wait until they are UP and no device of ours is tainted unhealthy."""
+    wait_for(
+        lambda: set(LAB_LINKS) <= set(host_links()),
+        timeout=WAIT,
+        interval=0.5,
+        what="the lab links back on the host",
+    )
+    for link in LAB_LINKS:
+        subprocess.run(["ip", "link", "set", link, "up"], check=True)
+    wait_for(
+        lambda: all(host_links()[n].get("operstate") == "UP" for n in LAB_LINKS),
+        timeout=WAIT,
+        interval=0.2,
+        what="the lab links up",
+    )
+    wait_for(
+        lambda: not tainted_unhealthy(admin),
+        timeout=WAIT,
+        interval=0.2,
+        what="no device of ours tainted unhealthy",
+    )
 
 
 def macvlan_template(multus: MultusInstall) -> dict[str, Any]:

@@ -39,6 +39,7 @@ import pytest
 import yaml
 from cryptography import x509
 
+from dmn.agent.coordinator.multus_plan import NODE_NAME_ANNOTATION
 from dmn.api.attachment import NetworkAttachmentStatus, NetworkAttachmentStatusSpec
 from dmn.api.cluster import ApiFailure, Cluster, NotFound, connect
 from dmn.api.cluster import resources as r
@@ -64,6 +65,7 @@ from tests import capabilities
 from tests.e2e import installed_driver, lab_pods, real_operators
 from tests.e2e.conftest import Session, host_snapshot
 from tests.e2e.installed_driver import driver_pods
+from tests.fixtures.multus import nad, nad_crd
 
 pytestmark = [pytest.mark.e2e]
 log = logging.getLogger(__name__)
@@ -307,6 +309,61 @@ def test_the_agents_node_bound_token_writes_only_its_own_nodes_objects(
         r.NETWORK_ATTACHMENT_STATUSES, _attachment_status(NODE_NAME), NAMESPACE, dry_run=True
     )
     agent.replace(r.RESOURCE_SLICES, own_slice, dry_run=True)
+
+
+@pytest.mark.adversarial
+def test_the_agents_token_writes_only_its_own_nodes_shadows_and_pods(
+    lab: UpstreamLab, admin: Cluster, macvlan_template: None
+) -> None:
+    """Multus automatic mode's writes (design §6.8, §9.2) with the agent's own credential,
+    on the real API server with the chart's policies (dry run: nothing is stored): a shadow
+    NetworkAttachmentDefinition in its own node's name passes; one in another node's name, or
+    a NetworkAttachmentDefinition without a node (an administrator's template), is refused;
+    a patch of a Pod bound to another node is refused, of one bound to it passes."""
+    with contextlib.suppress(ApiFailure):
+        admin.create(r.CUSTOM_RESOURCE_DEFINITIONS, nad_crd())
+    assert wait_for(lambda: _lists(admin, r.NETWORK_ATTACHMENT_DEFINITIONS), WAIT)
+    agent = _agent_token_cluster(lab, admin)
+
+    def shadow(node: str | None) -> dict[str, Any]:
+        annotations = {NODE_NAME_ANNOTATION: node} if node else {}
+        return nad(NAMESPACE, f"dmn-multus-{node or 'none'}", "{}", annotations=annotations)
+
+    agent.create(r.NETWORK_ATTACHMENT_DEFINITIONS, shadow(NODE_NAME), NAMESPACE, dry_run=True)
+    for body in (shadow("other-node"), shadow(None)):
+        with pytest.raises(ApiFailure) as refused:
+            agent.create(r.NETWORK_ATTACHMENT_DEFINITIONS, body, NAMESPACE, dry_run=True)
+        assert refused.value.code == 403, refused.value
+        assert "only the shadow NetworkAttachmentDefinitions of its own node" in str(refused.value)
+    elsewhere = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "node-authority-elsewhere", "namespace": NAMESPACE},
+        "spec": {
+            "nodeName": "other-node",
+            "containers": [{"name": "c", "image": "example.invalid/pause:1"}],
+        },
+    }
+    admin.create(r.PODS, elsewhere, NAMESPACE)
+    try:
+        change = {"metadata": {"annotations": {"example.com/probe": "1"}}}
+        with pytest.raises(ApiFailure) as refused:
+            agent.patch(r.PODS, "node-authority-elsewhere", change, NAMESPACE, dry_run=True)
+        assert refused.value.code == 403, refused.value
+        assert "may patch only Pods bound to it" in str(refused.value)
+        (own, *_) = driver_pods(admin, "app.kubernetes.io/name=dra-multi-network-node")
+        agent.patch(r.PODS, own["metadata"]["name"], change, DRIVER_NAMESPACE, dry_run=True)
+    finally:
+        with contextlib.suppress(NotFound):
+            admin.delete(r.PODS, "node-authority-elsewhere", NAMESPACE, grace_period_seconds=0)
+
+
+def _lists(admin: Cluster, res: r.Resource) -> bool:
+    try:
+        admin.list(res, NAMESPACE)
+    except ApiFailure:
+        return False
+    return True
 
 
 @pytest.mark.adversarial
