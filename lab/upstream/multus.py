@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -274,14 +275,14 @@ class MultusInstall:
         answers. A daemon of an earlier enable is stopped first."""
         paths = self.paths
         self.procs.stop(DAEMON_PROCESS)
-        for path in (paths.thick, paths.daemon_copy_dir, paths.service_account):
+        for path in (paths.daemon_primary, paths.daemon_copy_dir, paths.service_account):
             path.mkdir(parents=True, exist_ok=True)
         token = _token(admin, MULTUS_SA)
         account = paths.service_account
         _write_atomically(account / "token", token, mode=0o600)
         _write_atomically(account / "ca.crt", api.ca.read_text())
         _write_atomically(account / "namespace", SYSTEM_NAMESPACE)
-        _write_atomically(paths.shim_source, shim_conflist(paths))
+        _write_atomically(paths.daemon_primary / paths.primary.name, primary)
         _write_atomically(paths.daemon_config, daemon_config(paths, primary))
         argv = [
             sys.executable,
@@ -303,9 +304,9 @@ class MultusInstall:
             if record is None or not record.alive():
                 tail = self.procs.tail(DAEMON_PROCESS)
                 raise LabError("E_LAB_START", f"multus-daemon exited: {tail}")
-            return socket_path.exists()
+            return _healthy(socket_path)
 
-        self._wait("multus-daemon serving its socket", serving)
+        self._wait("multus-daemon answering on its socket", serving)
 
     def _probe(self, admin: Cluster) -> None:
         """A Pod created now must get its network from Multus: its network-status names
@@ -357,6 +358,20 @@ def _wait_until(check: Callable[[], bool], deadline: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.3)
+
+
+def _healthy(socket_path: Path) -> bool:
+    """Whether multus-daemon answers ``/healthz`` on its socket: it listens before its
+    informers have synced, and serves only after."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(2.0)
+        try:
+            conn.connect(str(socket_path))
+            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: multus\r\nConnection: close\r\n\r\n")
+            answer = conn.recv(64)
+        except OSError:
+            return False
+    return answer.startswith(b"HTTP/1.1 200")
 
 
 def _phase(admin: Cluster, name: str, namespace: str) -> str:

@@ -130,13 +130,16 @@ class MultusPaths:
         return self.thick / "run"
 
     @property
-    def shim_source(self) -> Path:
-        """The shim's conflist as the daemon is told it (``multusConfigFile``): the daemon
-        copies it into :attr:`daemon_copy_dir`, never into containerd's directory."""
-        return self.thick / MULTUS_CONFLIST
+    def daemon_primary(self) -> Path:
+        """The daemon's ``multusAutoconfigDir``: a copy of the lab's primary conflist that
+        its configuration manager reads (and watches) to generate a conflist of its own."""
+        return self.thick / "primary"
 
     @property
     def daemon_copy_dir(self) -> Path:
+        """The daemon's ``cniConfigDir``, where it writes the conflist it generates (and
+        removes it when it stops): not containerd's directory — the lab writes the
+        conflist containerd uses itself, atomically."""
         return self.thick / "net.d"
 
     @property
@@ -206,17 +209,22 @@ def shim_conflist(paths: MultusPaths) -> str:
 
 
 def daemon_config(paths: MultusPaths, primary: str) -> str:
-    """``multus-daemon``'s one configuration file (v4.3.0 ``pkg/server`` and ``pkg/server/
-    config``). The daemon reads its server settings from it (``socketDir``, log), treats
-    ``multusConfigFile`` as a user-provided CNI configuration to copy into
-    ``cniConfigDir`` (not ``auto``: the lab writes the shim's conflist into containerd's
-    directory itself, atomically), and lays every key of the file over the configuration
-    each CNI call brings — so the delegates, directories and log here are what an ADD
-    runs with, the same as the thin plugin's (:func:`multus_conflist`)."""
+    """``multus-daemon``'s one configuration file (v4.3.0 ``cmd/multus-daemon``,
+    ``pkg/server`` and ``pkg/server/config``). The daemon reads its server settings from it
+    (``socketDir``, log) and lays every key of the file over the configuration each CNI
+    call brings — so the delegates, directories and log here are what an ADD runs with,
+    the same as the thin plugin's (:func:`multus_conflist`). ``multusConfigFile`` must be
+    ``auto``: with a file named there the daemon copies it and then exits at once (its
+    main waits only for the configuration manager, which ``auto`` starts); so the manager
+    runs, reading the primary conflist from :attr:`MultusPaths.daemon_primary` and writing
+    its generated conflist into :attr:`MultusPaths.daemon_copy_dir`, which no runtime
+    reads."""
     doc = {
-        "cniVersion": "1.0.0",
+        "cniVersion": json.loads(primary)["cniVersion"],
         "socketDir": str(paths.daemon_socket_dir),
-        "multusConfigFile": str(paths.shim_source),
+        "multusConfigFile": "auto",
+        "multusAutoconfigDir": str(paths.daemon_primary),
+        "multusMasterCNI": PRIMARY_CONFLIST,
         "cniConfigDir": str(paths.daemon_copy_dir),
         **_multus_options(paths, primary, "multus-daemon.log"),
     }

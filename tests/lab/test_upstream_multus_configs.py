@@ -108,12 +108,14 @@ def test_thick_mode_puts_the_shim_in_the_path_and_the_daemon_runs_the_same_deleg
     assert plugin["daemonSocketDir"] == str(paths.daemon_socket_dir)
     daemon = json.loads(daemon_config(paths, primary))
     assert daemon["socketDir"] == plugin["daemonSocketDir"]
-    assert daemon["multusConfigFile"] == str(paths.shim_source)
+    assert daemon["multusConfigFile"] == "auto"
+    assert daemon["multusMasterCNI"] == PRIMARY_CONFLIST
     assert daemon["cniConfigDir"] != str(layout.cni_conf)
+    assert daemon["multusAutoconfigDir"] != str(layout.cni_conf)
     thin = json.loads(multus_conflist(paths, primary))["plugins"][0]
     for key in ("delegates", "binDir", "cniDir", "confDir"):
         assert daemon[key] == thin[key], key
-    for key in ("socketDir", "multusConfigFile", "cniConfigDir", "logFile"):
+    for key in ("socketDir", "multusAutoconfigDir", "cniConfigDir", "logFile"):
         assert Path(daemon[key]).is_relative_to(tmp_path / "up"), key
 
 
