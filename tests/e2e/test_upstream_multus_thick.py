@@ -16,7 +16,12 @@ events back — a deterministic stand-in for a late watch event):
 * the same sequence with the patch's watch event delivered before ungating: ``net1``;
 * a NAD whose config was edited after a "freeze" (a digest annotation of the first
   config, as the driver's shadow carries) is used as edited, and a NAD with a finalizer
-  and ``deletionTimestamp`` set is used as it is: Multus checks neither.
+  and ``deletionTimestamp`` set is used as it is: Multus checks neither;
+* the driver's automatic mode (:mod:`tests.e2e.multus_auto`'s class) with the daemon's Pod
+  watch held from before scheduling: the agent's prepare creates the shadow and patches
+  the selection, the daemon's ADD reads the cached Pod without it, and the agent's
+  CreateContainer gate refuses the container with ``E_MULTUS_NOT_ATTACHED`` — the Pod
+  never runs without its network; deleting it leaves no shadow.
 """
 
 from __future__ import annotations
@@ -54,14 +59,15 @@ from dmn.lab.upstream.watch_gate import WatchGate
 from tests.e2e import lab_pods
 from tests.e2e.conftest import Session
 from tests.e2e.lab_pods import WAIT
+from tests.e2e.multus_auto import auto_pod, automatic_mode, shadows
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e]
 
 NAD = "e2e-thick-macvlan"
 MANAGED = "e2e-thick-managed"
-RANGE = "10.73.0.0/24"
-TAMPERED_RANGE = "10.74.0.0/24"
+RANGE = "10.75.0.0/24"
+TAMPERED_RANGE = "10.76.0.0/24"
 FINALIZER = "e2e.dmn.example/protection"
 DIGEST = "e2e.dmn.example/config-sha256"
 HOLD_GATE = "e2e.dmn.example/hold"
@@ -325,3 +331,60 @@ def test_a_tampered_and_a_terminating_managed_nad_are_used_as_they_are(
             admin.patch(NADS, MANAGED, {"metadata": {"finalizers": None}}, NAMESPACE)
         with contextlib.suppress(NotFound):
             admin.delete(NADS, MANAGED, NAMESPACE)
+
+
+@pytest.fixture(scope="module")
+def auto(thick: MultusInstall, upstream_session: Session) -> Iterator[str]:
+    admin = upstream_session.lab.admin()
+    try:
+        with automatic_mode(admin, thick) as device_class:
+            yield device_class
+    finally:
+        admin.close()
+
+
+def _refusals(admin: Cluster, name: str) -> list[str]:
+    return [
+        str(e.get("message"))
+        for e in lab_pods.events(admin, name)
+        if "E_MULTUS_NOT_ATTACHED" in str(e.get("message"))
+    ]
+
+
+def test_the_agents_gate_refuses_the_container_when_the_daemon_read_a_stale_pod(
+    auto: str, gate: WatchGate, admin: Cluster, pods: list[str]
+) -> None:
+    name = "thick-auto"
+    pods.append(name)
+    manifest = auto_pod(name)
+    manifest["spec"]["schedulingGates"] = [{"name": HOLD_GATE}]
+    admin.create(r.PODS, manifest, NAMESPACE)
+    wait_for(
+        lambda: gate.delivered("pods", name.encode()),
+        timeout=WAIT,
+        interval=0.1,
+        what=f"the daemon sent {name}'s creation",
+    )
+    gate.hold("pods")
+    try:
+        _ungate(admin, name)
+        pod_uid = lab_pods.uid(admin, name)
+        refused = wait_for(
+            lambda: _refusals(admin, name),
+            timeout=WAIT,
+            interval=0.5,
+            what=f"{name}'s container refused by the agent's gate",
+        )
+        (shadow,) = shadows(admin, pod_uid)
+        live = admin.get(r.PODS, name, NAMESPACE)
+        selection = json.loads(live["metadata"]["annotations"][NETWORKS_ANNOTATION])
+        assert [e["name"] for e in selection] == [shadow["metadata"]["name"]], selection
+        status = _status_by_interface(admin, name)
+        assert status is not None and set(status) == {"eth0"}, status
+        assert live["status"].get("phase") == "Pending", live["status"]
+    finally:
+        gate.release("pods")
+    assert refused
+    lab_pods.remove(admin, name)
+    pods.clear()
+    wait_for(lambda: not shadows(admin), timeout=WAIT, interval=0.5, what="no shadow left")
