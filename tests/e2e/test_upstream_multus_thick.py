@@ -14,8 +14,9 @@ events back — a deterministic stand-in for a late watch event):
   daemon's Pod watch is held: it runs with its default network only — the daemon read its
   cached, pre-patch Pod (its log says so), and nothing attaches ``net1`` afterwards;
 * the same sequence with the patch's watch event delivered before ungating: ``net1``;
-* a NAD whose config was edited after a "freeze" (a digest annotation of the first
-  config, as the driver's shadow carries) is used as edited, and a NAD with a finalizer
+* a NAD whose config was edited after a "freeze" (the SHA-256 of the first config in a
+  ``binding`` annotation's ``configSHA256``, as the driver's shadows carry it) is used as
+  edited, and a NAD with a finalizer
   and ``deletionTimestamp`` set is used as it is: Multus checks neither;
 * the driver's automatic mode (:mod:`tests.e2e.multus_auto`'s class) with the daemon's Pod
   watch held from before scheduling: the agent's prepare creates the shadow and patches
@@ -38,6 +39,7 @@ from typing import Any
 
 import pytest
 
+from dmn.agent.coordinator.multus_plan import BINDING_ANNOTATION
 from dmn.api.cluster import Cluster, NotFound
 from dmn.api.cluster import resources as r
 from dmn.lab.pod_demo import NAMESPACE
@@ -69,7 +71,6 @@ MANAGED = "e2e-thick-managed"
 RANGE = "10.75.0.0/24"
 TAMPERED_RANGE = "10.76.0.0/24"
 FINALIZER = "e2e.dmn.example/protection"
-DIGEST = "e2e.dmn.example/config-sha256"
 HOLD_GATE = "e2e.dmn.example/hold"
 MARK = "e2e.dmn.example/mark"
 NADS = NETWORK_ATTACHMENT_DEFINITIONS
@@ -277,7 +278,10 @@ def test_a_tampered_and_a_terminating_managed_nad_are_used_as_they_are(
     thick: MultusInstall, gate: WatchGate, admin: Cluster, pods: list[str]
 ) -> None:
     frozen = json.dumps(_config(thick, MANAGED, RANGE))
-    managed = network_attachment_definition(MANAGED, NAMESPACE, frozen, {DIGEST: _digest(frozen)})
+    binding = json.dumps({"configSHA256": _digest(frozen)})
+    managed = network_attachment_definition(
+        MANAGED, NAMESPACE, frozen, {BINDING_ANNOTATION: binding}
+    )
     managed["metadata"]["finalizers"] = [FINALIZER]
     admin.create(NADS, managed, NAMESPACE)
     try:
@@ -299,7 +303,8 @@ def test_a_tampered_and_a_terminating_managed_nad_are_used_as_they_are(
         assert set(status) == {"eth0", "net1"}, status
         _in(TAMPERED_RANGE, status["net1"])
         stored = admin.get(NADS, MANAGED, NAMESPACE)
-        assert stored["metadata"]["annotations"][DIGEST] != _digest(stored["spec"]["config"])
+        recorded = json.loads(stored["metadata"]["annotations"][BINDING_ANNOTATION])
+        assert recorded["configSHA256"] != _digest(stored["spec"]["config"])
 
         admin.delete(NADS, MANAGED, NAMESPACE)
         terminating = admin.get(NADS, MANAGED, NAMESPACE)
