@@ -390,6 +390,15 @@ def test_the_agents_gate_refuses_the_container_when_the_daemon_read_a_stale_pod(
     finally:
         gate.release("pods")
     assert refused
+    wait_for(
+        lambda: gate.delivered("pods", shadow["metadata"]["name"].encode()),
+        timeout=WAIT,
+        interval=0.1,
+        what="the held selection delivered to the daemon",
+    )
+    status = _status_by_interface(admin, name)
+    assert status is not None and set(status) == {"eth0"}, status
+    assert admin.get(r.PODS, name, NAMESPACE)["status"].get("phase") == "Pending"
     lab_pods.remove(admin, name)
     pods.clear()
     wait_for(lambda: not shadows(admin), timeout=WAIT, interval=0.5, what="no shadow left")
