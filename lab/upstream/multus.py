@@ -295,7 +295,14 @@ class MultusInstall:
             "-config",
             str(paths.daemon_config),
         ]
-        env = {"KUBERNETES_SERVICE_HOST": api.host, "KUBERNETES_SERVICE_PORT": str(api.port)}
+        # the daemon looks delegates up in binDir and then in its *own* CNI_PATH (a call's
+        # CNI_PATH stays with the shim): containerd's directories, in containerd's order
+        cni_path = os.pathsep.join([str(build.bin_dir("cni")), str(self.layout.cni_bin)])
+        env = {
+            "KUBERNETES_SERVICE_HOST": api.host,
+            "KUBERNETES_SERVICE_PORT": str(api.port),
+            "CNI_PATH": cni_path,
+        }
         self.procs.start(DAEMON_PROCESS, argv, env)
         socket_path = paths.daemon_socket_dir / "multus.sock"
 
@@ -331,7 +338,8 @@ class MultusInstall:
                 if running and _wait_until(multus_answered, min(deadline, time.monotonic() + 5)):
                     return
                 if time.monotonic() >= deadline:
-                    where = self.paths.logs / "multus.log"
+                    log_name = "multus-daemon.log" if self.mode == "thick" else "multus.log"
+                    where = self.paths.logs / log_name
                     raise LabError("E_LAB_START", f"Multus did not attach a probe Pod; see {where}")
                 self._delete_probe(admin)
         finally:
