@@ -227,6 +227,8 @@ def daemon_config(paths: MultusPaths, primary: str) -> str:
         "multusMasterCNI": PRIMARY_CONFLIST,
         "cniConfigDir": str(paths.daemon_copy_dir),
         **_multus_options(paths, primary, "multus-daemon.log"),
+        # debug: only then does the daemon log where each ADD read the Pod from
+        "logLevel": "debug",
     }
     return json.dumps(doc, indent=2)
 
