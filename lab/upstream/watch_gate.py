@@ -70,6 +70,8 @@ class WatchGate:
         self._cond = threading.Condition()
         self._held: set[str] = set()
         self._relayed: dict[str, bytearray] = {}
+        #: every watch request seen, in order, with the bytes relayed on it (diagnostics)
+        self.watches: list[list[object]] = []
         self._server: socketserver.ThreadingTCPServer | None = None
         self.port = 0
 
@@ -121,6 +123,10 @@ class WatchGate:
                 return
             target = head.split(b"\r\n", 1)[0].split(b" ")[1].decode("latin-1")
             resource = watched_resource(target)
+            seen: list[object] = [target, 0]
+            if resource is not None:
+                with self._cond:
+                    self.watches.append(seen)
             with (
                 socket.create_connection(self.upstream, timeout=None) as plain,
                 self._client_tls.wrap_socket(plain, server_hostname=self.upstream[0]) as up,
@@ -135,6 +141,7 @@ class WatchGate:
                     client.sendall(data)
                     if resource is not None:
                         self._record(resource, data)
+                        seen[1] = int(str(seen[1])) + len(data)
 
     def _wait_open(self, resource: str) -> None:
         with self._cond:

@@ -110,10 +110,19 @@ def thick(upstream_session: Session, gated: Gated) -> Iterator[MultusInstall]:
     of this module's Pods."""
     lab = upstream_session.lab
     install = lab.enable_multus("thick", gated.api)
+    _LOG[:] = [install.paths.logs / "multus-daemon.log"]
+    admin = lab.admin()
     try:
+        # the Pod watch relays events before any test relies on it (the first run saw the
+        # first test's Pod not relayed for 120 s, then later ones at once)
+        _cached(admin, gated.proxy, "thick-warmup")
+        admin.delete(r.PODS, "thick-warmup", NAMESPACE, grace_period_seconds=0)
         yield install
     finally:
         gated.proxy.release("pods")
+        with contextlib.suppress(NotFound):
+            admin.delete(r.PODS, "thick-warmup", NAMESPACE, grace_period_seconds=0)
+        admin.close()
         lab.disable_multus()
 
 
@@ -164,12 +173,20 @@ def _gated_pod(name: str) -> dict[str, Any]:
 def _cached(admin: Cluster, gate: WatchGate, name: str) -> None:
     """Create the gated Pod and wait until the daemon has been sent its creation."""
     admin.create(r.PODS, _gated_pod(name), NAMESPACE)
-    wait_for(
-        lambda: gate.delivered("pods", name.encode()),
-        timeout=WAIT,
-        interval=0.1,
-        what=f"the daemon sent {name}'s creation",
-    )
+    _sent(gate, name, f"the daemon sent {name}'s creation")
+
+
+def _sent(gate: WatchGate, marker: str, what: str, resource: str = "pods") -> None:
+    """Wait until the daemon was sent ``marker`` on a watch of ``resource``; on timeout
+    the message has the watches the proxy saw and the end of the daemon's log."""
+    try:
+        wait_for(lambda: gate.delivered(resource, marker.encode()), timeout=WAIT, interval=0.1)
+    except AssertionError:
+        log = _LOG[0].read_text(errors="replace").splitlines()[-40:] if _LOG else []
+        raise AssertionError(f"{what}: not seen; watches {gate.watches}; log {log}") from None
+
+
+_LOG: list[Path] = []
 
 
 def _select(admin: Cluster, name: str, network: str) -> str:

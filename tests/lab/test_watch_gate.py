@@ -118,4 +118,4 @@ def test_a_held_watch_relays_nothing_until_released(
         client.settimeout(10)
         while b"event-two" not in seen:
             seen += client.recv(4096)
-        assert gate.delivered("pods", b"event-two")
+        wait_for(lambda: gate.delivered("pods", b"event-two"), timeout=10, what="recorded")
