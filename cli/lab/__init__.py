@@ -1,7 +1,7 @@
 """``dmn lab``: the embedded single-node lab (control plane only, for now).
 
     dmn lab up [--state-dir DIR] [--port N] [--detach] [--links recorded|netns]
-    dmn lab up --backend upstream [--install process|helm] [--multus] [--state-dir DIR]
+    dmn lab up --backend upstream [--install process|helm] [--multus [thin|thick]] [--state-dir DIR]
     dmn lab apply -f FILE|DIR [--state-dir DIR]
     dmn lab get KIND [NAME] | KIND/NAME [-n NAMESPACE] [-o yaml|json|name] [--state-dir DIR]
     dmn lab delete -f FILE|DIR | KIND NAME | KIND/NAME [-n NAMESPACE] [--ignore-not-found]
@@ -69,8 +69,9 @@ INSTALL_HELP = (
     "chart with the locally built image, as Pods (helm)"
 )
 MULTUS_HELP = (
-    "upstream backend: Multus (thin plugin) ahead of the Pod network, and Whereabouts IPAM "
-    "with its reconciler (built by lab/upstream/build.py multus whereabouts)"
+    "upstream backend: Multus ahead of the Pod network (thin plugin, the default, or thick: "
+    "multus-daemon and multus-shim), and Whereabouts IPAM with its reconciler (built by "
+    "lab/upstream/build.py multus whereabouts)"
 )
 LINKS_HELP = "the lab node's links: recorded facts, or a real veth pair in a lab-owned netns"
 STOP_TIMEOUT = 30.0
@@ -98,7 +99,7 @@ def _logging(level: int) -> None:
 # --- up / down ---------------------------------------------------------------------------
 
 
-def _upstream_lab(state_dir: Path, install: str = "process", multus: bool = False) -> Any:
+def _upstream_lab(state_dir: Path, install: str = "process", multus: bool | str = False) -> Any:
     from dmn.lab.upstream.cluster import UpstreamLab
 
     return UpstreamLab(state_dir, driver=_driver(install), multus=multus)
@@ -168,7 +169,7 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _up_upstream(state: StateDir, install: str, multus: bool) -> int:
+def _up_upstream(state: StateDir, install: str, multus: str | None) -> int:
     from dmn.lab.cluster import LabError
 
     if os.geteuid() != 0:
@@ -176,7 +177,7 @@ def _up_upstream(state: StateDir, install: str, multus: bool) -> int:
     if state.running_pid() is not None:
         raise _Failure("E_LAB_RUNNING", f"an embedded lab is running in {state.root}")
     _logging(logging.INFO)
-    lab = _upstream_lab(state.root, install, multus)
+    lab = _upstream_lab(state.root, install, multus or False)
     try:
         url = lab.up()
     except LabError as exc:
@@ -653,7 +654,9 @@ def _parser() -> CommandParser:
     up.add_argument("--links", choices=LINK_MODES, default="recorded", help=LINKS_HELP)
     up.add_argument("--backend", choices=BACKENDS, default="embedded", help=BACKEND_HELP)
     up.add_argument("--install", choices=INSTALLS, default="process", help=INSTALL_HELP)
-    up.add_argument("--multus", action="store_true", help=MULTUS_HELP)
+    up.add_argument(
+        "--multus", nargs="?", const="thin", choices=("thin", "thick"), help=MULTUS_HELP
+    )
     with_state(sub.add_parser("down", help="stop a running lab"))
     with_state(sub.add_parser("kubeconfig", help="print the running lab's admin kubeconfig path"))
     apply = with_state(sub.add_parser("apply", help="create or update objects from manifests"))

@@ -59,7 +59,7 @@ from dmn.lab.upstream.driver import (
     ProcessDriver,
 )
 from dmn.lab.upstream.host_changes import CGROUP_NAME, HostRecord
-from dmn.lab.upstream.multus import MultusInstall
+from dmn.lab.upstream.multus import DaemonApi, MultusInstall
 from dmn.lab.upstream.pki import LabCA
 from dmn.lab.upstream.processes import ProcessTable
 from dmn.lab.upstream.workloads import DAEMON_SETS, DEPLOYMENTS
@@ -91,16 +91,18 @@ class UpstreamLab:
         driver: DriverDeployment | None = None,
         timeout: float = 180.0,
         with_node: bool = True,
-        multus: bool = False,
+        multus: bool | str = False,
     ) -> None:
         """``with_node=False``: the control plane only (etcd, kube-apiserver, our controller
         and webhook) — no controller manager, scheduler, containerd, kubelet or agent.
-        ``multus``: Multus and Whereabouts too (:mod:`~dmn.lab.upstream.multus`); a
-        running lab takes them with :meth:`enable_multus`."""
+        ``multus``: Multus and Whereabouts too (:mod:`~dmn.lab.upstream.multus`): True or
+        ``"thin"``, or ``"thick"`` (daemon and shim); a running lab takes them with
+        :meth:`enable_multus`."""
         if multus and not with_node:
             raise LabError("E_USAGE", "Multus needs the node (kubelet and containerd)")
         self.with_node = with_node
         self.multus = multus
+        self.multus_mode = "thin" if multus is True else str(multus or "thin")
         self.layout = Layout(state_root / "up")
         self.procs = ProcessTable(self.layout.root)
         self.driver = driver or ProcessDriver()
@@ -320,15 +322,26 @@ class UpstreamLab:
 
     # --- Multus ---------------------------------------------------------------------------
 
-    def _multus(self) -> MultusInstall:
-        return MultusInstall(self.layout, self.timeout)
+    def _multus(
+        self, mode: str | None = None, daemon_api: DaemonApi | None = None
+    ) -> MultusInstall:
+        return MultusInstall(
+            self.layout, self.timeout, mode or self.multus_mode, self.procs, daemon_api
+        )
 
-    def enable_multus(self) -> MultusInstall:
-        """Put Multus (thin) and Whereabouts into this running lab's Pod path (a no-op
-        when they are); returns the handle tests create networks with."""
-        install = self._multus()
-        if install.enabled():
+    def enable_multus(
+        self, mode: str = "thin", daemon_api: DaemonApi | None = None
+    ) -> MultusInstall:
+        """Put Multus (``mode``: thin, or thick — daemon and shim, the daemon reaching the
+        API server at ``daemon_api`` when given) and Whereabouts into this running lab's Pod
+        path (a no-op when they are, in that mode); returns the handle tests create
+        networks with."""
+        install = self._multus(mode, daemon_api)
+        running = install.running_mode()
+        if running == mode:
             return install
+        if running is not None:
+            raise LabError("E_USAGE", f"Multus runs {running} here; disable it first")
         info = self.info()
         port = int(info["ports"]["apiserver"])  # type: ignore[index]
         admin = self.admin()
@@ -340,7 +353,7 @@ class UpstreamLab:
 
     def disable_multus(self) -> None:
         """Take Multus out of the Pod path again (Pods selecting networks are deleted)."""
-        install = self._multus()
+        install = self._multus(self._multus().running_mode())
         admin = self.admin()
         try:
             install.uninstall(admin)

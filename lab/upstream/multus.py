@@ -24,6 +24,14 @@ real API server at ADD. :class:`MultusInstall` adds to a running lab (or at ``up
   ``k8s.v1.cni.cncf.io/networks`` selects. A probe Pod then proves Multus answers ADD
   (its network-status annotation names the primary network).
 
+Thick mode (``mode="thick"``, ``dmn lab up --backend upstream --multus thick``) puts
+``multus-shim`` in the conflist instead and runs ``multus-daemon`` as a lab process: in a
+mount namespace of its own (:mod:`~dmn.lab.upstream.mount_exec`) where a lab directory with
+the ``multus`` account's token and a CA is bound at the in-cluster service-account path (the
+daemon's client reads nothing else), its informers watching Pods (no node filter) and
+NetworkAttachmentDefinitions. ``daemon_api`` points the daemon at another endpoint than the
+API server (a :class:`~dmn.lab.upstream.watch_gate.WatchGate`).
+
 Everything is written below the lab directory (the multus cache, logs, configuration), so
 ``down`` removes it with the lab; nothing on the host changes. :meth:`MultusInstall.
 uninstall` takes Multus out of the Pod path again (its conflist and the control-loop Pod)
@@ -35,8 +43,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +58,11 @@ from dmn.api.cluster import resources as r
 from dmn.controller.conditions import condition_true
 from dmn.lab.cluster import LabError
 from dmn.lab.upstream import build, images
-from dmn.lab.upstream.configs import Layout, kubeconfig
+from dmn.lab.upstream.configs import NODE_IP, Layout, kubeconfig
 from dmn.lab.upstream.multus_configs import (
     CONTROL_LOOP_POD,
+    DAEMON_PROCESS,
+    MODES,
     MULTUS_BINARIES,
     MULTUS_SA,
     NETWORKS_ANNOTATION,
@@ -57,6 +70,7 @@ from dmn.lab.upstream.multus_configs import (
     PRIMARY_NETWORK,
     PROBE_NAMESPACE,
     PROBE_POD,
+    SERVICE_ACCOUNT_DIR,
     SYSTEM_NAMESPACE,
     TOKEN_SECONDS,
     WHEREABOUTS_BINARIES,
@@ -64,13 +78,16 @@ from dmn.lab.upstream.multus_configs import (
     WHEREABOUTS_SA,
     MultusPaths,
     control_loop_pod,
+    daemon_config,
     multus_conflist,
     network_status,
     probe_pod,
     rbac,
+    shim_conflist,
     whereabouts_conf,
     whereabouts_image,
 )
+from dmn.lab.upstream.processes import ProcessTable
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +115,29 @@ def reservations(admin: Cluster, pod_ref: str) -> list[str]:
 class MultusInstall:
     """Multus and Whereabouts in one lab (see the module docstring)."""
 
-    def __init__(self, layout: Layout, timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        timeout: float = 120.0,
+        mode: str = "thin",
+        procs: ProcessTable | None = None,
+        daemon_api: DaemonApi | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise LabError("E_USAGE", f"Multus mode {mode!r}: one of {', '.join(MODES)}")
         self.paths = MultusPaths(layout)
         self.timeout = timeout
+        self.mode = mode
+        self.procs = procs or ProcessTable(layout.root)
+        self.daemon_api = daemon_api
+
+    def running_mode(self) -> str | None:
+        """The mode whose conflist is in containerd's directory, or None."""
+        try:
+            text = self.paths.conflist.read_text()
+        except FileNotFoundError:
+            return None
+        return "thick" if '"multus-shim"' in text else "thin"
 
     @property
     def layout(self) -> Layout:
@@ -142,16 +179,29 @@ class MultusInstall:
             whereabouts_conf(paths.whereabouts_kubeconfig, None)
         )
         self.layout.cni_bin.mkdir(parents=True, exist_ok=True)
-        for name, directory in (("multus", bins["multus"]), ("whereabouts", bins["whereabouts"])):
+        links = (("multus", "multus"), ("multus", "multus-shim"), ("whereabouts", "whereabouts"))
+        for component, name in links:
+            directory = bins[component]
             link = self.layout.cni_bin / name
             link.unlink(missing_ok=True)
             link.symlink_to(directory / name)
         self._control_loop(admin, bins["whereabouts"], apiserver_port)
         primary = paths.primary.read_text()
-        _write_atomically(paths.conflist, multus_conflist(paths, primary))
+        if self.mode == "thick":
+            api = self.daemon_api or DaemonApi(NODE_IP, apiserver_port, ca)
+            self._daemon(admin, bins["multus"], primary, api)
+            conflist = shim_conflist(paths)
+        else:
+            conflist = multus_conflist(paths, primary)
+        _write_atomically(paths.conflist, conflist)
         self._probe(admin)
         spent = time.monotonic() - started
-        log.info("event=multus-enabled conflist=%s seconds=%.1f", paths.conflist, spent)
+        log.info(
+            "event=multus-enabled mode=%s conflist=%s seconds=%.1f",
+            self.mode,
+            paths.conflist,
+            spent,
+        )
 
     def uninstall(self, admin: Cluster) -> None:
         """Take Multus out of the Pod path and stop the control loop. Every Pod that still
@@ -170,6 +220,7 @@ class MultusInstall:
             lambda: all(_gone(admin, m["name"], m["namespace"]) for m in selecting),
         )
         self.paths.conflist.unlink(missing_ok=True)
+        self.procs.stop(DAEMON_PROCESS)
         with contextlib.suppress(NotFound):
             admin.delete(r.PODS, CONTROL_LOOP_POD, SYSTEM_NAMESPACE, grace_period_seconds=0)
         self._wait("the control loop Pod gone", lambda: _gone(admin, CONTROL_LOOP_POD))
@@ -219,6 +270,51 @@ class MultusInstall:
             admin.create(r.PODS, manifest, SYSTEM_NAMESPACE)
         self._wait("the Whereabouts control loop Pod running", lambda: _running(admin))
 
+    def _daemon(self, admin: Cluster, bins: Path, primary: str, api: DaemonApi) -> None:
+        """Start ``multus-daemon`` (see the module docstring); returns once its socket
+        answers. A daemon of an earlier enable is stopped first."""
+        paths = self.paths
+        self.procs.stop(DAEMON_PROCESS)
+        for path in (paths.daemon_primary, paths.daemon_copy_dir, paths.service_account):
+            path.mkdir(parents=True, exist_ok=True)
+        token = _token(admin, MULTUS_SA)
+        account = paths.service_account
+        _write_atomically(account / "token", token, mode=0o600)
+        _write_atomically(account / "ca.crt", api.ca.read_text())
+        _write_atomically(account / "namespace", SYSTEM_NAMESPACE)
+        _write_atomically(paths.daemon_primary / paths.primary.name, primary)
+        _write_atomically(paths.daemon_config, daemon_config(paths, primary))
+        argv = [
+            sys.executable,
+            "-m",
+            "dmn.lab.upstream.mount_exec",
+            "--bind",
+            f"{account}:{SERVICE_ACCOUNT_DIR}",
+            "--",
+            str(bins / "multus-daemon"),
+            "-config",
+            str(paths.daemon_config),
+        ]
+        # the daemon looks delegates up in binDir and then in its *own* CNI_PATH (a call's
+        # CNI_PATH stays with the shim): containerd's directories, in containerd's order
+        cni_path = os.pathsep.join([str(build.bin_dir("cni")), str(self.layout.cni_bin)])
+        env = {
+            "KUBERNETES_SERVICE_HOST": api.host,
+            "KUBERNETES_SERVICE_PORT": str(api.port),
+            "CNI_PATH": cni_path,
+        }
+        self.procs.start(DAEMON_PROCESS, argv, env)
+        socket_path = paths.daemon_socket_dir / "multus.sock"
+
+        def serving() -> bool:
+            record = self.procs.get(DAEMON_PROCESS)
+            if record is None or not record.alive():
+                tail = self.procs.tail(DAEMON_PROCESS)
+                raise LabError("E_LAB_START", f"multus-daemon exited: {tail}")
+            return _healthy(socket_path)
+
+        self._wait("multus-daemon answering on its socket", serving)
+
     def _probe(self, admin: Cluster) -> None:
         """A Pod created now must get its network from Multus: its network-status names
         the primary network as default. containerd reloads the CNI directory on a file
@@ -242,7 +338,8 @@ class MultusInstall:
                 if running and _wait_until(multus_answered, min(deadline, time.monotonic() + 5)):
                     return
                 if time.monotonic() >= deadline:
-                    where = self.paths.logs / "multus.log"
+                    log_name = "multus-daemon.log" if self.mode == "thick" else "multus.log"
+                    where = self.paths.logs / log_name
                     raise LabError("E_LAB_START", f"Multus did not attach a probe Pod; see {where}")
                 self._delete_probe(admin)
         finally:
@@ -271,6 +368,20 @@ def _wait_until(check: Callable[[], bool], deadline: float) -> bool:
         time.sleep(0.3)
 
 
+def _healthy(socket_path: Path) -> bool:
+    """Whether multus-daemon answers ``/healthz`` on its socket: it listens before its
+    informers have synced, and serves only after."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(2.0)
+        try:
+            conn.connect(str(socket_path))
+            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: multus\r\nConnection: close\r\n\r\n")
+            answer = conn.recv(64)
+        except OSError:
+            return False
+    return answer.startswith(b"HTTP/1.1 200")
+
+
 def _phase(admin: Cluster, name: str, namespace: str) -> str:
     try:
         pod = admin.get(r.PODS, name, namespace)
@@ -287,15 +398,29 @@ def _running(admin: Cluster) -> bool:
     return _phase(admin, CONTROL_LOOP_POD, SYSTEM_NAMESPACE) == "Running"
 
 
-def _token_kubeconfig(admin: Cluster, server: str, ca: Path, sa: str, out: Path) -> None:
-    """A kubeconfig with a token of service account ``sa`` (TokenRequest)."""
+@dataclass(frozen=True)
+class DaemonApi:
+    """Where thick mode's daemon reaches the API server: address, port, the CA it trusts."""
+
+    host: str
+    port: int
+    ca: Path
+
+
+def _token(admin: Cluster, sa: str) -> str:
+    """A token of service account ``sa`` (TokenRequest)."""
     request = {
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenRequest",
         "spec": {"expirationSeconds": TOKEN_SECONDS},
     }
     path = f"/api/v1/namespaces/{SYSTEM_NAMESPACE}/serviceaccounts/{sa}/token"
-    token = str(admin.request("POST", path, body=request)["status"]["token"])
+    return str(admin.request("POST", path, body=request)["status"]["token"])
+
+
+def _token_kubeconfig(admin: Cluster, server: str, ca: Path, sa: str, out: Path) -> None:
+    """A kubeconfig with a token of service account ``sa``."""
+    token = _token(admin, sa)
     user = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{sa}"
     _write_atomically(out, kubeconfig(server, ca, None, None, user, token), mode=0o600)
 

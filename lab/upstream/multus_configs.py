@@ -54,6 +54,14 @@ PROBE_NAMESPACE = "default"
 RECONCILER_CRON = "30 4 * * *"
 TOKEN_SECONDS = 7 * 86400
 MULTUS_BINARIES = ("multus", "multus-daemon", "multus-shim")
+#: how Multus runs: ``thin`` (the ``multus`` plugin reads the API server at each ADD) or
+#: ``thick`` (``multus-shim`` forwards each call to ``multus-daemon``, whose informers cache
+#: Pods and NetworkAttachmentDefinitions)
+MODES = ("thin", "thick")
+DAEMON_PROCESS = "multus-daemon"
+#: where a process in a Pod finds its service account; multus-daemon's client reads only this
+#: (``rest.InClusterConfig``), so the lab binds a directory of its own there
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 WHEREABOUTS_BINARIES = ("whereabouts", "ip-control-loop")
 
 
@@ -107,6 +115,38 @@ class MultusPaths:
     def logs(self) -> Path:
         return self.layout.root / "logs"
 
+    @property
+    def thick(self) -> Path:
+        """Thick mode's own files: daemon configuration, its service account directory."""
+        return self.layout.root / "multus-thick"
+
+    @property
+    def daemon_config(self) -> Path:
+        return self.thick / "daemon-config.json"
+
+    @property
+    def daemon_socket_dir(self) -> Path:
+        """The shim's and the daemon's socket directory (the daemon empties it at start)."""
+        return self.thick / "run"
+
+    @property
+    def daemon_primary(self) -> Path:
+        """The daemon's ``multusAutoconfigDir``: a copy of the lab's primary conflist that
+        its configuration manager reads (and watches) to generate a conflist of its own."""
+        return self.thick / "primary"
+
+    @property
+    def daemon_copy_dir(self) -> Path:
+        """The daemon's ``cniConfigDir``, where it writes the conflist it generates (and
+        removes it when it stops): not containerd's directory — the lab writes the
+        conflist containerd uses itself, atomically."""
+        return self.thick / "net.d"
+
+    @property
+    def service_account(self) -> Path:
+        """Bound at :data:`SERVICE_ACCOUNT_DIR` in the daemon's mount namespace."""
+        return self.thick / "serviceaccount"
+
 
 # --- what is written (pure) --------------------------------------------------------------
 
@@ -130,15 +170,65 @@ def multus_conflist(paths: MultusPaths, primary: str) -> str:
             {
                 "type": "multus",
                 "kubeconfig": str(paths.kubeconfig),
-                "delegates": [json.loads(primary)],
-                "binDir": str(paths.layout.cni_bin),
-                "cniDir": str(paths.cache),
-                "confDir": str(paths.conf_dir),
-                "logFile": str(paths.logs / "multus.log"),
+                **_multus_options(paths, primary, "multus.log"),
+            }
+        ],
+    }
+    return json.dumps(doc, indent=2)
+
+
+def _multus_options(paths: MultusPaths, primary: str, log_name: str) -> dict[str, Any]:
+    return {
+        "delegates": [json.loads(primary)],
+        "binDir": str(paths.layout.cni_bin),
+        "cniDir": str(paths.cache),
+        "confDir": str(paths.conf_dir),
+        "logFile": str(paths.logs / log_name),
+        "logLevel": "verbose",
+        "logToStderr": False,
+    }
+
+
+def shim_conflist(paths: MultusPaths) -> str:
+    """Thick mode's CNI configuration: ``multus-shim`` only sends containerd's call (its
+    environment and this configuration) to the daemon's socket and returns its answer."""
+    doc = {
+        "cniVersion": "1.0.0",
+        "name": MULTUS_NETWORK,
+        "plugins": [
+            {
+                "type": "multus-shim",
+                "daemonSocketDir": str(paths.daemon_socket_dir),
+                "logFile": str(paths.logs / "multus-shim.log"),
                 "logLevel": "verbose",
                 "logToStderr": False,
             }
         ],
+    }
+    return json.dumps(doc, indent=2)
+
+
+def daemon_config(paths: MultusPaths, primary: str) -> str:
+    """``multus-daemon``'s one configuration file (v4.3.0 ``cmd/multus-daemon``,
+    ``pkg/server`` and ``pkg/server/config``). The daemon reads its server settings from it
+    (``socketDir``, log) and lays every key of the file over the configuration each CNI
+    call brings — so the delegates, directories and log here are what an ADD runs with,
+    the same as the thin plugin's (:func:`multus_conflist`). ``multusConfigFile`` must be
+    ``auto``: with a file named there the daemon copies it and then exits at once (its
+    main waits only for the configuration manager, which ``auto`` starts); so the manager
+    runs, reading the primary conflist from :attr:`MultusPaths.daemon_primary` and writing
+    its generated conflist into :attr:`MultusPaths.daemon_copy_dir`, which no runtime
+    reads."""
+    doc = {
+        "cniVersion": json.loads(primary)["cniVersion"],
+        "socketDir": str(paths.daemon_socket_dir),
+        "multusConfigFile": "auto",
+        "multusAutoconfigDir": str(paths.daemon_primary),
+        "multusMasterCNI": PRIMARY_CONFLIST,
+        "cniConfigDir": str(paths.daemon_copy_dir),
+        **_multus_options(paths, primary, "multus-daemon.log"),
+        # debug: only then does the daemon log where each ADD read the Pod from
+        "logLevel": "debug",
     }
     return json.dumps(doc, indent=2)
 
@@ -183,7 +273,8 @@ EVENT_RULE = {
 def rbac() -> list[dict[str, Any]]:
     """What each program calls. Multus thin (v4.3.0): GET the Pod, GET each selected
     NetworkAttachmentDefinition, UPDATE ``pods/status`` with the network-status annotation
-    (a read-modify-write retried on conflict), and Events. Whereabouts (CNI binary and
+    (a read-modify-write retried on conflict), and Events; thick mode's daemon also lists
+    and watches Pods and NetworkAttachmentDefinitions (its informers). Whereabouts (CNI binary and
     control loop share one account): its three kinds in full, a Lease per pool range
     (leader election around each allocation), Pods and NetworkAttachmentDefinitions read
     and watched, the Node read (the control loop checks its node exists), and Events."""
@@ -194,7 +285,7 @@ def rbac() -> list[dict[str, Any]]:
     }
     multus = [
         nads,
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["update"]},
         EVENT_RULE,
     ]

@@ -20,10 +20,12 @@ from dmn.lab.upstream.configs import PRIMARY_CONFLIST, Layout, cni_conflist
 from dmn.lab.upstream.multus_configs import (
     MULTUS_CONFLIST,
     MultusPaths,
+    daemon_config,
     multus_conflist,
     network_attachment_definition,
     network_status,
     rbac,
+    shim_conflist,
     whereabouts_conf,
 )
 
@@ -94,6 +96,29 @@ def test_whereabouts_reads_the_kubernetes_datastore_through_its_kubeconfig(
     assert "log_file" not in json.loads(whereabouts_conf(tmp_path / "wb.kubeconfig", None))
 
 
+def test_thick_mode_puts_the_shim_in_the_path_and_the_daemon_runs_the_same_delegates(
+    tmp_path: Path,
+) -> None:
+    layout = Layout(tmp_path / "up")
+    paths = MultusPaths(layout)
+    primary = cni_conflist(layout)
+    shim = json.loads(shim_conflist(paths))
+    (plugin,) = shim["plugins"]
+    assert plugin["type"] == "multus-shim"
+    assert plugin["daemonSocketDir"] == str(paths.daemon_socket_dir)
+    daemon = json.loads(daemon_config(paths, primary))
+    assert daemon["socketDir"] == plugin["daemonSocketDir"]
+    assert daemon["multusConfigFile"] == "auto"
+    assert daemon["multusMasterCNI"] == PRIMARY_CONFLIST
+    assert daemon["cniConfigDir"] != str(layout.cni_conf)
+    assert daemon["multusAutoconfigDir"] != str(layout.cni_conf)
+    thin = json.loads(multus_conflist(paths, primary))["plugins"][0]
+    for key in ("delegates", "binDir", "cniDir", "confDir"):
+        assert daemon[key] == thin[key], key
+    for key in ("socketDir", "multusAutoconfigDir", "cniConfigDir", "logFile"):
+        assert Path(daemon[key]).is_relative_to(tmp_path / "up"), key
+
+
 def test_multus_may_update_pod_status_and_read_network_attachment_definitions() -> None:
     roles = {d["metadata"]["name"]: d for d in rbac() if d["kind"] == "ClusterRole"}
     rules = roles["dmn-lab-multus"]["rules"]
@@ -102,8 +127,8 @@ def test_multus_may_update_pod_status_and_read_network_attachment_definitions() 
         return {v for rule in rules if resource in rule["resources"] for v in rule["verbs"]}
 
     assert verbs("pods/status") == {"update"}
-    assert verbs("pods") == {"get"}
-    assert {"get"} <= verbs("network-attachment-definitions")
+    assert verbs("pods") == {"get", "list", "watch"}
+    assert {"get", "list", "watch"} <= verbs("network-attachment-definitions")
 
 
 def test_network_attachment_definition_and_network_status_shapes() -> None:
@@ -119,4 +144,6 @@ def test_multus_needs_the_upstream_backend(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rc = cli.run(["up", "--multus", "--state-dir", str(tmp_path)])
+    assert rc == 2 and "error[E_USAGE]" in capsys.readouterr().err
+    rc = cli.run(["up", "--multus", "thick", "--state-dir", str(tmp_path)])
     assert rc == 2 and "error[E_USAGE]" in capsys.readouterr().err
