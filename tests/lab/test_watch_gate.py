@@ -1,7 +1,7 @@
 """The watch gate's request handling without a lab: which requests are watches of which
 resource, how a request is rewritten, and that a held watch relays nothing until released
 (a local TLS "API server" streaming events). The lab use is in
-``tests/e2e/test_upstream_multus_thick.py``."""
+``tests/e2e/test_upstream_multus_thick.py`` (branch multus-thick)."""
 
 from __future__ import annotations
 
