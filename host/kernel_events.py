@@ -2,7 +2,9 @@
 
 :class:`ChangeMonitor` listens to kernel uevents on the ``pci``, ``net`` and ``infiniband``
 subsystems (pyudev) and to rtnetlink link, address and route events, and calls
-``on_change(reason)`` — debounced, from one dispatcher thread — so the agent rescans. A
+``on_change(reason)`` — debounced, from one dispatcher thread — so the agent rescans.
+With ``relevant``, rtnetlink messages it refuses are dropped (see
+:mod:`dmn.host.link_event_filter`). A
 slow periodic resync (``resync`` seconds) covers anything missed, and a listener that
 fails is logged and leaves the resync as the fallback: a missed event must never leave
 stale inventory in place forever.
@@ -32,8 +34,10 @@ class ChangeMonitor:
         uevent_source: str = "udev",
         debounce: float = 0.2,
         resync: float = 300.0,
+        relevant: Callable[[Any], bool] | None = None,
     ) -> None:
         self.on_change = on_change
+        self.relevant = relevant  # an rtnetlink message that can change the inventory
         self.netns = netns
         self.udev = udev
         self.uevent_source = uevent_source  # "udev" (processed by udevd) or "kernel" (raw)
@@ -134,7 +138,14 @@ class ChangeMonitor:
                 ready, _, _ = select.select([ipr], [], [], 0.5)
                 if not ready:
                     continue
-                events = {str(m.get("event", "")) for m in ipr.get()}
+                messages = list(ipr.get())
+                while _buffered(ipr):
+                    messages.extend(ipr.get())
+                events = {
+                    str(m.get("event", ""))
+                    for m in messages
+                    if self.relevant is None or self.relevant(m)
+                }
                 for event in sorted(e for e in events if e):
                     self.notify(f"rtnl:{event}")
         except Exception:
@@ -162,3 +173,15 @@ class ChangeMonitor:
                     self.notify(f"udev:{device.subsystem}:{device.action}")
         except Exception:
             log.exception("inventory watch: udev listener failed; periodic resync remains")
+
+
+def _buffered(ipr: Any) -> bool:
+    """Whether pyroute2 (0.9) holds received datagrams its last ``get()`` did not return.
+
+    One ``get()`` returns one datagram's messages, but the read behind it takes every
+    datagram the socket had; the rest wait in the library's queue, where ``select`` on the
+    socket cannot see them. Without this each change was reported only when the next one
+    arrived. Other library versions without that queue: False, the old behaviour."""
+    queues = getattr(getattr(getattr(ipr, "asyncore", None), "msg_queue", None), "queues", None)
+    queue = queues.get(0) if isinstance(queues, dict) else None
+    return bool(queue is not None and queue.qsize() > 0)

@@ -270,6 +270,9 @@ class Inventory:
     default_route_ifnames: frozenset[str] | Unknown = frozenset()
     notes: tuple[str, ...] = ()
     identities: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    followed_links: tuple[str, ...] = ()
+    """The named kernel links the scan looked for (a lab's links), present or not: a link
+    of that name appearing is an inventory change even while none is reported."""
 
     def by_pci(self, address: str) -> InventoryItem | None:
         for item in self.items.values():

@@ -225,6 +225,7 @@ def scan(config: ScanConfig) -> Inventory:
         default_route_ifnames=_route_names(link_states, default_routes),
         notes=tuple(notes),
         identities={k: (s, incarnations[k]) for k, s in keys.values()},
+        followed_links=tuple(config.lab_links),
     )
 
 

@@ -64,6 +64,8 @@ from dmn.api.cluster.listwatch import SYNCED
 from dmn.api.identity import DRIVER
 from dmn.api.policy import DeviceExposurePolicy
 from dmn.host.kernel_events import ChangeMonitor
+from dmn.host.link_event_filter import LinkEventFilter
+from dmn.host.rtnetlink.links import LinkState
 from dmn.observability.metrics import PUBLISHED_DEVICES, PUBLISHED_SLICES
 
 log = logging.getLogger(__name__)
@@ -103,7 +105,8 @@ class NodeSlicePublisher:
         self.resync = resync
         self.coalesce = coalesce
         self.inventory_watch = inventory_watch
-        self.inventory = scan()
+        self.link_events = LinkEventFilter()
+        self.inventory = self._scanned(scan())
         self.state_file = state_file
         restored = load_publication(state_file, node_name) if state_file else None
         self.publication = restored or NodePublication(node_name)
@@ -331,7 +334,7 @@ class NodeSlicePublisher:
             try:
                 if self._rescan.is_set():
                     self._rescan.clear()
-                    scanned = self.scan()
+                    scanned = self._scanned(self.scan())
                     due = due or scanned != self.inventory
                     self.inventory = scanned
                 if due:
@@ -345,6 +348,12 @@ class NodeSlicePublisher:
             self._notify()
             self._prompt.wait(self.coalesce)  # triggers meanwhile are kept in _wake
             self._prompt.clear()
+
+    def _scanned(self, inventory: Inventory) -> Inventory:
+        """``inventory``, after telling the link event filter which links it reports."""
+        names, indexes = inventory_links(inventory)
+        self.link_events.watch(names, indexes)
+        return inventory
 
     def _pins_moved(self, event: WatchEvent, pinned: dict[str, frozenset[str]]) -> bool:
         """Whether a ResourceClaim event may change this node's allocated devices (updating
@@ -384,6 +393,7 @@ class NodeSlicePublisher:
                 uevent_source=w.uevent_source,
                 debounce=w.debounce,
                 resync=w.resync,
+                relevant=self.link_events.relevant,
             )
             self._monitor.start()
             # the inventory was scanned at construction, before the listeners were bound: a
@@ -404,6 +414,25 @@ class NodeSlicePublisher:
             t.join(timeout=5)
         self._threads.clear()
         self._watches.clear()
+
+
+def inventory_links(inventory: Inventory) -> tuple[set[str], set[int]]:
+    """The names of ``inventory``'s netdevs, representors, followed links and default-route
+    links, and the indexes of its
+    netdevs, their masters and their lowers (what protection follows)."""
+    names = set(inventory.followed_links)
+    if isinstance(inventory.default_route_ifnames, frozenset):
+        names |= inventory.default_route_ifnames
+    indexes: set[int] = set()
+    for item in inventory.items.values():
+        for netdev in item.netdevs:
+            names.add(netdev.ifname)
+            if isinstance(netdev.state, LinkState):
+                indexes |= {netdev.state.index, netdev.state.master, netdev.state.lower}
+        names |= {rep.ifname for rep in item.representors}
+        if item.representor is not None:
+            names.add(item.representor.ifname)
+    return names, indexes
 
 
 def _node_devices(claim: Obj, driver: str, pool: str) -> frozenset[str]:

@@ -453,3 +453,47 @@ def test_a_pass_reads_only_its_own_pool_from_the_server(tmp_path: Path) -> None:
             s["metadata"]["resourceVersion"] for s in ours
         ]
         assert cluster.get(r.RESOURCE_SLICES, "elsewhere-network-devices-0")
+
+
+def test_an_unrelated_veth_starts_no_rescan(tmp_path: Path) -> None:
+    """Issue 43: every Pod's primary-network veth raised link, address and route events in
+    the host namespace, and each burst cost a full inventory rescan in the agent. A veth
+    that is no inventory link's relative starts none; a change of a lab link still does."""
+    from pyroute2 import IPRoute
+
+    from dmn.host.rtnetlink.links import LinkState
+
+    def lab0_mtu(publication: NodeSlicePublisher) -> int:
+        for item in publication.inventory.items.values():
+            for netdev in item.netdevs:
+                if netdev.ifname == "lab0" and isinstance(netdev.state, LinkState):
+                    return netdev.state.mtu
+        return 0
+
+    with LabCluster(StateDir(tmp_path), resync=3600.0, links="netns", follow_links=True) as lab:
+        cluster, publication = lab.client(), lab.publication
+        assert publication is not None
+        wait_for(lambda: _devices(cluster), what="the lab's devices")
+        with IPRoute(netns=lab.netns) as ip:
+            wait_for(lambda: _settled(ip, ("lab0", "lab1")), what="IPv6 DAD on the lab links")
+        _pass_counter(publication)  # the rescans of the start and of DAD are over
+        scans: list[str] = []
+        scan = publication.scan
+
+        def counted() -> Any:
+            scans.append("scan")
+            return scan()
+
+        publication.scan = counted
+        with IPRoute(netns=lab.netns) as ip:
+            ip.link("add", ifname="podveth0", kind="veth", peer="podveth1")
+            for name in ("podveth0", "podveth1"):
+                ip.link("set", index=ip.link_lookup(ifname=name)[0], state="up", mtu=1500)
+            wait_for(lambda: _settled(ip, ("podveth0", "podveth1")), what="IPv6 DAD")
+            ip.link("del", ifname="podveth0")
+            lab0 = ip.link_lookup(ifname="lab0")[0]
+            ip.link("set", index=lab0, mtu=1400)
+            wait_for(lambda: lab0_mtu(publication) == 1400, what="the lab link's change rescanned")
+            assert scans == ["scan"]
+            ip.link("set", index=lab0, mtu=1500)
+        wait_for(lambda: lab0_mtu(publication) == 1500, what="the lab link's restore rescanned")
