@@ -366,7 +366,7 @@ class NodeSlicePublisher:
         now = (
             frozenset()
             if event.type == "DELETED"
-            else _node_devices(event.object or {}, self.driver, self.node_name)
+            else allocated_devices((event.object or {},), self.driver, self.node_name)
         )
         if now:
             pinned[uid] = now
@@ -418,8 +418,8 @@ class NodeSlicePublisher:
 
 def inventory_links(inventory: Inventory) -> tuple[set[str], set[int]]:
     """The names of ``inventory``'s netdevs, representors, followed links and default-route
-    links, and the indexes of its
-    netdevs, their masters and their lowers (what protection follows)."""
+    links, and the indexes of its netdevs, their masters and their lowers (what protection
+    follows)."""
     names = set(inventory.followed_links)
     if isinstance(inventory.default_route_ifnames, frozenset):
         names |= inventory.default_route_ifnames
@@ -433,10 +433,6 @@ def inventory_links(inventory: Inventory) -> tuple[set[str], set[int]]:
         if item.representor is not None:
             names.add(item.representor.ifname)
     return names, indexes
-
-
-def _node_devices(claim: Obj, driver: str, pool: str) -> frozenset[str]:
-    return allocated_devices((claim,), driver, pool)
 
 
 def _status_only(event: WatchEvent, generations: dict[str, object]) -> bool:
