@@ -82,6 +82,8 @@ POSTCONDITIONS: Mapping[str, str] = MappingProxyType(
     {
         "link-state-match": "MTU, admin state and address read back as requested",
         "link-in-sandbox": "the link is in the sandbox namespace with the requested name",
+        "link-state-recorded": "the link's admin state and MTU on the host are recorded with "
+        "its kernel identity",
         "vlan-parent-and-tag-match": "the VLAN link's lower device and tag read back as bound",
         "macvlan-mode-match": "the macvlan child has the bound lower device and mode",
         "ipvlan-mode-match": "the ipvlan child has the bound lower device and mode",

@@ -55,6 +55,7 @@ T = TypeVar("T")
 OWNERS: Mapping[str, str] = {
     "linux/link-move/v1": "tests.kernel.test_program_crashes",
     "linux/link-configure/v1": "tests.kernel.test_program_crashes",
+    "linux/host-link-state/v1": "tests.kernel.test_host_link_state",
     "linux/create-macvlan/v1": "tests.journal.test_kernel_crash",  # a test plugin's line
     "linux/create-macvlan/v2": "tests.kernel.test_program_crashes",
     "linux/create-ipvlan/v1": "tests.kernel_lab.test_lab_program_crashes",  # a test plugin's

@@ -16,9 +16,9 @@ Where a link is not where it was left, undo and recovery search the host, the re
 sandbox and every pinned namespace the environment lists, rather than assuming it is gone.
 
 The executors live in one module per family — :mod:`link_move`, :mod:`link_configure`,
-:mod:`child_links` (macvlan/ipvlan/vlan), :mod:`sandbox_child` (macvlan/ipvlan ``/v2``
-created directly in the sandbox), :mod:`bond` (bond + attach-master) — over the
-shared :mod:`created_link` lifecycle, :mod:`link_ownership` proofs and
+:mod:`host_link_state`, :mod:`child_links` (macvlan/ipvlan/vlan), :mod:`sandbox_child`
+(macvlan/ipvlan ``/v2`` created directly in the sandbox), :mod:`bond` (bond +
+attach-master) — over the shared :mod:`created_link` lifecycle, :mod:`link_ownership` proofs and
 :mod:`effect_handles` lookups. This module is their registry, and re-exports every name it
 held before the split so importers do not change.
 """
@@ -55,6 +55,7 @@ from dmn.opcodes.linux.child_links import (
     host_children,
 )
 from dmn.opcodes.linux.created_link import _CreatedLink
+from dmn.opcodes.linux.host_link_state import HostLinkState
 from dmn.opcodes.linux.link_configure import LinkConfigure
 from dmn.opcodes.linux.link_move import LinkMove, restore_root
 from dmn.opcodes.linux.link_ownership import delete_owned, find_owned, find_owned_in, set_alias
@@ -74,6 +75,7 @@ __all__ = [
     "CreateMacvlan",
     "CreateMacvlanInSandbox",
     "CreateVlan",
+    "HostLinkState",
     "LinkConfigure",
     "LinkMove",
     "Outputs",
@@ -98,6 +100,7 @@ _log = logging.getLogger(__name__)
 EXECUTORS: Mapping[str, Executor] = {
     specs.LINK_MOVE.name: LinkMove(),
     specs.LINK_CONFIGURE.name: LinkConfigure(),
+    specs.HOST_LINK_STATE.name: HostLinkState(),
     specs.CREATE_MACVLAN.name: CreateMacvlan(),
     specs.CREATE_IPVLAN.name: CreateIpvlan(),
     specs.CREATE_MACVLAN_IN_SANDBOX.name: CreateMacvlanInSandbox(),

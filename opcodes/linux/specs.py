@@ -1,8 +1,11 @@
 """``linux/*`` opcodes: netlink link lifecycle (move, configure, create children, bonds).
 
-Why these hooks: every ``linux/*`` opcode acts on a link the workload will use, so each runs
-in ``connect`` (design §6.2: kernel connect moves the allocated netdev into the sandbox and
-configures it there).
+Why these hooks: every ``linux/*`` opcode but one acts on a link the workload will use, so
+each runs in ``connect`` (design §6.2: kernel connect moves the allocated netdev into the
+sandbox and configures it there). The exception, ``linux/host-link-state/v1``, runs in
+``prepare`` for a link another component takes over (Multus automatic mode, design §6.8): it
+records the link's state before the hand-over so the release can give the host its link back
+as it was, whoever moved it meanwhile.
 
 Shared-parent children (macvlan, ipvlan) have two designs. ``/v1`` creates the child on the
 host parent and a separate ``linux/link-move/v1`` effect moves it into the sandbox (design
@@ -202,6 +205,39 @@ LINK_CONFIGURE = OpcodeSpec(
 )
 
 
+class HostLinkStateParameters(ParameterModel):
+    """No parameters: what is recorded and restored is the allocated link's own state."""
+
+
+HOST_LINK_STATE = OpcodeSpec(
+    name="linux/host-link-state/v1",
+    boot_volatile=True,
+    summary="Record a lent host link's admin state and MTU; undo sets them again on its return.",
+    changes=(
+        "Changes nothing: records the link's administrative state and MTU in the host "
+        "namespace, with its kernel identity, for the undo. Used where another component "
+        "(Multus' delegate) takes the link over and hands it back."
+    ),
+    undo=(
+        "Sets the recorded administrative state and MTU on the link when it is on the host "
+        "again with the recorded identity (its recorded ifindex, or its hardware facts); a "
+        "link not on the host, or not provably the recorded one, is left as it is."
+    ),
+    parameters=HostLinkStateParameters,
+    inputs={
+        "device": PortSpec(
+            HandleType.KERNEL_INTERFACE, _ETHERNET, ScopeKind.HOST, Access.EXCLUSIVE_CONFIGURE
+        )
+    },
+    outputs={},
+    hooks=frozenset({Hook.PREPARE}),
+    reversibility=Reversibility.REVERSIBLE,
+    recovery=_CREATED,
+    requires=frozenset({"host-scope", "exclusive-grant"}),
+    postconditions=frozenset({"link-state-recorded"}),
+)
+
+
 def _shared_parent_child(kind: str, parameters: type[ParameterModel]) -> OpcodeSpec:
     """macvlan and ipvlan children share one contract: one owned child per held share,
     created on the host parent in the host namespace; only the mode check differs."""
@@ -375,6 +411,7 @@ ATTACH_MASTER = OpcodeSpec(
 SPECS: tuple[OpcodeSpec, ...] = (
     LINK_MOVE,
     LINK_CONFIGURE,
+    HOST_LINK_STATE,
     CREATE_MACVLAN,
     CREATE_IPVLAN,
     CREATE_MACVLAN_IN_SANDBOX,

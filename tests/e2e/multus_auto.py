@@ -8,10 +8,12 @@ policy that takes the lab links' ``macvlan`` persona over for ``multus-cni-share
 binds the template, and a claim template; afterwards it removes them and waits until the
 node publishes its links for ``macvlan-cni`` again, so the modules after it find the lab
 as they expect. :func:`whole_links_for_multus` does the same with the ``kernel`` persona
-for ``multus-cni`` and a host-device template, and afterwards :func:`lab_links_restored`
-brings the lab links back as the lab made them: the reference host-device plugin's DEL
-returns a link down, its veth peer loses carrier, and the node taints both links' devices
-``NoSchedule`` (unhealthy) — every later module's claim on them would be unschedulable.
+for ``multus-cni`` and a host-device template. The reference host-device plugin's DEL
+returns a link down (its veth peer then loses carrier and the node would taint both links'
+devices unhealthy); the driver's release sets the state it recorded at prepare again
+(``linux/host-link-state/v1``), which the host-device test checks. :func:`lab_links_restored`
+is that test's safety net when it fails midway: it brings the lab links back as the lab
+made them, so the modules after it find their devices schedulable.
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ HOSTDEV_CLASS_TEMPLATE = "e2e-auto-hostdev"
 OPS = ["multus/pod-selection/v1", "multus/binding-ready/v1"]
 
 
-def _policy(name: str, persona: str, plugin: str, mode: str, shadow_op: str) -> dict[str, Any]:
+def _policy(
+    name: str, persona: str, plugin: str, mode: str, own_ops: tuple[str, ...]
+) -> dict[str, Any]:
     exposure: dict[str, Any] = {
         "persona": persona,
         "plugin": plugin,
@@ -60,7 +64,7 @@ def _policy(name: str, persona: str, plugin: str, mode: str, shadow_op: str) -> 
                 "groups": ["macvlan" if persona == "macvlan" else "kernel-handoff"],
             }
         ],
-        "effectPermissions": [shadow_op, *OPS],
+        "effectPermissions": [*own_ops, *OPS],
     }
     if persona == "macvlan":
         exposure["allowMultipleAllocations"] = True
@@ -78,13 +82,15 @@ def _policy(name: str, persona: str, plugin: str, mode: str, shadow_op: str) -> 
     }
 
 
-def _topology(name: str, plugin: str, mode: str, template: str, shadow_op: str) -> dict[str, Any]:
+def _topology(
+    name: str, plugin: str, mode: str, template: str, own_ops: tuple[str, ...]
+) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": "NetworkTopology",
         "metadata": {"name": name},
         "spec": {
-            "effectBudget": {"allow": [shadow_op, *OPS]},
+            "effectBudget": {"allow": [*own_ops, *OPS]},
             "steps": [
                 {
                     "id": "net",
@@ -206,11 +212,11 @@ def macvlan_template(multus: MultusInstall) -> dict[str, Any]:
 @contextlib.contextmanager
 def automatic_mode(admin: Cluster, multus: MultusInstall) -> Iterator[str]:
     """The macvlan template bound through ``multus-cni-shared`` (module doc); the class."""
-    shadow_op = "multus/shadow-nad-shared/v1"
+    own_ops = ("multus/shadow-nad-shared/v1",)
     with _taken_over(
         admin,
-        _policy("e2e-auto-links", "macvlan", "multus-cni-shared", "shared", shadow_op),
-        _topology("e2e-auto", "multus-cni-shared", "shared", TEMPLATE, shadow_op),
+        _policy("e2e-auto-links", "macvlan", "multus-cni-shared", "shared", own_ops),
+        _topology("e2e-auto", "multus-cni-shared", "shared", TEMPLATE, own_ops),
         macvlan_template(multus),
         CLASS_TEMPLATE,
         "multus-cni-shared",
@@ -223,12 +229,12 @@ def automatic_mode(admin: Cluster, multus: MultusInstall) -> Iterator[str]:
 def whole_links_for_multus(admin: Cluster) -> Iterator[str]:
     """A host-device template bound through ``multus-cni`` (the ``kernel`` persona taken
     over from the lab's ``host-cni``); the class."""
-    shadow_op = "multus/shadow-nad/v1"
+    own_ops = ("multus/shadow-nad/v1", "linux/host-link-state/v1")
     config = {"cniVersion": "1.0.0", "name": HOSTDEV_TEMPLATE, "type": "host-device"}
     with _taken_over(
         admin,
-        _policy("e2e-auto-whole", "kernel", "multus-cni", "kernel", shadow_op),
-        _topology("e2e-auto-hostdev", "multus-cni", "kernel", HOSTDEV_TEMPLATE, shadow_op),
+        _policy("e2e-auto-whole", "kernel", "multus-cni", "kernel", own_ops),
+        _topology("e2e-auto-hostdev", "multus-cni", "kernel", HOSTDEV_TEMPLATE, own_ops),
         network_attachment_definition(HOSTDEV_TEMPLATE, NAMESPACE, config),
         HOSTDEV_CLASS_TEMPLATE,
         "multus-cni",

@@ -45,6 +45,7 @@ from tests.e2e.multus_auto import (
     lab_links_restored,
     macvlan_template,
     shadows,
+    tainted_unhealthy,
     whole_links_for_multus,
 )
 from tests.waiting import wait_for
@@ -227,6 +228,14 @@ def test_a_host_device_template_hands_the_allocated_link_over(
             pods.clear()
             wait_for(lambda: not shadows(admin), timeout=WAIT, interval=0.5, what="no shadow")
             wait_for(lambda: link in host_links(), timeout=WAIT, interval=0.5, what="link back")
+            # host-device's DEL handed it back down; the release set the recorded state again
+            assert "UP" in host_links()[link]["flags"], host_links()[link]
+            wait_for(
+                lambda: not tainted_unhealthy(admin),
+                timeout=WAIT,
+                interval=0.5,
+                what="no device of ours tainted unhealthy after the release",
+            )
     finally:
         # also when the test failed: the Pod gone first (it may still hold the link), then
         # the links up again and untainted for the modules after this one

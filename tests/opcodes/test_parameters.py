@@ -56,6 +56,7 @@ VALID: dict[str, dict[str, Any]] = {
     "multus/pod-selection/v1": {},
     "multus/binding-ready/v1": {},
     "ip/carried-host-config/v1": {},
+    "linux/host-link-state/v1": {},  # it records the link's own state: nothing to choose
 }
 
 #: Values each field must refuse (beyond wrong JSON types, tested generically).

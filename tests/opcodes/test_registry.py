@@ -57,6 +57,7 @@ VOCABULARY = {
     "multus/shadow-nad-shared/v1",
     "multus/pod-selection/v1",
     "multus/binding-ready/v1",
+    "linux/host-link-state/v1",
 }
 
 P, C = Hook.PREPARE, Hook.CONNECT
@@ -66,6 +67,7 @@ REV, IRR, RED = Reversibility.REVERSIBLE, Reversibility.IRREVERSIBLE, Reversibil
 CONTRACT = {
     "linux/link-move/v1": ({C}, REV),
     "linux/link-configure/v1": ({C}, REV),
+    "linux/host-link-state/v1": ({P}, REV),
     "linux/create-macvlan/v1": ({C}, REV),
     "linux/create-ipvlan/v1": ({C}, REV),
     "linux/create-macvlan/v2": ({C}, REV),
@@ -235,6 +237,7 @@ def test_connect_prepare_split() -> None:
         "multus/shadow-nad-shared/v1",
         "multus/pod-selection/v1",
         "multus/binding-ready/v1",
+        "linux/host-link-state/v1",
     }
 
 
