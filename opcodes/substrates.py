@@ -37,6 +37,13 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
         "host kernel (veth stand-ins, ping)",
     ),
     SubstrateRow(
+        ("linux/host-link-state",),
+        ("opcodes/linux/host_link_state.py",),
+        "host kernel (a veth stand-in lent to a played host-device ADD and DEL; a tenant "
+        "renaming and re-MACing it; another link at its ifindex; SIGKILL at every boundary); "
+        "upstream lab with real Multus thin and the reference host-device plugin",
+    ),
+    SubstrateRow(
         ("ip/addresses", "ip/routes", "ip/neighbours", "ip/rules"),
         ("opcodes/ip/",),
         "host kernel (macvlan and veth stand-ins in scratch namespaces; ping and `ip route "
