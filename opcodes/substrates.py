@@ -38,7 +38,7 @@ SUBSTRATES: tuple[SubstrateRow, ...] = (
     ),
     SubstrateRow(
         ("linux/host-link-state",),
-        ("opcodes/linux/host_link_state.py",),
+        ("opcodes/linux/",),
         "host kernel (a veth stand-in lent to a played host-device ADD and DEL; a tenant "
         "renaming and re-MACing it; another link at its ifindex; SIGKILL at every boundary); "
         "upstream lab with real Multus thin and the reference host-device plugin",
