@@ -13,7 +13,8 @@ at sandbox creation (:mod:`tests.e2e.multus_auto` applies the class for the modu
   its deletion tears down with the frozen configuration: no Whereabouts reservation left.
 * One Pod with the driver's own ``net1`` (host-cni, a whole link) and Multus' ``net2``.
 * A host-device template through ``multus-cni`` hands the allocated link to the Pod, and it
-  returns to the node when the Pod goes.
+  returns to the node when the Pod goes: up again (host-device's DEL hands it back down; the
+  release sets the state recorded at prepare) and no device tainted unhealthy.
 """
 
 from __future__ import annotations
