@@ -1,7 +1,7 @@
 """The watch gate's request handling without a lab: which requests are watches of which
 resource, how a request is rewritten, and that a held watch relays nothing until released
 (a local TLS "API server" streaming events). The lab use is in
-``tests/e2e/test_upstream_multus_thick.py`` (branch multus-thick)."""
+``tests/e2e/test_upstream_multus_thick.py``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dmn.lab.upstream.pki import LabCA
-from dmn.lab.upstream.watch_gate import WatchGate, _with_connection_close, watched_resource
+from dmn.lab.upstream.watch_gate import WatchGate, forwarded_head, watched_resource
 from tests.waiting import wait_for
 
 
@@ -28,9 +28,13 @@ def test_watches_are_recognised_by_query_or_path() -> None:
     assert watched_resource("/api/v1/namespaces/default/pods/p") is None
 
 
-def test_a_request_is_forwarded_with_connection_close_only() -> None:
-    head = b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n"
-    out = _with_connection_close(head)
+def test_a_request_is_forwarded_with_connection_close_and_no_compression() -> None:
+    head = (
+        b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nAccept-Encoding: gzip\r\n"
+        b"Accept: */*\r\n\r\n"
+    )
+    out = forwarded_head(head)
+    assert b"accept-encoding" not in out.lower()
     assert out.endswith(b"\r\n\r\n")
     lines = out.split(b"\r\n")
     assert lines[0] == b"GET /x HTTP/1.1"
