@@ -1856,9 +1856,13 @@ REGISTRY: tuple[ReasonCode, ...] = (
         "E_MULTUS_SHADOW_CONFLICT",
         MULTUS,
         "A NetworkAttachmentDefinition with the shadow's generated name exists but is not the "
-        "binding's (other owner, provenance or configuration), or it is being deleted.",
+        "binding's (other owner, provenance or configuration), or it is being deleted; at "
+        "CreateContainer: the bound shadow was changed after the node created it (another "
+        "configuration, or a generation above 1: edited, even if put back) or is gone, so "
+        "Multus may have run another configuration and no container starts.",
         "Inspect the object; the driver never overwrites it. Recreate the workload after "
-        "removing a foreign object.",
+        "removing a foreign object, and keep write access to NetworkAttachmentDefinitions "
+        "from the Pods' namespaces' tenants.",
     ),
     _r(
         "E_MULTUS_NOT_ATTACHED",

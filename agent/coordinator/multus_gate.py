@@ -16,13 +16,25 @@ from the API server, and re-read (sleeping between reads) for at most :data:`MAX
 seconds and never past the hook's deadline; then the container is refused with
 ``E_MULTUS_NOT_ATTACHED`` (retryable: the runtime asks again, as it does for any refused
 CreateContainer). Never under the node lock.
+
+Attached is not enough: Multus runs a shadow as it finds it at ADD, and whoever may write
+NetworkAttachmentDefinitions in the Pod's namespace could have changed the shadow's
+``device`` or ``master`` between NodePrepare and the sandbox. So once attached, each shadow
+is read from the API server and must still be the one the journal recorded: its UID, not
+being deleted (``E_MULTUS_SHADOW_DELETING``), its ``spec.config`` with the frozen SHA-256,
+and ``metadata.generation`` 1 — a custom resource without a status subresource counts every
+change outside its metadata, so an edit that was put back before this read is seen too
+(``E_MULTUS_SHADOW_CONFLICT``; neither is retryable, the Pod never starts and its deletion
+releases the claim). An API server that does not answer refuses retryably.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from dmn.agent.coordinator.node_objects import NodeObjects
@@ -32,7 +44,7 @@ from dmn.agent.journal.store import JournalStore
 from dmn.agent.nri.handler import HookDeadline
 from dmn.api.cluster import ApiFailure, Cluster, NotFound
 from dmn.api.cluster import resources as r
-from dmn.api.multus.errors import NOT_ATTACHED
+from dmn.api.multus.errors import NOT_ATTACHED, SHADOW_CONFLICT, SHADOW_DELETING
 from dmn.api.multus.network_status import attached
 from dmn.api.multus.template import TemplateRef
 from dmn.vocabulary.terms import HandleType
@@ -50,11 +62,23 @@ MARGIN = 0.1
 MAX_HOLD = 5.0
 
 
-def managed_interfaces(
-    journal: JournalStore, att: AttachmentRecord
-) -> list[tuple[TemplateRef, str]]:
-    """Each shadow (namespace/name) and interface the attachment's claims prepared."""
-    out: list[tuple[TemplateRef, str]] = []
+#: The generation of a custom resource nobody changed since its creation.
+CREATED_GENERATION = 1
+
+
+@dataclass(frozen=True)
+class ManagedShadow:
+    """A shadow a claim of the sandbox prepared, as the journal recorded it."""
+
+    ref: TemplateRef
+    interface: str
+    uid: str
+    digest: str
+
+
+def managed_interfaces(journal: JournalStore, att: AttachmentRecord) -> list[ManagedShadow]:
+    """Each shadow the attachment's claims prepared: name, interface, UID, frozen digest."""
+    out: list[ManagedShadow] = []
     for claim in att.claims:
         prep = journal.get_preparation(claim.claim_uid, claim.fingerprint)
         for op in prep.operations if prep is not None else ():
@@ -65,9 +89,32 @@ def managed_interfaces(
                         continue
                     o = h.observations
                     out.append(
-                        (TemplateRef(str(o["namespace"]), str(o["name"])), str(o["interface"]))
+                        ManagedShadow(
+                            TemplateRef(str(o["namespace"]), str(o["name"])),
+                            str(o["interface"]),
+                            str(o.get("uid", "")),
+                            str(o.get("configSHA256", "")),
+                        )
                     )
     return out
+
+
+def shadow_problem(live: Mapping[str, Any], shadow: ManagedShadow) -> tuple[str, str] | None:
+    """(reason, why) when ``live`` is not the shadow the journal recorded, else None."""
+    meta = live.get("metadata") or {}
+    if meta.get("uid") != shadow.uid:
+        return SHADOW_CONFLICT, f"its UID {meta.get('uid')} is not the recorded {shadow.uid}"
+    if meta.get("deletionTimestamp"):
+        return SHADOW_DELETING, "it is being deleted"
+    config = (live.get("spec") or {}).get("config")
+    digest = hashlib.sha256(config.encode()).hexdigest() if isinstance(config, str) else ""
+    if digest != shadow.digest:
+        return SHADOW_CONFLICT, "its configuration is not the one the node froze"
+    if meta.get("generation") != CREATED_GENERATION:
+        return SHADOW_CONFLICT, (
+            f"it was changed since the node created it (generation {meta.get('generation')})"
+        )
+    return None
 
 
 class MultusGate:
@@ -83,15 +130,52 @@ class MultusGate:
         self.objects = objects
         self._sleep = sleep
 
-    def _missing(
-        self, pod: Mapping[str, Any] | None, wanted: list[tuple[TemplateRef, str]]
-    ) -> list[str]:
+    def _missing(self, pod: Mapping[str, Any] | None, wanted: list[ManagedShadow]) -> list[str]:
         annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
         return [
-            f"{ref.namespace}/{ref.name} as {ifname}"
-            for ref, ifname in wanted
-            if not attached(annotations, ref, ifname)
+            f"{w.ref.namespace}/{w.ref.name} as {w.interface}"
+            for w in wanted
+            if not attached(annotations, w.ref, w.interface)
         ]
+
+    def _unchanged(self, namespace: str, pod_name: str, wanted: list[ManagedShadow]) -> None:
+        """Refuse unless every shadow is still the recorded one (module docstring)."""
+        for shadow in wanted:
+            ns, name = shadow.ref.namespace, shadow.ref.name
+            field = f"networkattachmentdefinitions/{ns}/{name}"
+            try:
+                live = self.cluster.get(r.NETWORK_ATTACHMENT_DEFINITIONS, name, ns)
+            except NotFound:
+                raise Refusal(
+                    SHADOW_CONFLICT,
+                    f"shadow {ns}/{name} of Pod {namespace}/{pod_name} is gone; the container "
+                    "is not started",
+                    field,
+                ) from None
+            except ApiFailure as exc:
+                raise Refusal(
+                    NOT_ATTACHED,
+                    f"shadow {ns}/{name} could not be read ({exc}); the container is held",
+                    field,
+                    retryable=True,
+                ) from None
+            problem = shadow_problem(live, shadow)
+            if problem is not None:
+                reason, why = problem
+                log.warning(
+                    "event=multus-gate-shadow-changed pod=%s/%s shadow=%s/%s reason=%s",
+                    namespace,
+                    pod_name,
+                    ns,
+                    name,
+                    reason,
+                )
+                raise Refusal(
+                    reason,
+                    f"shadow {ns}/{name} of Pod {namespace}/{pod_name}: {why}; the container "
+                    "is not started (delete the Pod)",
+                    field,
+                )
 
     def _fresh(self, namespace: str, pod_name: str, pod_uid: str) -> dict[str, Any] | None:
         try:
@@ -119,6 +203,7 @@ class MultusGate:
             return
         cached = self.objects.pod(namespace, pod_name, pod_uid) if self.objects else None
         if cached is not None and not self._missing(cached, wanted):
+            self._unchanged(namespace, pod_name, wanted)
             return
         budget = 0.0
         if deadline is not None:
@@ -127,6 +212,7 @@ class MultusGate:
         while True:
             missing = self._missing(self._fresh(namespace, pod_name, pod_uid), wanted)
             if not missing:
+                self._unchanged(namespace, pod_name, wanted)
                 return
             if time.monotonic() + INTERVAL >= end:
                 raise Refusal(

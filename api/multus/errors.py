@@ -5,7 +5,7 @@ Every refusal of the pure core is a :class:`MultusError` carrying a stable reaso
 person. Callers (the node agent) turn it into a prepare failure before anything changes on the
 node or in the API. The constants below are the codes' only spelling in the code base; the
 agent emits the ones the core never raises itself (forbidden template, shadow conflict, not
-attached) through the same names.
+attached, shadow deleting) through the same names.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ INTERFACE_CONFLICT = "E_MULTUS_INTERFACE_CONFLICT"
 ANNOTATION_SIZE = "E_MULTUS_ANNOTATION_SIZE"
 OWNERSHIP = "E_MULTUS_OWNERSHIP"
 SHADOW_CONFLICT = "E_MULTUS_SHADOW_CONFLICT"
+SHADOW_DELETING = "E_MULTUS_SHADOW_DELETING"
 NOT_ATTACHED = "E_MULTUS_NOT_ATTACHED"
 
 #: Every code above, for callers that check a reason is one of the core's.
@@ -39,6 +40,7 @@ REASONS = frozenset(
         ANNOTATION_SIZE,
         OWNERSHIP,
         SHADOW_CONFLICT,
+        SHADOW_DELETING,
         NOT_ATTACHED,
     }
 )

@@ -9,8 +9,9 @@ get, delete with a UID precondition (a wrong UID is 409 Conflict and changes not
 finalizers (a delete leaves the object with ``deletionTimestamp`` until its last finalizer
 goes; no new finalizer once deletion started), JSON patch with ``test`` operations (a failed
 test is 422, never a write; an unescaped annotation key via ``~1``), a JSON patch on a Pod's
-annotations (created when absent), and a resourceVersion precondition that is only what the
-patch tests.
+annotations (created when absent), a resourceVersion precondition that is only what the
+patch tests, and ``metadata.generation`` counting every change outside the metadata (the
+container gate refuses a shadow whose generation is not 1: edited, even if put back).
 """
 
 from __future__ import annotations
@@ -199,10 +200,27 @@ def check_pod_annotation_json_patch(cluster: Cluster, namespace: str, owner: dic
     assert err.value.code == 422
 
 
+def check_generation_counts_every_spec_change(
+    cluster: Cluster, namespace: str, owner: dict
+) -> None:
+    obj = cluster.create(NADS, shadow(namespace, owner), namespace)
+    name, frozen = obj["metadata"]["name"], obj["spec"]["config"]
+    assert obj["metadata"]["generation"] == 1
+    labelled = cluster.patch(NADS, name, {"metadata": {"labels": {"x": "y"}}}, namespace)
+    assert labelled["metadata"]["generation"] == 1  # metadata is not counted
+    edited = cluster.patch(NADS, name, {"spec": {"config": frozen + " "}}, namespace)
+    assert edited["metadata"]["generation"] == 2
+    back = cluster.patch(NADS, name, {"spec": {"config": frozen}}, namespace)
+    assert back["spec"]["config"] == frozen and back["metadata"]["generation"] == 3
+    cluster.patch(NADS, name, {"metadata": {"finalizers": None}}, namespace)
+    cluster.delete(NADS, name, namespace)
+
+
 CHECKS = (
     check_create_get_and_taken_name,
     check_delete_uid_precondition_and_finalizer,
     check_only_our_finalizer_goes,
     check_failed_test_is_422_and_writes_nothing,
     check_pod_annotation_json_patch,
+    check_generation_counts_every_spec_change,
 )

@@ -218,3 +218,59 @@ def test_an_unreported_interface_is_refused_when_the_deadline_draws_near(
         node.runtime.remove_pod_sandbox("sb-mx-4")
     node.services.preparation.unprepare(claim["metadata"]["uid"])
     assert shadows(node.cluster) == []
+
+
+@pytest.mark.adversarial
+def test_a_shadow_edited_before_the_container_is_refused_even_when_put_back(
+    node: LabNode, device_class: str
+) -> None:
+    """Someone who may write NetworkAttachmentDefinitions in the Pod's namespace points the
+    shadow at another master before ADD, and puts it back afterwards: Multus ran the edit,
+    so the gate refuses the container both times (the configuration, then the generation
+    the edit left), and the release, with the frozen configuration back, is clean."""
+    (claim,), pod = claimed_pod(node, device_class)
+    pmeta = pod["metadata"]
+    prepare(node, claim)
+    (shadow,) = shadows(node.cluster)
+    name, frozen = shadow["metadata"]["name"], shadow["spec"]["config"]
+    edited = json.dumps({**json.loads(frozen), "master": "stolen0"})
+    node.cluster.patch(NADS, name, {"spec": {"config": edited}}, "default")
+    with scratch_netns("dmmx5") as sandbox:
+        sb = LabPod("sb-mx-5", pmeta["uid"], pmeta["name"], "default", netns_path(sandbox))
+        node.runtime.run_pod_sandbox(sb)
+        multus_attached(node.cluster, pod, name, "net1")
+        for _ in ("edited", "put back"):
+            with pytest.raises(Refusal) as err:
+                node.services.attachments.gate("default", pmeta["name"], pmeta["uid"], "sb-mx-5")
+            assert err.value.code == "E_MULTUS_SHADOW_CONFLICT" and not err.value.retryable
+            node.cluster.patch(NADS, name, {"spec": {"config": frozen}}, "default")
+        assert "generation 3" in err.value.message
+        node.runtime.stop_pod_sandbox("sb-mx-5")
+        node.runtime.remove_pod_sandbox("sb-mx-5")
+    node.services.preparation.unprepare(claim["metadata"]["uid"])
+    (prep,) = node.services.journal.preparations(claim["metadata"]["uid"])
+    assert prep.state is PreparationState.RELEASED
+    assert shadows(node.cluster) == []
+
+
+@pytest.mark.adversarial
+def test_a_shadow_being_deleted_is_refused_at_the_gate(node: LabNode, device_class: str) -> None:
+    """The shadow deleted by someone (its finalizer keeps it): the container is refused
+    with E_MULTUS_SHADOW_DELETING though Multus reports the interface; the release ends it."""
+    (claim,), pod = claimed_pod(node, device_class)
+    pmeta = pod["metadata"]
+    prepare(node, claim)
+    (shadow,) = shadows(node.cluster)
+    name = shadow["metadata"]["name"]
+    with scratch_netns("dmmx6") as sandbox:
+        sb = LabPod("sb-mx-6", pmeta["uid"], pmeta["name"], "default", netns_path(sandbox))
+        node.runtime.run_pod_sandbox(sb)
+        multus_attached(node.cluster, pod, name, "net1")
+        node.cluster.delete(NADS, name, "default")
+        with pytest.raises(Refusal) as err:
+            node.services.attachments.gate("default", pmeta["name"], pmeta["uid"], "sb-mx-6")
+        assert err.value.code == "E_MULTUS_SHADOW_DELETING" and not err.value.retryable
+        node.runtime.stop_pod_sandbox("sb-mx-6")
+        node.runtime.remove_pod_sandbox("sb-mx-6")
+    node.services.preparation.unprepare(claim["metadata"]["uid"])
+    assert shadows(node.cluster) == []
