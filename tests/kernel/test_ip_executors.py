@@ -46,8 +46,10 @@ def route_get(ns: str, destination: str) -> dict[str, Any]:
 def l3_state(ns: str) -> tuple[Any, Any, Any, Any]:
     """Addresses (without lifetimes), routes of every family and configured neighbour
     entries, to compare namespaces; IPv6 link-local ones left out (the kernel adds them when
-    a link comes up, whenever), as are the neighbours the kernel learns; and the policy
-    routing rules."""
+    a link comes up, whenever), as are the neighbours the kernel learns and the kernel's
+    IPv6 local routes of the addresses (installed from a work queue after the address, for
+    a nodad one too: under load a state read right after an address was added or restored
+    lacked its route; the address itself is compared); and the policy routing rules."""
     addrs = sorted(
         (a["ifname"], i["local"], i["prefixlen"])
         for a in ip_json(ns, "addr")
@@ -59,6 +61,7 @@ def l3_state(ns: str) -> tuple[Any, Any, Any, Any]:
         r
         for r in ip_json(ns, "-6", "route", "show", "table", "all")
         if not str(r.get("dst", "")).startswith("fe80:")
+        and not (r.get("type") == "local" and r.get("protocol") == "kernel")
     ]
     neigh = sorted(
         (n["dev"], n["dst"], n.get("lladdr", ""), tuple(n.get("state", ())))
