@@ -11,6 +11,16 @@ whose reconcile collects the claim's addresses; a Node, or its agent's Pod, name
 whose capability labels to converge, and a revision that comes or goes names every Node).
 A change of this driver's ResourceSlices re-enqueues every topology (its status counts the
 devices each class selects, from the slices this watch holds).
+
+Event storms are coalesced. A Pod burst makes hundreds of claim, attachment, allocation and
+slice events in seconds, and each used to start a full reconcile of every revision, pool or
+topology, competing for the node's CPU with the Pods it served. So the keys those events
+name are scheduled a short window ahead (:data:`RECHECK_WINDOW_S`; a key already waiting
+stays once), and a claim, attachment or Node event skips the revisions whose last verdict
+only their topology decides (current or settling: :data:`.revision_gc.TOPOLOGY_REASONS`);
+any topology event rechecks every revision, and the resync still enqueues everything. What
+this trades is latency of reports and collection (at most the window), never a decision:
+every reconcile still reads the current state.
 """
 
 from __future__ import annotations
@@ -37,6 +47,10 @@ from dmn.opcodes.spec import OpcodeRegistry
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
+
+RECHECK_WINDOW_S = 1.0
+"""How far ahead an event-storm key (a topology recount, a revision or pool recheck) is
+scheduled; the events of one window make one reconcile per key."""
 
 
 @dataclass
@@ -94,6 +108,16 @@ class Controller:
         for name in self._names(res):
             self.queue.add((kind, name))
 
+    def _soon(self, kind: str, names: list[str]) -> None:
+        for name in names:
+            self.queue.add_after((kind, name), RECHECK_WINDOW_S)
+
+    def _releasable_revisions(self) -> list[str]:
+        """The revisions a claim, attachment or Node event may release: all but those
+        whose last verdict was their topology's alone."""
+        held = set(self.revisions.held_by_topology)
+        return [n for n in self._names(r.NETWORK_TOPOLOGY_REVISIONS) if n not in held]
+
     def published_slices(self) -> list[dict[str, Any]] | None:
         """This driver's ResourceSlices as the watch holds them; None before its first list
         (a count from no slices would report every class as matching nothing)."""
@@ -110,7 +134,7 @@ class Controller:
             if event.type == SYNCED:
                 self._slices_listed = True
             if self._slices_listed:
-                self.enqueue_all("topology", r.NETWORK_TOPOLOGIES)
+                self._soon("topology", self._names(r.NETWORK_TOPOLOGIES))
             return
         if event.type == SYNCED:
             return
@@ -120,8 +144,9 @@ class Controller:
             return
         if kind == "topology":
             self.queue.add(("topology", name))
-            if event.type == "DELETED":
-                self.enqueue_all("revision", r.NETWORK_TOPOLOGY_REVISIONS)
+            # its current revision may have moved on (or it is gone): the revisions held
+            # for it are decided again
+            self._soon("revision", self._names(r.NETWORK_TOPOLOGY_REVISIONS))
         elif kind == "revision":
             self.queue.add(("revision", name))
             if event.type != "MODIFIED":  # a requirement came or went: relabel every Node
@@ -141,7 +166,7 @@ class Controller:
         elif kind == "ipallocation":
             pool = (obj.get("spec") or {}).get("pool")
             if pool:
-                self.queue.add(("ippool", str(pool)))
+                self._soon("ippool", [str(pool)])
         elif kind == "class":
             label = (obj.get("metadata", {}).get("labels") or {}).get(LABEL_TOPOLOGY)
             if label:
@@ -159,9 +184,9 @@ class Controller:
         else:  # claims, attachments, nodes: anything that can release a revision
             if kind == "node":
                 self.queue.add(("capability", name))
-            self.enqueue_all("revision", r.NETWORK_TOPOLOGY_REVISIONS)
+            self._soon("revision", self._releasable_revisions())
             if kind == "claim" and event.type == "DELETED":  # its addresses are collectable
-                self.enqueue_all("ippool", r.IP_POOLS)
+                self._soon("ippool", self._names(r.IP_POOLS))
 
     # --- processing --------------------------------------------------------------------
 

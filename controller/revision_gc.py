@@ -41,6 +41,11 @@ from dmn.controller.stable_classes import STABLE_SELECTOR, is_stable_class, pinn
 log = logging.getLogger(__name__)
 
 
+TOPOLOGY_REASONS = frozenset({"Current", "Settling"})
+"""Retention reasons that only the revision's topology (its status, generation and the
+revision being published) decides."""
+
+
 @dataclass(frozen=True)
 class Retention:
     retained: bool
@@ -72,6 +77,10 @@ class RevisionCollector:
     cluster: Cluster
     #: topology UID -> revision being published (shared with the topology reconciler).
     publishing: dict[str, str] = field(default_factory=dict)
+    #: Revisions whose last verdict was decided by their topology alone (``Current`` or
+    #: ``Settling``): no ResourceClaim, attachment or Node event can release them, so the
+    #: controller skips them on those events (a topology event, or the resync, rechecks).
+    held_by_topology: set[str] = field(default_factory=set)
 
     def _live_topology(self, ref: dict[str, Any]) -> dict[str, Any] | None:
         """The topology that produced the revision, if it still exists (same UID) and is
@@ -150,18 +159,22 @@ class RevisionCollector:
 
     def reconcile(self, name: str) -> bool:
         """Collect ``name`` if released; True when it was (or already is) gone."""
+        self.held_by_topology.discard(name)
         try:
             revision = self.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, name)
         except NotFound:
             return True
         verdict = self.retention(revision)
         if verdict.retained:
+            if verdict.reason in TOPOLOGY_REASONS:
+                self.held_by_topology.add(name)
             self._record(revision, verdict)
             return False
         ref = (revision.get("spec") or {}).get("topologyRef") or {}
         if self.publishing.get(str(ref.get("uid"))) == name and self._live_topology(ref):
             # the topology changed back to this revision while we decided: keep it (the
             # reconciler copes with the remaining race — see TopologyReconciler)
+            self.held_by_topology.add(name)
             return False
         log.info("revision released name=%s; collecting", name)
         self._delete_classes(revision)

@@ -7,7 +7,9 @@ Contract:
   concurrently);
 * :meth:`retry` re-adds a key after a per-key exponential backoff (``base`` doubling up
   to ``cap``); :meth:`forget` resets it after a success;
-* :meth:`add_after` schedules a key (periodic requeue, backoff);
+* :meth:`add_after` schedules a key (periodic requeue, backoff, coalescing); a key already
+  waiting keeps the earlier of its two times, so a storm of events that each schedule the
+  same key ``delay`` ahead is one processing per window (as client-go's delaying queue);
 * :meth:`shutdown` wakes every waiting worker; :meth:`get` then returns None.
 
 A reconciler raises :class:`RetryLater` when the state it saw is transient (an object it
@@ -48,6 +50,7 @@ class RateLimitedQueue:
         self._dirty: set[Key] = set()
         self._failures: dict[Key, int] = {}
         self._delayed: list[tuple[float, int, Key]] = []
+        self._waiting: dict[Key, float] = {}
         self._seq = itertools.count()
         self._shutdown = False
 
@@ -72,7 +75,12 @@ class RateLimitedQueue:
             self.add(key)
             return
         with self._cond:
-            heapq.heappush(self._delayed, (self.clock() + delay, next(self._seq), key))
+            due = self.clock() + delay
+            waiting = self._waiting.get(key)
+            if waiting is not None and waiting <= due:
+                return
+            self._waiting[key] = due
+            heapq.heappush(self._delayed, (due, next(self._seq), key))
             self._cond.notify()
 
     def retry(self, key: Key) -> float:
@@ -95,7 +103,10 @@ class RateLimitedQueue:
     def _promote_locked(self) -> float | None:
         now = self.clock()
         while self._delayed and self._delayed[0][0] <= now:
-            _, _, key = heapq.heappop(self._delayed)
+            due, _, key = heapq.heappop(self._delayed)
+            if self._waiting.get(key) != due:
+                continue  # superseded by an earlier time for the same key
+            del self._waiting[key]
             self._add_locked(key)
         return self._delayed[0][0] - now if self._delayed else None
 

@@ -63,3 +63,22 @@ def test_add_after_and_shutdown_wakes_workers() -> None:
     assert got == [None]
     q.add("x")
     assert q.get(0) is None
+
+
+def test_add_after_coalesces_a_waiting_key_at_its_earliest_time() -> None:
+    clock = FakeClock()
+    q = RateLimitedQueue(clock=clock)
+    for _ in range(50):  # a storm of events, each scheduling the same key a window ahead
+        q.add_after("topology", 1.0)
+    q.add_after("topology", 3.0)  # later than the waiting time: changes nothing
+    clock.now = 0.5
+    q.add_after("topology", 0.2)  # earlier: the key now falls due at 0.7
+    assert q.get(0) is None
+    clock.now = 0.7
+    assert q.get(0) == "topology"
+    q.done("topology")
+    clock.now = 5.0
+    assert q.get(0) is None  # the superseded times do not run it again
+    q.add_after("topology", 1.0)  # no longer waiting: scheduled afresh
+    clock.now = 6.0
+    assert q.get(0) == "topology"
