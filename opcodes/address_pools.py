@@ -95,7 +95,11 @@ class AddressPools(Protocol):
 
     def allocate(
         self, pool: str, family: int, address: str | None, owner: ClaimOwner, operation: str
-    ) -> PoolLease | PoolRefusal: ...
+    ) -> PoolLease | PoolRefusal:
+        """An address for ``owner`` under ``operation``, which holds nothing in ``pool``
+        when this is called: the runner applies an effect only after a fresh intent, or
+        after a recovery that found nothing held under its key (``held``)."""
+        ...
 
     def release(self, lease: PoolLease) -> PoolRefusal | None: ...
 

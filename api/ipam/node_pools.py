@@ -114,7 +114,9 @@ class ClusterAddressPools:
         if isinstance(plan, PoolRefusal):
             return plan
         with _reachable(f"allocate from IPPool {pool}"):
-            got = self.client.allocate(pool, request, _owner(owner, operation), plan=plan)
+            got = self.client.allocate(
+                pool, request, _owner(owner, operation), plan=plan, fresh=True
+            )
         if isinstance(got, Refused):
             return PoolRefusal(got.code, got.message)
         return PoolLease(got.name, got.uid, pool, got.address, family)

@@ -13,9 +13,10 @@ import pytest
 from dmn.api.cluster import Cluster, connect
 from dmn.api.cluster import resources as r
 from dmn.api.ipam.addresses import allocation_name
-from dmn.api.ipam.allocator import AddressRequest
+from dmn.api.ipam.allocator import AddressRequest, dynamic_candidates
 from dmn.api.ipam.client import Allocation, AllocationClient, Owner, Refused, Released
 from dmn.api.ipam.ipallocation import LABEL_CLAIM_UID, LABEL_POOL
+from dmn.api.ipam.pool_plan import SubnetPlan, plan_pool
 from dmn.lab.apiserver import LabApiServer
 from tests.ipam.pools import pool, subnet, v4
 
@@ -24,6 +25,12 @@ def owner(n: int | str, operation: str = "op-1") -> Owner:
     return Owner(
         "default", f"claim-{n}", str(uuid.uuid5(uuid.NAMESPACE_OID, str(n))), "node-a", operation
     )
+
+
+def subnet_of(cluster: Cluster, name: str) -> SubnetPlan:
+    plan, _ = plan_pool(cluster.get(r.IP_POOLS, name))
+    assert plan is not None
+    return plan.subnets[4]
 
 
 def create_pool(cluster: Cluster, doc: dict[str, Any]) -> None:
@@ -262,3 +269,69 @@ def test_the_node_allocates_from_the_pool_its_capture_just_read(cluster: Cluster
         assert pools.allocate("missing", 4, None, claim, "op-c").code == "E_IPAM_UNKNOWN_POOL"  # type: ignore[union-attr]
     finally:
         cluster.get = real_get  # type: ignore[method-assign]
+
+
+def test_a_fresh_owner_is_served_by_one_create_when_its_first_candidate_is_free(
+    cluster: Cluster,
+) -> None:
+    """The node's effect allocates for an owner that holds nothing: the first candidate is
+    created without listing the pool; when another owner holds it, the snapshot path runs,
+    and the address the client met taken is skipped from then on."""
+    create_pool(cluster, pool("fresh", v4(ranges=[("10.56.0.10", "10.56.0.13")], reserved=None)))
+    client = AllocationClient(cluster)
+    first = allocated(client.allocate("fresh", AddressRequest(4), owner("f-1"), fresh=True))
+    assert (client.snapshots, client.creates) == (0, 1)
+
+    # another node's client (no memory) whose owner starts at the held address
+    other = AllocationClient(cluster)
+    rival = next(
+        o
+        for o in (owner(f"f-rival-{i}") for i in range(400))
+        if next(dynamic_candidates(subnet_of(cluster, "fresh"), o.key, ())) == first.address
+    )
+    got = allocated(other.allocate("fresh", AddressRequest(4), rival, fresh=True))
+    assert got.address != first.address
+    assert other.snapshots == 1 and other.creates == 2  # the conflict, then the snapshot's
+    # this client now knows the first address taken: a third owner starting there skips it
+    third = next(
+        o
+        for o in (owner(f"f-third-{i}") for i in range(400))
+        if next(dynamic_candidates(subnet_of(cluster, "fresh"), o.key, ())) == first.address
+    )
+    got3 = allocated(other.allocate("fresh", AddressRequest(4), third, fresh=True))
+    assert got3.address not in {first.address, got.address}
+    assert other.snapshots == 1 and other.creates == 3
+
+    # the pool full: the fresh path finds no candidate it does not know taken, and the
+    # snapshot refuses with the pool's reason
+    allocated(client.allocate("fresh", AddressRequest(4), owner("f-4"), fresh=True))
+    refused = client.allocate("fresh", AddressRequest(4), owner("f-5"), fresh=True)
+    assert isinstance(refused, Refused) and refused.code == "E_IPPOOL_EXHAUSTED"
+    held = cluster.list(r.IP_ALLOCATIONS, label_selector=f"{LABEL_POOL}=fresh").items
+    assert len({o["spec"]["address"] for o in held}) == len(held) == 4
+
+
+def test_concurrent_fresh_requesters_get_distinct_addresses(
+    lab: LabApiServer, cluster: Cluster
+) -> None:
+    create_pool(cluster, pool("race", v4(ranges=[("10.56.0.10", "10.56.0.29")], reserved=None)))
+    n = 16
+    results: list[Allocation | Refused] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(n)
+
+    def run(i: int) -> None:
+        with Cluster(connect(url=lab.url)) as own:
+            client = AllocationClient(own)
+            barrier.wait()
+            got = client.allocate("race", AddressRequest(4), owner(f"race-{i}"), fresh=True)
+        with lock:
+            results.append(got)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    addresses = [allocated(res).address for res in results]
+    assert len(addresses) == n == len(set(addresses))
