@@ -6,14 +6,39 @@ Each burst cost the agent a full inventory rescan (~55 ms of CPU on the lab host
 many links) in the process that answers the runtime's NRI hooks, which containerd serves one
 at a time — in a Pod storm that was most of the agent's CPU.
 
-Contract: :meth:`LinkEventFilter.relevant` says False only for a notification about a
-``veth`` that the last scan did not report (its name, its index), whose master is not the
-master or lower of an inventory link, or for an address or non-default route on such a
-veth. Everything else is relevant: any other link kind, any default route, any message it
-cannot read. Protection (design §5.1) follows masters and lowers of inventory links, so a
-veth joining the bridge an inventory link is enslaved to stays relevant; a veth that is
-no inventory link's relative cannot change what the scan reports about a PCI function or a
-lab link. The periodic resync still rescans everything.
+Contract: :meth:`LinkEventFilter.relevant` says False only for
+
+* a notification about a ``veth`` that the last scan did not report (its name, its
+  index), whose master is not the master or lower of an inventory link, or an address or
+  non-default route on such a veth;
+* a link notification about a shared-parent child (``macvlan``, ``macvtap``, ``ipvlan``,
+  ``ipvtap``) the last scan did not report, whose master is no inventory relative and
+  which has carried no address other than an IPv6 link-local one while this filter
+  watched it, and a non-default route on such a child or a link-local address on it.
+
+* a link notification that repeats the last one seen for the same link attribute for
+  attribute (statistics, per-family settings, the kind's own data and the ``IFLA_EVENT``
+  label aside): the kernel sends those to a parent whenever a child is made on it or
+  leaves it, and to a bridge whenever a port joins or leaves; the scan reads nothing a
+  repeat could have changed (every field of a link it reads comes from these attributes;
+  addresses have notifications of their own);
+* a link notification of the bridge family (``AF_BRIDGE``: a port's bridging state): the
+  scan reads none of it, and the kernel tells the generic family about the same change
+  (a port's master) in a notification of its own.
+
+A link notification without its kind (the kernel leaves ``IFLA_LINKINFO`` out of some) is
+judged by the kind the link's earlier notifications named.
+
+Everything else is relevant: any other link kind, any default route, an address other
+than link-local on a child (it may be a node IP, which makes the child's lower protected),
+the removal of a child that had one, any message it cannot read. Protection (design §5.1)
+seeds on links with a default route or a node IP and follows masters, members and lowers,
+so a veth joining the bridge an inventory link is enslaved to stays relevant; a veth that
+is no inventory link's relative, and a child that seeds nothing, cannot change what the
+scan reports about a PCI function or a lab link. Children are what every shared-parent
+attachment of a Pod makes (ours and a CNI's: created in the host namespace, then moved
+into the sandbox, which the host sees as their removal). The periodic resync still
+rescans everything.
 """
 
 from __future__ import annotations
@@ -22,9 +47,36 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-_LINK_EVENTS = ("RTM_NEWLINK", "RTM_DELLINK")
-_ADDRESS_EVENTS = ("RTM_NEWADDR", "RTM_DELADDR")
-_ROUTE_EVENTS = ("RTM_NEWROUTE", "RTM_DELROUTE")
+# by the netlink header's type: pyroute2 labels a link notification that carries
+# IFLA_EVENT with that attribute's value instead (a bridge whose features changed when a
+# port joined arrives as event "2", IFLA_EVENT_FEATURES)
+_NEWLINK, _DELLINK = 16, 17
+_LINK_TYPES = (_NEWLINK, _DELLINK)
+_NEWADDR, _DELADDR = 20, 21
+_ADDRESS_TYPES = (_NEWADDR, _DELADDR)
+_ROUTE_TYPES = (24, 25)
+AF_BRIDGE = 7
+_CHILD_KINDS = frozenset({"macvlan", "macvtap", "ipvlan", "ipvtap"})
+
+
+_UNREAD = ("IFLA_AF_SPEC", "IFLA_EVENT", "IFLA_LINKINFO")
+
+
+def _fingerprint(msg: Any, kind: str) -> str:
+    """What a link notification says about the link, without what the scan never reads
+    (per-family settings, the kind's own data such as a bridge's timers, which change in
+    every message) and what changes with traffic."""
+    attrs = sorted(
+        (str(name), str(value))
+        for name, value in msg["attrs"]
+        if "STATS" not in str(name) and name not in _UNREAD
+    )
+    return repr((msg.get("flags"), msg.get("ifi_type"), kind, attrs))
+
+
+def _link_local(msg: Any) -> bool:
+    address = str(msg.get_attr("IFA_ADDRESS") or "")
+    return int(msg.get("family", 0)) == 10 and address.lower().startswith("fe80:")
 
 
 class LinkEventFilter:
@@ -35,24 +87,29 @@ class LinkEventFilter:
         self._lock = threading.Lock()
         self._names: frozenset[str] = frozenset()
         self._indexes: frozenset[int] = frozenset()
-        self._quiet: set[int] = set()  # veths judged irrelevant by their last link message
+        # links judged irrelevant by their last link message: index -> kind
+        self._quiet: dict[int, str] = {}
+        self._addressed: set[int] = set()  # children that carried a non-link-local address
+        self._last: dict[int, str] = {}  # the last relevant link notification's fingerprint
+        self._kinds: dict[int, str] = {}  # the kind each link's full notifications named
 
     def watch(self, names: Iterable[str], indexes: Iterable[int]) -> None:
         """The inventory's link names and the indexes of its links, their masters and lowers."""
         with self._lock:
             self._names = frozenset(n for n in names if n)
             self._indexes = frozenset(i for i in indexes if i > 0)
-            self._quiet -= self._indexes
+            for index in self._indexes:
+                self._quiet.pop(index, None)
 
     def relevant(self, msg: Any) -> bool:
         try:
-            event = str(msg.get("event", ""))
+            kind_of_message = int(msg["header"]["type"])
             with self._lock:
-                if event in _LINK_EVENTS:
-                    return self._link(msg, event)
-                if event in _ADDRESS_EVENTS:
-                    return int(msg["index"]) not in self._quiet
-                if event in _ROUTE_EVENTS:
+                if kind_of_message in _LINK_TYPES:
+                    return self._link(msg, kind_of_message)
+                if kind_of_message in _ADDRESS_TYPES:
+                    return self._address(msg, kind_of_message)
+                if kind_of_message in _ROUTE_TYPES:
                     if int(msg["dst_len"]) == 0:
                         return True
                     oif = msg.get_attr("RTA_OIF")
@@ -61,20 +118,47 @@ class LinkEventFilter:
             return True
         return True
 
-    def _link(self, msg: Any, event: str) -> bool:
+    def _address(self, msg: Any, event: int) -> bool:
+        index = int(msg["index"])
+        kind = self._quiet.get(index)
+        if kind is None:
+            return True
+        if kind == "veth" or _link_local(msg):
+            return False
+        if event == _NEWADDR:  # a child with an address may seed protection
+            self._addressed.add(index)
+            del self._quiet[index]
+        return True
+
+    def _link(self, msg: Any, event: int) -> bool:
+        if int(msg.get("family") or 0) == AF_BRIDGE:
+            return False
         index = int(msg["index"])
         name = str(msg.get_attr("IFLA_IFNAME") or "")
         master = int(msg.get_attr("IFLA_MASTER") or 0)
         info = msg.get_attr("IFLA_LINKINFO")
         kind = str(info.get_attr("IFLA_INFO_KIND") or "") if info is not None else ""
-        quiet = (
-            kind == "veth"
-            and name not in self._names
-            and index not in self._indexes
-            and master not in self._indexes
+        if kind:
+            self._kinds[index] = kind
+        else:
+            kind = self._kinds.get(index, "")
+        outside = (
+            name not in self._names and index not in self._indexes and master not in self._indexes
         )
-        if quiet:
-            self._quiet.add(index)
-        elif event == "RTM_NEWLINK":
-            self._quiet.discard(index)
+        quiet = outside and (
+            kind == "veth" or (kind in _CHILD_KINDS and index not in self._addressed)
+        )
+        if event == _DELLINK:  # the index is free again: forget what it was
+            self._quiet.pop(index, None)
+            self._addressed.discard(index)
+            self._last.pop(index, None)
+            self._kinds.pop(index, None)
+        elif quiet:
+            self._quiet[index] = kind
+        else:
+            self._quiet.pop(index, None)
+            seen = _fingerprint(msg, kind)
+            if self._last.get(index) == seen:
+                return False
+            self._last[index] = seen
         return not quiet
