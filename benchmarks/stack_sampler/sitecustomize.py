@@ -46,6 +46,8 @@ ROOTS = {
     ("sandbox_attachment.py", "run_pod"): "run_pod",
     ("sandbox_attachment.py", "gate"): "gate",
     ("sandbox_attachment.py", "stop_pod"): "stop_pod",
+    ("node_publisher.py", "_loop"): "publish_loop",
+    ("manager.py", "process_one"): "controller",
 }
 REPO = str(Path(__file__).resolve().parents[2]) + "/"
 
