@@ -14,12 +14,14 @@ import errno
 import logging
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from dmn.host.devlink import DevlinkPort
 from dmn.host.rtnetlink.links import IFF_UP, Address, LinkState
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -124,18 +126,21 @@ class Pyroute2Links:
     def __init__(self, netns: str | None = None) -> None:
         self.netns = netns
 
-    def _dump(self) -> tuple[list[Any], list[Any], list[Any]]:
+    def _dump(self, read: Callable[[Any], T]) -> T:
+        """``read(ipr)`` on a fresh socket of the namespace. Each query dumps only what it
+        reads: a scan calls :meth:`links` and :meth:`default_route_ifindexes` once each,
+        and a route dump of a node with many Pods is as large as its link dump."""
         from pyroute2 import IPRoute
 
         kwargs = {"netns": self.netns} if self.netns else {}
         try:
             with IPRoute(**kwargs) as ipr:
-                return list(ipr.get_links()), list(ipr.get_addr()), list(ipr.get_routes())
+                return read(ipr)
         except Exception as exc:  # any netlink failure makes the facts Unknown
             raise LiveQueryError(f"rtnetlink dump failed: {exc}") from exc
 
     def links(self) -> Sequence[LinkState]:
-        links, addrs, _ = self._dump()
+        links, addrs = self._dump(lambda ipr: (list(ipr.get_links()), list(ipr.get_addr())))
         by_index: dict[int, list[Address]] = {}
         for a in addrs:
             by_index.setdefault(a["index"], []).append(
@@ -166,7 +171,7 @@ class Pyroute2Links:
         return out
 
     def default_route_ifindexes(self) -> frozenset[int]:
-        _, _, routes = self._dump()
+        routes = self._dump(lambda ipr: list(ipr.get_routes()))
         out: set[int] = set()
         for r in routes:
             if r["family"] not in (socket.AF_INET, socket.AF_INET6) or r["dst_len"] != 0:

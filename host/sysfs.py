@@ -165,25 +165,41 @@ class SysfsTree:
         Extended capabilities start at 0x100; each header is a little-endian dword of
         capability ID (16 bits), version (4) and next offset (12). The DSN capability
         carries the 64-bit serial in the two following dwords, low dword first.
+
+        Only the chain's headers and the serial are read (``pread`` at each offset), not
+        the whole 4 KiB: the kernel reads config space a dword at a time, and on a
+        virtual machine each dword is a trap to the hypervisor — reading every function's
+        whole space made it the largest part of an inventory rescan.
         """
         try:
-            data = config.read_bytes()
+            fd = os.open(config, os.O_RDONLY)
         except OSError:
             return ""
-        offset = _EXT_CAP_START
-        seen: set[int] = set()
-        while 0x100 <= offset <= len(data) - 12 and offset not in seen:
-            seen.add(offset)
-            header = int.from_bytes(data[offset : offset + 4], "little")
-            if header in (0, 0xFFFFFFFF):
-                return ""
-            if header & 0xFFFF == _DSN_CAP_ID:
-                low = int.from_bytes(data[offset + 4 : offset + 8], "little")
-                high = int.from_bytes(data[offset + 8 : offset + 12], "little")
-                raw = ((high << 32) | low).to_bytes(8, "big")
-                return "-".join(f"{b:02x}" for b in raw)
-            offset = (header >> 20) & 0xFFC
-        return ""
+        try:
+            offset = _EXT_CAP_START
+            seen: set[int] = set()
+            while 0x100 <= offset <= 0xFFF - 11 and offset not in seen:
+                seen.add(offset)
+                head = os.pread(fd, 4, offset)
+                if len(head) < 4:
+                    return ""
+                header = int.from_bytes(head, "little")
+                if header in (0, 0xFFFFFFFF):
+                    return ""
+                if header & 0xFFFF == _DSN_CAP_ID:
+                    body = os.pread(fd, 8, offset + 4)
+                    if len(body) < 8:
+                        return ""
+                    low = int.from_bytes(body[:4], "little")
+                    high = int.from_bytes(body[4:], "little")
+                    raw = ((high << 32) | low).to_bytes(8, "big")
+                    return "-".join(f"{b:02x}" for b in raw)
+                offset = (header >> 20) & 0xFFC
+            return ""
+        except OSError:
+            return ""
+        finally:
+            os.close(fd)
 
     @staticmethod
     def pcie_root(real_path: Path) -> str:

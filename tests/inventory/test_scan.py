@@ -171,6 +171,33 @@ def test_device_serial_number_is_read_from_extended_config_space(node: FixtureNo
     assert SysfsTree(node.sysfs).function(SHARED_UNBOUND).serial == ""
 
 
+def test_the_serial_is_found_along_the_capability_chain(tmp_path: Path) -> None:
+    """The DSN after other extended capabilities (as on real NICs: AER, ARI, SR-IOV come
+    first), a chain that loops, and a space that ends early (only the headers are read)."""
+
+    def header(cap: int, nxt: int) -> bytes:
+        return (cap | (1 << 16) | (nxt << 20)).to_bytes(4, "little")
+
+    chained = bytearray(4096)
+    chained[0x100:0x104] = header(0x0001, 0x148)  # AER, then
+    chained[0x148:0x14C] = header(0x000E, 0x1B0)  # ARI, then
+    chained[0x1B0:0x1B4] = header(0x0003, 0)  # the DSN
+    chained[0x1B4:0x1BC] = bytes.fromhex("10a79f00039b0398")
+    looping = bytearray(4096)
+    looping[0x100:0x104] = header(0x0001, 0x140)
+    looping[0x140:0x144] = header(0x0010, 0x100)
+    short = bytes(chained[:0x150])  # the kernel gave fewer bytes than the chain names
+    tree = SysfsTree(tmp_path)
+    for name, data, want in (
+        ("chained", chained, "98-03-9b-03-00-9f-a7-10"),
+        ("looping", looping, ""),
+        ("short", short, ""),
+    ):
+        (tmp_path / name).write_bytes(bytes(data))
+        assert tree._serial(tmp_path / name) == want, name
+    assert tree._serial(tmp_path / "missing") == ""
+
+
 def test_identity_is_not_the_bdf(node: FixtureNode) -> None:
     inv = run(node)
     pf0, pf1 = item(inv, MLX_PF0), item(inv, MLX_PF1)
