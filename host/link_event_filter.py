@@ -16,12 +16,13 @@ Contract: :meth:`LinkEventFilter.relevant` says False only for
   which has carried no address other than an IPv6 link-local one while this filter
   watched it, and a non-default route on such a child or a link-local address on it.
 
-* a link notification that repeats the last one seen for the same link attribute for
-  attribute (statistics, per-family settings, the kind's own data and the ``IFLA_EVENT``
-  label aside): the kernel sends those to a parent whenever a child is made on it or
-  leaves it, and to a bridge whenever a port joins or leaves; the scan reads nothing a
-  repeat could have changed (every field of a link it reads comes from these attributes;
-  addresses have notifications of their own);
+* a link notification that says nothing new of what the scan reads (:func:`_fingerprint`:
+  of an inventory link its name, relations, MTU, MACs, admin and oper state and parent
+  device; of any other link its name, kind and relations) since the last one for the same
+  link: the kernel sends those to a parent whenever a child is made on it, brought up (its
+  promiscuity count) or leaves it, and to a bridge whenever a port joins or leaves (its
+  features, the MAC it takes from its ports); addresses and routes have notifications of
+  their own;
 * a link notification of the bridge family (``AF_BRIDGE``: a port's bridging state): the
   scan reads none of it, and the kernel tells the generic family about the same change
   (a port's master) in a notification of its own.
@@ -59,19 +60,32 @@ AF_BRIDGE = 7
 _CHILD_KINDS = frozenset({"macvlan", "macvtap", "ipvlan", "ipvtap"})
 
 
-_UNREAD = ("IFLA_AF_SPEC", "IFLA_EVENT", "IFLA_LINKINFO")
+_IFF_UP = 0x1
+# what the scan reads of any link: who it is, and how it relates to others (protection
+# follows masters and lowers; default-route links are known by name)
+_RELATIONS = ("IFLA_IFNAME", "IFLA_MASTER", "IFLA_LINK", "IFLA_LINK_NETNSID")
+# and what it reports about an inventory link itself (LinkState as the dump reads it)
+_INVENTORY_FIELDS = (
+    *_RELATIONS,
+    "IFLA_MTU",
+    "IFLA_ADDRESS",
+    "IFLA_PERM_ADDRESS",
+    "IFLA_OPERSTATE",
+    "IFLA_PARENT_DEV_NAME",
+    "IFLA_PARENT_DEV_BUS_NAME",
+)
 
 
-def _fingerprint(msg: Any, kind: str) -> str:
-    """What a link notification says about the link, without what the scan never reads
-    (per-family settings, the kind's own data such as a bridge's timers, which change in
-    every message) and what changes with traffic."""
-    attrs = sorted(
-        (str(name), str(value))
-        for name, value in msg["attrs"]
-        if "STATS" not in str(name) and name not in _UNREAD
-    )
-    return repr((msg.get("flags"), msg.get("ifi_type"), kind, attrs))
+def _fingerprint(msg: Any, kind: str, inventory: bool) -> str:
+    """What a link notification says that the scan reads: for a link of the inventory (or
+    a relative of one) the fields of its reported state, for any other link only its name,
+    kind and relations. Counters (promiscuity, which every macvlan child brought up raises
+    on its parent), statistics, per-family settings, a bridge's timers and a MAC a
+    bridge takes from its ports are not among them."""
+    fields = _INVENTORY_FIELDS if inventory else _RELATIONS
+    values = tuple(str(msg.get_attr(name)) for name in fields)
+    up = bool(int(msg.get("flags") or 0) & _IFF_UP) if inventory else None
+    return repr((kind, up, values))
 
 
 def _link_local(msg: Any) -> bool:
@@ -157,7 +171,7 @@ class LinkEventFilter:
             self._quiet[index] = kind
         else:
             self._quiet.pop(index, None)
-            seen = _fingerprint(msg, kind)
+            seen = _fingerprint(msg, kind, not outside)
             if self._last.get(index) == seen:
                 return False
             self._last[index] = seen

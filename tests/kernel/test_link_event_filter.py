@@ -152,7 +152,10 @@ def test_a_shared_parent_child_moved_into_a_sandbox_raises_nothing_relevant(host
             ip.link("add", ifname=name, kind="macvlan", link=inv, macvlan_mode=mode)
             index = ip.link_lookup(ifname=name)[0]
             children.add(index)
-            ip.link("set", index=index, mtu=1400, address="02:00:00:00:00:07", net_ns_fd=sandbox)
+            ip.link("set", index=index, mtu=1400, address=f"02:00:00:00:00:0{len(children)}")
+            ip.link("set", index=index, net_ns_fd=sandbox)
+            with IPRoute(netns=sandbox) as pod:  # up in the sandbox: the parent's promiscuity
+                pod.link("set", index=pod.link_lookup(ifname=name)[0], state="up")
         messages = _drain(ip, listener)
         about = [m for m in messages if m.get("index") in children]
         kinds = {str(m.get("event")) for m in about}
