@@ -18,7 +18,8 @@ topology, competing for the node's CPU with the Pods it served. So the keys thos
 name are scheduled a short window ahead (:data:`RECHECK_WINDOW_S`; a key already waiting
 stays once), and a claim, attachment or Node event skips the revisions whose last verdict
 only their topology decides (current or settling: :data:`.revision_gc.TOPOLOGY_REASONS`);
-any topology event rechecks every revision, and the resync still enqueues everything. What
+an event of a topology rechecks that topology's revisions, and the resync still enqueues
+everything. What
 this trades is latency of reports and collection (at most the window), never a decision:
 every reconcile still reads the current state.
 """
@@ -112,6 +113,16 @@ class Controller:
         for name in names:
             self.queue.add_after((kind, name), RECHECK_WINDOW_S)
 
+    def _revisions_of(self, topology: str) -> list[str]:
+        """The names of the revisions the watch holds for ``topology``."""
+        out = []
+        for rev in self._cached(r.NETWORK_TOPOLOGY_REVISIONS):
+            ref = (rev.get("spec") or {}).get("topologyRef") or {}
+            name = (rev.get("metadata") or {}).get("name")
+            if name and ref.get("name") == topology:
+                out.append(str(name))
+        return sorted(out)
+
     def _releasable_revisions(self) -> list[str]:
         """The revisions a claim, attachment or Node event may release: all but those
         whose last verdict was their topology's alone."""
@@ -144,9 +155,9 @@ class Controller:
             return
         if kind == "topology":
             self.queue.add(("topology", name))
-            # its current revision may have moved on (or it is gone): the revisions held
-            # for it are decided again
-            self._soon("revision", self._names(r.NETWORK_TOPOLOGY_REVISIONS))
+            # its current revision may have moved on (or it is gone): its revisions are
+            # decided again (only its own: topologies are many, and each writes its status)
+            self._soon("revision", self._revisions_of(name))
         elif kind == "revision":
             self.queue.add(("revision", name))
             if event.type != "MODIFIED":  # a requirement came or went: relabel every Node

@@ -19,9 +19,21 @@ class FakeClock:
         return self.now
 
 
-def _known(ctl: Controller, res: r.Resource, names: list[str], cluster: Cluster) -> None:
+def _known(
+    ctl: Controller,
+    res: r.Resource,
+    names: list[str],
+    cluster: Cluster,
+    topologies: dict[str, str] | None = None,
+) -> None:
     lw = ListWatch(cluster, res)
-    lw.known = {("", n): {"metadata": {"name": n}} for n in names}
+    lw.known = {
+        ("", n): {
+            "metadata": {"name": n},
+            "spec": {"topologyRef": {"name": (topologies or {}).get(n, "")}},
+        }
+        for n in names
+    }
     ctl._watches.append(lw)
 
 
@@ -45,7 +57,13 @@ def test_a_storm_is_one_reconcile_per_key_and_window(cluster: Cluster) -> None:
     assert current in ctl.revisions.held_by_topology  # its topology's current revision
 
     _known(ctl, r.NETWORK_TOPOLOGIES, ["storm"], cluster)
-    _known(ctl, r.NETWORK_TOPOLOGY_REVISIONS, [current, "older"], cluster)
+    _known(
+        ctl,
+        r.NETWORK_TOPOLOGY_REVISIONS,
+        [current, "older", "foreign"],
+        cluster,
+        {current: "storm", "older": "storm", "foreign": "another"},
+    )
     _known(ctl, r.IP_POOLS, ["pool-a", "pool-b"], cluster)
     ctl._slices_listed = True
 
@@ -65,6 +83,7 @@ def test_a_storm_is_one_reconcile_per_key_and_window(cluster: Cluster) -> None:
             [
                 ("topology", "storm"),
                 ("revision", "older"),  # the current one is its topology's to release
+                ("revision", "foreign"),
                 ("ippool", "pool-a"),
                 ("ippool", "pool-b"),  # a deleted claim's addresses are collectable anywhere
             ],
@@ -73,7 +92,8 @@ def test_a_storm_is_one_reconcile_per_key_and_window(cluster: Cluster) -> None:
     clock.now += 10 * RECHECK_WINDOW_S
     assert _drain(ctl) == []
 
-    # a topology event may have moved its current revision on: every revision again
+    # a topology event may have moved its current revision on: its revisions again (only
+    # its own: a hundred topologies writing their status must not recheck every revision)
     ctl._on_event("topology", WatchEvent("MODIFIED", {"metadata": {"name": "storm"}}))
     assert _drain(ctl) == [("topology", "storm")]
     clock.now += RECHECK_WINDOW_S
