@@ -50,7 +50,12 @@ from dmn.controller.compile.plugin_sources import (
 )
 from dmn.controller.conditions import condition, diagnostic_entries, set_condition, summary
 from dmn.controller.device_matches import CONDITION as DEVICES_MATCHED
-from dmn.controller.device_matches import ClassMatch, count_matches, matches_condition
+from dmn.controller.device_matches import (
+    ClassMatch,
+    SliceMatchMemo,
+    count_matches,
+    matches_condition,
+)
 from dmn.controller.stable_classes import StableClasses
 from dmn.controller.workqueue import RetryLater
 from dmn.interpreter.checker import CleanVerdicts
@@ -141,6 +146,7 @@ class TopologyReconciler:
     #: has not listed yet (no count is reported from a partial view)
     published_slices: Callable[[], list[dict[str, Any]] | None] = lambda: None
     selectors: SelectorCache = field(default_factory=SelectorCache)
+    slice_counts: SliceMatchMemo = field(default_factory=SliceMatchMemo)
     plugin_objects: StoredStateCache[Converted] = field(default_factory=StoredStateCache)
     #: clean checker verdicts across compiles: a topology is compiled again after its own
     #: status write and on every resync, with the same plugin objects (``plugin_objects``)
@@ -304,7 +310,7 @@ class TopologyReconciler:
         if slices is None:
             return None
         classes = compiled.device_classes(revision["metadata"]["uid"])
-        return count_matches(classes, slices, self.selectors)
+        return count_matches(classes, slices, self.selectors, self.slice_counts)
 
     # --- topology status ---------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from dmn.api.cluster import Cluster, NotFound
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
 from dmn.controller.compile.compiler import compile_topology
-from dmn.controller.device_matches import count_matches, matches_condition
+from dmn.controller.device_matches import SliceMatchMemo, count_matches, matches_condition
 from dmn.controller.manager import Controller
 from dmn.interpreter.loader import load_builtin_plugins
 from dmn.opcodes.registry import default_registry
@@ -95,6 +95,46 @@ def test_count_uses_real_selectors_and_the_scheduler_pool_rule(
     )
     assert (m.devices, m.errors) == (0, 2)
     assert "noSuchAttribute" in m.first_error
+
+
+def _stored(slices: list[dict[str, Any]], version: str) -> list[dict[str, Any]]:
+    """The slices as the API server would hand them out: a UID and a resourceVersion."""
+    out = copy.deepcopy(slices)
+    for s in out:
+        s["metadata"]["uid"] = f"uid-{s['metadata']['name']}"
+        s["metadata"]["resourceVersion"] = version
+    return out
+
+
+def test_an_unchanged_slice_is_counted_once_per_selectors(
+    worker_a: list[dict[str, Any]], worker_b: list[dict[str, Any]]
+) -> None:
+    macvlan = _classes(example("shared-macvlan"))
+    narrow = _classes(_narrowed("narrow", NO_DEVICE))
+    unguarded = _classes(_narrowed("unguarded", f'device.attributes["{DRIVER}"].noSuchAttribute'))
+    classes = [*macvlan, *narrow, *unguarded]
+    stored = _stored([*worker_a, *worker_b], "7")
+    memo = SliceMatchMemo()
+    fresh = count_matches(classes, stored)
+    assert count_matches(classes, stored, memo=memo) == fresh
+    first = memo.evaluated
+    assert first > 0
+    assert count_matches(classes, stored, memo=memo) == fresh  # a resync: nothing evaluated
+    assert memo.evaluated == first
+    # one slice written again (a new resourceVersion): only it is evaluated again
+    changed = copy.deepcopy(stored)
+    changed[0]["metadata"]["resourceVersion"] = "8"
+    assert count_matches(classes, changed, memo=memo) == count_matches(classes, changed)
+    assert memo.evaluated == first + len(classes)
+    # objects without identity (not from an API server) are always evaluated
+    bare = [*worker_a, *worker_b]
+    before = memo.evaluated
+    assert count_matches(classes, bare, memo=memo) == fresh
+    assert memo.evaluated > before
+    # bounded: past its limit it starts over and stays right
+    small = SliceMatchMemo(limit=3)
+    for _ in range(2):
+        assert count_matches(classes, stored, memo=small) == fresh
 
 
 # --- the controller against the lab API server ------------------------------------------
