@@ -64,9 +64,9 @@ def test_dynamic_allocation_creates_the_arbiter_object(cluster: Cluster) -> None
     assert other_op.address != got.address
 
 
-def test_concurrent_requesters_get_distinct_addresses(lab: LabApiServer, cluster: Cluster) -> None:
-    create_pool(cluster, pool("busy", v4(ranges=[("10.56.0.10", "10.56.0.49")], reserved=None)))
-    n = 24
+def _race(lab: LabApiServer, name: str, n: int, fresh: bool) -> list[str]:
+    """``n`` requesters, each with its own client and connection, allocating from pool
+    ``name`` at once; the addresses they got."""
     results: list[Allocation | Refused] = []
     lock = threading.Lock()
     barrier = threading.Barrier(n)
@@ -75,7 +75,7 @@ def test_concurrent_requesters_get_distinct_addresses(lab: LabApiServer, cluster
         with Cluster(connect(url=lab.url)) as own:
             client = AllocationClient(own)
             barrier.wait()
-            got = client.allocate("busy", AddressRequest(4), owner(f"busy-{i}"))
+            got = client.allocate(name, AddressRequest(4), owner(f"{name}-{i}"), fresh=fresh)
         with lock:
             results.append(got)
 
@@ -84,9 +84,14 @@ def test_concurrent_requesters_get_distinct_addresses(lab: LabApiServer, cluster
         t.start()
     for t in threads:
         t.join(60)
-    addresses = [allocated(res).address for res in results]
-    assert len(addresses) == n
-    assert len(set(addresses)) == n
+    return [allocated(res).address for res in results]
+
+
+def test_concurrent_requesters_get_distinct_addresses(lab: LabApiServer, cluster: Cluster) -> None:
+    create_pool(cluster, pool("busy", v4(ranges=[("10.56.0.10", "10.56.0.49")], reserved=None)))
+    addresses = _race(lab, "busy", 24, fresh=False)
+    assert len(addresses) == 24
+    assert len(set(addresses)) == 24
     objects = cluster.list(r.IP_ALLOCATIONS, label_selector=f"{LABEL_POOL}=busy").items
     assert sorted(o["spec"]["address"] for o in objects) == sorted(addresses)
 
@@ -315,23 +320,5 @@ def test_concurrent_fresh_requesters_get_distinct_addresses(
     lab: LabApiServer, cluster: Cluster
 ) -> None:
     create_pool(cluster, pool("race", v4(ranges=[("10.56.0.10", "10.56.0.29")], reserved=None)))
-    n = 16
-    results: list[Allocation | Refused] = []
-    lock = threading.Lock()
-    barrier = threading.Barrier(n)
-
-    def run(i: int) -> None:
-        with Cluster(connect(url=lab.url)) as own:
-            client = AllocationClient(own)
-            barrier.wait()
-            got = client.allocate("race", AddressRequest(4), owner(f"race-{i}"), fresh=True)
-        with lock:
-            results.append(got)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    addresses = [allocated(res).address for res in results]
-    assert len(addresses) == n == len(set(addresses))
+    addresses = _race(lab, "race", 16, fresh=True)
+    assert len(addresses) == 16 == len(set(addresses))
