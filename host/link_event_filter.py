@@ -14,8 +14,7 @@ Contract: :meth:`LinkEventFilter.relevant` says False only for
 * a link notification about a shared-parent child (``macvlan``, ``macvtap``, ``ipvlan``,
   ``ipvtap``) the last scan did not report, whose master is no inventory relative and
   which has carried no address other than an IPv6 link-local one while this filter
-  watched it, and a non-default route on such a child or a link-local address on it.
-
+  watched it, and a non-default route on such a child or a link-local address on it;
 * a link notification that says nothing new of what the scan reads (:func:`_fingerprint`:
   of an inventory link its name, relations, MTU, MACs, admin and oper state and parent
   device; of any other link its name, kind and relations) since the last one for the same
