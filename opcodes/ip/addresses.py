@@ -63,7 +63,11 @@ _log = logging.getLogger("dmn.opcodes.ip.executors")
 
 STAMPS = "ipAddressStamps"
 """Observation key of the output handle: ``address/prefix@cstamp`` of each added address,
-space-separated — the record undo proves ownership by."""
+space-separated — the record undo proves ownership by. The kernel keeps ``cstamp`` in
+hundredths of a second, and nothing else tells two additions of the same address apart: an
+address deleted and added again within the same hundredth has our stamp and is taken for
+ours (undo deletes it, and the pool effect releases its allocation — the sandbox the
+tenant re-added it in is being torn down)."""
 
 Key = tuple[str, int]
 

@@ -14,6 +14,7 @@ prefix covers.
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -238,6 +239,7 @@ def test_an_address_the_tenant_re_added_is_left_and_only_the_carry_is_quarantine
             baseline = host_state(w)
             attach(node, w, root, sb, "q")
             in_ns(sb, "addr", "del", "fd86::2/64", "dev", "net1")
+            time.sleep(0.02)  # past the creation stamp's 1/100 s: a re-add within it is ours
             in_ns(sb, "addr", "add", "fd86::2/64", "dev", "net1", "nodad")
             with node.runner() as r:
                 r.cleanup("q-conn")
