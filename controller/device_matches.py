@@ -89,20 +89,23 @@ class SliceMatchMemo:
         self._counts: dict[tuple[tuple[str, ...], str, str], _SliceCount] = {}
         self.evaluated = 0  #: slices evaluated (tests read it)
 
-    def get(
-        self, expressions: tuple[str, ...], s: Mapping[str, Any]
-    ) -> tuple[tuple[tuple[str, ...], str, str] | None, _SliceCount | None]:
+    def count(
+        self, cache: SelectorCache, expressions: tuple[str, ...], s: Mapping[str, Any]
+    ) -> _SliceCount:
+        """The kept count of ``s`` for ``expressions``, else evaluated now (and kept when
+        the slice has a UID and a resourceVersion, as every stored slice does)."""
         meta = s.get("metadata") or {}
         uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
-        if not uid or not version:
-            return None, None
         key = (expressions, uid, version)
-        return key, self._counts.get(key)
-
-    def put(self, key: tuple[tuple[str, ...], str, str], count: _SliceCount) -> None:
-        if len(self._counts) >= self.limit:
-            self._counts.clear()
-        self._counts[key] = count
+        got = self._counts.get(key) if uid and version else None
+        if got is None:
+            got = _count_slice(cache, expressions, s)
+            self.evaluated += 1
+            if uid and version:
+                if len(self._counts) >= self.limit:
+                    self._counts.clear()
+                self._counts[key] = got
+        return got
 
 
 def _count_slice(
@@ -142,13 +145,10 @@ def count_matches(
         )
         devices, errors, nodes, first_error = 0, 0, set(), ""
         for s in usable:
-            key, count = memo.get(expressions, s) if memo is not None else (None, None)
-            if count is None:
+            if memo is None:
                 count = _count_slice(cache, expressions, s)
-                if memo is not None:
-                    memo.evaluated += 1
-                    if key is not None:
-                        memo.put(key, count)
+            else:
+                count = memo.count(cache, expressions, s)
             devices += count.devices
             errors += count.errors
             first_error = first_error or count.first_error

@@ -19,9 +19,8 @@ name are scheduled a short window ahead (:data:`RECHECK_WINDOW_S`; a key already
 stays once), and a claim, attachment or Node event skips the revisions whose last verdict
 only their topology decides (current or settling: :data:`.revision_gc.TOPOLOGY_REASONS`);
 an event of a topology rechecks that topology's revisions, and the resync still enqueues
-everything. What
-this trades is latency of reports and collection (at most the window), never a decision:
-every reconcile still reads the current state.
+everything. What this trades is latency of reports and collection (at most the window),
+never a decision: every reconcile still reads the current state.
 """
 
 from __future__ import annotations

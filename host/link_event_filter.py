@@ -100,8 +100,7 @@ class LinkEventFilter:
         self._lock = threading.Lock()
         self._names: frozenset[str] = frozenset()
         self._indexes: frozenset[int] = frozenset()
-        # links judged irrelevant by their last link message: index -> kind
-        self._quiet: dict[int, str] = {}
+        self._quiet: set[int] = set()  # links judged irrelevant by their last link message
         self._addressed: set[int] = set()  # children that carried a non-link-local address
         self._last: dict[int, str] = {}  # the last relevant link notification's fingerprint
         self._kinds: dict[int, str] = {}  # the kind each link's full notifications named
@@ -111,8 +110,7 @@ class LinkEventFilter:
         with self._lock:
             self._names = frozenset(n for n in names if n)
             self._indexes = frozenset(i for i in indexes if i > 0)
-            for index in self._indexes:
-                self._quiet.pop(index, None)
+            self._quiet -= self._indexes
 
     def relevant(self, msg: Any) -> bool:
         try:
@@ -133,14 +131,13 @@ class LinkEventFilter:
 
     def _address(self, msg: Any, event: int) -> bool:
         index = int(msg["index"])
-        kind = self._quiet.get(index)
-        if kind is None:
+        if index not in self._quiet:
             return True
-        if kind == "veth" or _link_local(msg):
+        if self._kinds.get(index) == "veth" or _link_local(msg):
             return False
         if event == _NEWADDR:  # a child with an address may seed protection
             self._addressed.add(index)
-            del self._quiet[index]
+            self._quiet.discard(index)
         return True
 
     def _link(self, msg: Any, event: int) -> bool:
@@ -162,14 +159,14 @@ class LinkEventFilter:
             kind == "veth" or (kind in _CHILD_KINDS and index not in self._addressed)
         )
         if event == _DELLINK:  # the index is free again: forget what it was
-            self._quiet.pop(index, None)
+            self._quiet.discard(index)
             self._addressed.discard(index)
             self._last.pop(index, None)
             self._kinds.pop(index, None)
         elif quiet:
-            self._quiet[index] = kind
+            self._quiet.add(index)
         else:
-            self._quiet.pop(index, None)
+            self._quiet.discard(index)
             seen = _fingerprint(msg, kind, not outside)
             if self._last.get(index) == seen:
                 return False

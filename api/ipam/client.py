@@ -218,19 +218,16 @@ class AllocationClient:
             if won is not None:
                 return won
         for _ in range(self.max_rounds):
-            taken: set[str] = set()
-            listed = self._pool_allocations(pool)
-            with self._taken_lock:
-                self._taken[pool] = {str((o.get("spec") or {}).get("address")) for o in listed}
-            for obj in listed:
-                held = holding_of(obj)
+            holdings = [holding_of(obj) for obj in self._pool_allocations(pool)]
+            taken = {held.address for held in holdings}
+            self._remember(pool, taken, replace=True)
+            for held in holdings:
                 if (
                     _same_owner(held.owner, owner)
                     and held.family == request.family
                     and held.kind == "Dynamic"
                 ):
                     return self._allocation(plan, held)
-                taken.add(held.address)
             tried = 0
             for address in dynamic_candidates(subnet, owner.key, taken):
                 if tried == self.max_creates:
@@ -258,6 +255,18 @@ class AllocationClient:
         if address is None:
             return None
         return self._create(plan, request, address, owner)
+
+    def _remember(self, pool: str, addresses: set[str], replace: bool = False) -> None:
+        """Note ``addresses`` of ``pool`` as taken (``replace``: a snapshot's whole set).
+        Bounded to 64 pools; forgetting only makes the next fresh request try an address
+        that may be taken."""
+        with self._taken_lock:
+            if pool not in self._taken and len(self._taken) >= 64:
+                self._taken.clear()
+            if replace:
+                self._taken[pool] = set(addresses)
+            else:
+                self._taken.setdefault(pool, set()).update(addresses)
 
     def _static(
         self, plan: PoolPlan, request: AddressRequest, address: str, owner: Owner
@@ -287,10 +296,7 @@ class AllocationClient:
         name = allocation_name(plan.name, address)
         body = allocation_manifest(plan.name, address, request.family, request.kind, owner)
         self.creates += 1
-        with self._taken_lock:
-            if len(self._taken) >= 64:
-                self._taken.clear()
-            self._taken.setdefault(plan.name, set()).add(address)  # ours, or another's on 409
+        self._remember(plan.name, {address})  # ours, or another owner's on a 409
         try:
             created = self.cluster.create(r.IP_ALLOCATIONS, body)
         except Invalid as exc:
