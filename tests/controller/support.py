@@ -20,6 +20,16 @@ EXAMPLES = REPO / "examples" / "topologies"
 T = TypeVar("T")
 
 
+class FakeClock:
+    """A clock the test moves by hand (``now`` in seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def install(cluster: Cluster) -> None:
     for path in sorted(CRD_DIR.glob("*.yaml")):
         cluster.create(r.CUSTOM_RESOURCE_DEFINITIONS, yaml.safe_load(path.read_text()))

@@ -8,15 +8,7 @@ from dmn.api.cluster import resources as r
 from dmn.controller.manager import RECHECK_WINDOW_S, Controller
 from dmn.controller.workqueue import RateLimitedQueue
 from dmn.opcodes.registry import default_registry
-from tests.controller.support import example
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.controller.support import FakeClock, example
 
 
 def _known(

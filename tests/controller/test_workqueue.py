@@ -5,14 +5,7 @@ from __future__ import annotations
 import threading
 
 from dmn.controller.workqueue import RateLimitedQueue
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.controller.support import FakeClock
 
 
 def test_dedup_and_order() -> None:
