@@ -119,6 +119,7 @@ class NodeSlicePublisher:
             )
         self.policies: list[DeviceExposurePolicy] = []
         self.labels: dict[str, str] = {}
+        self.node_uid = ""
         self.cordoned = False
         self.events = EventRecorder(cluster, "dra-multi-network-node", node_name)
         self._lock = threading.Lock()
@@ -170,6 +171,7 @@ class NodeSlicePublisher:
         node = self.cluster.get(r.NODES, self.node_name)
         # kept for the agent's ManageEswitch pass: a transition needs a cordoned node
         self.cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+        self.node_uid = str((node.get("metadata") or {}).get("uid") or "")
         return dict((node.get("metadata") or {}).get("labels") or {})
 
     def publish(self) -> list[Obj]:
@@ -201,7 +203,10 @@ class NodeSlicePublisher:
             )
             by_name = {str(x["metadata"]["name"]): x for x in existing}
             stored = [
-                self._write(doc, by_name.get(str(doc["metadata"]["name"]))) for doc in plan.slices
+                self._write(owned, by_name.get(str(owned["metadata"]["name"])))
+                for owned in (
+                    _owned_by_node(doc, self.node_name, self.node_uid) for doc in plan.slices
+                )
             ]
             for name in plan.obsolete(s["metadata"]["name"] for s in existing):
                 with contextlib.suppress(NotFound):
@@ -475,10 +480,31 @@ def _with_taint_times(doc: Obj, current: Obj) -> Obj:
     return {**doc, "spec": {**doc["spec"], "devices": devices}}
 
 
+def _owned_by_node(doc: Obj, node_name: str, node_uid: str) -> Obj:
+    """``doc`` owned by its Node, as kubelet plugins' slices are: the garbage collector
+    deletes the slices of a Node deleted from the API (its devices are gone with it; no
+    agent is left to withdraw them). Without the Node's UID (not read yet) the doc stays
+    as planned."""
+    if not node_uid:
+        return doc
+    owner = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": node_name,
+        "uid": node_uid,
+        "controller": True,
+    }
+    return {**doc, "metadata": {**doc["metadata"], "ownerReferences": [owner]}}
+
+
 def _stored_as_planned(current: Obj, doc: Obj) -> bool:
-    """The stored slice has the planned spec and every planned label (a server that drops
-    or defaults fields never compares equal, so its slice is written as before)."""
+    """The stored slice has the planned spec, every planned label and the planned owner (a
+    server that drops or defaults fields never compares equal, so its slice is written as
+    before)."""
     if current.get("spec") != doc.get("spec"):
+        return False
+    owners = (doc.get("metadata") or {}).get("ownerReferences")
+    if owners and (current.get("metadata") or {}).get("ownerReferences") != owners:
         return False
     have = (current.get("metadata") or {}).get("labels") or {}
     want = (doc.get("metadata") or {}).get("labels") or {}

@@ -497,3 +497,23 @@ def test_an_unrelated_veth_starts_no_rescan(tmp_path: Path) -> None:
             assert scans == ["scan"]
             ip.link("set", index=lab0, mtu=1500)
         wait_for(lambda: lab0_mtu(publication) == 1500, what="the lab link's restore rescanned")
+
+
+def test_slices_are_owned_by_their_node(lab: LabCluster) -> None:
+    """As kubelet plugins' slices are: the garbage collector deletes them with the Node."""
+    cluster = lab.client()
+
+    def owners() -> list[list[dict[str, Any]]]:
+        return [s["metadata"].get("ownerReferences") for s in cluster.list(r.RESOURCE_SLICES).items]
+
+    node = cluster.get(r.NODES, "lab-node")
+    want = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": "lab-node",
+            "uid": node["metadata"]["uid"],
+            "controller": True,
+        }
+    ]
+    wait_for(lambda: owners() and all(o == want for o in owners()), what="slices owned by lab-node")
