@@ -99,10 +99,12 @@ def _logging(level: int) -> None:
 # --- up / down ---------------------------------------------------------------------------
 
 
-def _upstream_lab(state_dir: Path, install: str = "process", multus: bool | str = False) -> Any:
+def _upstream_lab(
+    state_dir: Path, install: str = "process", multus: bool | str = False, nodes: int = 1
+) -> Any:
     from dmn.lab.upstream.cluster import UpstreamLab
 
-    return UpstreamLab(state_dir, driver=_driver(install), multus=multus)
+    return UpstreamLab(state_dir, driver=_driver(install), multus=multus, nodes=nodes)
 
 
 def _driver(install: str) -> Any:
@@ -119,7 +121,9 @@ def _driver(install: str) -> Any:
 def _up(args: argparse.Namespace) -> int:
     state = StateDir(args.state_dir)
     if args.backend == "upstream":
-        return _up_upstream(state, args.install, args.multus)
+        return _up_upstream(state, args.install, args.multus, args.nodes)
+    if args.nodes != 1:
+        raise _Failure("E_USAGE", "--nodes needs --backend upstream")
     if args.install != "process":
         raise _Failure("E_USAGE", "--install helm needs --backend upstream")
     if args.multus:
@@ -169,16 +173,22 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _up_upstream(state: StateDir, install: str, multus: str | None) -> int:
+def _up_upstream(state: StateDir, install: str, multus: str | None, nodes: int = 1) -> int:
     from dmn.lab.cluster import LabError
+    from dmn.lab.upstream.lab_nodes import MAX_INDEX
+
+    if not 1 <= nodes <= MAX_INDEX + 1:
+        raise _Failure("E_USAGE", f"--nodes: 1 … {MAX_INDEX + 1}, not {nodes}")
+    if nodes != 1 and install != "process":
+        raise _Failure("E_USAGE", "--nodes runs our agent as host processes: --install process")
 
     if os.geteuid() != 0:
         raise _Failure("E_NOT_ROOT", "the upstream backend needs root (kubelet, containerd)")
     if state.running_pid() is not None:
         raise _Failure("E_LAB_RUNNING", f"an embedded lab is running in {state.root}")
     _logging(logging.INFO)
-    lab = _upstream_lab(state.root, install, multus or False)
     try:
+        lab = _upstream_lab(state.root, install, multus or False, nodes)
         url = lab.up()
     except LabError as exc:
         raise _Failure(exc.code, exc.message, 1) from exc
@@ -656,6 +666,13 @@ def _parser() -> CommandParser:
     up.add_argument("--install", choices=INSTALLS, default="process", help=INSTALL_HELP)
     up.add_argument(
         "--multus", nargs="?", const="thin", choices=("thin", "thick"), help=MULTUS_HELP
+    )
+    up.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="upstream backend: how many nodes (lab-node, lab-node-1, …), each with its own "
+        "kubelet, containerd and agent, their lab NICs on one shared fabric (default 1)",
     )
     with_state(sub.add_parser("down", help="stop a running lab"))
     with_state(sub.add_parser("kubeconfig", help="print the running lab's admin kubeconfig path"))

@@ -53,12 +53,14 @@ from dmn.lab.upstream.configs import (
 )
 from dmn.lab.upstream.driver import (
     LAB_LINKS,
+    AgentNode,
     DriverContext,
     DriverDeployment,
     DriverError,
     ProcessDriver,
 )
 from dmn.lab.upstream.host_changes import CGROUP_NAME, HostRecord
+from dmn.lab.upstream.lab_nodes import FABRIC_BRIDGE, MAX_INDEX, LabNode
 from dmn.lab.upstream.multus import DaemonApi, MultusInstall
 from dmn.lab.upstream.pki import LabCA
 from dmn.lab.upstream.processes import ProcessTable
@@ -92,14 +94,22 @@ class UpstreamLab:
         timeout: float = 180.0,
         with_node: bool = True,
         multus: bool | str = False,
+        nodes: int = 1,
     ) -> None:
         """``with_node=False``: the control plane only (etcd, kube-apiserver, our controller
         and webhook) — no controller manager, scheduler, containerd, kubelet or agent.
         ``multus``: Multus and Whereabouts too (:mod:`~dmn.lab.upstream.multus`): True or
         ``"thin"``, or ``"thick"`` (daemon and shim); a running lab takes them with
-        :meth:`enable_multus`."""
+        :meth:`enable_multus`. ``nodes``: how many nodes, ``lab-node`` and ``nodes - 1``
+        further ones (:mod:`~dmn.lab.upstream.lab_nodes`); a running lab takes more with
+        :meth:`add_node`."""
         if multus and not with_node:
             raise LabError("E_USAGE", "Multus needs the node (kubelet and containerd)")
+        if not 1 <= nodes <= MAX_INDEX + 1:
+            raise LabError("E_USAGE", f"--nodes: 1 … {MAX_INDEX + 1}, not {nodes}")
+        if nodes > 1 and not with_node:
+            raise LabError("E_USAGE", "further nodes need the first one")
+        self.nodes = nodes
         self.with_node = with_node
         self.multus = multus
         self.multus_mode = "thin" if multus is True else str(multus or "thin")
@@ -191,7 +201,7 @@ class UpstreamLab:
         ctx.load_cert_chain(*map(str, admin_cred))
         self._wait("kube-apiserver", lambda: _http_ok(f"{server}/readyz", ctx), "kube-apiserver")
         if self.with_node:
-            self._node(bins, record, ports)
+            self._node(bins, record, ports, ca)
         admin = self.admin()
         try:
             if self.with_node:
@@ -211,19 +221,199 @@ class UpstreamLab:
                 self._multus().install(admin, server, ports.apiserver)
         finally:
             admin.close()
-        log.info("event=lab-up server=%s root=%s", server, layout.root)
+        for index in range(1, self.nodes):
+            self.add_node(index)
+        log.info("event=lab-up server=%s root=%s nodes=%d", server, layout.root, self.nodes)
         return server
 
-    def _node(self, bins: dict[str, Path], record: HostRecord, ports: Ports) -> None:
+    def _node(self, bins: dict[str, Path], record: HostRecord, ports: Ports, ca: LabCA) -> None:
         layout, k8s = self.layout, bins["kubernetes"]
         self._start(
             "kube-controller-manager",
             configs.controller_manager_argv(k8s / "kube-controller-manager", layout),
         )
         self._start("kube-scheduler", configs.scheduler_argv(k8s / "kube-scheduler", layout))
-        self._containerd(bins, record)
-        layout.kubelet_config.write_text(configs.kubelet_config(layout, ports, "/" + CGROUP_NAME))
-        self._start("kubelet", configs.kubelet_argv(k8s / "kubelet", layout))
+        self._containerd(bins, layout, "containerd")
+        kubelet = configs.KubeletNode(port=ports.kubelet, healthz_port=ports.kubelet_healthz)
+        layout.kubelet_config.write_text(
+            configs.kubelet_config(layout, kubelet, "/" + CGROUP_NAME, layout.pki)
+        )
+        argv = configs.kubelet_argv(k8s / "kubelet", layout, kubelet, layout.kubeconfig("kubelet"))
+        self._start("kubelet", argv)
+
+    # --- further nodes -------------------------------------------------------------------
+
+    def further_nodes(self) -> list[LabNode]:
+        """The running lab's nodes beyond ``lab-node``, in the order they were added."""
+        indexes = self.info().get("nodes")
+        return [LabNode(int(i)) for i in indexes] if isinstance(indexes, list) else []
+
+    def _record_nodes(self, indexes: list[int]) -> None:
+        info = self.info()
+        info["nodes"] = indexes
+        self.lab_file.write_text(json.dumps(info))
+
+    def add_node(self, index: int) -> LabNode:
+        """Start node ``lab-node-<index>`` in this running lab: its NICs on the fabric, its
+        containerd, its kubelet (until its Node is Ready) and our agent (until it has
+        published). Recorded before anything is made, so :meth:`down` (or
+        :meth:`remove_node`) undoes a half-made node too. Raises :class:`LabError`."""
+        node = LabNode(index)
+        if not isinstance(self.driver, ProcessDriver):
+            raise LabError("E_USAGE", "further nodes run our agent as a host process only")
+        known = [n.index for n in self.further_nodes()]
+        if index in known:
+            raise LabError("E_LAB_RUNNING", f"{node.name} is already part of the lab")
+        bins = self._binaries()
+        self._record_nodes([*known, index])
+        try:
+            self._add_node(node, bins)
+        except (LabError, DriverError, images.ImageError) as exc:
+            raise LabError(exc.code, f"{node.name}: {exc.message}") from exc
+        except (ApiFailure, OSError) as exc:
+            raise LabError("E_LAB_START", f"{node.name}: {exc}") from exc
+        log.info("event=lab-node-added node=%s", node.name)
+        return node
+
+    def _add_node(self, node: LabNode, bins: dict[str, Path]) -> None:
+        record = HostRecord.load(self.host_file)
+        self._fabric(node, record)
+        host_changes.create_cgroups(record, self.host_file, node.cgroup)
+        layout = node.layout(self.layout.root)
+        layout.root.mkdir(parents=True, exist_ok=True)
+        info = self.info()
+        server = str(info["server"])
+        ca = LabCA.load(self.layout.pki)
+        ca.issue(
+            node.cert,
+            f"system:node:{node.name}",
+            server_ips=(node.address,),
+            server_names=(node.name,),
+        )
+        kubeconfig = self._kubeconfig(
+            ca, server, node.cert, f"system:node:{node.name}", ("system:nodes",)
+        )
+        self._containerd(bins, layout, node.containerd_process)
+        kubelet = configs.KubeletNode(
+            name=node.name,
+            address=node.address,
+            cert=node.cert,
+            port=_free_port(),
+            healthz_port=_free_port(),
+        )
+        (layout.cni_conf / configs.PRIMARY_CONFLIST).write_text(
+            configs.cni_conflist(layout, node.pod_block)
+        )
+        layout.kubelet_config.write_text(
+            configs.kubelet_config(layout, kubelet, "/" + node.cgroup, self.layout.pki)
+        )
+        binary = bins["kubernetes"] / "kubelet"
+        self._start(node.kubelet_process, configs.kubelet_argv(binary, layout, kubelet, kubeconfig))
+        admin = self.admin()
+        try:
+            self._wait(
+                f"node {node.name} Ready",
+                lambda: node_ready(admin, node.name),
+                node.kubelet_process,
+            )
+            assert isinstance(self.driver, ProcessDriver)
+            self.driver.start_agent(
+                DriverContext(
+                    layout=layout,
+                    ca=ca,
+                    admin=admin,
+                    procs=self.procs,
+                    webhook_port=int(info["ports"]["webhook"]),  # type: ignore[index]
+                    server=server,
+                ),
+                AgentNode(name=node.name, links=node.nics, process=node.agent_process),
+            )
+        finally:
+            admin.close()
+
+    def _fabric(self, node: LabNode, record: HostRecord) -> None:
+        """The fabric bridge (once), the node's two NICs with their fabric ports, and the
+        node's address beside the first node's."""
+        from pyroute2 import IPRoute
+
+        with IPRoute() as ip:
+            existing = {link.get_attr("IFLA_IFNAME") for link in ip.get_links()}
+            wanted = [*node.nics, *node.fabric_ports]
+            if FABRIC_BRIDGE not in record.links:
+                wanted.append(FABRIC_BRIDGE)
+            clash = [n for n in wanted if n in existing]
+            if clash:
+                raise LabError("E_LAB_LINK_EXISTS", f"link {clash[0]} exists and is not ours")
+            if FABRIC_BRIDGE not in record.links:
+                record.links.append(FABRIC_BRIDGE)
+                record.save(self.host_file)
+                ip.link("add", ifname=FABRIC_BRIDGE, kind="bridge")
+                ip.link("set", index=ip.link_lookup(ifname=FABRIC_BRIDGE)[0], state="up")
+            fabric = ip.link_lookup(ifname=FABRIC_BRIDGE)[0]
+            for nic, port in zip(node.nics, node.fabric_ports, strict=True):
+                record.links.append(nic)
+                record.save(self.host_file)
+                ip.link("add", ifname=nic, kind="veth", peer=port)
+                port_index = ip.link_lookup(ifname=port)[0]
+                ip.link("set", index=port_index, master=fabric, state="up")
+                ip.link("set", index=ip.link_lookup(ifname=nic)[0], state="up")
+            n0 = ip.link_lookup(ifname=NODE_LINKS[0])[0]
+            ip.addr("add", index=n0, address=node.address, prefixlen=32)
+
+    def remove_node(self, index: int, timeout: float = 90.0) -> list[str]:
+        """Take ``lab-node-<index>`` out of the running lab: its Pods deleted while its agent
+        still runs (the agent undoes their attachments), then its agent, kubelet and
+        containerd stopped, what is left in its cgroups killed, its mounts, cgroups, links
+        and address removed and its Node deleted. Returns what could not be removed."""
+        node = LabNode(index)
+        admin = self.admin()
+        try:
+            deadline = time.monotonic() + timeout
+            self._delete_pods_where(
+                admin, lambda ns: True, deadline, lambda pod: _node_of(pod) == node.name
+            )
+        finally:
+            admin.close()
+        layout = node.layout(self.layout.root)
+        for name in (node.agent_process, node.kubelet_process, node.containerd_process):
+            self.procs.stop(name)
+        self._kill_shims([layout.containerd_socket])
+        record = HostRecord.load(self.host_file)
+        mine = HostRecord(cgroups=[c for c in record.cgroups if Path(c).name == node.cgroup])
+        host_changes.kill_cgroup_processes(mine)
+        problems = [f"still mounted: {p}" for p in host_changes.unmount_under(layout.root)]
+        problems += [f"cgroup not removed: {c}" for c in host_changes.remove_cgroups(mine)]
+        problems += self._remove_links(HostRecord(links=list(node.nics)))
+        self._remove_node_address(node)
+        record.cgroups = [c for c in record.cgroups if c not in mine.cgroups]
+        record.links = [n for n in record.links if n not in node.nics]
+        others = [n for n in self.further_nodes() if n.index != index]
+        if not others and FABRIC_BRIDGE in record.links:
+            problems += self._remove_links(HostRecord(links=[FABRIC_BRIDGE]))
+            record.links.remove(FABRIC_BRIDGE)
+        record.save(self.host_file)
+        admin = self.admin()
+        try:
+            with contextlib.suppress(NotFound):
+                admin.delete(r.NODES, node.name)
+        finally:
+            admin.close()
+        self._record_nodes([n.index for n in others])
+        if not problems:
+            shutil.rmtree(layout.root, ignore_errors=True)
+        for p in problems:
+            log.error("event=lab-node-remove-problem node=%s detail=%s", node.name, p)
+        return problems
+
+    @staticmethod
+    def _remove_node_address(node: LabNode) -> None:
+        from pyroute2 import IPRoute
+
+        with IPRoute() as ip:
+            index = ip.link_lookup(ifname=NODE_LINKS[0])
+            if index:
+                with contextlib.suppress(Exception):  # netlink: already gone
+                    ip.addr("del", index=index[0], address=node.address, prefixlen=32)
 
     def _links(self, record: HostRecord) -> None:
         from pyroute2 import IPRoute
@@ -285,8 +475,7 @@ class UpstreamLab:
         path.write_text(configs.kubeconfig(server, ca.ca_cert, cred.cert, cred.key, user))
         return path
 
-    def _containerd(self, bins: dict[str, Path], record: HostRecord) -> None:
-        layout = self.layout
+    def _containerd(self, bins: dict[str, Path], layout: Layout, process: str) -> None:
         layout.containerd.mkdir(parents=True, exist_ok=True)
         layout.nri_socket.parent.mkdir(parents=True, exist_ok=True)
         layout.cni_conf.mkdir(parents=True, exist_ok=True)
@@ -297,8 +486,8 @@ class UpstreamLab:
         )
         env = {"PATH": f"{bins['containerd']}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
         argv = [str(bins["containerd"] / "containerd"), "--config", str(layout.containerd_config)]
-        self._start("containerd", argv, env)
-        self._wait("containerd", layout.containerd_socket.exists, "containerd")
+        self._start(process, argv, env)
+        self._wait(process, layout.containerd_socket.exists, process)
         archives = images.write_archives(layout.images, bins["pause"] / "pause")
         images.import_images(bins["containerd"] / "ctr", str(layout.containerd_socket), archives)
 
@@ -371,17 +560,24 @@ class UpstreamLab:
         if self.procs.get("kube-apiserver") and "kube-apiserver" in self.running():
             with contextlib.suppress(Exception):
                 self._delete_pods()
+        further = self.further_nodes()
         for name in (
             dranet_peer.PROCESS,  # a test peer's, if one was started beside our driver
             "dmn-node",
+            *(n.agent_process for n in further),
             "dmn-controller",
             "kubelet",
+            *(n.kubelet_process for n in further),
             "kube-scheduler",
             "kube-controller-manager",
         ):
             self.procs.stop(name)
-        self.procs.stop("containerd")
-        self._kill_shims()
+        for name in ("containerd", *(n.containerd_process for n in further)):
+            self.procs.stop(name)
+        root = self.layout.root
+        self._kill_shims(
+            [self.layout.containerd_socket, *(n.layout(root).containerd_socket for n in further)]
+        )
         host_changes.kill_cgroup_processes(record)
         self.procs.stop_all()
         problems += [f"still mounted: {p}" for p in host_changes.unmount_under(self.layout.root)]
@@ -412,9 +608,18 @@ class UpstreamLab:
             admin.close()
 
     @staticmethod
-    def _delete_pods_where(admin: Cluster, chosen: Callable[[str], bool], deadline: float) -> None:
+    def _delete_pods_where(
+        admin: Cluster,
+        chosen: Callable[[str], bool],
+        deadline: float,
+        where: Callable[[dict[str, Any]], bool] = lambda pod: True,
+    ) -> None:
         def remaining() -> list[dict[str, Any]]:
-            return [p for p in admin.list(r.PODS).items if chosen(p["metadata"]["namespace"])]
+            return [
+                p
+                for p in admin.list(r.PODS).items
+                if chosen(p["metadata"]["namespace"]) and where(p)
+            ]
 
         for pod in remaining():
             meta = pod["metadata"]
@@ -423,9 +628,10 @@ class UpstreamLab:
         while time.monotonic() < deadline and remaining():
             time.sleep(0.5)
 
-    def _kill_shims(self) -> None:
-        """The runc shims of *our* containerd (their ``-address`` is our socket)."""
-        ours = str(self.layout.containerd_socket)
+    @staticmethod
+    def _kill_shims(sockets: list[Path]) -> None:
+        """The runc shims of *our* containerds (their ``-address`` is one of our sockets)."""
+        ours = {str(s).encode() for s in sockets}
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
                 continue
@@ -435,7 +641,7 @@ class UpstreamLab:
                 continue
             if not argv or not argv[0].endswith(b"containerd-shim-runc-v2"):
                 continue
-            if ours.encode() in argv:
+            if ours & set(argv):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(proc.name), signal.SIGKILL)
 
@@ -463,12 +669,16 @@ def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
         return False
 
 
-def node_ready(admin: Cluster) -> bool:
+def node_ready(admin: Cluster, name: str = NODE_NAME) -> bool:
     try:
-        node = admin.get(r.NODES, NODE_NAME)
+        node = admin.get(r.NODES, name)
     except NotFound:
         return False
     return condition_true(node, "Ready")
+
+
+def _node_of(pod: dict[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
 
 
 def pod_bridge_address() -> str:

@@ -10,6 +10,7 @@ kube-apiserver/kubelet/containerd flags and config fields of v1.37.2 / v2.3 (see
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,12 +24,17 @@ NODE_NAME = "lab-node"
 NODE_IP = "10.254.254.1"  # host-side address of the lab's node-address veth pair
 NODE_PEER_IP = "10.254.254.2"
 SERVICE_CIDR = "10.96.0.0/24"
+#: the Pod network: one L2 segment (the bridge :data:`CNI_BRIDGE`) shared by every lab node,
+#: each node's Pods addressed from its own /24 block of it (``lab-node``'s is
+#: :data:`POD_CIDR`), so Pods of two nodes reach each other on-link: no route and no
+#: forwarding on the host
+POD_NETWORK = "10.244.0.0/16"
 POD_CIDR = "10.244.0.0/24"
 #: the host's address on the Pod network's bridge (the lab creates the bridge with it): the
 #: API server reaches Pods on the Pod network (an admission webhook's endpoints), and Pods
 #: reach the node address through it — one /32 route, no default route, no forwarding
 POD_GATEWAY = "10.244.0.1"
-POD_PREFIX = 24
+POD_PREFIX = 16
 CNI_BRIDGE = "dmnlab-cni0"
 #: the primary Pod network's file in the CNI configuration directory (``--multus`` puts
 #: Multus' ahead of it, naming this file as Multus' cluster network)
@@ -294,12 +300,14 @@ state = "{c / "state"}"
 """
 
 
-def cni_conflist(layout: Layout) -> str:
+def cni_conflist(layout: Layout, block: str = POD_CIDR) -> str:
     """The primary Pod network: the reference bridge + host-local plugins on the bridge the
     lab created with the host's address :data:`POD_GATEWAY` (the plugin's ``isGateway``
-    is off: it would also switch on the host's IP forwarding). A Pod gets its subnet route
-    and one route to the node address via the host, no default route and no masquerade:
-    it reaches the host (the API server) and the other Pods, nothing beyond."""
+    is off: it would also switch on the host's IP forwarding). A Pod gets an address of
+    the node's ``block`` with the whole :data:`POD_NETWORK` on-link, and one route to the
+    node address via the host, no default route and no masquerade: it reaches the host
+    (the API server) and the Pods of every lab node, nothing beyond."""
+    first, last = _block_range(block)
     doc = {
         "cniVersion": "1.0.0",
         "name": "dmn-lab",
@@ -314,7 +322,14 @@ def cni_conflist(layout: Layout) -> str:
                     "type": "host-local",
                     "dataDir": str(layout.cni_data),
                     "ranges": [
-                        [{"subnet": POD_CIDR, "gateway": POD_GATEWAY, "rangeStart": "10.244.0.10"}]
+                        [
+                            {
+                                "subnet": POD_NETWORK,
+                                "gateway": POD_GATEWAY,
+                                "rangeStart": first,
+                                "rangeEnd": last,
+                            }
+                        ]
                     ],
                     "routes": [{"dst": f"{NODE_IP}/32", "gw": POD_GATEWAY}],
                 },
@@ -324,18 +339,36 @@ def cni_conflist(layout: Layout) -> str:
     return json.dumps(doc, indent=2)
 
 
-def kubelet_config(layout: Layout, ports: Ports, cgroup_root: str) -> str:
-    pki = layout.pki
+def _block_range(block: str) -> tuple[str, str]:
+    """The addresses host-local hands out of a node's /24 block (the gateway's and the
+    first few stay free)."""
+    net = ipaddress.ip_network(block)
+    return str(net.network_address + 10), str(net.broadcast_address - 1)
+
+
+@dataclass(frozen=True)
+class KubeletNode:
+    """Who one kubelet is: its node name and address, its serving certificate's name in
+    the lab's PKI directory and its ports."""
+
+    name: str = NODE_NAME
+    address: str = NODE_IP
+    cert: str = "kubelet"
+    port: int = 0
+    healthz_port: int = 0
+
+
+def kubelet_config(layout: Layout, node: KubeletNode, cgroup_root: str, pki: Path) -> str:
     doc = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
-        "address": NODE_IP,
-        "port": ports.kubelet,
+        "address": node.address,
+        "port": node.port,
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
-        "healthzPort": ports.kubelet_healthz,
-        "tlsCertFile": str(pki / "kubelet.crt"),
-        "tlsPrivateKeyFile": str(pki / "kubelet.key"),
+        "healthzPort": node.healthz_port,
+        "tlsCertFile": str(pki / f"{node.cert}.crt"),
+        "tlsPrivateKeyFile": str(pki / f"{node.cert}.key"),
         "authentication": {
             "anonymous": {"enabled": False},
             "webhook": {"enabled": True},
@@ -368,13 +401,13 @@ def kubelet_config(layout: Layout, ports: Ports, cgroup_root: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def kubelet_argv(binary: Path, layout: Layout) -> list[str]:
+def kubelet_argv(binary: Path, layout: Layout, node: KubeletNode, kubeconfig: Path) -> list[str]:
     return [
         str(binary),
         f"--config={layout.kubelet_config}",
-        f"--kubeconfig={layout.kubeconfig('kubelet')}",
+        f"--kubeconfig={kubeconfig}",
         f"--root-dir={layout.kubelet_root}",
-        f"--hostname-override={NODE_NAME}",
-        f"--node-ip={NODE_IP}",
+        f"--hostname-override={node.name}",
+        f"--node-ip={node.address}",
         "--v=1",
     ]

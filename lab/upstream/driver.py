@@ -73,6 +73,16 @@ class DriverContext:
     with_node: bool = True  # False: a control-plane-only lab (no kubelet: no node agent)
 
 
+@dataclass(frozen=True)
+class AgentNode:
+    """Which node an agent serves: its name, the links it takes as NICs and the name of
+    its process in the lab's table (the defaults are the first node's)."""
+
+    name: str = NODE_NAME
+    links: tuple[str, ...] = LAB_LINKS
+    process: str = "dmn-node"
+
+
 class DriverDeployment(Protocol):
     def install(self, ctx: DriverContext) -> None: ...
 
@@ -292,28 +302,37 @@ class ProcessDriver:
             ctx.admin.apply(doc)
 
     def _agent(self, ctx: DriverContext) -> None:
+        self.start_agent(ctx, AgentNode())
+
+    def start_agent(self, ctx: DriverContext, node: AgentNode) -> None:
+        """Run ``dmn node`` for ``node`` (its files below ``ctx.layout``) and wait until it
+        has published its slices and registered with its kubelet."""
         kc = sa_kubeconfig(ctx, NODE_SA)
         kubelet = ctx.layout.kubelet_root
         argv = [sys.executable, "-m", "dmn", "node", "--kubeconfig", str(kc)]
-        argv += ["--node-name", NODE_NAME, "--state-dir", str(ctx.layout.agent_state)]
+        argv += ["--node-name", node.name, "--state-dir", str(ctx.layout.agent_state)]
         argv += ["--kubelet-registry-dir", str(kubelet / "plugins_registry")]
         argv += ["--kubelet-plugins-dir", str(kubelet / "plugins")]
         argv += ["--nri-socket", str(ctx.layout.nri_socket)]
         # the agent's own namespace is the host's: /proc/1/ns/net may be closed to us
         # (PID 1 of this machine is not in our user's reach), /proc/self is always ours
         argv += ["--host-netns", "/proc/self/ns/net"]
-        for link in LAB_LINKS:
+        for link in node.links:
             argv += ["--lab-link", link]
-        ctx.procs.start("dmn-node", argv)
+        ctx.procs.start(node.process, argv)
 
         def published() -> bool:
-            record = ctx.procs.get("dmn-node")
+            record = ctx.procs.get(node.process)
             if record is None or not record.alive():
-                raise DriverError("E_LAB_START", f"dmn node exited: {ctx.procs.tail('dmn-node')}")
+                raise DriverError("E_LAB_START", f"dmn node exited: {ctx.procs.tail(node.process)}")
             slices = ctx.admin.list(r.RESOURCE_SLICES).items
-            return any((s.get("spec") or {}).get("driver") == DRIVER for s in slices)
+            return any(
+                (s.get("spec") or {}).get("driver") == DRIVER
+                and (s.get("spec") or {}).get("nodeName") == node.name
+                for s in slices
+            )
 
-        _wait("the node agent's ResourceSlices", published, self.timeout)
+        _wait(f"the node agent's ResourceSlices of {node.name}", published, self.timeout)
         sock = kubelet / "plugins_registry" / f"{DRIVER}-reg.sock"
         _wait("the node agent's kubelet registration socket", sock.exists, self.timeout)
 

@@ -112,15 +112,16 @@ def v1_hierarchies() -> list[Path]:
     return sorted(set(out))
 
 
-def create_cgroups(record: HostRecord, lab_file: Path) -> None:
+def create_cgroups(record: HostRecord, lab_file: Path, name: str = CGROUP_NAME) -> None:
+    """The top-level cgroup ``name`` (one kubelet's cgroup root) in every hierarchy."""
     # on a hybrid host runc also mirrors Pod cgroups below the unified (cgroup2) mount;
     # the lab does not create that tree but records it, when absent now, as its own
-    unified = CGROUP_ROOT / "unified" / CGROUP_NAME
+    unified = CGROUP_ROOT / "unified" / name
     if (CGROUP_ROOT / "unified").is_dir() and not unified.exists():
         record.cgroups.append(str(unified))
         record.save(lab_file)
     for hierarchy in v1_hierarchies():
-        path = hierarchy / CGROUP_NAME
+        path = hierarchy / name
         if path.exists():
             continue
         record.cgroups.append(str(path))

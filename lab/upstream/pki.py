@@ -75,6 +75,19 @@ class LabCA:
         _write(self.ca_cert, self.cert.public_bytes(_PEM))
         _write(directory / "ca.key", _key_pem(self.key), private=True)
 
+    @classmethod
+    def load(cls, directory: Path) -> LabCA:
+        """The CA an earlier :class:`LabCA` wrote into ``directory`` (a running lab's, to
+        issue more certificates it signs)."""
+        ca = cls.__new__(cls)
+        ca.dir = directory
+        key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{directory / 'ca.key'}: not the lab CA's key")
+        ca.key = key
+        ca.cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
+        return ca
+
     @property
     def ca_cert(self) -> Path:
         return self.dir / "ca.crt"

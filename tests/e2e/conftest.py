@@ -68,7 +68,7 @@ def host_snapshot() -> dict[str, object]:
         )
     )
     sysctls = {n: (Path("/proc/sys") / n).read_text() for n in host_changes.SYSCTLS}
-    cgroups = sorted(str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{host_changes.CGROUP_NAME}"))
+    cgroups = sorted(str(p) for p in Path("/sys/fs/cgroup").glob(f"*/{host_changes.CGROUP_NAME}*"))
     paths = {p: os.path.lexists(p) for p in host_changes.FIXED_PATHS}
     return {
         "links": links,
