@@ -33,7 +33,7 @@ from typing import Any
 
 from dmn.agent.personas.model import PersonaSet
 from dmn.agent.personas.status import policy_status
-from dmn.api.cluster import ApiFailure, Cluster, Conflict, NotFound
+from dmn.api.cluster import ApiFailure, Cluster, Conflict, Invalid, NotFound
 from dmn.api.cluster import resources as r
 from dmn.api.cluster.events import EventRecorder
 
@@ -142,28 +142,71 @@ def report_policy_statuses(
                 recorder.record(obj, "Warning", finding.code.value, message)
 
 
+#: :func:`entry_patch`'s answer when the own entry cannot be patched in place: the whole
+#: ``status.nodes`` is written under the ``resourceVersion`` it was merged onto
+WHOLE_LIST = "whole-list"
+
+
+def entry_patch(
+    status: Mapping[str, Any], node_name: str, report: Mapping[str, Any] | None
+) -> list[dict[str, Any]] | str | None:
+    """The JSON patch that puts ``report`` as node ``node_name``'s entry of a policy whose
+    status was read as ``status`` (None: nothing to change; :data:`WHOLE_LIST`: no patch
+    fits, write the merged list). Pure.
+
+    Why a patch: every node writes its own entry of the same few objects, all at once after
+    a policy change. A whole-list write carries the ``resourceVersion`` it merged onto, so
+    of N nodes writing together all but one conflict, re-read and write again — about N²/2
+    requests, and some nodes give up after :data:`MAX_ATTEMPTS`. A patch of one index is
+    applied by the API server onto the object as stored, whatever others wrote meanwhile;
+    its ``test`` of the entry's name at that index keeps it from landing on another node's
+    entry when an earlier one was removed (then the patch fails and the entry is merged
+    again onto a fresh read). Appending needs no test: only this node writes its name."""
+    current = list(status.get("nodes") or [])
+    merged = merged_nodes(current, node_name, report)
+    if merged == current:
+        return None
+    mine = [i for i, e in enumerate(current) if e.get("nodeName") == node_name]
+    if "nodes" not in status or len(mine) > 1:
+        return WHOLE_LIST
+    if not mine:
+        return [{"op": "add", "path": "/status/nodes/-", "value": merged[-1]}]
+    (index,) = mine
+    guard = {"op": "test", "path": f"/status/nodes/{index}/nodeName", "value": node_name}
+    if report is None:
+        return [guard, {"op": "remove", "path": f"/status/nodes/{index}"}]
+    return [guard, {"op": "replace", "path": f"/status/nodes/{index}", "value": merged[index]}]
+
+
 def write_node_entry(
     cluster: Cluster, obj: Mapping[str, Any], node_name: str, report: Mapping[str, Any] | None
 ) -> bool:
     """Put ``report`` as node ``node_name``'s entry of the policy ``obj`` (None: remove it)
-    through the status subresource, under ``obj``'s resourceVersion; on a conflict re-read and
-    merge again. Whether a write was made (False: nothing to change, or the policy is gone);
-    :class:`ApiFailure` when the API refused it or the conflicts did not stop."""
+    through the status subresource: a JSON patch of that entry (:func:`entry_patch`), or
+    the merged list under ``obj``'s resourceVersion when no patch fits; a failed patch or a
+    conflict re-reads and merges again. Whether a write was made (False: nothing to change,
+    or the policy is gone); :class:`ApiFailure` when the API refused it or the retries did
+    not stop."""
     name = str((obj.get("metadata") or {}).get("name", ""))
     for attempt in range(MAX_ATTEMPTS):
         status = dict(obj.get("status") or {})
-        current = list(status.get("nodes") or [])
-        nodes = merged_nodes(current, node_name, report)
-        if nodes == current:
+        patch = entry_patch(status, node_name, report)
+        if patch is None:
             return False
-        if nodes:
-            status["nodes"] = nodes
-        else:
-            status.pop("nodes", None)
         try:
-            cluster.replace(r.DEVICE_EXPOSURE_POLICIES, {**obj, "status": status}, status=True)
+            if patch == WHOLE_LIST:
+                nodes = merged_nodes(list(status.get("nodes") or []), node_name, report)
+                if nodes:
+                    status["nodes"] = nodes
+                else:
+                    status.pop("nodes", None)
+                cluster.replace(r.DEVICE_EXPOSURE_POLICIES, {**obj, "status": status}, status=True)
+            else:
+                cluster.patch(
+                    r.DEVICE_EXPOSURE_POLICIES, name, patch, patch_type="json", status=True
+                )
             return True
-        except Conflict:
+        except (Conflict, Invalid):
             if attempt + 1 == MAX_ATTEMPTS:
                 raise
             try:

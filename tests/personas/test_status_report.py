@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from dmn.agent.personas.status_report import merged_entry, merged_nodes, write_node_entry
+from dmn.agent.personas.status_report import (
+    WHOLE_LIST,
+    entry_patch,
+    merged_entry,
+    merged_nodes,
+    write_node_entry,
+)
 from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
 from dmn.api.identity import GROUP
@@ -177,6 +183,31 @@ def test_many_nodes_are_named_within_bounds() -> None:
     assert "and 22 more" in ready["message"]
 
 
+def test_the_patch_touches_only_the_own_index_and_tests_its_name_first() -> None:
+    status = {"nodes": [_report("a"), _report("b"), _report("c")]}
+    assert entry_patch(status, "b", _report("b", T1)) is None  # same content: nothing
+    changed = _report("b", T1, devices=2)
+    assert entry_patch(status, "b", changed) == [
+        {"op": "test", "path": "/status/nodes/1/nodeName", "value": "b"},
+        {"op": "replace", "path": "/status/nodes/1", "value": merged_entry(_report("b"), changed)},
+    ]
+    assert entry_patch(status, "c", None) == [
+        {"op": "test", "path": "/status/nodes/2/nodeName", "value": "c"},
+        {"op": "remove", "path": "/status/nodes/2"},
+    ]
+    assert entry_patch(status, "d", _report("d")) == [
+        {"op": "add", "path": "/status/nodes/-", "value": _report("d")}
+    ]
+    assert entry_patch(status, "d", None) is None
+
+
+def test_no_list_yet_or_the_own_name_twice_writes_the_whole_list() -> None:
+    assert entry_patch({}, "a", _report("a")) == WHOLE_LIST
+    assert entry_patch({"nodes": [_report("a"), _report("a", devices=3)]}, "a", _report("a")) == (
+        WHOLE_LIST
+    )
+
+
 # --- the write, against the lab API server ------------------------------------------------
 
 
@@ -245,3 +276,50 @@ def test_a_status_write_alone_does_not_wake_the_publisher() -> None:
     assert not _status_only(event("DELETED", 2), seen)
     assert not _status_only(event("MODIFIED", 2), seen)  # unknown again: wake
     assert not _status_only(WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": "9"}}), seen)
+
+
+class _CountingReads:
+    """The cluster, counting the re-reads a write needed."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster, self.reads = cluster, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cluster, name)
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads += 1
+        return self.cluster.get(*args, **kwargs)
+
+
+def test_many_nodes_writing_from_one_stale_read_need_no_reread(cluster: Cluster) -> None:
+    """Every node read the policy before any of them wrote (as after a policy change):
+    each entry lands at once, none is lost, and no write had to read the policy again."""
+    created = cluster.create(r.DEVICE_EXPOSURE_POLICIES, _policy("many-writers"))
+    assert write_node_entry(cluster, created, "n0", _report("n0"))
+    stale = cluster.get(r.DEVICE_EXPOSURE_POLICIES, "many-writers")
+    counting = _CountingReads(cluster)
+    for i in range(1, 12):
+        assert write_node_entry(counting, copy.deepcopy(stale), f"n{i}", _report(f"n{i}"))  # type: ignore[arg-type]
+    assert counting.reads == 0
+    stored = cluster.get(r.DEVICE_EXPOSURE_POLICIES, "many-writers")
+    assert [e["nodeName"] for e in stored["status"]["nodes"]] == [f"n{i}" for i in range(12)]
+    DeviceExposurePolicy.model_validate(stored)
+
+
+def test_an_entry_removed_before_the_own_one_is_merged_again_not_misplaced(
+    cluster: Cluster,
+) -> None:
+    """Node b read [a, b, c]; a removes its entry, so b's index moved: b's patch fails its
+    name test, b re-reads and changes its own entry — c's stays as c wrote it."""
+    created = cluster.create(r.DEVICE_EXPOSURE_POLICIES, _policy("index-moved"))
+    for node in ("a", "b", "c"):
+        created = cluster.get(r.DEVICE_EXPOSURE_POLICIES, "index-moved")
+        assert write_node_entry(cluster, created, node, _report(node))
+    stale = cluster.get(r.DEVICE_EXPOSURE_POLICIES, "index-moved")
+    assert write_node_entry(cluster, stale, "a", None)
+    assert write_node_entry(cluster, stale, "b", _report("b", T1, devices=5))
+    stored = cluster.get(r.DEVICE_EXPOSURE_POLICIES, "index-moved")
+    nodes = stored["status"]["nodes"]
+    assert [e["nodeName"] for e in nodes] == ["b", "c"]
+    assert nodes[0]["exposedDevices"] == 5 and nodes[1] == _report("c")
