@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -391,6 +392,19 @@ class Agents:
             c.close()
 
 
+class StatusWriteFailures(logging.Handler):
+    """Counts the publishers' policy-status writes that gave up (``policy-status-failed``:
+    the API refused, or the conflicts did not stop within the write's attempts)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "policy-status-failed" in record.getMessage():
+            self.count += 1
+
+
 def create_nodes(admin: Cluster, names: list[str], report: Callable[[str], str]) -> None:
     def one(name: str) -> None:
         admin.create(r.NODES, node_object(name, report(name)))
@@ -586,8 +600,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         agents = Agents(kubeconfig, names, inventory, args.workers)
         apiserver_pid = lab.procs.get("kube-apiserver").pid  # type: ignore[union-attr]
         cpu0 = cpu_seconds(apiserver_pid)
+        failures = StatusWriteFailures()
+        logging.getLogger("dmn.agent.personas.status_report").addHandler(failures)
         publish_s, stored = agents.publish_all()
         out["publish_s"] = round(publish_s, 2)
+        out["publishStatusWriteFailures"] = failures.count
         out["publishApiserverCpuS"] = round(cpu_seconds(apiserver_pid) - cpu0, 2)
         out.update(slice_figures(stored))
 
@@ -599,8 +616,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         admin.apply(policies(args.children // 2)[0])
         cpu0 = cpu_seconds(apiserver_pid)
+        failures.count = 0
         republish_s, again = agents.publish_all()
         out["republish_s"] = round(republish_s, 2)
+        out["republishStatusWriteFailures"] = failures.count
         out["republishApiserverCpuS"] = round(cpu_seconds(apiserver_pid) - cpu0, 2)
         generations = {s["spec"]["pool"]["generation"] for node in again for s in node}
         out["republishGenerations"] = sorted(generations)

@@ -16,8 +16,10 @@ write otherwise), and nothing outside ``status.nodes`` changes.
 
 Contract: best effort and idempotent — an entry that would not change is not written (a
 condition keeps its ``lastTransitionTime`` while its status stays, the entry its
-``lastReportTime`` while nothing in it changes), a write carries the ``resourceVersion`` it
-was merged onto and a conflict re-reads and merges again (a few times, then the next pass);
+``lastReportTime`` while nothing in it changes), a write is a JSON patch of the node's own
+index guarded by a test of the entry's name (or an append; the whole list under its
+``resourceVersion`` only for a policy without one yet), and a failed test or a conflict
+re-reads and merges again (a few times, then the next pass);
 an API failure is logged, never raised (publication must not fail because a status write
 did). A node writes an entry only for the policies that concern it (its node selector
 matches the node's labels, or the policy has personas or findings here); it removes its
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from dmn.agent.personas.model import PersonaSet
@@ -115,9 +117,11 @@ def report_policy_statuses(
     policy_objects: Iterable[Mapping[str, Any]],
     node_name: str,
     concerned: Collection[str],
+    stored: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
     """Write this node's entry of each policy's status (``concerned``: the names of the
-    policies whose node selector matches this node) and a Warning Event per error finding."""
+    policies whose node selector matches this node) and a Warning Event per error finding;
+    ``stored`` gets each policy as a write returned it."""
     now = _now()
     here = set(concerned)
     here |= {f.policy for f in personas.findings if f.policy}
@@ -130,7 +134,9 @@ def report_policy_statuses(
             generation = meta.get("generation")
             report = policy_status(name, personas, generation, now, node_name).to_api()
         try:
-            write_node_entry(cluster, obj, node_name, report)
+            written = write_node_entry(cluster, obj, node_name, report)
+            if written is not None and stored is not None:
+                stored(written)
         except ApiFailure as exc:
             log.warning("event=policy-status-failed policy=%s error=%s", name, exc)
         if recorder is None:
@@ -180,19 +186,19 @@ def entry_patch(
 
 def write_node_entry(
     cluster: Cluster, obj: Mapping[str, Any], node_name: str, report: Mapping[str, Any] | None
-) -> bool:
+) -> dict[str, Any] | None:
     """Put ``report`` as node ``node_name``'s entry of the policy ``obj`` (None: remove it)
     through the status subresource: a JSON patch of that entry (:func:`entry_patch`), or
     the merged list under ``obj``'s resourceVersion when no patch fits; a failed patch or a
-    conflict re-reads and merges again. Whether a write was made (False: nothing to change,
-    or the policy is gone); :class:`ApiFailure` when the API refused it or the retries did
-    not stop."""
+    conflict re-reads and merges again. The policy as the write stored it (None: nothing to
+    change, or the policy is gone); :class:`ApiFailure` when the API refused it or the
+    retries did not stop."""
     name = str((obj.get("metadata") or {}).get("name", ""))
     for attempt in range(MAX_ATTEMPTS):
         status = dict(obj.get("status") or {})
         patch = entry_patch(status, node_name, report)
         if patch is None:
-            return False
+            return None
         try:
             if patch == WHOLE_LIST:
                 nodes = merged_nodes(list(status.get("nodes") or []), node_name, report)
@@ -200,19 +206,19 @@ def write_node_entry(
                     status["nodes"] = nodes
                 else:
                     status.pop("nodes", None)
-                cluster.replace(r.DEVICE_EXPOSURE_POLICIES, {**obj, "status": status}, status=True)
-            else:
-                cluster.patch(
-                    r.DEVICE_EXPOSURE_POLICIES, name, patch, patch_type="json", status=True
+                return cluster.replace(
+                    r.DEVICE_EXPOSURE_POLICIES, {**obj, "status": status}, status=True
                 )
-            return True
+            return cluster.patch(
+                r.DEVICE_EXPOSURE_POLICIES, name, patch, patch_type="json", status=True
+            )
         except (Conflict, Invalid):
             if attempt + 1 == MAX_ATTEMPTS:
                 raise
             try:
                 obj = cluster.get(r.DEVICE_EXPOSURE_POLICIES, name)
             except NotFound:
-                return False
+                return None
         except NotFound:
-            return False
-    return False
+            return None
+    return None

@@ -54,6 +54,7 @@ from dmn.agent.inventory.facts import Inventory
 from dmn.agent.personas.build import node_selector_matches
 from dmn.agent.personas.status_report import report_policy_statuses
 from dmn.agent.slices.pins import allocated_devices
+from dmn.agent.slices.policy_reader import PolicyReader
 from dmn.agent.slices.publication import TAINT_GRACE_S, NodePublication
 from dmn.agent.slices.publication_state import load_publication, save_publication
 from dmn.api.cluster import AlreadyExists, ApiFailure, Cluster, ListWatch, NotFound
@@ -120,6 +121,7 @@ class NodeSlicePublisher:
         self.policies: list[DeviceExposurePolicy] = []
         self.labels: dict[str, str] = {}
         self.node_uid = ""
+        self.policy_reader = PolicyReader(cluster)
         self.cordoned = False
         self.events = EventRecorder(cluster, "dra-multi-network-node", node_name)
         self._lock = threading.Lock()
@@ -152,7 +154,7 @@ class NodeSlicePublisher:
 
     def _policy_objects(self) -> list[Obj]:
         try:
-            return list(self.cluster.list(r.DEVICE_EXPOSURE_POLICIES).items)
+            return self.policy_reader.read()
         except NotFound:  # CRD not installed: nothing is exposed
             log.warning("event=no-policy-crd resource=%s", r.DEVICE_EXPOSURE_POLICIES.plural)
             return []
@@ -228,7 +230,13 @@ class NodeSlicePublisher:
                 if node_selector_matches(p.spec.node_selector, self.labels)
             }
             report_policy_statuses(
-                self.cluster, self.events, plan.personas, policy_docs, self.node_name, concerned
+                self.cluster,
+                self.events,
+                plan.personas,
+                policy_docs,
+                self.node_name,
+                concerned,
+                stored=self.policy_reader.remember,
             )
             log.info(
                 "event=slices-published node=%s slices=%d devices=%d generation=%d",
@@ -295,7 +303,11 @@ class NodeSlicePublisher:
         self._wake.set()
 
     def _watch(self, res: r.Resource, prompt: bool = False) -> None:
-        lw = ListWatch(self.cluster, res, timeout_seconds=60)
+        # the policies as metadata: each node's status write reaches every node's watch,
+        # and a whole policy holds every node's entry (nodes³ bytes per cluster-wide change);
+        # the generation is all the watch needs, the pass reads the specs (PolicyReader)
+        metadata_only = res is r.DEVICE_EXPOSURE_POLICIES
+        lw = ListWatch(self.cluster, res, timeout_seconds=60, metadata_only=metadata_only)
         self._watches.append(lw)
 
         # a policy's generation per name: a change of its status alone (another node's

@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
+#: Accept headers asking for ``meta.k8s.io/v1`` PartialObjectMetadata (a list, and a watch's
+#: objects), as client-go's metadata client sends them
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 PATCH_TYPES = {
     "merge": "application/merge-patch+json",
     "json": "application/json-patch+json",
@@ -123,8 +127,9 @@ class Cluster:
         content_type: str = "application/json",
         *,
         timeout: float | tuple[float, float] | None = None,
+        accept: str = "application/json",
     ) -> Any:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         request = self.api_client.param_serialize(
@@ -152,9 +157,11 @@ class Cluster:
         query: list[tuple[str, Any]] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        *,
+        accept: str = "application/json",
     ) -> Any:
         """One JSON request; returns the decoded body or raises an :class:`ApiFailure`."""
-        response = self._send(method, path, query, body, content_type)
+        response = self._send(method, path, query, body, content_type, accept=accept)
         data = response.read()
         decoded: Any = None
         if data:
@@ -190,8 +197,11 @@ class Cluster:
         label_selector: str | None = None,
         field_selector: str | None = None,
         page_size: int | None = None,
+        metadata_only: bool = False,
     ) -> ObjectList:
-        """All matching objects (following ``continue`` pages) and the list's version."""
+        """All matching objects (following ``continue`` pages) and the list's version.
+        ``metadata_only``: each as ``meta.k8s.io/v1`` PartialObjectMetadata (its metadata
+        alone: what no spec or status write of others makes larger)."""
         items: list[Obj] = []
         token: str | None = None
         while True:
@@ -204,6 +214,7 @@ class Cluster:
                     ("limit", page_size),
                     ("continue", token),
                 ],
+                accept=METADATA_LIST if metadata_only else "application/json",
             )
             for item in body.get("items") or []:
                 item.setdefault("apiVersion", res.api_version)
@@ -360,8 +371,10 @@ class Cluster:
         field_selector: str | None = None,
         timeout_seconds: int = 300,
         allow_bookmarks: bool = True,
+        metadata_only: bool = False,
     ) -> WatchStream:
         """One watch request from ``resource_version``; ends when the server closes it.
+        ``metadata_only``: each event's object as PartialObjectMetadata.
 
         Iterating raises :class:`~.errors.Gone` when the version is too old (relist then).
         """
@@ -374,6 +387,7 @@ class Cluster:
             field_selector=field_selector,
             timeout_seconds=timeout_seconds,
             allow_bookmarks=allow_bookmarks,
+            metadata_only=metadata_only,
         )
 
     def _watch_call(self, res: Resource, namespace: str | None, **kwargs: Any) -> Any:
@@ -388,7 +402,11 @@ class Cluster:
         ]
         timeout = kwargs.get("timeout_seconds") or 300
         response = self._send(
-            "GET", res.path(namespace), query, timeout=(self.request_timeout, timeout + 30)
+            "GET",
+            res.path(namespace),
+            query,
+            timeout=(self.request_timeout, timeout + 30),
+            accept=METADATA if kwargs.get("metadata_only") else "application/json",
         )
         if not 200 <= response.status <= 299:
             data = response.read()
@@ -410,6 +428,7 @@ class WatchStream:
         field_selector: str | None,
         timeout_seconds: int,
         allow_bookmarks: bool,
+        metadata_only: bool = False,
     ) -> None:
         self._cluster = cluster
         self._res = res
@@ -420,6 +439,7 @@ class WatchStream:
             "field_selector": field_selector,
             "timeout_seconds": timeout_seconds,
             "allow_watch_bookmarks": allow_bookmarks,
+            "metadata_only": metadata_only,
         }
         self._watch = watch.Watch(return_type="object")  # type: ignore[no-untyped-call]
         self._watch._api_client = cluster.api_client

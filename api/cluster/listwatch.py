@@ -52,7 +52,9 @@ class ListWatch:
         timeout_seconds: int = 300,
         max_backoff: float = 10.0,
         rand: Callable[[], float] = random.random,
+        metadata_only: bool = False,
     ) -> None:
+        """``metadata_only``: every object as PartialObjectMetadata (list and watch)."""
         self.cluster = cluster
         self.resource = resource
         self.namespace = namespace
@@ -61,6 +63,7 @@ class ListWatch:
         self.timeout_seconds = timeout_seconds
         self.max_backoff = max_backoff
         self.rand = rand
+        self.metadata_only = metadata_only
         #: the waits taken before reconnecting after failures (the last 32; tests, logs)
         self.waits: list[float] = []
         self._stopped = threading.Event()
@@ -79,6 +82,7 @@ class ListWatch:
             self.namespace,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
+            metadata_only=self.metadata_only,
         )
         current = {_key(item): item for item in listed.items}
         for key, item in current.items():
@@ -114,6 +118,7 @@ class ListWatch:
                     label_selector=self.label_selector,
                     field_selector=self.field_selector,
                     timeout_seconds=self.timeout_seconds,
+                    metadata_only=self.metadata_only,
                 )
                 for event in self._stream:
                     if self._stopped.is_set():

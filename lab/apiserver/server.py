@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import discovery, errors, kinds, openapi, patches, table
+from . import discovery, errors, kinds, metadata_view, openapi, patches, table
 from .errors import ApiError
 from .identity import LAB_ADMIN, UserInfo
 from .kinds import ResourceType
@@ -477,7 +477,15 @@ class _Handler(BaseHTTPRequestHandler):
                 body["metadata"]["continue"] = next_token
             self._send_json(200, body)
             return 200
-        self._send_json(200, _list_body(rt, items, rv, next_token, remaining))
+        body = _list_body(rt, items, rv, next_token, remaining)
+        if metadata_view.wants_metadata(self.headers.get("Accept") or "", list_kind=True):
+            body = {
+                **body,
+                "apiVersion": "meta.k8s.io/v1",
+                "kind": "PartialObjectMetadataList",
+                "items": [metadata_view.partial_metadata(o) for o in items],
+            }
+        self._send_json(200, body)
         return 200
 
     def _printer(self, rt: ResourceType, params: dict[str, str]) -> Any:
@@ -514,6 +522,9 @@ class _Handler(BaseHTTPRequestHandler):
 
         printer = self._printer(rt, params)
         first_row = [True]
+        metadata_only = metadata_view.wants_metadata(
+            self.headers.get("Accept") or "", list_kind=False
+        )
 
         def emit(event: Mapping[str, Any]) -> None:
             if printer is not None and event["type"] in ("ADDED", "MODIFIED", "DELETED"):
@@ -521,6 +532,11 @@ class _Handler(BaseHTTPRequestHandler):
                 rv = (obj.get("metadata") or {}).get("resourceVersion", "")
                 event = {"type": event["type"], "object": printer([obj], rv, first_row[0])}
                 first_row[0] = False
+            elif metadata_only and event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                event = {
+                    "type": event["type"],
+                    "object": metadata_view.partial_metadata(event["object"]),
+                }
             self._chunk(event)
 
         def matches(obj: Mapping[str, Any] | None) -> bool:

@@ -39,6 +39,7 @@ from tests.e2e import installed_driver
 from tests.e2e.conftest import Session, host_snapshot
 from tests.fixtures.multus import nad_crd
 from tests.ipam import arbiter_checks
+from tests.slices import policy_view_checks
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e]
@@ -184,6 +185,19 @@ def test_ipam_server_behaviour_the_lab_mirrors(
     control_plane: Session, check: Callable[[Cluster, str], None]
 ) -> None:
     """tests/ipam/arbiter_checks.py on the real kube-apiserver (the lab runs the same)."""
+    admin = control_plane.lab.admin()
+    try:
+        check(admin, "e2e")
+    finally:
+        admin.close()
+
+
+@pytest.mark.parametrize("check", policy_view_checks.ALL, ids=lambda c: c.__name__)
+def test_policy_view_server_behaviour_the_lab_mirrors(
+    control_plane: Session, check: Callable[[Cluster, str], None]
+) -> None:
+    """tests/slices/policy_view_checks.py on the real kube-apiserver (the lab runs the same):
+    metadata-only lists and watches of policies, a failed JSON-patch test refused."""
     admin = control_plane.lab.admin()
     try:
         check(admin, "e2e")
