@@ -21,7 +21,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -123,7 +123,7 @@ def shape(admin: Cluster, name: str) -> tuple[int, int, frozenset[str]]:
 
 
 def test_the_other_replica_takes_over_and_nothing_is_lost_or_doubled(
-    replicas: UpstreamLab, admin: Cluster
+    replicas: UpstreamLab, admin: Cluster, record_property: Callable[[str, object], None]
 ) -> None:
     names = [f"failover-{i}" for i in range(2 * BATCH)]
     control = "failover-control"
@@ -149,11 +149,13 @@ def test_the_other_replica_takes_over_and_nothing_is_lost_or_doubled(
             what="replica-a takes the Lease",
         )
         takeover = time.monotonic() - killed
+        record_property("takeover_s", round(takeover, 1))
         # the Lease is taken only after it expired unrenewed: never before one duration
         assert takeover >= LEASE_DURATION_S - 2.0, takeover
 
         results = wait_settled(admin, names, WAIT)
         assert all(t.ready == "True" for t in results), results
+        record_property("all_ready_after_kill_s", round(time.monotonic() - killed, 1))
         for result in results:
             got = shape(admin, result.name)
             assert got == (expected[0], expected[1], frozenset({result.revision})), (
