@@ -509,10 +509,15 @@ class DeviceExposurePolicyStatus(ApiModel):
     diagnostics: list[DiagnosticEntry] | None = Field(
         default=None, max_length=64, description="Reason-coded problems (conflicts, limits)."
     )
-    nodes: list[NodePolicyStatus] | None = list_map(
-        "nodeName",
-        max_items=MAX_POLICY_NODES,
+    # atomic, not a list-map keyed by nodeName: the API server's managedFields of a list-map
+    # name every element's key, so the policy's metadata (which every node's agent reads
+    # and watches) would grow with the cluster; an atomic list is one field there. Each
+    # agent patches only its own entry, guarded by its name (status_report.entry_patch),
+    # and admission keeps every other entry as stored
+    nodes: list[NodePolicyStatus] | None = Field(
         default=None,
+        max_length=MAX_POLICY_NODES,
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
         description=(
             "One report per node the policy concerns, each written by that node's agent only."
         ),

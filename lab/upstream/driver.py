@@ -118,7 +118,7 @@ def node_agent_rbac() -> list[dict[str, Any]]:
         {
             "apiGroups": [group],
             "resources": ["deviceexposurepolicies/status"],
-            "verbs": ["update"],
+            "verbs": ["update", "patch"],
         },
         {
             "apiGroups": [group],

@@ -6,6 +6,7 @@ its two NICs on the lab's shared fabric bridge) and takes them out again at its 
 the other modules keep their one node. Proven here against the real kube-scheduler,
 kubelets, containerds and garbage collector:
 
+* every node's agent reports its own entry on each lab policy's status;
 * Pods on two nodes, each with a shared-macvlan claim (net1 addressed from the pool
   ``macvlan-v4`` by our IPAM), reach each other over net1 — through the fabric — and over
   the primary Pod network;
@@ -169,6 +170,36 @@ def test_pods_on_two_nodes_reach_each_other_over_net1_and_the_pod_network(
     pod_ip = admin.get(r.PODS, "mn-b", NAMESPACE)["status"]["podIP"]
     ping = kubectl.exec("mn-a", "ping", "-c", "2", "-W", "3", pod_ip)
     assert ping.returncode == 0, (pod_ip, ping.stdout + ping.stderr)
+
+
+def test_every_nodes_agent_reports_its_own_entry_on_the_policies(
+    further: UpstreamLab, admin: Cluster
+) -> None:
+    """The further nodes' agents add their entries to policies whose ``status.nodes``
+    ``lab-node`` had already written (a JSON-patch append under the agent's own RBAC), and
+    the controller sums every node's devices into the top level."""
+    names = {"lab-node", ONE.name, TWO.name}
+
+    def reported() -> list[dict[str, Any]]:
+        out = []
+        for policy in admin.list(r.DEVICE_EXPOSURE_POLICIES).items:
+            if not policy["metadata"]["name"].startswith("lab-link-"):
+                continue
+            status = policy.get("status") or {}
+            entries = {e["nodeName"]: e for e in status.get("nodes") or []}
+            if not names <= set(entries) or not all(
+                entries[n].get("exposedDevices") == 2 for n in names
+            ):
+                return []
+            if status.get("exposedDevices") != sum(
+                int(e.get("exposedDevices") or 0) for e in entries.values()
+            ):
+                return []
+            out.append(policy)
+        return out
+
+    policies = wait_for(reported, timeout=WAIT, interval=1.0, what="every node's entry")
+    assert len(policies) == 3, [p["metadata"]["name"] for p in policies]
 
 
 def test_the_scheduler_moves_on_when_one_nodes_parents_are_full(
