@@ -233,7 +233,8 @@ def _wait(what: str, check: Callable[[], bool], timeout: float) -> None:
     raise DriverError("E_LAB_START", f"{what}: not ready after {timeout:.0f}s")
 
 
-def _listening(port: int) -> bool:
+def listening(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:``port``."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):
             return True
@@ -283,7 +284,7 @@ class ProcessDriver:
         argv += ["--webhook-host", "127.0.0.1", "--webhook-port", str(ctx.webhook_port)]
         argv += ["--controller-user", user]
         ctx.procs.start("dmn-controller", argv)
-        _wait("our admission webhook", lambda: _listening(ctx.webhook_port), self.timeout)
+        _wait("our admission webhook", lambda: listening(ctx.webhook_port), self.timeout)
 
     def _webhook(self, ctx: DriverContext) -> None:
         """The chart's webhook configurations (validating and the Pod mutation), each hook

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from dmn.lab import manifests
 from dmn.lab.demo import NEGATIVE
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.configs import DRIVER_NAMESPACE
+from dmn.lab.upstream.driver import listening
 from dmn.lab.upstream.helm_driver import HelmDriver, rolled_out
 from dmn.lab.upstream.workloads import DEPLOYMENTS
 from tests.waiting import wait_for
@@ -225,19 +225,11 @@ def start_controller(lab: UpstreamLab, admin: Cluster, stopped: StoppedControlle
         process = stopped.process
         lab.procs.start("dmn-controller", process.argv, process.env)
         port = int(lab.info()["ports"]["webhook"])  # type: ignore[index]
-        wait_for(lambda: _listening(port), timeout=WAIT, interval=0.3, what="the webhook")
+        wait_for(lambda: listening(port), timeout=WAIT, interval=0.3, what="the webhook")
         return
     with_replicas = {"spec": {"replicas": stopped.replicas}}
     admin.patch(DEPLOYMENTS, CONTROLLER_DEPLOYMENT, with_replicas, DRIVER_NAMESPACE)
     wait_for(lambda: rolled_out(admin), timeout=WAIT, interval=0.5, what="the controller back")
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 #: :func:`webhook_verdict` when the write went through with no webhook judging it

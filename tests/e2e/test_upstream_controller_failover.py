@@ -34,6 +34,7 @@ from dmn.lab import manifests
 from dmn.lab.demo import TOPOLOGIES, wait_settled
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.configs import DRIVER_NAMESPACE
+from dmn.lab.upstream.driver import listening
 from tests.e2e.lab_pods import WAIT
 from tests.waiting import wait_for
 
@@ -51,14 +52,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def _option(argv: list[str], flag: str) -> str:
@@ -95,7 +88,7 @@ def replicas(upstream_lab: UpstreamLab, admin: Cluster) -> Iterator[UpstreamLab]
         procs.start(REPLICA_B, [*b_argv, "--identity", "replica-b"], original.env)
         wait_for(lambda: holder(admin) == "replica-b", timeout=WAIT, what="replica-b leads")
         procs.start(CONTROLLER, [*elected, "--identity", "replica-a"], original.env)
-        wait_for(lambda: _listening(webhook_port), timeout=WAIT, what="replica-a's webhook")
+        wait_for(lambda: listening(webhook_port), timeout=WAIT, what="replica-a's webhook")
         yield upstream_lab
     finally:
         procs.stop(REPLICA_B)
@@ -103,7 +96,7 @@ def replicas(upstream_lab: UpstreamLab, admin: Cluster) -> Iterator[UpstreamLab]
         with contextlib.suppress(NotFound):
             admin.delete(r.LEASES, LEASE, DRIVER_NAMESPACE)
         procs.start(CONTROLLER, single, original.env)
-        wait_for(lambda: _listening(webhook_port), timeout=WAIT, what="the lab's controller back")
+        wait_for(lambda: listening(webhook_port), timeout=WAIT, what="the lab's controller back")
 
 
 def _topology(name: str) -> dict[str, Any]:
