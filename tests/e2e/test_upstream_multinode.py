@@ -245,9 +245,28 @@ def _agent_pid(lab: UpstreamLab, node: LabNode) -> int:
     return record.pid
 
 
+def ready_on(admin: Cluster, node: LabNode) -> bool:
+    """Every device the node publishes is ready for a new claim (a device released by an
+    earlier test stays ``allocationReady: false`` until the agent has cleaned up and
+    republished)."""
+    devices = [
+        d
+        for s in admin.list(r.RESOURCE_SLICES).items
+        if s["spec"].get("nodeName") == node.name and s["spec"].get("driver") == DRIVER
+        for d in s["spec"].get("devices") or []
+    ]
+    ready = f"{DRIVER}/allocationReady"
+    return bool(devices) and all(
+        (d.get("attributes") or {}).get(ready, {}).get("bool", True) for d in devices
+    )
+
+
 def test_a_killed_agent_holds_only_its_own_nodes_new_pods(
     further: UpstreamLab, admin: Cluster, pods: list[str]
 ) -> None:
+    # killed only once it has republished what earlier tests released: else its devices
+    # stay not ready and the Pod is never placed there at all
+    wait_for(lambda: ready_on(admin, ONE), timeout=WAIT, interval=0.5, what="node 1 ready")
     os.kill(_agent_pid(further, ONE), signal.SIGKILL)
     try:
         run_on(admin, pods, "mn-held", "shared-macvlan", ONE)
