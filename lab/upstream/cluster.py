@@ -201,7 +201,7 @@ class UpstreamLab:
         ctx.load_cert_chain(*map(str, admin_cred))
         self._wait("kube-apiserver", lambda: _http_ok(f"{server}/readyz", ctx), "kube-apiserver")
         if self.with_node:
-            self._node(bins, record, ports, ca)
+            self._node(bins, record, ports)
         admin = self.admin()
         try:
             if self.with_node:
@@ -226,7 +226,7 @@ class UpstreamLab:
         log.info("event=lab-up server=%s root=%s nodes=%d", server, layout.root, self.nodes)
         return server
 
-    def _node(self, bins: dict[str, Path], record: HostRecord, ports: Ports, ca: LabCA) -> None:
+    def _node(self, bins: dict[str, Path], record: HostRecord, ports: Ports) -> None:
         layout, k8s = self.layout, bins["kubernetes"]
         self._start(
             "kube-controller-manager",
