@@ -208,10 +208,7 @@ class SlicePublisher:
     ) -> tuple[bool, list[dict[str, Any]]]:
         """(changed, slices) for the current persona set, with ``taints`` by device name
         (a taint that comes or goes is a content change)."""
-        devices = _render(personas)
-        for name, device_taints in (taints or {}).items():
-            if name in devices and device_taints:
-                devices[name] = {**devices[name], "taints": list(device_taints)}
+        devices = _with_taints(_render(personas), taints)
         digest = content_digest(personas, devices)
         changed = digest != self.digest
         if changed:
@@ -224,6 +221,24 @@ class SlicePublisher:
                 len(personas.personas),
             )
         return changed, build_slices(personas, self.node_name, self.generation, devices=devices)
+
+    def changes(
+        self,
+        personas: PersonaSet,
+        taints: Mapping[str, list[dict[str, str]]] | None = None,
+    ) -> bool:
+        """Whether :meth:`publish` with the same arguments would change the content (and
+        so the generation); nothing is changed."""
+        return content_digest(personas, _with_taints(_render(personas), taints)) != self.digest
+
+
+def _with_taints(
+    devices: dict[str, dict[str, Any]], taints: Mapping[str, list[dict[str, str]]] | None
+) -> dict[str, dict[str, Any]]:
+    for name, device_taints in (taints or {}).items():
+        if name in devices and device_taints:
+            devices[name] = {**devices[name], "taints": list(device_taints)}
+    return devices
 
 
 def personas_of(slices: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -8,7 +8,9 @@ implementation; ``dmn node`` and the lab both run it.
 Inputs and triggers. A pass scans nothing by itself: it plans the pool with
 :class:`~dmn.agent.slices.NodePublication` from the last inventory, the
 DeviceExposurePolicies, the Node's labels and the devices allocated in ResourceClaim
-status (allocated devices stay published, pinned with their previous declaration), writes
+status (allocated devices stay published, pinned with their previous declaration; the
+claims come from the publisher's claim watch (:class:`~.pins.ClaimPins`) when the plan
+changes no declaration, else from a list read after the policies), writes
 the slices whose stored spec or labels differ from the plan (a slice already stored as
 planned is not rewritten: in a Pod storm every claim change and every child created on a
 NIC triggered a pass, and each rewrote every slice with three API calls, in the process
@@ -43,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +56,7 @@ from pydantic import ValidationError
 from dmn.agent.inventory.facts import Inventory
 from dmn.agent.personas.build import node_selector_matches
 from dmn.agent.personas.status_report import report_policy_statuses
-from dmn.agent.slices.pins import allocated_devices
+from dmn.agent.slices.pins import ClaimPins, allocated_devices
 from dmn.agent.slices.policy_reader import PolicyReader
 from dmn.agent.slices.publication import TAINT_GRACE_S, NodePublication
 from dmn.agent.slices.publication_state import load_publication, save_publication
@@ -134,6 +137,7 @@ class NodeSlicePublisher:
         self._watches: list[ListWatch] = []
         self._monitor: ChangeMonitor | None = None
         self.allocated: frozenset[str] = frozenset()
+        self.claim_pins = ClaimPins(driver, node_name)
         self._listeners: list[Callable[[], None]] = []
         self._listeners_lock = threading.Lock()  # not _lock: that one spans API calls
 
@@ -187,21 +191,22 @@ class NodeSlicePublisher:
                     self.publication.publisher.generation,
                     *(int(s["spec"]["pool"]["generation"]) for s in existing),
                 )
-            # policies before claims: a device allocated and then withdrawn by its policy
-            # while this pass reads is seen either still exposed or already allocated (in
-            # the other order it was neither, was withdrawn, and lost the declaration a pin
-            # needs, so the allocated device was never published again)
+            # policies (and labels) before claims: a device allocated and then withdrawn by
+            # its policy while this pass reads is seen either still exposed or already
+            # allocated (in the other order it was neither, was withdrawn, and lost the
+            # declaration a pin needs, so the allocated device was never published again)
             policy_docs = self._policy_objects()
-            claims = self.cluster.list(r.RESOURCE_CLAIMS).items
-            self.allocated = allocated_devices(claims, self.driver, self.node_name)
             # kept for the agent's ManageEswitch pass, which makes no API call of its own
             self.policies = self._policies(policy_docs)
             self.labels = self._labels()
+            now = time.monotonic()
+            self.allocated = self._allocated(now)
             plan = self.publication.plan(
                 self.inventory,
                 self.policies,
                 self.labels,
                 self.allocated,
+                now=now,
             )
             by_name = {str(x["metadata"]["name"]): x for x in existing}
             stored = [
@@ -246,6 +251,20 @@ class NodeSlicePublisher:
                 self.publication.publisher.generation,
             )
             return stored
+
+    def _allocated(self, now: float) -> frozenset[str]:
+        """This node's allocated devices for the pass about to plan. The claim watch's view
+        serves when the plan with it changes no declaration (most passes: a claim event, a
+        resync, a status change); a plan that would change one needs the claims at least as
+        new as the policies just read, so the claims are listed (design §5.6)."""
+        cached = self.claim_pins.allocated(now)
+        if cached is not None and not self.publication.changes(
+            self.inventory, self.policies, self.labels, cached, now=now
+        ):
+            return cached
+        claims = self.cluster.list(r.RESOURCE_CLAIMS).items
+        self.claim_pins.confirmed(now)
+        return allocated_devices(claims, self.driver, self.node_name)
 
     def _write(self, doc: Obj, current: Obj | None) -> Obj:
         """The slice as stored after writing ``doc``; ``current`` is this pass's listed copy
@@ -314,18 +333,17 @@ class NodeSlicePublisher:
         # entry, the controller's aggregate) changes nothing this node publishes, and waking
         # every node on each node's status write would cost passes quadratic in the nodes
         generations: dict[str, object] = {}
-        # this node's devices per claim UID, as last seen: a claim event that leaves them as
-        # they were (created unallocated, reservedFor, the agent's own status write, another
-        # node's allocation) changes no pin; in a Pod storm those are most claim events
-        pinned: dict[str, frozenset[str]] = {}
 
+        # a claim event that leaves this node's pins as they were (created unallocated,
+        # reservedFor, the agent's own status write, another node's allocation) starts no
+        # pass; in a Pod storm those are most claim events
         def loop() -> None:
             while not self._stop.is_set():
                 try:
                     for event in lw.events():
                         if res is r.DEVICE_EXPOSURE_POLICIES and _status_only(event, generations):
                             continue
-                        if res is r.RESOURCE_CLAIMS and not self._pins_moved(event, pinned):
+                        if res is r.RESOURCE_CLAIMS and not self.claim_pins.observe(event):
                             continue
                         self._due.set()
                         self._wake.set()
@@ -371,25 +389,6 @@ class NodeSlicePublisher:
         names, indexes = inventory_links(inventory)
         self.link_events.watch(names, indexes)
         return inventory
-
-    def _pins_moved(self, event: WatchEvent, pinned: dict[str, frozenset[str]]) -> bool:
-        """Whether a ResourceClaim event may change this node's allocated devices (updating
-        ``pinned``); the SYNCED marker after a (re)list always counts."""
-        if event.type == SYNCED:
-            return True
-        meta = (event.object or {}).get("metadata") or {}
-        uid = str(meta.get("uid") or meta.get("name") or "")
-        before = pinned.get(uid, frozenset())
-        now = (
-            frozenset()
-            if event.type == "DELETED"
-            else allocated_devices((event.object or {},), self.driver, self.node_name)
-        )
-        if now:
-            pinned[uid] = now
-        else:
-            pinned.pop(uid, None)
-        return now != before
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)

@@ -74,6 +74,41 @@ class NodePublication:
         cleanup_pending: Iterable[str] = (),
         now: float | None = None,
     ) -> Plan:
+        personas, taints, unhealthy_since, pending = self._declare(
+            inventory, policies, labels, allocated, cleanup_pending, now
+        )
+        self.unhealthy_since = unhealthy_since
+        changed, slices = self.publisher.publish(personas, taints)
+        self.last = personas
+        return Plan(personas, slices, changed, taints_pending=pending)
+
+    def changes(
+        self,
+        inventory: Inventory,
+        policies: Sequence[DeviceExposurePolicy],
+        labels: Mapping[str, str],
+        allocated: Iterable[str] = (),
+        cleanup_pending: Iterable[str] = (),
+        now: float | None = None,
+    ) -> bool:
+        """Whether :meth:`plan` with these inputs would change the published content; it
+        changes nothing itself. The publisher asks before trusting a claim view that may
+        lag: a plan that changes no declaration does not depend on a pin not seen yet."""
+        personas, taints, _, _ = self._declare(
+            inventory, policies, labels, allocated, cleanup_pending, now
+        )
+        return self.publisher.changes(personas, taints)
+
+    def _declare(
+        self,
+        inventory: Inventory,
+        policies: Sequence[DeviceExposurePolicy],
+        labels: Mapping[str, str],
+        allocated: Iterable[str],
+        cleanup_pending: Iterable[str],
+        now: float | None,
+    ) -> tuple[PersonaSet, dict[str, list[dict[str, str]]], dict[str, float], bool]:
+        """(personas, taints due, unhealthy-since times, whether a taint is still pending)."""
         pins = Pins(
             allocated=frozenset(allocated),
             cleanup_pending=frozenset(cleanup_pending),
@@ -82,13 +117,9 @@ class NodePublication:
         personas = build_personas(inventory, policies, labels, pins, degraded=self.degraded)
         candidates = device_taints(personas.personas, inventory, pins.allocated)
         at = time.monotonic() if now is None else now
-        self.unhealthy_since = {n: self.unhealthy_since.get(n, at) for n in candidates}
-        taints = {
-            n: t for n, t in candidates.items() if at - self.unhealthy_since[n] >= TAINT_GRACE_S
-        }
-        changed, slices = self.publisher.publish(personas, taints)
-        self.last = personas
-        return Plan(personas, slices, changed, taints_pending=len(taints) < len(candidates))
+        since = {n: self.unhealthy_since.get(n, at) for n in candidates}
+        taints = {n: t for n, t in candidates.items() if at - since[n] >= TAINT_GRACE_S}
+        return personas, taints, since, len(taints) < len(candidates)
 
     def to_json(self) -> dict[str, Any]:
         """The state a restarted agent needs: last generation and digest, degradation and

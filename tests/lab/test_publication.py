@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from dmn.agent.slices import NodeSlicePublisher
+from dmn.agent.slices.pins import ClaimPins
 from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
@@ -78,8 +79,12 @@ def test_withdrawn_policy_keeps_the_allocated_device_not_ready(lab: LabCluster) 
 
 
 class _ChangeDuringPass:
-    """The real client; right after a pass's first read of claims or policies returns, it
-    runs ``change`` once (so the pass's other read sees the world after it)."""
+    """The real client; right after a pass's first read of claims, policies or its Node
+    returns, it runs ``change`` once (so the pass's later reads see the world after it).
+    The pass reads its policies first, through its own reader, then its Node, then the
+    claims when it needs them: the change lands between the policies and the claims."""
+
+    READS = (r.RESOURCE_CLAIMS, r.DEVICE_EXPOSURE_POLICIES, r.NODES)
 
     def __init__(self, cluster: Cluster, change: Any) -> None:
         self.cluster = cluster
@@ -87,29 +92,40 @@ class _ChangeDuringPass:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.cluster, name)
-        if name != "list":
+        if name not in ("list", "get"):
             return attr
 
-        def listed(res: Any, *args: Any, **kwargs: Any) -> Any:
+        def read(res: Any, *args: Any, **kwargs: Any) -> Any:
             out = attr(res, *args, **kwargs)
-            if self.change is not None and res in (r.RESOURCE_CLAIMS, r.DEVICE_EXPOSURE_POLICIES):
+            if self.change is not None and res in self.READS:
                 change, self.change = self.change, None
                 change()
             return out
 
-        return listed
+        return read
 
 
-def test_a_device_allocated_as_its_policy_goes_stays_pinned(tmp_path: Path) -> None:
+@pytest.mark.parametrize("claim_view", ["listed", "watched-and-behind"])
+def test_a_device_allocated_as_its_policy_goes_stays_pinned(
+    tmp_path: Path, claim_view: str
+) -> None:
     """The scheduler allocates a device, then its policy is deleted, both while a pass reads
     its inputs. A pass that read the claims first (no allocation yet) and the policies second
     (policy gone) withdrew the device, and with it the declaration the next pass needed to
     pin it: the allocated device was never published again (seen as a flake of the test
-    above). Policies are read first now, so either the policy or the allocation is seen."""
+    above). Policies are read first now, so either the policy or the allocation is seen.
+
+    ``watched-and-behind``: the pass's claim watch has seen neither (the watch is stopped
+    here, as a lagging watch would be). A plan that withdraws a declaration does not trust
+    that view: it lists the claims, after the policies, and finds the allocation."""
     with LabCluster(StateDir(tmp_path), resync=3600.0) as lab:
         cluster, publication = lab.client(), lab.publication
         assert publication is not None
         publication.stop()  # this test orders the passes itself
+        if claim_view == "listed":
+            publication.claim_pins = ClaimPins(DRIVER, "lab-node")  # never synced: lists
+        else:
+            assert publication.claim_pins.allocated() is not None
         _macvlan_class(cluster)
         allocated: list[str] = []
 
@@ -517,3 +533,56 @@ def test_slices_are_owned_by_their_node(lab: LabCluster) -> None:
         }
     ]
     wait_for(lambda: owners() and all(o == want for o in owners()), what="slices owned by lab-node")
+
+
+class _ClaimListSpy:
+    """The real client, counting the lists of ResourceClaims."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.claim_lists = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.cluster, name)
+        if name != "list":
+            return attr
+
+        def listed(res: Any, *args: Any, **kwargs: Any) -> Any:
+            if res is r.RESOURCE_CLAIMS:
+                self.claim_lists += 1
+            return attr(res, *args, **kwargs)
+
+        return listed
+
+
+def test_a_pass_that_changes_no_declaration_reads_the_claims_from_its_watch(
+    tmp_path: Path,
+) -> None:
+    """Issue 42: every pass listed every ResourceClaim of the cluster (1.5 MB per node per
+    pass with 600 claims; nodes × claims for the cluster, and claims² over a Pod storm).
+    The publisher's claim watch keeps this node's pins; a pass whose plan changes no
+    declaration uses them and lists nothing, and its pins are the watch's. A pass whose
+    plan changes a declaration (here a policy withdrawn) lists the claims once, after the
+    policies, as before."""
+    with LabCluster(StateDir(tmp_path), resync=3600.0) as lab:
+        cluster, publication = lab.client(), lab.publication
+        assert publication is not None
+        for i in range(3):
+            _allocated_here(cluster, f"here-{i}", f"gone-{i}")
+        _allocated_here(cluster, "elsewhere", "eth0-macvlan", pool="another-node")
+        wanted = {f"gone-{i}" for i in range(3)}
+        wait_for(lambda: publication.claim_pins.allocated() == wanted, what="the watch's pins")
+        spy = _ClaimListSpy(publication.cluster)
+        publication.cluster = spy  # type: ignore[assignment]
+        publication.publish()
+        assert spy.claim_lists == 0
+        assert publication.allocated == wanted
+        cluster.delete(r.DEVICE_EXPOSURE_POLICIES, "lab-link-macvlan")
+        wait_for(lambda: spy.claim_lists >= 1, what="the withdrawing pass")
+        wait_for(
+            lambda: not any(n.endswith("-macvlan") for n in _devices(cluster)),
+            what="the macvlan personas withdrawn",
+        )
+        assert spy.claim_lists == 1
+        publication.publish()
+        assert spy.claim_lists == 1
