@@ -420,11 +420,13 @@ def test_a_restarted_publisher_keeps_its_promises(tmp_path: Path) -> None:
 
 
 class _ListSpy:
-    """The real client, recording how many ResourceSlices each list of them returned."""
+    """The real client, recording how many ResourceSlices each list of them returned, and
+    which lists read the slices whole (not their metadata alone)."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.slice_lists: list[int] = []
+        self.whole: list[int] = []
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.cluster, name)
@@ -435,9 +437,40 @@ class _ListSpy:
             out = attr(res, *args, **kwargs)
             if res is r.RESOURCE_SLICES:
                 self.slice_lists.append(len(out.items))
+                if not kwargs.get("metadata_only"):
+                    self.whole.append(len(out.items))
             return out
 
         return listed
+
+
+def test_a_pass_that_finds_its_pool_as_stored_reads_only_its_metadata(tmp_path: Path) -> None:
+    """Issue 42: every pass (a resync every 30 s on every node) read the node's whole pool,
+    370 KB, to find it as the previous pass stored it. A pass lists the metadata first; the
+    previous pass's copies serve when every name and resourceVersion matches. A slice
+    someone else changed or deleted makes the pass read the pool whole and repair it."""
+    with LabCluster(StateDir(tmp_path), resync=3600.0) as lab:
+        cluster, publication = lab.client(), lab.publication
+        assert publication is not None
+        publication.stop()
+        ours = publication.publish()
+        spy = _ListSpy(publication.cluster)
+        publication.cluster = spy  # type: ignore[assignment]
+        again = publication.publish()
+        assert spy.slice_lists == [len(ours)] and spy.whole == []
+        assert again == ours
+        changed = cluster.get(r.RESOURCE_SLICES, ours[0]["metadata"]["name"])
+        changed["spec"]["devices"] = []
+        cluster.replace(r.RESOURCE_SLICES, changed)
+        repaired = publication.publish()
+        assert spy.whole == [len(ours)]
+        assert repaired[0]["spec"] == ours[0]["spec"]
+        cluster.delete(r.RESOURCE_SLICES, ours[-1]["metadata"]["name"])
+        publication.publish()
+        assert spy.whole == [len(ours), len(ours) - 1]
+        assert len(cluster.list(r.RESOURCE_SLICES).items) == len(ours)
+        publication.publish()
+        assert spy.whole == [len(ours), len(ours) - 1]
 
 
 def test_a_pass_reads_only_its_own_pool_from_the_server(tmp_path: Path) -> None:
