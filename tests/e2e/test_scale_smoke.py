@@ -45,3 +45,12 @@ def test_small_scale_run_reports_every_figure_and_allocates_every_claim() -> Non
         assert result[phase]["allocated"] == result[phase]["bound"] == 10, result[phase]
     assert result["controller"]["ready"] == 5, result["controller"]
     assert "downProblems" not in result, result["downProblems"]
+    assert "error" not in result, result["error"]
+    # on the real kube-apiserver: with each node's claim watch synced, a pass that changes
+    # nothing lists no claim, and its pool's metadata instead of the pool
+    listed, watched = result["restPassWithClaims"], result["restPassWithClaimsWatched"]
+    assert listed["requestsPerNode"]["LIST resourceclaims"] == 1.0, listed
+    assert "LIST resourceclaims" not in watched["requestsPerNode"], watched
+    slices = "LIST resourceslices"
+    assert watched["requestsPerNode"][slices] == 1.0, watched
+    assert watched["responseBytesPerNode"][slices] < listed["responseBytesPerNode"][slices] / 2
