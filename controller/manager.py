@@ -66,7 +66,10 @@ class Controller:
 
     def __post_init__(self) -> None:
         self.topologies = TopologyReconciler(
-            self.cluster, self.registry, published_slices=self.published_slices
+            self.cluster,
+            self.registry,
+            published_slices=self.published_slices,
+            inputs=self.topology_inputs,
         )
         self.revisions = RevisionCollector(self.cluster, publishing=self.topologies.latest)
         self.plugins = PluginStatusReconciler(self.cluster, self.registry)
@@ -82,6 +85,7 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._slices_listed = False
+        self._listed: set[str] = set()  # the kinds whose watch has listed
         self.processed = 0
 
     # --- keys --------------------------------------------------------------------------
@@ -100,6 +104,35 @@ class Controller:
             if lw.resource is res:
                 return list(lw.known.values())
         return []
+
+    def _known(self, res: Any) -> dict[tuple[str, str], dict[str, Any]]:
+        for lw in self._watches:
+            if lw.resource is res:
+                return dict(lw.known)  # one step: the watch thread mutates it
+        return {}
+
+    def topology_inputs(self, name: str) -> tuple[dict[str, Any], tuple[Any, ...]] | None:
+        """Topology ``name`` as the watch holds it and the fingerprint of what its reconcile
+        reads (its resourceVersion, every NetworkPlugin's, its revisions' and its
+        classes'), from the watch caches; None until each of those watches has listed."""
+        if not {"topology", "plugin", "revision", "class"} <= self._listed:
+            return None
+        topo = self._known(r.NETWORK_TOPOLOGIES).get(("", name))
+        if topo is None:
+            return None
+        label = name[:63].rstrip("-.")
+        plugins = sorted((n, _version(o)) for (_, n), o in self._known(r.NETWORK_PLUGINS).items())
+        revisions = sorted(
+            (n, _version(o))
+            for (_, n), o in self._known(r.NETWORK_TOPOLOGY_REVISIONS).items()
+            if ((o.get("spec") or {}).get("topologyRef") or {}).get("name") == name
+        )
+        classes = sorted(
+            (n, _version(o))
+            for (_, n), o in self._known(r.DEVICE_CLASSES).items()
+            if ((o.get("metadata") or {}).get("labels") or {}).get(LABEL_TOPOLOGY) == label
+        )
+        return topo, (_version(topo), tuple(plugins), tuple(revisions), tuple(classes))
 
     def _agent_pods(self) -> list[dict[str, Any]]:
         return self._cached(r.PODS)  # watched in the agents' namespace only
@@ -147,6 +180,7 @@ class Controller:
                 self._soon("topology", self._names(r.NETWORK_TOPOLOGIES))
             return
         if event.type == SYNCED:
+            self._listed.add(kind)
             return
         obj = event.object
         name = (obj.get("metadata") or {}).get("name")
@@ -331,3 +365,7 @@ class Controller:
         self._threads.clear()
         self._slices_listed = False
         log.info("controller stopped")
+
+
+def _version(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")

@@ -24,6 +24,17 @@ backoff.
 
 A later semantic change yields a new digest and thus a new revision; the old one stays
 until the revision GC proves it released.
+
+Settled topologies. Steps 1–5 of a topology that reached Ready are repeated only when an
+input moved: with ``inputs`` (the controller's watch caches) a successful reconcile keeps
+the fingerprint of what it started from — the topology's resourceVersion, every
+NetworkPlugin's, its revisions' and its classes' — and a later reconcile that finds the same
+fingerprint only recounts the devices (step 6) and reports. A resync, or a slice event that
+enqueues every topology, then costs no compile and no API call for a topology that changed
+nothing (at rest with 300 topologies every resync made ~7 requests and a compile per
+topology: 41 s of controller CPU and 1 GB of API responses a minute; benchmarks/scale.py).
+Anything the fingerprint covers that moves — an edit, a plugin, a revision or class changed
+or deleted by anyone — arrives on a watch and makes the next reconcile a full one.
 """
 
 from __future__ import annotations
@@ -131,6 +142,22 @@ def _explain_invalid_plugins(
     return out
 
 
+#: what :attr:`TopologyReconciler.inputs` answers: the topology as the watch holds it and the
+#: fingerprint of every input of steps 1–5 (None: some watch has not listed yet)
+Inputs = tuple[dict[str, Any], tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A topology's last successful reconcile: the fingerprint it started from and what it
+    produced (enough to recount and report without compiling)."""
+
+    fingerprint: tuple[Any, ...]
+    compiled: CompiledTopology
+    revision: dict[str, Any]
+    held: dict[str, str]
+
+
 @dataclass
 class TopologyReconciler:
     cluster: Cluster
@@ -151,8 +178,21 @@ class TopologyReconciler:
     #: clean checker verdicts across compiles: a topology is compiled again after its own
     #: status write and on every resync, with the same plugin objects (``plugin_objects``)
     verdicts: CleanVerdicts = field(default_factory=lambda: CleanVerdicts(kept_plugins=64))
+    #: the watch caches' view of a topology's inputs (see the module docstring)
+    inputs: Callable[[str], Inputs | None] = lambda name: None
+    settled: dict[str, Settled] = field(default_factory=dict)
 
     def reconcile(self, name: str) -> None:
+        seen = self.inputs(name)
+        done = self.settled.pop(name, None)
+        if seen is not None and done is not None and done.fingerprint == seen[1]:
+            self.settled[name] = done
+            matches = self._device_matches(done.compiled, done.revision)
+            self._report_ready(seen[0], done.compiled, done.revision, matches, done.held)
+            return
+        self._reconcile(name, seen[1] if seen is not None else None)
+
+    def _reconcile(self, name: str, fingerprint: tuple[Any, ...] | None) -> None:
         stable = StableClasses(self.cluster)
         try:
             topo = self.cluster.get(r.NETWORK_TOPOLOGIES, name)
@@ -205,6 +245,8 @@ class TopologyReconciler:
         matches = self._device_matches(compiled, revision)
         self._report_ready(topo, compiled, revision, matches, held)
         self.on_revision(compiled.revision_name)
+        if fingerprint is not None:
+            self.settled[name] = Settled(fingerprint, compiled, revision, held)
 
     # --- revision ----------------------------------------------------------------------
 

@@ -1,0 +1,104 @@
+"""A topology whose inputs did not move is not compiled again, nor read from the API server.
+
+At rest, every resync and every slice event reconciled every topology in full: read it, list
+the plugins, compile, create-or-adopt its revision and classes (each a create answered 409,
+then a get). With 300 topologies that was 41 s of controller CPU and 1 GB of API responses
+a minute (benchmarks/scale.py). A reconcile now starts from the watch caches' fingerprint of
+its inputs; what moved any of them still converges.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dmn.api.cluster import Cluster
+from dmn.api.cluster import resources as r
+from dmn.controller.manager import Controller
+from dmn.lab.apiserver import LabApiServer
+from dmn.opcodes.registry import default_registry
+from tests.controller.support import client_for, example, topology_settled, wait_for
+
+
+class _Requests:
+    """The real client, counting the requests made through it."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.count = 0
+        self.calls: list[str] = []
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.cluster, name)
+        if name not in ("get", "list", "create", "replace", "patch", "delete"):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                self.count += 1
+                self.calls.append(f"{name} {getattr(args[0], 'plural', '')}")
+            return attr(*args, **kwargs)
+
+        return call
+
+
+@pytest.fixture
+def running(lab: LabApiServer) -> Iterator[Controller]:
+    with client_for(lab.url) as c:
+        ctl = Controller(c, default_registry(), resync=0.3)
+        ctl.start()
+        yield ctl
+        ctl.stop()
+
+
+def _reconciles(ctl: Controller) -> int:
+    return ctl.processed
+
+
+def test_a_settled_topology_costs_no_request_and_a_moved_input_converges(
+    cluster: Cluster, running: Controller
+) -> None:
+    topo = example("host-device")
+    topo["metadata"]["name"] = "settled"
+    cluster.create(r.NETWORK_TOPOLOGIES, topo)
+    ready = wait_for(topology_settled(cluster, "settled"), what="Ready")
+    _wait_settled_on_stored(cluster, running)
+
+    spy = _Requests(running.topologies.cluster)
+    running.topologies.cluster = spy  # type: ignore[assignment]
+    try:
+        before = _reconciles(running)
+        wait_for(lambda: _reconciles(running) > before + 20 or None, what="resyncs")
+        assert spy.count == 0, spy.calls
+
+        # someone deletes a generated class: the next reconcile is a full one and remakes it
+        root = ready["status"]["roots"][0]["deviceClassName"]
+        cluster.delete(r.DEVICE_CLASSES, root)
+        wait_for(lambda: cluster.get(r.DEVICE_CLASSES, root), what="the class made again")
+        assert spy.count > 0
+
+        # any write to the topology moves its version: reconciled in full again
+        _wait_settled_on_stored(cluster, running)
+        spy.count = 0
+        current = cluster.get(r.NETWORK_TOPOLOGIES, "settled")
+        current["metadata"].setdefault("labels", {})["edited"] = "yes"
+        cluster.replace(r.NETWORK_TOPOLOGIES, current)
+        _wait_settled_on_stored(cluster, running)
+        assert spy.count > 0
+    finally:
+        running.topologies.cluster = spy.cluster
+
+
+def _wait_settled_on_stored(cluster: Cluster, ctl: Controller) -> None:
+    """Until the controller's last full reconcile started from the stored topology."""
+
+    def settled() -> bool | None:
+        done = ctl.topologies.settled.get("settled")
+        stored = cluster.get(r.NETWORK_TOPOLOGIES, "settled")["metadata"]["resourceVersion"]
+        return (done is not None and done.fingerprint[0] == stored) or None
+
+    wait_for(settled, what="settled on the stored topology")
