@@ -71,7 +71,9 @@ class Controller:
             published_slices=self.published_slices,
             inputs=self.topology_inputs,
         )
-        self.revisions = RevisionCollector(self.cluster, publishing=self.topologies.latest)
+        self.revisions = RevisionCollector(
+            self.cluster, publishing=self.topologies.latest, cached=self.revision_cached
+        )
         self.plugins = PluginStatusReconciler(self.cluster, self.registry)
         self.policies = PolicyStatusReconciler(self.cluster)
         self.pools = IPPoolReconciler(self.cluster)
@@ -111,13 +113,20 @@ class Controller:
                 return dict(lw.known)  # one step: the watch thread mutates it
         return {}
 
+    def _one(self, res: Any, name: str) -> dict[str, Any] | None:
+        """Object ``name`` (cluster-scoped) as the watch of ``res`` holds it."""
+        for lw in self._watches:
+            if lw.resource is res:
+                return lw.known.get(("", name))  # one dict read: no copy of the cache
+        return None
+
     def topology_inputs(self, name: str) -> tuple[dict[str, Any], tuple[Any, ...]] | None:
         """Topology ``name`` as the watch holds it and the fingerprint of what its reconcile
         reads (its resourceVersion, every NetworkPlugin's, its revisions' and its
         classes'), from the watch caches; None until each of those watches has listed."""
         if not {"topology", "plugin", "revision", "class"} <= self._listed:
             return None
-        topo = self._known(r.NETWORK_TOPOLOGIES).get(("", name))
+        topo = self._one(r.NETWORK_TOPOLOGIES, name)
         if topo is None:
             return None
         label = name[:63].rstrip("-.")
@@ -133,6 +142,17 @@ class Controller:
             if ((o.get("metadata") or {}).get("labels") or {}).get(LABEL_TOPOLOGY) == label
         )
         return topo, (_version(topo), tuple(plugins), tuple(revisions), tuple(classes))
+
+    def revision_cached(self, name: str) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
+        """Revision ``name`` and the topology it names, as the watches hold them; None
+        until both watches have listed or when the revision is not held."""
+        if not {"topology", "revision"} <= self._listed:
+            return None
+        revision = self._one(r.NETWORK_TOPOLOGY_REVISIONS, name)
+        if revision is None:
+            return None
+        ref = (revision.get("spec") or {}).get("topologyRef") or {}
+        return revision, self._one(r.NETWORK_TOPOLOGIES, str(ref.get("name")))
 
     def _agent_pods(self) -> list[dict[str, Any]]:
         return self._cached(r.PODS)  # watched in the agents' namespace only

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +82,29 @@ class RevisionCollector:
     #: ``Settling``): no ResourceClaim, attachment or Node event can release them, so the
     #: controller skips them on those events (a topology event, or the resync, rechecks).
     held_by_topology: set[str] = field(default_factory=set)
+    #: the revision and its topology as the controller's watches hold them (None: not
+    #: listed yet, or the revision not there); see :meth:`_current_in_cache`
+    cached: Callable[[str], tuple[dict[str, Any], dict[str, Any] | None] | None] = lambda name: None
+
+    def _current_in_cache(self, name: str) -> bool:
+        """Whether the watch caches show ``name`` as its live topology's current revision
+        (or the one being published). Only that verdict is taken from the caches: it
+        retains, so a cache behind the API server can only delay a collection until the
+        next reconcile, never make one. At rest every resync read each revision and its
+        topology from the API server for this answer (two GETs per topology)."""
+        seen = self.cached(name)
+        if seen is None:
+            return False
+        revision, topo = seen
+        ref = (revision.get("spec") or {}).get("topologyRef") or {}
+        if topo is None or revision["metadata"].get("deletionTimestamp"):
+            return False
+        meta = topo["metadata"]
+        if meta.get("uid") != ref.get("uid") or meta.get("deletionTimestamp"):
+            return False
+        if self.publishing.get(str(ref.get("uid"))) == name:
+            return True
+        return bool(((topo.get("status") or {}).get("revision") or {}).get("name") == name)
 
     def _live_topology(self, ref: dict[str, Any]) -> dict[str, Any] | None:
         """The topology that produced the revision, if it still exists (same UID) and is
@@ -159,6 +183,9 @@ class RevisionCollector:
 
     def reconcile(self, name: str) -> bool:
         """Collect ``name`` if released; True when it was (or already is) gone."""
+        if self._current_in_cache(name):
+            self.held_by_topology.add(name)
+            return False
         self.held_by_topology.discard(name)
         try:
             revision = self.cluster.get(r.NETWORK_TOPOLOGY_REVISIONS, name)

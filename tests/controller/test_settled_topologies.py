@@ -70,10 +70,15 @@ def test_a_settled_topology_costs_no_request_and_a_moved_input_converges(
 
     spy = _Requests(running.topologies.cluster)
     running.topologies.cluster = spy  # type: ignore[assignment]
+    collector = _Requests(running.revisions.cluster)
+    running.revisions.cluster = collector  # type: ignore[assignment]
     try:
         before = _reconciles(running)
         wait_for(lambda: _reconciles(running) > before + 20 or None, what="resyncs")
         assert spy.count == 0, spy.calls
+        # its current revision is held by the caches' answer, with no read either
+        assert collector.count == 0, collector.calls
+        assert ready["status"]["revision"]["name"] in running.revisions.held_by_topology
 
         # someone deletes a generated class: the next reconcile is a full one and remakes it
         root = ready["status"]["roots"][0]["deviceClassName"]
@@ -91,6 +96,7 @@ def test_a_settled_topology_costs_no_request_and_a_moved_input_converges(
         assert spy.count > 0
     finally:
         running.topologies.cluster = spy.cluster
+        running.revisions.cluster = collector.cluster
 
 
 def _wait_settled_on_stored(cluster: Cluster, ctl: Controller) -> None:
