@@ -744,6 +744,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out["restPassWithClaimsWatched"] = rest_pass(admin, agents, args.nodes)
         controller_pid = lab.procs.get("dmn-controller").pid  # type: ignore[union-attr]
         out["controller"] = topologies(admin, controller_pid, args.topologies, args.timeout)
+        time.sleep(30.0)  # the topologies' last reconciles after their own status writes
         out["controllerAtRest"] = at_rest(admin, controller_pid, apiserver_pid, 60.0)
         out["controllerAtEndKiB"] = memory_kib(controller_pid)
         out["apiserverAtEndKiB"] = memory_kib(apiserver_pid)
