@@ -70,6 +70,7 @@ class Controller:
             self.registry,
             published_slices=self.published_slices,
             inputs=self.topology_inputs,
+            slices_version=self.slices_version,
         )
         self.revisions = RevisionCollector(
             self.cluster, publishing=self.topologies.latest, cached=self.revision_cached
@@ -87,6 +88,7 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._slices_listed = False
+        self._slice_events = 0
         self._listed: set[str] = set()  # the kinds whose watch has listed
         self.processed = 0
 
@@ -191,8 +193,14 @@ class Controller:
                 return list(lw.known.values())  # one step: the watch thread mutates it
         return None
 
+    def slices_version(self) -> int | None:
+        """A number that moves with every event of this driver's slices (None before their
+        watch has listed): a topology's device count is current while it has not moved."""
+        return self._slice_events if self._slices_listed else None
+
     def _on_event(self, kind: str, event: WatchEvent) -> None:
         if kind == "slice":
+            self._slice_events += 1
             # before the first list, ADDED events only fill the cache: count once it is whole
             if event.type == SYNCED:
                 self._slices_listed = True

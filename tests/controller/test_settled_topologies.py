@@ -17,6 +17,7 @@ import pytest
 
 from dmn.api.cluster import Cluster
 from dmn.api.cluster import resources as r
+from dmn.api.identity import DRIVER
 from dmn.controller.manager import Controller
 from dmn.lab.apiserver import LabApiServer
 from dmn.opcodes.registry import default_registry
@@ -72,9 +73,21 @@ def test_a_settled_topology_costs_no_request_and_a_moved_input_converges(
     running.topologies.cluster = spy  # type: ignore[assignment]
     collector = _Requests(running.revisions.cluster)
     running.revisions.cluster = collector  # type: ignore[assignment]
+    counts: list[str] = []
+    count = running.topologies._device_matches
+
+    def counted(compiled: Any, revision: Any) -> Any:
+        counts.append(compiled.revision_name)
+        return count(compiled, revision)
+
+    running.topologies._device_matches = counted  # type: ignore[method-assign]
     try:
         before = _reconciles(running)
         wait_for(lambda: _reconciles(running) > before + 20 or None, what="resyncs")
+        assert spy.count == 0, spy.calls
+        assert counts == []  # no slice moved: no device was visited again
+        cluster.create(r.RESOURCE_SLICES, _slice())
+        wait_for(lambda: counts or None, what="the devices counted again after a slice event")
         assert spy.count == 0, spy.calls
         # its current revision is held by the caches' answer, with no read either
         assert collector.count == 0, collector.calls
@@ -95,6 +108,7 @@ def test_a_settled_topology_costs_no_request_and_a_moved_input_converges(
         _wait_settled_on_stored(cluster, running)
         assert spy.count > 0
     finally:
+        del running.topologies._device_matches
         running.topologies.cluster = spy.cluster
         running.revisions.cluster = collector.cluster
 
@@ -108,3 +122,17 @@ def _wait_settled_on_stored(cluster: Cluster, ctl: Controller) -> None:
         return (done is not None and done.fingerprint[0] == stored) or None
 
     wait_for(settled, what="settled on the stored topology")
+
+
+def _slice() -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "settled-node-0"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": "settled-node",
+            "pool": {"name": "settled-node", "generation": 1, "resourceSliceCount": 1},
+            "devices": [],
+        },
+    }
