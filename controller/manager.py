@@ -87,40 +87,37 @@ class Controller:
         self._watches: list[ListWatch] = []
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
-        self._slices_listed = False
         self._slice_events = 0
-        self._listed: set[str] = set()  # the kinds whose watch has listed
+        self._listed: set[str] = set()  # the kinds whose watch has listed (since start)
         self.processed = 0
 
     # --- keys --------------------------------------------------------------------------
 
-    def _names(self, res: Any) -> list[str]:
+    def _watch_of(self, res: Any) -> ListWatch | None:
         for lw in self._watches:
             if lw.resource is res:
-                # the watch thread mutates ``known``: copy its keys in one step (no Python
-                # code runs inside list(dict)), then sort the copy
-                return sorted(name for _, name in list(lw.known))
-        return []
+                return lw
+        return None
+
+    def _names(self, res: Any) -> list[str]:
+        lw = self._watch_of(res)
+        # the watch thread mutates ``known``: copy its keys in one step (no Python code runs
+        # inside list(dict)), then sort the copy
+        return sorted(name for _, name in list(lw.known)) if lw is not None else []
 
     def _cached(self, res: Any) -> list[dict[str, Any]]:
         """The objects the watch of ``res`` holds (one copy step: its thread mutates it)."""
-        for lw in self._watches:
-            if lw.resource is res:
-                return list(lw.known.values())
-        return []
+        lw = self._watch_of(res)
+        return list(lw.known.values()) if lw is not None else []
 
     def _known(self, res: Any) -> dict[tuple[str, str], dict[str, Any]]:
-        for lw in self._watches:
-            if lw.resource is res:
-                return dict(lw.known)  # one step: the watch thread mutates it
-        return {}
+        lw = self._watch_of(res)
+        return dict(lw.known) if lw is not None else {}  # one step, as in :meth:`_cached`
 
     def _one(self, res: Any, name: str) -> dict[str, Any] | None:
         """Object ``name`` (cluster-scoped) as the watch of ``res`` holds it."""
-        for lw in self._watches:
-            if lw.resource is res:
-                return lw.known.get(("", name))  # one dict read: no copy of the cache
-        return None
+        lw = self._watch_of(res)
+        return lw.known.get(("", name)) if lw is not None else None  # no copy of the cache
 
     def topology_inputs(self, name: str) -> tuple[dict[str, Any], tuple[Any, ...]] | None:
         """Topology ``name`` as the watch holds it and the fingerprint of what its reconcile
@@ -186,25 +183,23 @@ class Controller:
     def published_slices(self) -> list[dict[str, Any]] | None:
         """This driver's ResourceSlices as the watch holds them; None before its first list
         (a count from no slices would report every class as matching nothing)."""
-        if not self._slices_listed:
+        lw = self._watch_of(r.RESOURCE_SLICES)
+        if "slice" not in self._listed or lw is None:
             return None
-        for lw in self._watches:
-            if lw.resource is r.RESOURCE_SLICES:
-                return list(lw.known.values())  # one step: the watch thread mutates it
-        return None
+        return list(lw.known.values())  # one step: the watch thread mutates it
 
     def slices_version(self) -> int | None:
         """A number that moves with every event of this driver's slices (None before their
         watch has listed): a topology's device count is current while it has not moved."""
-        return self._slice_events if self._slices_listed else None
+        return self._slice_events if "slice" in self._listed else None
 
     def _on_event(self, kind: str, event: WatchEvent) -> None:
         if kind == "slice":
             self._slice_events += 1
             # before the first list, ADDED events only fill the cache: count once it is whole
             if event.type == SYNCED:
-                self._slices_listed = True
-            if self._slices_listed:
+                self._listed.add(kind)
+            if kind in self._listed:
                 self._soon("topology", self._names(r.NETWORK_TOPOLOGIES))
             return
         if event.type == SYNCED:
@@ -391,7 +386,7 @@ class Controller:
             t.join(timeout=5)
         self._watches.clear()
         self._threads.clear()
-        self._slices_listed = False
+        self._listed.clear()
         log.info("controller stopped")
 
 

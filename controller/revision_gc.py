@@ -66,6 +66,13 @@ def _claim_references(claim: dict[str, Any], name: str, uid: str) -> bool:
     return False
 
 
+def _produced_and_live(topo: dict[str, Any], ref: dict[str, Any]) -> bool:
+    """Whether ``topo`` is the topology a revision's ``topologyRef`` names (same UID) and is
+    not being deleted."""
+    meta = topo["metadata"]
+    return bool(meta.get("uid") == ref.get("uid") and not meta.get("deletionTimestamp"))
+
+
 def _node_ready(node: dict[str, Any]) -> bool:
     for cond in (node.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
@@ -99,8 +106,7 @@ class RevisionCollector:
         ref = (revision.get("spec") or {}).get("topologyRef") or {}
         if topo is None or revision["metadata"].get("deletionTimestamp"):
             return False
-        meta = topo["metadata"]
-        if meta.get("uid") != ref.get("uid") or meta.get("deletionTimestamp"):
+        if not _produced_and_live(topo, ref):
             return False
         if self.publishing.get(str(ref.get("uid"))) == name:
             return True
@@ -113,10 +119,7 @@ class RevisionCollector:
             topo = self.cluster.get(r.NETWORK_TOPOLOGIES, ref.get("name", ""))
         except NotFound:
             return None
-        meta = topo["metadata"]
-        if meta.get("uid") != ref.get("uid") or meta.get("deletionTimestamp"):
-            return None
-        return topo
+        return topo if _produced_and_live(topo, ref) else None
 
     def retention(self, revision: dict[str, Any]) -> Retention:
         meta = revision["metadata"]

@@ -189,18 +189,19 @@ class TopologyReconciler:
 
     def reconcile(self, name: str) -> None:
         seen = self.inputs(name)
-        done = self.settled.pop(name, None)
+        done = self.settled.get(name)
         if seen is not None and done is not None and done.fingerprint == seen[1]:
             version = self.slices_version()
             if version is not None and version == done.slices:
                 # nothing moved since its devices were counted: a count visits every
                 # published slice (19,000 at 500 nodes), for every topology, every resync
-                self.settled[name] = done
                 return
+            del self.settled[name]  # kept again once the recount is reported
             matches = self._device_matches(done.compiled, done.revision)
             self._report_ready(seen[0], done.compiled, done.revision, matches, done.held)
             self.settled[name] = dataclasses.replace(done, slices=version)
             return
+        self.settled.pop(name, None)  # kept again only if this full reconcile succeeds
         self._reconcile(name, seen[1] if seen is not None else None)
 
     def _reconcile(self, name: str, fingerprint: tuple[Any, ...] | None) -> None:

@@ -57,7 +57,7 @@ def test_a_storm_is_one_reconcile_per_key_and_window(cluster: Cluster) -> None:
         {current: "storm", "older": "storm", "foreign": "another"},
     )
     _known(ctl, r.IP_POOLS, ["pool-a", "pool-b"], cluster)
-    ctl._slices_listed = True
+    ctl._listed.add("slice")
 
     claim = {"metadata": {"name": "c", "namespace": "default"}}
     allocation = {"metadata": {"name": "pool-a-1"}, "spec": {"pool": "pool-a"}}
