@@ -425,10 +425,10 @@ class DeviceExposurePolicySpec(ApiModel):
     )
 
 
-#: Node reports one policy's status may hold (one per node the policy concerns). The bound
-#: keeps the cost of the node-authority admission policy's CEL finite; the API server's
-#: request size limit binds earlier for full entries (docs/operator-guide.md).
-MAX_POLICY_NODES = 5000
+#: Node reports one policy's status lists: those of the nodes that need attention, by node
+#: name (every node is counted; each node's own report is on its Node). The bound keeps the
+#: policy, which every node's agent watches and reads, from growing with the cluster.
+MAX_LISTED_NODES = 32
 #: Reason-coded problems one node reports on one policy (the aggregate keeps 64).
 MAX_NODE_DIAGNOSTICS = 16
 #: The conditions a node agent reports, each in its node's entry.
@@ -457,8 +457,10 @@ class NodeCondition(Condition):
 
 
 class NodePolicyStatus(ApiModel):
-    """What one node's agent made of the policy; only that node's agent writes it (the
-    chart's ``dra-multi-network-node-policystatus`` admission policy)."""
+    """What one node's agent made of the policy. The agent writes it into the annotation
+    ``policy-status`` of its own Node, which only that agent may write (the chart's
+    ``dra-multi-network-node-capabilities`` admission policy); the controller copies the
+    entries that need attention into the policy's ``status.nodes``."""
 
     node_name: str = Field(
         min_length=1, max_length=253, description="The node this report is from."
@@ -489,10 +491,11 @@ class NodePolicyStatus(ApiModel):
 class DeviceExposurePolicyStatus(ApiModel):
     """What the policy does across the cluster.
 
-    ``nodes`` holds each node agent's own report; every other field is the controller's:
-    ``Validated`` and the aggregate of the node reports (``Ready`` only when every reporting
-    node is ready, ``Conflict``/``Unsupported``/``PendingDrain`` when any node says so,
-    ``exposedDevices`` summed, ``diagnostics`` merged)."""
+    Every field is the controller's: ``Validated`` and the aggregate of the node agents'
+    reports, read from each Node's ``policy-status`` annotation (``Ready`` only when every
+    reporting node is ready, ``Conflict``/``Unsupported``/``PendingDrain`` when any node says
+    so, the nodes counted, ``exposedDevices`` summed, ``diagnostics`` merged), and in
+    ``nodes`` the reports of the nodes that need attention."""
 
     observed_generation: int | None = Field(
         default=None, ge=0, description="Generation the controller last validated."
@@ -509,17 +512,22 @@ class DeviceExposurePolicyStatus(ApiModel):
     diagnostics: list[DiagnosticEntry] | None = Field(
         default=None, max_length=64, description="Reason-coded problems (conflicts, limits)."
     )
-    # atomic, not a list-map keyed by nodeName: the API server's managedFields of a list-map
-    # name every element's key, so the policy's metadata (which every node's agent reads
-    # and watches) would grow with the cluster; an atomic list is one field there. Each
-    # agent patches only its own entry, guarded by its name (status_report.entry_patch),
-    # and admission keeps every other entry as stored
+    reporting_nodes: int | None = Field(
+        default=None, ge=0, description="Nodes whose agent reports on this policy."
+    )
+    ready_nodes: int | None = Field(
+        default=None, ge=0, description="Reporting nodes on which the policy is Ready."
+    )
+    # atomic, not a list-map keyed by nodeName: one field in managedFields, whatever it holds
     nodes: list[NodePolicyStatus] | None = Field(
         default=None,
-        max_length=MAX_POLICY_NODES,
+        max_length=MAX_LISTED_NODES,
         json_schema_extra={"x-kubernetes-list-type": "atomic"},
         description=(
-            "One report per node the policy concerns, each written by that node's agent only."
+            "The reports of the nodes that need attention (not Ready, a conflict, "
+            "unsupported hardware, a pending drain, diagnostics, or an older generation), "
+            "by node name; each node's own report is its Node's annotation "
+            "dra-multi-network.schseba.github.io/policy-status."
         ),
     )
 

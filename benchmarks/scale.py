@@ -61,6 +61,7 @@ from dmn.api.node_capability import (
     capability_labels,
     revision_requirement,
 )
+from dmn.controller.manager import REPORT_WINDOW_MAX_S
 from dmn.lab.demo import wait_settled
 from dmn.lab.node import policies as lab_policies
 from dmn.lab.upstream import build, configs
@@ -699,8 +700,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         failures.count = 0
         counters = request_counters(admin)
         republish_s, again = agents.publish_all()
-        time.sleep(5)  # the last status writes' events delivered
+        # the controller's last status write (its window) and its events delivered
+        time.sleep(REPORT_WINDOW_MAX_S + 5)
         delta = counter_delta(counters, request_counters(admin))
+        out["republishNodeWatchEvents"] = round(
+            sum(v for k, v in delta["watchEvents"].items() if k.lower() in ("node", "nodes"))
+        )
+        out["republishNodeWatchBytes"] = round(
+            sum(v for k, v in delta["watchEventBytes"].items() if k.lower() in ("node", "nodes"))
+        )
+        out["republishPolicyStatus"] = {
+            p["metadata"]["name"]: {
+                k: (p.get("status") or {}).get(k)
+                for k in ("reportingNodes", "readyNodes", "exposedDevices")
+            }
+            | {"listed": len((p.get("status") or {}).get("nodes") or [])}
+            for p in admin.list(r.DEVICE_EXPOSURE_POLICIES).items
+        }
         policy = r.DEVICE_EXPOSURE_POLICIES.plural
         out["republishPolicyWatchEvents"] = round(
             sum(v for k, v in delta["watchEvents"].items() if policy in k.lower()

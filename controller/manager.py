@@ -35,6 +35,8 @@ from dmn.api.cluster import ApiFailure, Cluster, ListWatch, WatchEvent
 from dmn.api.cluster import resources as r
 from dmn.api.cluster.listwatch import SYNCED
 from dmn.api.identity import DRIVER, LABEL_MANAGED_BY, LABEL_TOPOLOGY, MANAGED_BY
+from dmn.api.policy_report import ANNOTATION as POLICY_REPORT
+from dmn.api.policy_report import node_reports
 from dmn.controller.ippool import IPPoolReconciler
 from dmn.controller.node_capability import DEFAULT_GRACE_S, AgentPods, NodeCapabilityReconciler
 from dmn.controller.plugin_status import PluginStatusReconciler, PolicyStatusReconciler
@@ -51,6 +53,10 @@ Key = tuple[str, str]
 RECHECK_WINDOW_S = 1.0
 """How far ahead an event-storm key (a topology recount, a revision or pool recheck) is
 scheduled; the events of one window make one reconcile per key."""
+NODES_PER_WINDOW_S = 50.0
+"""Nodes per second of :meth:`Controller._report_window` above one second."""
+REPORT_WINDOW_MAX_S = 15.0
+"""The longest a node's policy report waits for its policy's status."""
 
 
 @dataclass
@@ -76,19 +82,23 @@ class Controller:
             self.cluster, publishing=self.topologies.latest, cached=self.revision_cached
         )
         self.plugins = PluginStatusReconciler(self.cluster, self.registry)
-        self.policies = PolicyStatusReconciler(self.cluster)
+        self.policies = PolicyStatusReconciler(self.cluster, reports=self.policy_reports)
         self.pools = IPPoolReconciler(self.cluster)
         self.capabilities = NodeCapabilityReconciler(
             self.cluster,
             lambda: self._cached(r.NETWORK_TOPOLOGY_REVISIONS),
             None if self.agent_pods is None else self._agent_pods,
             grace=self.capability_grace,
+            node=self.node_cached,
         )
         self._watches: list[ListWatch] = []
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._slice_events = 0
         self._listed: set[str] = set()  # the kinds whose watch has listed (since start)
+        # each Node's policy reports: the annotation as last seen, and what it holds
+        self._report_values: dict[str, str | None] = {}
+        self._reports: dict[str, dict[str, dict[str, Any]]] = {}
         self.processed = 0
 
     # --- keys --------------------------------------------------------------------------
@@ -153,6 +163,50 @@ class Controller:
         ref = (revision.get("spec") or {}).get("topologyRef") or {}
         return revision, self._one(r.NETWORK_TOPOLOGIES, str(ref.get("name")))
 
+    def node_cached(self, name: str) -> dict[str, Any] | None:
+        """Node ``name`` as the watch holds it; None before its first list or when it does
+        not hold it (the caller reads the API then)."""
+        return self._one(r.NODES, name) if "node" in self._listed else None
+
+    def policy_reports(self) -> dict[str, dict[str, dict[str, Any]]] | None:
+        """Every Node's policy reports (node → policy → entry) as the Node watch holds them;
+        None before its first list."""
+        return dict(self._reports) if "node" in self._listed else None  # one step
+
+    def _report_window(self) -> float:
+        """How far ahead a node report schedules its policies' status: one second, longer
+        with more nodes (at most :data:`REPORT_WINDOW_MAX_S`). A change every node reports
+        on arrives as one report per node over the whole republication; each status write
+        reaches every node's watch, so the writes a policy gets meanwhile are bounded by
+        the window, not by the nodes."""
+        nodes = len(self._report_values)
+        return min(REPORT_WINDOW_MAX_S, max(RECHECK_WINDOW_S, nodes / NODES_PER_WINDOW_S))
+
+    def _node_report(self, event: WatchEvent, name: str) -> None:
+        """Keep Node ``name``'s policy reports; the policies a changed report names (before
+        or after) get their status recomputed within :meth:`_report_window`."""
+        meta = event.object.get("metadata") or {}
+        value = (
+            None if event.type == "DELETED" else (meta.get("annotations") or {}).get(POLICY_REPORT)
+        )
+        if name in self._report_values and self._report_values[name] == value:
+            return
+        self._report_values[name] = value
+        before = self._reports.get(name, {})
+        entries, why = ({}, None) if value is None else node_reports(event.object)
+        if why is not None:
+            log.warning("event=policy-report-refused node=%s reason=%r", name, why)
+        if entries:
+            self._reports[name] = entries
+        else:
+            self._reports.pop(name, None)
+        if event.type == "DELETED":
+            self._report_values.pop(name, None)
+        if "node" in self._listed:
+            window = self._report_window()
+            for policy in sorted(set(before) | set(entries)):
+                self.queue.add_after(("policy", policy), window)
+
     def _agent_pods(self) -> list[dict[str, Any]]:
         return self._cached(r.PODS)  # watched in the agents' namespace only
 
@@ -204,6 +258,8 @@ class Controller:
             return
         if event.type == SYNCED:
             self._listed.add(kind)
+            if kind == "node":  # the reports are whole: every policy's status can be summed
+                self.enqueue_all("policy", r.DEVICE_EXPOSURE_POLICIES)
             return
         obj = event.object
         name = (obj.get("metadata") or {}).get("name")
@@ -250,6 +306,7 @@ class Controller:
                 self.queue.add(("capability", str(node)))
         else:  # claims, attachments, nodes: anything that can release a revision
             if kind == "node":
+                self._node_report(event, str(name))
                 self.queue.add(("capability", name))
             self._soon("revision", self._releasable_revisions())
             if kind == "claim" and event.type == "DELETED":  # its addresses are collectable
@@ -387,6 +444,8 @@ class Controller:
         self._watches.clear()
         self._threads.clear()
         self._listed.clear()
+        self._report_values.clear()
+        self._reports.clear()
         log.info("controller stopped")
 
 

@@ -78,15 +78,20 @@ class NodeCapabilityReconciler:
         agent_pods: Callable[[], Iterable[Mapping[str, Any]]] | None = None,
         grace: float = DEFAULT_GRACE_S,
         clock: Callable[[], float] = time.time,
+        node: Callable[[str], Obj | None] | None = None,
     ) -> None:
         """``revisions``: every NetworkTopologyRevision (the watch's cache);
         ``agent_pods``: the agents' Pods, or None when the controller does not know them
-        (the embedded lab runs its agent as a process); then the report alone decides."""
+        (the embedded lab runs its agent as a process); then the report alone decides;
+        ``node``: a Node as the watch holds it (None: read it from the API). A held copy
+        that lags can only cost a label patch that changes nothing: the patch sets each key
+        it names to what the verdict wants."""
         self.cluster = cluster
         self.revisions = revisions
         self.agent_pods = agent_pods
         self.grace = grace
         self.clock = clock
+        self.node = node
         self._reasons: dict[str, str] = {}
 
     def requirements(self) -> set[Requirement]:
@@ -99,11 +104,13 @@ class NodeCapabilityReconciler:
 
     def reconcile(self, name: str) -> bool:
         """Make Node ``name``'s labels match; False while they may expire later."""
-        try:
-            node: Obj = self.cluster.get(r.NODES, name)
-        except NotFound:
-            self._reasons.pop(name, None)
-            return True
+        node = self.node(name) if self.node is not None else None
+        if node is None:
+            try:
+                node = self.cluster.get(r.NODES, name)
+            except NotFound:
+                self._reasons.pop(name, None)
+                return True
         now = self.clock()
         ready = None
         if self.agent_pods is not None:

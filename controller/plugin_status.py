@@ -3,23 +3,28 @@
 A NetworkPlugin is checked whole by the language core (descriptor, every hook program,
 contracts) and gets ``status.contractDigest``, a Ready condition and reason-coded
 diagnostics. A DeviceExposurePolicy is validated against its strict model; the
-controller owns every top-level field of its status: the ``Validated`` condition and the
-aggregate of the node agents' reports in ``status.nodes`` (each agent owns its node's entry
-there and nothing else): ``Ready`` when every reporting node is ready (``Unknown`` while none
-reports), ``Conflict``, ``Unsupported`` and ``PendingDrain`` when any node says so,
-``exposedDevices`` summed and the nodes' diagnostics merged. It writes them under optimistic
-concurrency and never changes ``status.nodes``.
+controller owns its whole status: the ``Validated`` condition and the aggregate of the node
+agents' reports, which each agent writes into an annotation of its own Node
+(:mod:`dmn.api.policy_report`) and the controller reads from its Node watch: ``Ready`` when
+every reporting node is ready (``Unknown`` while none reports), ``Conflict``,
+``Unsupported`` and ``PendingDrain`` when any node says so, the reporting and ready nodes
+counted, ``exposedDevices`` summed, the nodes' diagnostics merged, and ``status.nodes``
+listing the reports that need attention (at most :data:`~dmn.api.policy.MAX_LISTED_NODES`).
+It writes them under optimistic concurrency. The policy so stays the same size whatever the
+cluster's: every node's agent watches and reads it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dmn.api.cluster import Cluster, NotFound
 from dmn.api.cluster import resources as r
+from dmn.api.policy import MAX_LISTED_NODES
+from dmn.api.policy_report import needs_attention, node_reports
 from dmn.controller.compile.plugin_sources import (
     Converted,
     StoredStateCache,
@@ -32,6 +37,7 @@ from dmn.controller.conditions import (
     summary,
 )
 from dmn.controller.policy_validation import policy_diagnostics
+from dmn.controller.workqueue import RetryLater
 from dmn.interpreter.diagnostics import has_errors
 from dmn.opcodes.spec import OpcodeRegistry
 
@@ -73,15 +79,41 @@ class PluginStatusReconciler:
         self.cluster.patch(r.NETWORK_PLUGINS, name, {"status": new}, status=True)
 
 
+#: node name → policy name → that node's entry (API form, ``nodeName`` set)
+NodeReports = Mapping[str, Mapping[str, Mapping[str, Any]]]
+
+
+def listed_node_reports(cluster: Cluster) -> NodeReports:
+    """Every Node's policy reports, read by listing the Nodes (a controller without a Node
+    watch; a report that cannot be read counts as none)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for node in cluster.list(r.NODES).items:
+        entries, _ = node_reports(node)
+        if entries:
+            out[str(node["metadata"]["name"])] = entries
+    return out
+
+
 @dataclass
 class PolicyStatusReconciler:
     cluster: Cluster
+    #: every node's reports (the manager's Node watch; None until it has listed); unset:
+    #: the Nodes are listed on each reconcile
+    reports: Callable[[], NodeReports | None] | None = None
 
     def reconcile(self, name: str) -> None:
         try:
             obj = self.cluster.get(r.DEVICE_EXPOSURE_POLICIES, name)
         except NotFound:
             return
+        reports = listed_node_reports(self.cluster) if self.reports is None else self.reports()
+        if reports is None:
+            # a count from no reports would say no node reports: wait for the whole view
+            raise RetryLater("the Node watch has not listed yet")
+        entries = sorted(
+            (dict(per[name]) for per in reports.values() if name in per),
+            key=lambda e: str(e.get("nodeName")),
+        )
         diagnostics = policy_diagnostics(obj)
         status = dict(obj.get("status") or {})
         generation = obj["metadata"].get("generation")
@@ -93,7 +125,7 @@ class PolicyStatusReconciler:
             "policy is well-formed" if not diagnostics else summary(diagnostics),
             generation,
         )
-        new = {**status, **aggregate_node_reports(conds, status.get("nodes") or [], generation)}
+        new = {**status, **aggregate_node_reports(conds, entries, generation)}
         new = {k: v for k, v in new.items() if v is not None}
         if new == {k: v for k, v in status.items() if v is not None}:
             return
@@ -115,12 +147,15 @@ def aggregate_node_reports(
     nodes: Sequence[Mapping[str, Any]],
     generation: int | None,
 ) -> dict[str, Any]:
-    """The top-level status the node reports add up to (pure): ``conditions`` with
-    ``Ready``, ``Conflict``, ``Unsupported`` and ``PendingDrain`` set from every entry of
-    ``status.nodes`` (each condition's ``observedGeneration`` the oldest generation a node
-    reported on: a node behind the policy shows there), ``exposedDevices`` summed and the
-    nodes' diagnostics merged (each distinct one once, at most 64); ``observedGeneration``
-    is the generation the controller validated."""
+    """The status the node reports ``nodes`` (every reporting node's entry, by node name)
+    add up to (pure): ``conditions`` with ``Ready``, ``Conflict``, ``Unsupported`` and
+    ``PendingDrain`` set from every entry (each condition's ``observedGeneration`` the
+    oldest generation a node reported on: a node behind the policy shows there), the
+    reporting and ready nodes counted, ``exposedDevices`` summed, the nodes' diagnostics
+    merged (each distinct one once, at most 64) and ``nodes`` the entries that need
+    attention (:func:`~dmn.api.policy_report.needs_attention`, at most
+    :data:`~dmn.api.policy.MAX_LISTED_NODES`); ``observedGeneration`` is the generation the
+    controller validated."""
     by_type: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
     for entry in nodes:
         for cond in entry.get("conditions") or []:
@@ -168,9 +203,13 @@ def aggregate_node_reports(
         for diag in entry.get("diagnostics") or []:
             if diag not in merged and len(merged) < MAX_DIAGNOSTICS:
                 merged.append(dict(diag))
+    listed = [dict(e) for e in nodes if needs_attention(e, generation)][:MAX_LISTED_NODES]
     return {
         "observedGeneration": generation,
         "conditions": conds,
+        "reportingNodes": len(nodes),
+        "readyNodes": sum(1 for _, c in ready if c.get("status") == "True"),
         "exposedDevices": sum(int(e.get("exposedDevices") or 0) for e in nodes),
         "diagnostics": merged or None,
+        "nodes": listed or None,
     }

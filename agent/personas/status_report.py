@@ -1,52 +1,50 @@
-"""Writes what this node found about each DeviceExposurePolicy onto the policy, visibly.
+"""Writes what this node found about each DeviceExposurePolicy where the controller reads it.
 
 Why: a policy conflict (two policies exposing one device as the same persona at equal
 priority) silently removes the device from the node's slices. :func:`policy_status`
-computes this node's view; this module makes it visible — as this node's own entry of the
-policy's ``status.nodes`` (its ``Ready``, ``Conflict``, ``Unsupported`` and ``PendingDrain``
-conditions, ``exposedDevices`` and the reason-coded diagnostics: code, the other policy in the
-message, the device as the path). Every error finding is also a Warning Event on the policy,
-with the reason code as the Event reason (repeats are counted by the recorder, not
-duplicated). The controller aggregates the entries into the top-level fields and owns them.
+computes this node's view; this module makes it visible — as this node's entries in the
+annotation :data:`~dmn.api.policy_report.ANNOTATION` of its own Node (one entry per policy
+that concerns the node: its ``Ready``, ``Conflict``, ``Unsupported`` and ``PendingDrain``
+conditions, ``exposedDevices`` and the reason-coded diagnostics: code, the other policy in
+the message, the device as the path). Every error finding is also a Warning Event on the
+policy, with the reason code as the Event reason (repeats are counted by the recorder, not
+duplicated). The controller turns the reports of every node into the policy's status.
 
-Authority: a node's agent changes only the entry named after its own node; every other entry
-stays as it is *and where it is* (the chart's ``dra-multi-network-node-policystatus``
-admission policy compares the other entries in order with the stored ones, and refuses the
-write otherwise), and nothing outside ``status.nodes`` changes.
+Why not the policy itself: every node's agent watches and reads the policies, so a policy
+holding one entry per node grew with the cluster and each node's write reached every node
+(nodes² events and bytes per cluster-wide change, design §5.2). The Node annotation is
+written by its node alone (the chart's ``dra-multi-network-node-capabilities`` admission
+policy, as for the capability report) and read by the controller alone.
 
-Contract: best effort and idempotent — an entry that would not change is not written (a
+Contract: best effort and idempotent — an entry that would not change is not rewritten (a
 condition keeps its ``lastTransitionTime`` while its status stays, the entry its
-``lastReportTime`` while nothing in it changes), a write is a JSON patch of the node's own
-index guarded by a test of the entry's name (or an append; the whole list under its
-``resourceVersion`` only for a policy without one yet), and a failed test or a conflict
-re-reads and merges again (a few times, then the next pass);
-an API failure is logged, never raised (publication must not fail because a status write
-did). A node writes an entry only for the policies that concern it (its node selector
-matches the node's labels, or the policy has personas or findings here); it removes its
-entry from the others.
+``lastReportTime`` while nothing in it changes), and nothing is written when the annotation
+would stay as it is. The write is a merge patch of the one annotation key. An API failure
+is logged, never raised (publication must not fail because a status write did). A node
+reports only on the policies that concern it (its node selector matches the node's labels,
+or the policy has personas or findings here); a policy it no longer reports on, or one that
+is gone, drops out of the annotation.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from dmn.agent.personas.model import PersonaSet
 from dmn.agent.personas.status import policy_status
-from dmn.api.cluster import ApiFailure, Cluster, Conflict, Invalid, NotFound
+from dmn.api.cluster import ApiFailure, Cluster
 from dmn.api.cluster import resources as r
 from dmn.api.cluster.events import EventRecorder
+from dmn.api.policy_report import ANNOTATION, PolicyReportError, decode_reports, encode_reports
 
 log = logging.getLogger(__name__)
 
 #: conditions the node agents own, in their entries; ``Validated`` and the top-level
 #: aggregate belong to the controller
 NODE_CONDITIONS = frozenset({"Ready", "Conflict", "Unsupported", "PendingDrain"})
-#: writes of one entry per pass; a conflict (another node, or the controller, wrote the policy
-#: meanwhile) re-reads and merges again
-MAX_ATTEMPTS = 5
 
 
 def _now() -> str:
@@ -91,22 +89,41 @@ def merged_entry(previous: Mapping[str, Any] | None, report: Mapping[str, Any]) 
     return {**report, "conditions": conditions}
 
 
-def merged_nodes(
-    nodes: Sequence[Mapping[str, Any]], node_name: str, report: Mapping[str, Any] | None
-) -> list[dict[str, Any]]:
-    """``nodes`` (a policy's ``status.nodes``) with node ``node_name``'s entry replaced by
-    ``report`` where it stands, appended when it had none, removed when ``report`` is None;
-    every other entry kept as it is and in its place (pure)."""
-    out: list[dict[str, Any]] = []
-    placed = False
-    for entry in nodes:
-        if entry.get("nodeName") != node_name:
-            out.append(dict(entry))
-        elif report is not None and not placed:
-            out.append(merged_entry(entry, report))
-            placed = True
-    if report is not None and not placed:
-        out.append(merged_entry(None, report))
+def stored_entries(node_name: str, value: str | None) -> dict[str, dict[str, Any]]:
+    """The entries the node's annotation ``value`` holds (nothing when it holds none or
+    cannot be read: every entry is then written afresh, with new times)."""
+    if value is None:
+        return {}
+    try:
+        return decode_reports(node_name, value)
+    except PolicyReportError as exc:
+        log.warning("event=policy-report-unreadable node=%s error=%s", node_name, exc)
+        return {}
+
+
+def policy_entries(
+    personas: PersonaSet,
+    policy_objects: Iterable[Mapping[str, Any]],
+    node_name: str,
+    concerned: Collection[str],
+    previous: Mapping[str, Mapping[str, Any]],
+    now: str,
+) -> dict[str, dict[str, Any]]:
+    """This node's entry for each policy that concerns it (``concerned``: the names of the
+    policies whose node selector matches this node; a policy with personas or findings here
+    concerns it too), each merged onto its ``previous`` entry so the times stay while
+    nothing changed (pure)."""
+    here = set(concerned)
+    here |= {f.policy for f in personas.findings if f.policy}
+    here |= {p.policy for p in personas.personas if p.policy}
+    out: dict[str, dict[str, Any]] = {}
+    for obj in policy_objects:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        if not name or name not in here:
+            continue
+        report = policy_status(name, personas, meta.get("generation"), now, node_name).to_api()
+        out[name] = merged_entry(previous.get(name), report)
     return out
 
 
@@ -117,108 +134,34 @@ def report_policy_statuses(
     policy_objects: Iterable[Mapping[str, Any]],
     node_name: str,
     concerned: Collection[str],
-    stored: Callable[[dict[str, Any]], None] | None = None,
-) -> None:
-    """Write this node's entry of each policy's status (``concerned``: the names of the
-    policies whose node selector matches this node) and a Warning Event per error finding;
-    ``stored`` gets each policy as a write returned it."""
-    now = _now()
-    here = set(concerned)
-    here |= {f.policy for f in personas.findings if f.policy}
-    here |= {p.policy for p in personas.personas if p.policy}
-    for obj in policy_objects:
-        meta = obj.get("metadata") or {}
-        name = str(meta.get("name", ""))
-        report = None
-        if name in here:
-            generation = meta.get("generation")
-            report = policy_status(name, personas, generation, now, node_name).to_api()
+    stored: str | None,
+) -> str | None:
+    """Write this node's policy entries into its Node's annotation (``stored``: the value
+    the Node holds as this pass read it) and a Warning Event per error finding; returns the
+    value the Node holds afterwards as far as this call knows (``stored`` when the write
+    failed or was not needed)."""
+    policies = list(policy_objects)
+    entries = policy_entries(
+        personas, policies, node_name, concerned, stored_entries(node_name, stored), _now()
+    )
+    encoded = encode_reports(node_name, entries)
+    if encoded.trimmed:
+        log.warning("event=policy-report-trimmed node=%s policies=%s",
+                    node_name, ",".join(encoded.trimmed))  # fmt: skip
+    value = stored
+    if encoded.value != stored:
+        body = {"metadata": {"annotations": {ANNOTATION: encoded.value}}}
         try:
-            written = write_node_entry(cluster, obj, node_name, report)
-            if written is not None and stored is not None:
-                stored(written)
+            cluster.patch(r.NODES, node_name, body)
+            value = encoded.value
         except ApiFailure as exc:
-            log.warning("event=policy-status-failed policy=%s error=%s", name, exc)
-        if recorder is None:
-            continue
-        for finding in personas.findings:
-            if finding.policy == name and finding.is_error:
-                where = finding.item or finding.device
-                message = f"{finding.message} (device {where})" if where else finding.message
-                recorder.record(obj, "Warning", finding.code.value, message)
-
-
-#: :func:`entry_patch`'s answer when the own entry cannot be patched in place: the whole
-#: ``status.nodes`` is written under the ``resourceVersion`` it was merged onto
-WHOLE_LIST = "whole-list"
-
-
-def entry_patch(
-    status: Mapping[str, Any], node_name: str, report: Mapping[str, Any] | None
-) -> list[dict[str, Any]] | str | None:
-    """The JSON patch that puts ``report`` as node ``node_name``'s entry of a policy whose
-    status was read as ``status`` (None: nothing to change; :data:`WHOLE_LIST`: no patch
-    fits, write the merged list). Pure.
-
-    Why a patch: every node writes its own entry of the same few objects, all at once after
-    a policy change. A whole-list write carries the ``resourceVersion`` it merged onto, so
-    of N nodes writing together all but one conflict, re-read and write again — about N²/2
-    requests, and some nodes give up after :data:`MAX_ATTEMPTS`. A patch of one index is
-    applied by the API server onto the object as stored, whatever others wrote meanwhile;
-    its ``test`` of the entry's name at that index keeps it from landing on another node's
-    entry when an earlier one was removed (then the patch fails and the entry is merged
-    again onto a fresh read). Appending needs no test: only this node writes its name."""
-    current = list(status.get("nodes") or [])
-    merged = merged_nodes(current, node_name, report)
-    if merged == current:
-        return None
-    mine = [i for i, e in enumerate(current) if e.get("nodeName") == node_name]
-    if "nodes" not in status or len(mine) > 1:
-        return WHOLE_LIST
-    if not mine:
-        return [{"op": "add", "path": "/status/nodes/-", "value": merged[-1]}]
-    (index,) = mine
-    guard = {"op": "test", "path": f"/status/nodes/{index}/nodeName", "value": node_name}
-    if report is None:
-        return [guard, {"op": "remove", "path": f"/status/nodes/{index}"}]
-    return [guard, {"op": "replace", "path": f"/status/nodes/{index}", "value": merged[index]}]
-
-
-def write_node_entry(
-    cluster: Cluster, obj: Mapping[str, Any], node_name: str, report: Mapping[str, Any] | None
-) -> dict[str, Any] | None:
-    """Put ``report`` as node ``node_name``'s entry of the policy ``obj`` (None: remove it)
-    through the status subresource: a JSON patch of that entry (:func:`entry_patch`), or
-    the merged list under ``obj``'s resourceVersion when no patch fits; a failed patch or a
-    conflict re-reads and merges again. The policy as the write stored it (None: nothing to
-    change, or the policy is gone); :class:`ApiFailure` when the API refused it or the
-    retries did not stop."""
-    name = str((obj.get("metadata") or {}).get("name", ""))
-    for attempt in range(MAX_ATTEMPTS):
-        status = dict(obj.get("status") or {})
-        patch = entry_patch(status, node_name, report)
-        if patch is None:
-            return None
-        try:
-            if patch == WHOLE_LIST:
-                nodes = merged_nodes(list(status.get("nodes") or []), node_name, report)
-                if nodes:
-                    status["nodes"] = nodes
-                else:
-                    status.pop("nodes", None)
-                return cluster.replace(
-                    r.DEVICE_EXPOSURE_POLICIES, {**obj, "status": status}, status=True
-                )
-            return cluster.patch(
-                r.DEVICE_EXPOSURE_POLICIES, name, patch, patch_type="json", status=True
-            )
-        except (Conflict, Invalid):
-            if attempt + 1 == MAX_ATTEMPTS:
-                raise
-            try:
-                obj = cluster.get(r.DEVICE_EXPOSURE_POLICIES, name)
-            except NotFound:
-                return None
-        except NotFound:
-            return None
-    return None
+            log.warning("event=policy-status-failed node=%s error=%s", node_name, exc)
+    if recorder is not None:
+        for obj in policies:
+            name = str((obj.get("metadata") or {}).get("name", ""))
+            for finding in personas.findings:
+                if finding.policy == name and finding.is_error:
+                    where = finding.item or finding.device
+                    message = f"{finding.message} (device {where})" if where else finding.message
+                    recorder.record(obj, "Warning", finding.code.value, message)
+    return value

@@ -67,6 +67,7 @@ from dmn.api.cluster.events import EventRecorder
 from dmn.api.cluster.listwatch import SYNCED
 from dmn.api.identity import DRIVER
 from dmn.api.policy import DeviceExposurePolicy
+from dmn.api.policy_report import ANNOTATION as POLICY_REPORT
 from dmn.host.kernel_events import ChangeMonitor
 from dmn.host.link_event_filter import LinkEventFilter
 from dmn.host.rtnetlink.links import LinkState
@@ -126,6 +127,7 @@ class NodeSlicePublisher:
         self.node_uid = ""
         self.policy_reader = PolicyReader(cluster)
         self.cordoned = False
+        self._policy_report: str | None = None
         self.events = EventRecorder(cluster, "dra-multi-network-node", node_name)
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -196,6 +198,10 @@ class NodeSlicePublisher:
         # kept for the agent's ManageEswitch pass: a transition needs a cordoned node
         self.cordoned = bool((node.get("spec") or {}).get("unschedulable"))
         self.node_uid = str((node.get("metadata") or {}).get("uid") or "")
+        # this node's policy reports as stored: a pass rewrites them only when they change
+        self._policy_report = ((node.get("metadata") or {}).get("annotations") or {}).get(
+            POLICY_REPORT
+        )
         return dict((node.get("metadata") or {}).get("labels") or {})
 
     def publish(self) -> list[Obj]:
@@ -253,14 +259,14 @@ class NodeSlicePublisher:
                 for p in self.policies
                 if node_selector_matches(p.spec.node_selector, self.labels)
             }
-            report_policy_statuses(
+            self._policy_report = report_policy_statuses(
                 self.cluster,
                 self.events,
                 plan.personas,
                 policy_docs,
                 self.node_name,
                 concerned,
-                stored=self.policy_reader.remember,
+                self._policy_report,
             )
             log.info(
                 "event=slices-published node=%s slices=%d devices=%d generation=%d",
@@ -341,16 +347,16 @@ class NodeSlicePublisher:
         self._wake.set()
 
     def _watch(self, res: r.Resource, prompt: bool = False) -> None:
-        # the policies as metadata: each node's status write reaches every node's watch,
-        # and a whole policy holds every node's entry (nodes³ bytes per cluster-wide change);
-        # the generation is all the watch needs, the pass reads the specs (PolicyReader)
+        # the policies as metadata: the generation is all the watch needs, the pass reads
+        # the specs (PolicyReader), and the controller's status writes need not reach every
+        # node whole
         metadata_only = res is r.DEVICE_EXPOSURE_POLICIES
         lw = ListWatch(self.cluster, res, timeout_seconds=60, metadata_only=metadata_only)
         self._watches.append(lw)
 
-        # a policy's generation per name: a change of its status alone (another node's
-        # entry, the controller's aggregate) changes nothing this node publishes, and waking
-        # every node on each node's status write would cost passes quadratic in the nodes
+        # a policy's generation per name: a change of its status alone (the controller's
+        # aggregate of the nodes' reports) changes nothing this node publishes, and waking
+        # every node on each status write would cost a pass on every node
         generations: dict[str, object] = {}
 
         # a claim event that leaves this node's pins as they were (created unallocated,

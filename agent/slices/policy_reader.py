@@ -1,26 +1,25 @@
 """The DeviceExposurePolicies as one publication pass reads them, at a cost that does not
 grow with the cluster.
 
-Why: a policy's status holds one entry per node (:mod:`dmn.agent.personas.status_report`),
-so a whole policy grows with the cluster; every node reading every policy whole on every
-pass, and every node's status write reaching every node's watch whole, cost the cluster
-nodes² and nodes³ bytes. A pass needs the policies' specs (what to expose), and its own
-entry (to write it only when it changes), not the other nodes' entries.
+Why: a pass needs the policies' specs (what to expose). Every node reading every policy
+whole on every pass would cost the cluster nodes × policies reads every resync; the spec
+only ever changes with the generation.
 
 Contract: :meth:`PolicyReader.read` lists the policies as metadata only (names, UIDs,
 generations) and fetches a policy whole only when its UID or generation is new to this
-reader, or its copy is older than ``refresh_s``; the pass still reads every policy afresh
+reader, or its copy is older than ``refresh_s`` (a bound on trusting the API server's
+generation bookkeeping, not a need of the design); the pass still reads every policy afresh
 in the sense that matters — a spec change always moves the generation, so the spec a pass
-sees is never older than the list it made. The copy's status is the one fetched, or the one
-this node's own last status write returned (:meth:`remember`); another node's entry in it
-may be stale, and nothing reads those. A policy deleted meanwhile is left out.
+sees is never older than the list it made. The copy's status is whatever the fetch
+returned; nothing on the node reads it (this node's reports live on its Node,
+:mod:`dmn.agent.personas.status_report`). A policy deleted meanwhile is left out.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from dmn.api.cluster import Cluster, NotFound
@@ -28,9 +27,8 @@ from dmn.api.cluster import resources as r
 
 Obj = dict[str, Any]
 
-#: at most this long (seconds) between whole reads of one policy: bounds how long a copy's
-#: status may differ from the stored one (someone else removed this node's entry)
-REFRESH_S = 300.0
+#: at most this long (seconds) between whole reads of one policy
+REFRESH_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -88,11 +86,3 @@ class PolicyReader:
             out.append(copy.doc)
         self._copies = kept
         return out
-
-    def remember(self, doc: Obj) -> None:
-        """Keep ``doc`` (the policy as this node's status write returned it) as the copy of
-        the same policy and generation; any other copy stays as it is."""
-        name, uid, generation = _identity(doc)
-        copy = self._copies.get(name)
-        if copy is not None and (copy.uid, copy.generation) == (uid, generation):
-            self._copies[name] = replace(copy, doc=doc)

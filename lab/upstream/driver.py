@@ -111,15 +111,9 @@ def node_agent_rbac() -> list[dict[str, Any]]:
     """The node agent's permissions (the chart has no agent DaemonSet yet)."""
     group = "networking.dra-multi-network.schseba.github.io"
     rules = [
+        # policies are only read: the agent reports on them in an annotation of its own Node
+        # (the nodes rule below), the controller writes their status
         {"apiGroups": [group], "resources": ["*"], "verbs": ["get", "list", "watch"]},
-        # each agent writes its node-owned part of every policy's status (as the chart's
-        # node role grants; the lab API server has no authorization, so only the upstream
-        # lab showed this missing: "policy-status-failed ... forbidden")
-        {
-            "apiGroups": [group],
-            "resources": ["deviceexposurepolicies/status"],
-            "verbs": ["update", "patch"],
-        },
         {
             "apiGroups": [group],
             "resources": ["networkattachmentstatuses", "networkattachmentstatuses/status"],
@@ -161,7 +155,8 @@ def node_agent_rbac() -> list[dict[str, Any]]:
                 "arbitrary-node:patch",
             ],
         },
-        # get: its own Node; patch: its capability annotation (dmn/agent/capability_report.py)
+        # get: its own Node; patch: its capability and policy-status annotations
+        # (dmn/agent/capability_report.py, dmn/agent/personas/status_report.py)
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
         # Multus automatic mode (the chart's rule, design §6.8): templates read, shadows

@@ -565,170 +565,31 @@ def test_node_status_policies_match_the_status_subresource() -> None:
     assert set(rule["operations"]) == {"CREATE", "UPDATE", "DELETE"}
 
 
-# --- the node agent's DeviceExposurePolicy status policy -----------------------------------
-
-POLICY_STATUS = "dra-multi-network-node-policystatus"
+# --- the node agent and the DeviceExposurePolicies ----------------------------------------
 
 
-def _entry(node: str, devices: int = 1, at: str = "2026-11-29T08:00:00Z") -> dict[str, Any]:
-    ready = {
-        "type": "Ready",
-        "status": "True",
-        "lastTransitionTime": at,
-        "reason": "Published",
-        "message": f"{devices} devices published",
-    }
-    return {
-        "nodeName": node,
-        "observedGeneration": 1,
-        "conditions": [ready],
-        "exposedDevices": devices,
-        "lastReportTime": at,
-    }
-
-
-def _dep(*entries: dict[str, Any], **status: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "apiVersion": f"{GROUP}/v1alpha1",
-        "kind": "DeviceExposurePolicy",
-        "metadata": {"name": "p", "generation": 1, "labels": {"team": "net"}},
-        "spec": {"selector": {"kind": "PF"}, "action": "Exclude", "priority": 100},
-    }
-    if entries or status:
-        doc["status"] = dict(status)
-        if entries:
-            doc["status"]["nodes"] = list(entries)
-    return doc
-
-
-def _changed(doc: dict[str, Any], change: Any) -> dict[str, Any]:
-    out = json.loads(json.dumps(doc))
-    change(out)
-    return out
-
-
-VALIDATED = [
-    {"type": "Validated", "status": "True", "lastTransitionTime": "2026-11-29T08:00:00Z",
-     "reason": "Valid", "message": "policy is well-formed"},
-]  # fmt: skip
-STORED = _dep(_entry("n0"), _entry("n1"), _entry("n2"), conditions=VALIDATED, exposedDevices=3)
-OWN = "may change only its own entry"
-OUTSIDE = "only in its own entry of status.nodes"
-
-
-def _set(path: str, value: Any) -> Any:
-    def change(doc: dict[str, Any]) -> None:
-        *parents, last = path.split(".")
-        node = doc
-        for key in parents:
-            node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
-        if isinstance(node, list):
-            node[int(last)] = value
-        elif value is None:
-            node.pop(last, None)
-        else:
-            node[last] = value
-
-    return change
-
-
-@pytest.mark.adversarial
-@pytest.mark.parametrize(
-    ("old", "new", "expected"),
-    [
-        # its own entry: changed in place, first written (appended), removed
-        (STORED, _changed(STORED, _set("status.nodes.1", _entry("n1", 7))), None),
-        (_dep(), _dep(_entry("n1")), None),
-        (_dep(_entry("n0")), _dep(_entry("n0"), _entry("n1")), None),
-        (STORED, _changed(STORED, lambda d: d["status"]["nodes"].pop(1)), None),
-        (STORED, STORED, None),  # nothing changed
-        # another node's entry: changed, removed, added in its name, moved
-        (STORED, _changed(STORED, _set("status.nodes.2", _entry("n2", 0))), OWN),
-        (STORED, _changed(STORED, lambda d: d["status"]["nodes"].pop(0)), OWN),
-        (_dep(_entry("n1")), _dep(_entry("n1"), _entry("n9")), OWN),
-        (STORED, _changed(STORED, lambda d: d["status"]["nodes"].reverse()), OWN),
-        # renaming its own entry to another node's name is writing another node's entry
-        (STORED, _changed(STORED, _set("status.nodes.1.nodeName", "n3")), OWN),
-        # nothing outside status.nodes: the controller's status, the spec, the metadata
-        (STORED, _changed(STORED, _set("status.conditions", [])), OUTSIDE),
-        (STORED, _changed(STORED, _set("status.conditions", None)), OUTSIDE),
-        (STORED, _changed(STORED, _set("status.exposedDevices", 99)), OUTSIDE),
-        (STORED, _changed(STORED, _set("status.observedGeneration", 1)), OUTSIDE),
-        (STORED, _changed(STORED, _set("status.diagnostics", [{"code": "E_X", "message": ""}])),
-         OUTSIDE),
-        (STORED, _changed(STORED, _set("spec.priority", 1000)), OUTSIDE),
-        (STORED, _changed(STORED, _set("metadata.labels", None)), OUTSIDE),
-        (STORED, _changed(STORED, _set("metadata.annotations", {"a": "b"})), OUTSIDE),
-        (STORED, _changed(STORED, _set("metadata.finalizers", ["x/y"])), OUTSIDE),
-        (STORED, _changed(STORED, _set("metadata.ownerReferences", [{"name": "o"}])), OUTSIDE),
-        # the agent neither creates nor deletes policies
-        (None, _dep(_entry("n1")), "may not create or delete"),
-        (STORED, None, "may not create or delete"),
-    ],
-)  # fmt: skip
-def test_node_agent_writes_only_its_own_entry_of_a_policys_status(
-    old: Any, new: Any, expected: str | None
-) -> None:
-    decision, messages = _policy_verdict(NODE_USER, "n1", new, old, POLICY_STATUS)
-    if expected is None:
-        assert (decision, messages) == ("allow", [])
-    else:
-        assert decision == "deny" and any(expected in m for m in messages), messages
-        assert all(m.startswith("the node agent on n1 ") for m in messages), messages
-
-
-def test_policy_status_policy_spares_other_writers_and_refuses_unbound_credentials() -> None:
-    changed = _changed(STORED, _set("status.nodes.2", _entry("n2", 0)))
-    controller = "system:serviceaccount:dmn-system:dra-multi-network-controller"
-    assert _policy_decision(controller, None, changed, STORED, POLICY_STATUS) == "skip"
-    assert _policy_decision("system:admin", None, changed, STORED, POLICY_STATUS) == "skip"
-    own = _changed(STORED, _set("status.nodes.1", _entry("n1", 7)))
-    decision, messages = _policy_verdict(NODE_USER, None, own, STORED, POLICY_STATUS)
-    assert decision == "deny" and "not bound to a node" in messages[0]
-
-
-def test_policy_status_policy_covers_the_status_subresource_and_every_status_field() -> None:
-    """Both the main resource and ``deviceexposurepolicies/status`` are matched (the agent
-    writes through the status subresource), every operation is, and the validation names
-    every top-level status field of the CRD but ``nodes``: a field added to the status later
-    that the policy did not name would be writable by any node."""
-    spec = find(render(), "ValidatingAdmissionPolicy", POLICY_STATUS)["spec"]
-    (rule,) = spec["matchConstraints"]["resourceRules"]
-    assert set(rule["resources"]) == {"deviceexposurepolicies", "deviceexposurepolicies/status"}
-    assert set(rule["operations"]) == {"CREATE", "UPDATE", "DELETE"}
-    assert spec["failurePolicy"] == "Fail"
-    binding = find(render(), "ValidatingAdmissionPolicyBinding", POLICY_STATUS)["spec"]
-    assert binding == {"policyName": POLICY_STATUS, "validationActions": ["Deny"]}
-    status = _crd_schemas()["DeviceExposurePolicy"]["properties"]["status"]["properties"]
-    outside = spec["validations"][-1]["expression"]
-    for field in set(status) - {"nodes"}:
-        assert f"object.status.{field} == oldObject.status.{field}" in outside, field
-    nodes = status["nodes"]
-    # atomic: a list-map's managedFields would name every node's key in the metadata every
-    # agent reads and watches (api/policy.py)
-    assert nodes["x-kubernetes-list-type"] == "atomic"
-    assert "x-kubernetes-list-map-keys" not in nodes
-    assert nodes["maxItems"] == 5000  # bounds the CEL's cost (linear in the entries)
-
-
-def test_the_agent_may_read_a_policy_again_and_write_only_its_status() -> None:
-    rules = find(render(), "ClusterRole", "dra-multi-network-node")["rules"]
+def test_the_agent_reads_policies_and_writes_nothing_of_them() -> None:
+    """The agent reports on the policies in an annotation of its own Node (design §5.2,
+    templates/node-capabilities.yaml); only the controller writes their status, so the agent
+    has no permission on ``deviceexposurepolicies/status`` and no admission policy narrows
+    a write it cannot make."""
+    docs = render()
+    rules = find(docs, "ClusterRole", "dra-multi-network-node")["rules"]
     granted = {
         (res, verb)
         for rule in rules
-        if GROUP in rule["apiGroups"]
+        if GROUP in rule["apiGroups"] or "*" in rule["apiGroups"]
         for res in rule["resources"]
-        if res.startswith("deviceexposurepolicies")
+        if res.startswith("deviceexposurepolicies") or res.startswith("*")
         for verb in rule["verbs"]
     }
     assert granted == {
         ("deviceexposurepolicies", "get"),
         ("deviceexposurepolicies", "list"),
         ("deviceexposurepolicies", "watch"),
-        ("deviceexposurepolicies/status", "update"),
-        # its own entry as a JSON patch of that index (agent/personas/status_report.py)
-        ("deviceexposurepolicies/status", "patch"),
     }
+    policies = {d["metadata"]["name"] for d in docs if d["kind"].startswith("ValidatingAdmission")}
+    assert "dra-multi-network-node-policystatus" not in policies
 
 
 @pytest.mark.parametrize(

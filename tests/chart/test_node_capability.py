@@ -1,9 +1,11 @@
-"""The chart's half of node capability (design §9.3): the two Node policies evaluated with a
-real CEL implementation as the API server evaluates them, the RBAC that lets each
-component write its key, and the values and arguments that configure the reports.
+"""The chart's half of node capability (design §9.3) and of the nodes' policy reports
+(design §5.2): the two Node policies evaluated with a real CEL implementation as the API
+server evaluates them, the RBAC that lets each component write its key, and the values and
+arguments that configure the reports.
 
-Keys and values come from :mod:`dmn.api.node_capability`, so the policies are checked
-against the very annotation and labels the agent and the controller write."""
+Keys and values come from :mod:`dmn.api.node_capability` and :mod:`dmn.api.policy_report`,
+so the policies are checked against the very annotations and labels the agent and the
+controller write."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from dmn.api.node_capability import (
     Requirement,
     label_patch,
 )
+from dmn.api.policy_report import ANNOTATION as POLICY_REPORT
+from dmn.api.policy_report import encode_reports
 from dmn.cli.command_line import UsageError
 
 from .helm import find, render
@@ -50,6 +54,36 @@ def _report(node: str, at: float = 1_800_000_000.0) -> str:
     ).to_annotation()
 
 
+def _reports(node: str, devices: int = 2) -> str:
+    """Node ``node``'s policy reports as its agent writes them (admission does not parse
+    them: any string is judged by who writes it)."""
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+        "reason": "Published",
+        "message": f"{devices} devices published",
+    }
+    entry = {
+        "observedGeneration": 1,
+        "exposedDevices": devices,
+        "lastReportTime": "2026-01-01T00:00:00Z",
+        "conditions": [ready],
+    }
+    return encode_reports(node, {"p1": entry}).value
+
+
+#: the agent's two annotations, by test id
+KEYS = {"capability": ANNOTATION, "policy-report": POLICY_REPORT}
+
+
+def _value(key: str, node: str = "a", version: int = 0) -> str:
+    """A value of annotation ``key`` for ``node``; another ``version``, another value."""
+    if key == ANNOTATION:
+        return _report(node, 1_800_000_000.0 + 30 * version)
+    return _reports(node, 2 + version)
+
+
 def _node(
     name: str = "a",
     labels: dict[str, str] | None = None,
@@ -78,6 +112,11 @@ BARE = _node(labels=dict(BASE_LABELS), annotations=dict(BASE_ANNOTATIONS))
 REPORTED = _node(
     labels={**BASE_LABELS, KEY: "true"},
     annotations={**BASE_ANNOTATIONS, ANNOTATION: _report("a")},
+)
+#: a Node carrying both of its agent's annotations
+FULL = _node(
+    labels={**BASE_LABELS, KEY: "true"},
+    annotations={**BASE_ANNOTATIONS, ANNOTATION: _report("a"), POLICY_REPORT: _reports("a")},
 )
 
 
@@ -135,58 +174,98 @@ def _decision(
     return ("allow" if any(d == "allow" for d, _ in verdicts) else "skip"), []
 
 
-# --- the capability annotation -----------------------------------------------------------
+# --- the agent's annotations (capability report, policy reports) ------------------------
+
+
+def _agent_writes(key: str) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """(old, new) of each way the agent writes annotation ``key`` of its Node."""
+    held = _edit(FULL, annotations={key: _value(key)})
+    return {
+        "add": (BARE, _edit(BARE, annotations={key: _value(key)})),  # first report
+        "change": (held, _edit(held, annotations={key: _value(key, version=1)})),
+        "remove": (held, _edit(held, annotations={key: None})),  # withdrawn
+        "add-first-annotation": (_node(), _edit(_node(), annotations={key: _value(key)})),
+        "remove-last-annotation": (_edit(_node(), annotations={key: "x"}), _node()),  # the map
+    }
+
+
+AGENT_WRITES = [
+    pytest.param(key, old, new, id=f"{kid}-{change}")
+    for kid, key in KEYS.items()
+    for change, (old, new) in _agent_writes(key).items()
+]
 
 
 @pytest.mark.adversarial
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        (BARE, _edit(BARE, annotations={ANNOTATION: _report("a")})),  # first report
-        (REPORTED, _edit(REPORTED, annotations={ANNOTATION: _report("a", 1_800_000_030.0)})),
-        (REPORTED, _edit(REPORTED, annotations={ANNOTATION: None})),  # withdrawn
-        (_node(), _edit(_node(), annotations={ANNOTATION: _report("a")})),  # no annotations yet
-        (_edit(_node(), annotations={ANNOTATION: "x"}), _node()),  # the map goes with it
-    ],
-    ids=["add", "change", "remove", "add-first-annotation", "remove-last-annotation"],
-)
+@pytest.mark.parametrize(("key", "old", "new"), AGENT_WRITES)
 def test_the_agent_of_a_node_writes_that_nodes_annotation(
-    old: dict[str, Any], new: dict[str, Any]
+    key: str, old: dict[str, Any], new: dict[str, Any]
 ) -> None:
     assert _decision(AGENT, "a", new, old) == ("allow", [])
     # the same write from the agent of another node, or with a token bound to no node
     for bound in ("b", None):
         decision, messages = _decision(AGENT, bound, new, old)
         assert decision == "deny" and len(messages) == 1, (bound, messages)
-        assert ANNOTATION in messages[0] and "node agent running on this Node" in messages[0]
+        assert key in messages[0] and "node agent running on this Node" in messages[0]
+
+
+def _other_writes(key: str) -> dict[str, tuple[dict[str, Any] | None, dict[str, Any]]]:
+    """(old, new) of writes of annotation ``key`` nobody but the node's agent may make."""
+    return {
+        "add": (BARE, _edit(BARE, annotations={key: _value(key)})),
+        "change": (FULL, _edit(FULL, annotations={key: _value(key, version=9)})),
+        "remove": (FULL, _edit(FULL, annotations={key: None})),
+        "empty": (FULL, _edit(FULL, annotations={key: ""})),
+        "other-nodes": (FULL, _edit(FULL, annotations={key: _value(key, node="b")})),
+        "create": (None, _edit(BARE, annotations={key: _value(key)})),  # created with it
+    }
+
+
+OTHER_WRITES = [
+    pytest.param(key, old, new, id=f"{kid}-{change}")
+    for kid, key in KEYS.items()
+    for change, (old, new) in _other_writes(key).items()
+]
 
 
 @pytest.mark.adversarial
 @pytest.mark.parametrize("user", [TENANT, CONTROLLER, ADMIN, "system:node:a"])
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        (BARE, _edit(BARE, annotations={ANNOTATION: _report("a")})),
-        (REPORTED, _edit(REPORTED, annotations={ANNOTATION: _report("a", 1_900_000_000.0)})),
-        (REPORTED, _edit(REPORTED, annotations={ANNOTATION: None})),
-        (REPORTED, _edit(REPORTED, annotations={ANNOTATION: ""})),
-        (None, _edit(BARE, annotations={ANNOTATION: _report("a")})),  # created with it
-    ],
-    ids=["add", "change", "remove", "empty", "create"],
-)
+@pytest.mark.parametrize(("key", "old", "new"), OTHER_WRITES)
 def test_nobody_else_writes_the_annotation(
-    user: str, old: dict[str, Any] | None, new: dict[str, Any]
+    user: str, key: str, old: dict[str, Any] | None, new: dict[str, Any]
 ) -> None:
     """Not a tenant, not the controller, not a cluster admin, not the node's kubelet (even
     with a credential that names the node)."""
     decision, messages = _verdict(CAPABILITIES, user, "a", new, old)
-    assert decision == "deny" and len(messages) == 1 and ANNOTATION in messages[0], messages
+    assert decision == "deny" and len(messages) == 1 and key in messages[0], messages
 
 
-def test_the_agent_may_not_create_its_node_with_a_report() -> None:
+BOTH_WRITES = {
+    "add": (BARE, _edit(BARE, annotations={k: _value(k) for k in KEYS.values()})),
+    "change": (FULL, _edit(FULL, annotations={k: _value(k, version=1) for k in KEYS.values()})),
+    "remove": (FULL, _edit(FULL, annotations=dict.fromkeys(KEYS.values()))),
+    "swap": (FULL, _edit(FULL, annotations={ANNOTATION: _report("a", 1.9e9),
+                                            POLICY_REPORT: None})),
+}  # fmt: skip
+
+
+@pytest.mark.adversarial
+@pytest.mark.parametrize("change", BOTH_WRITES)
+def test_the_agent_writes_both_annotations_in_one_request(change: str) -> None:
+    old, new = BOTH_WRITES[change]
+    assert _decision(AGENT, "a", new, old) == ("allow", [])
+    for user, bound in ((AGENT, "b"), (AGENT, None), (CONTROLLER, None), (ADMIN, None)):
+        decision, messages = _decision(user, bound, new, old)
+        assert decision == "deny", (user, bound, messages)
+        mine = [m for m in messages if "running on this Node" in m]
+        assert len(mine) == 1 and ANNOTATION in mine[0] and POLICY_REPORT in mine[0], messages
+
+
+@pytest.mark.parametrize("key", KEYS.values(), ids=KEYS.keys())
+def test_the_agent_may_not_create_its_node_with_a_report(key: str) -> None:
     """A server-side apply patch of a missing Node creates it: the key policy alone would
     let the agent's report in, the writers policy refuses any Node the agent creates."""
-    new = _edit(BARE, annotations={ANNOTATION: _report("a")})
+    new = _edit(BARE, annotations={key: _value(key)})
     assert _verdict(CAPABILITIES, AGENT, "a", new, None) == ("allow", [])
     decision, messages = _decision(AGENT, "a", new, None)
     assert decision == "deny" and messages == [f"{AGENT} may not create Nodes"]
@@ -247,7 +326,10 @@ UNRELATED = {
     "look-alike-label": (BARE, _edit(BARE, labels={LABEL_PREFIX + ".evil/x": "true"})),
     "prefix-without-slash": (BARE, _edit(BARE, labels={LABEL_PREFIX: "true"})),
     "look-alike-annotation": (BARE, _edit(BARE, annotations={ANNOTATION + "-x": "1"})),
+    "look-alike-report": (BARE, _edit(BARE, annotations={POLICY_REPORT + "-x": "1"})),
+    "report-key-as-label": (BARE, _edit(BARE, labels={POLICY_REPORT: "1"})),
     "unchanged-keys": (REPORTED, _edit(REPORTED, spec={"unschedulable": True})),
+    "unchanged-reports": (FULL, _edit(FULL, spec={"unschedulable": True}, labels={"t": "n"})),
     "no-maps": (_node(), _node(spec={"unschedulable": True})),
     "create-plain": (None, BARE),
     "create-bare": (None, _node()),
@@ -292,12 +374,25 @@ def test_the_policies_match_only_the_nodes_resource() -> None:
         (AGENT, _edit(REPORTED, spec={"unschedulable": True}), "nothing of a Node but"),
         (AGENT, _edit(REPORTED, finalizers=["x/y"]), "nothing of a Node but"),
         (AGENT, _edit(REPORTED, ownerReferences=[{"name": "o"}]), "nothing of a Node but"),
+        # its policy reports: added, changed together with the capability report, removed
+        (AGENT, FULL, None),
+        (AGENT, _edit(REPORTED, annotations={ANNOTATION: _report("a", 1.9e9),
+                                             POLICY_REPORT: _reports("a")}), None),
+        (AGENT, _edit(REPORTED, annotations={ANNOTATION: None}), None),
+        (AGENT, _edit(REPORTED, annotations={POLICY_REPORT: _reports("a"), "x/y": "z"}),
+         "nothing of a Node but its annotations"),
+        (AGENT, _edit(REPORTED, annotations={POLICY_REPORT: _reports("a")}, labels={"t": "n"}),
+         "nothing of a Node but its annotations"),
         (CONTROLLER, _patched(REPORTED, {OTHER_KEY}), None),
         (CONTROLLER, REPORTED, None),
         (CONTROLLER, _edit(REPORTED, labels={"team": "net"}), "nothing of a Node but its labels"),
         (CONTROLLER, _edit(REPORTED, labels={"kubernetes.io/os": None}),
          "nothing of a Node but its labels"),
         (CONTROLLER, _edit(REPORTED, annotations={"x/y": "z"}), "nothing of a Node but"),
+        (CONTROLLER, _edit(REPORTED, annotations={POLICY_REPORT: _reports("a")}),
+         "nothing of a Node but its labels"),
+        (CONTROLLER, _edit(REPORTED, annotations={ANNOTATION: None}),
+         "nothing of a Node but its labels"),
         (CONTROLLER, _edit(REPORTED, spec={"taints": []}), "nothing of a Node but its labels"),
         (CONTROLLER, _edit(REPORTED, finalizers=["x/y"]), "nothing of a Node but its labels"),
     ],
@@ -311,6 +406,32 @@ def test_the_drivers_accounts_change_nothing_else_of_a_node(
         assert (decision, messages) == ("allow", [])
     else:
         assert decision == "deny" and len(messages) == 1 and expected in messages[0], messages
+
+
+@pytest.mark.adversarial
+@pytest.mark.parametrize(
+    ("new", "expected"),
+    [
+        (_edit(FULL, annotations={POLICY_REPORT: _reports("a", 7)}), None),
+        (_edit(FULL, annotations={POLICY_REPORT: None}), None),
+        (_edit(FULL, annotations={POLICY_REPORT: None, ANNOTATION: None}), None),
+        (_edit(FULL, annotations={POLICY_REPORT: _reports("a", 7), "x/y": "z"}), "but its"),
+        (_edit(FULL, annotations={"node.alpha.kubernetes.io/ttl": "1"}), "but its"),
+        (_edit(FULL, annotations={POLICY_REPORT + "-x": "1"}), "but its"),
+    ],
+    ids=["change", "remove", "remove-both", "and-another", "another", "look-alike"],
+)
+def test_the_agent_changes_its_policy_reports_and_no_other_annotation(
+    new: dict[str, Any], expected: str | None
+) -> None:
+    decision, messages = _verdict(WRITERS, AGENT, "a", new, FULL)
+    if expected is None:
+        assert (decision, messages) == ("allow", [])
+    else:
+        but = f"nothing of a Node but its annotations {ANNOTATION} and {POLICY_REPORT}"
+        assert decision == "deny" and messages == [
+            f"the dra-multi-network node agent may change {but}"
+        ], messages
 
 
 def test_the_writers_policy_looks_only_at_the_drivers_accounts() -> None:

@@ -6,7 +6,8 @@ its two NICs on the lab's shared fabric bridge) and takes them out again at its 
 the other modules keep their one node. Proven here against the real kube-scheduler,
 kubelets, containerds and garbage collector:
 
-* every node's agent reports its own entry on each lab policy's status;
+* every node's agent reports on each lab policy on its own Node, and the controller sums
+  the three reports into the policy's status;
 * Pods on two nodes, each with a shared-macvlan claim (net1 addressed from the pool
   ``macvlan-v4`` by our IPAM), reach each other over net1 — through the fabric — and over
   the primary Pod network;
@@ -38,6 +39,8 @@ import pytest
 from dmn.api.cluster import Cluster, NotFound
 from dmn.api.cluster import resources as r
 from dmn.api.identity import DRIVER
+from dmn.api.policy_report import ANNOTATION as POLICY_REPORT
+from dmn.api.policy_report import decode_reports
 from dmn.lab.pod_demo import NAMESPACE
 from dmn.lab.upstream.cluster import UpstreamLab
 from dmn.lab.upstream.demo import Kubectl, pod, pod_phase
@@ -172,33 +175,38 @@ def test_pods_on_two_nodes_reach_each_other_over_net1_and_the_pod_network(
     assert ping.returncode == 0, (pod_ip, ping.stdout + ping.stderr)
 
 
-def test_every_nodes_agent_reports_its_own_entry_on_the_policies(
+def test_every_nodes_agent_reports_on_the_policies_on_its_own_node(
     further: UpstreamLab, admin: Cluster
 ) -> None:
-    """The further nodes' agents add their entries to policies whose ``status.nodes``
-    ``lab-node`` had already written (a JSON-patch append under the agent's own RBAC), and
-    the controller sums every node's devices into the top level."""
+    """Each node's agent reports on the lab policies in the annotation of its own Node, and
+    the controller sums the three nodes into each policy's status: three reporting, three
+    ready, every node's devices summed, and no node listed (none needs attention)."""
     names = {"lab-node", ONE.name, TWO.name}
 
     def reported() -> list[dict[str, Any]]:
+        entries: dict[str, dict[str, dict[str, Any]]] = {}
+        for name in names:
+            node = admin.get(r.NODES, name)
+            value = (node["metadata"].get("annotations") or {}).get(POLICY_REPORT)
+            entries[name] = decode_reports(name, value) if value is not None else {}
         out = []
         for policy in admin.list(r.DEVICE_EXPOSURE_POLICIES).items:
-            if not policy["metadata"]["name"].startswith("lab-link-"):
+            pname = policy["metadata"]["name"]
+            if not pname.startswith("lab-link-"):
                 continue
+            mine = [entries[n].get(pname) for n in sorted(names)]
+            if not all(e is not None and e.get("exposedDevices") == 2 for e in mine):
+                return []
             status = policy.get("status") or {}
-            entries = {e["nodeName"]: e for e in status.get("nodes") or []}
-            if not names <= set(entries) or not all(
-                entries[n].get("exposedDevices") == 2 for n in names
-            ):
+            if (status.get("reportingNodes"), status.get("readyNodes")) != (3, 3):
                 return []
-            if status.get("exposedDevices") != sum(
-                int(e.get("exposedDevices") or 0) for e in entries.values()
-            ):
+            if status.get("exposedDevices") != sum(int(e["exposedDevices"]) for e in mine if e):
                 return []
+            assert not status.get("nodes"), status
             out.append(policy)
         return out
 
-    policies = wait_for(reported, timeout=WAIT, interval=1.0, what="every node's entry")
+    policies = wait_for(reported, timeout=WAIT, interval=1.0, what="every node's report")
     assert len(policies) == 3, [p["metadata"]["name"] for p in policies]
 
 

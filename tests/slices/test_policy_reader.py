@@ -11,12 +11,11 @@ from typing import Any
 
 import pytest
 
-from dmn.agent.personas.status_report import write_node_entry
 from dmn.agent.slices.policy_reader import PolicyReader
 from dmn.api.cluster import Cluster, NotFound
 from dmn.api.cluster import resources as r
 from tests.slices import policy_view_checks
-from tests.slices.policy_view_checks import _entry, _policy
+from tests.slices.policy_view_checks import _entry, _policy, _write_nodes
 
 
 @pytest.fixture(scope="module")
@@ -63,13 +62,13 @@ def _names(docs: list[dict[str, Any]]) -> list[str]:
 def test_only_new_or_changed_policies_are_read_whole(cluster: Cluster, policies: list[str]) -> None:
     clock = _Clock()
     reader = PolicyReader(cluster, refresh_s=300.0, clock=clock)
-    a = _create(cluster, policies, "reader-a")
+    _create(cluster, policies, "reader-a")
     _create(cluster, policies, "reader-b")
     assert _names(reader.read()) == ["reader-a", "reader-b"] and reader.fetches == 2
     assert _names(reader.read()) == ["reader-a", "reader-b"] and reader.fetches == 2
 
-    # another node's status entry: no generation move, nothing fetched
-    write_node_entry(cluster, a, "other-node", _entry("other-node"))
+    # a status write (the controller's): no generation move, nothing fetched
+    _write_nodes(cluster, "reader-a", [_entry("other-node")])
     reader.read()
     assert reader.fetches == 2
 
@@ -88,17 +87,3 @@ def test_only_new_or_changed_policies_are_read_whole(cluster: Cluster, policies:
     clock.now = 301.0
     reader.read()
     assert reader.fetches == 6
-
-
-def test_the_own_write_is_remembered_so_an_unchanged_entry_is_not_written_again(
-    cluster: Cluster, policies: list[str]
-) -> None:
-    reader = PolicyReader(cluster)
-    _create(cluster, policies, "reader-own")
-    (doc,) = [d for d in reader.read() if d["metadata"]["name"] == "reader-own"]
-    written = write_node_entry(cluster, doc, "me", _entry("me"))
-    assert written is not None
-    reader.remember(written)
-    (again,) = [d for d in reader.read() if d["metadata"]["name"] == "reader-own"]
-    assert again["status"]["nodes"] == written["status"]["nodes"]
-    assert write_node_entry(cluster, again, "me", _entry("me")) is None
