@@ -189,9 +189,13 @@ class Controller:
         value = (
             None if event.type == "DELETED" else (meta.get("annotations") or {}).get(POLICY_REPORT)
         )
-        if name in self._report_values and self._report_values[name] == value:
+        if event.type == "DELETED":
+            if self._report_values.pop(name, None) is None and name not in self._reports:
+                return
+        elif name in self._report_values and self._report_values[name] == value:
             return
-        self._report_values[name] = value
+        else:
+            self._report_values[name] = value
         before = self._reports.get(name, {})
         entries, why = ({}, None) if value is None else node_reports(event.object)
         if why is not None:
@@ -200,8 +204,6 @@ class Controller:
             self._reports[name] = entries
         else:
             self._reports.pop(name, None)
-        if event.type == "DELETED":
-            self._report_values.pop(name, None)
         if "node" in self._listed:
             window = self._report_window()
             for policy in sorted(set(before) | set(entries)):

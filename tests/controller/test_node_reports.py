@@ -98,6 +98,11 @@ def test_a_changed_report_schedules_the_policies_it_names_before_and_after() -> 
     ctl._on_event("node", WatchEvent("DELETED", _node("n1", {"q": _entry("n1")})))
     assert queue.policies() == [("q", 1.0)]
     assert ctl.policy_reports() == {}
+    # a Node without a report comes and goes: nothing to sum, nothing kept
+    ctl._on_event("node", WatchEvent("ADDED", _node("bare")))
+    ctl._on_event("node", WatchEvent("DELETED", _node("bare")))
+    assert queue.policies() == [("q", 1.0)] and ctl._report_window() == 1.0
+    assert ctl._report_values == {}
 
 
 @pytest.mark.adversarial
