@@ -202,7 +202,8 @@ def test_every_nodes_agent_reports_on_the_policies_on_its_own_node(
                 return []
             if status.get("exposedDevices") != sum(int(e["exposedDevices"]) for e in mine if e):
                 return []
-            assert not status.get("nodes"), status
+            if status.get("nodes"):  # a report needing attention (e.g. a generation behind)
+                return []
             out.append(policy)
         return out
 
