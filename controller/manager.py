@@ -99,6 +99,7 @@ class Controller:
         # each Node's policy reports: the annotation as last seen, and what it holds
         self._report_values: dict[str, str | None] = {}
         self._reports: dict[str, dict[str, dict[str, Any]]] = {}
+        self._policy_generations: dict[str, Any] = {}  # per policy, as its last event had it
         self.processed = 0
 
     # --- keys --------------------------------------------------------------------------
@@ -283,7 +284,19 @@ class Controller:
             self.queue.add(("plugin", name))
             self.enqueue_all("topology", r.NETWORK_TOPOLOGIES)
         elif kind == "policy":
-            self.queue.add(("policy", name))
+            generation = (obj.get("metadata") or {}).get("generation")
+            status_only = (
+                event.type == "MODIFIED" and self._policy_generations.get(name) == generation
+            )
+            self._policy_generations[name] = generation
+            if event.type == "DELETED":
+                self._policy_generations.pop(name, None)
+            if status_only:
+                # a status write (ours, mostly): summed again within the window, so a write
+                # does not at once make another while reports keep arriving
+                self.queue.add_after(("policy", name), self._report_window())
+            else:
+                self.queue.add(("policy", name))
         elif kind == "ippool":
             self.queue.add(("ippool", name))
             if event.type != "MODIFIED":  # a pool came or went: the others' overlap changed
@@ -448,6 +461,7 @@ class Controller:
         self._listed.clear()
         self._report_values.clear()
         self._reports.clear()
+        self._policy_generations.clear()
         log.info("controller stopped")
 
 

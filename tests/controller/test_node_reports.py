@@ -209,3 +209,21 @@ def test_the_running_controller_sums_the_nodes_and_reads_no_node_at_rest(
         assert "nodes" not in cluster.get(r.DEVICE_EXPOSURE_POLICIES, "sum")["status"]
     finally:
         ctl.stop()
+
+
+def test_a_policy_status_write_is_summed_again_within_the_window_a_spec_change_at_once() -> None:
+    """The controller's own status write comes back as a MODIFIED with the same generation:
+    summing again at once would write again while reports keep arriving (two writes a
+    window instead of one, each to every node's watch); an edit of the spec is summed at
+    once."""
+    ctl, queue = _controller()
+
+    def policy(event: str, generation: int) -> WatchEvent:
+        return WatchEvent(event, {"metadata": {"name": "p", "generation": generation}})
+
+    ctl._on_event("policy", policy("ADDED", 1))
+    ctl._on_event("policy", policy("MODIFIED", 1))
+    ctl._on_event("policy", policy("MODIFIED", 2))
+    ctl._on_event("policy", policy("DELETED", 2))
+    ctl._on_event("policy", policy("ADDED", 1))
+    assert queue.policies() == [("p", 0.0), ("p", 1.0), ("p", 0.0), ("p", 0.0), ("p", 0.0)]
