@@ -147,6 +147,29 @@ def _explain_invalid_plugins(
 #: fingerprint of every input of steps 1–5 (None: some watch has not listed yet)
 Inputs = tuple[dict[str, Any], tuple[Any, ...]]
 
+#: what a topology's own status write may not change for its result to stand for the same
+#: inputs (a spec change moves the generation)
+_UNCHANGED_BY_STATUS = ("generation", "labels", "annotations", "deletionTimestamp", "finalizers")
+
+
+def _after_own_write(
+    fingerprint: tuple[Any, ...], read: dict[str, Any], stored: dict[str, Any] | None
+) -> tuple[Any, ...]:
+    """``fingerprint`` (taken when the topology was ``read``) carried over to the version
+    this reconcile's own status write ``stored``, when that write is all that happened in
+    between: otherwise the write alone would make the next resync a full reconcile, which
+    finds nothing to do. When the fingerprint was not of ``read`` (the cache lagged), or
+    anything but the status moved meanwhile, it stays as it was, and the next reconcile
+    is a full one (pure)."""
+    if stored is None:
+        return fingerprint
+    before, after = read.get("metadata") or {}, stored.get("metadata") or {}
+    if not fingerprint or fingerprint[0] != str(before.get("resourceVersion") or ""):
+        return fingerprint
+    if any(before.get(k) != after.get(k) for k in _UNCHANGED_BY_STATUS):
+        return fingerprint
+    return (str(after.get("resourceVersion") or ""), *fingerprint[1:])
+
 
 @dataclass(frozen=True)
 class Settled:
@@ -198,8 +221,9 @@ class TopologyReconciler:
                 return
             del self.settled[name]  # kept again once the recount is reported
             matches = self._device_matches(done.compiled, done.revision)
-            self._report_ready(seen[0], done.compiled, done.revision, matches, done.held)
-            self.settled[name] = dataclasses.replace(done, slices=version)
+            stored = self._report_ready(seen[0], done.compiled, done.revision, matches, done.held)
+            fingerprint = _after_own_write(done.fingerprint, seen[0], stored)
+            self.settled[name] = dataclasses.replace(done, fingerprint=fingerprint, slices=version)
             return
         self.settled.pop(name, None)  # kept again only if this full reconcile succeeds
         self._reconcile(name, seen[1] if seen is not None else None)
@@ -256,9 +280,10 @@ class TopologyReconciler:
             return
         version = self.slices_version()
         matches = self._device_matches(compiled, revision)
-        self._report_ready(topo, compiled, revision, matches, held)
+        stored = self._report_ready(topo, compiled, revision, matches, held)
         self.on_revision(compiled.revision_name)
         if fingerprint is not None:
+            fingerprint = _after_own_write(fingerprint, topo, stored)
             self.settled[name] = Settled(fingerprint, compiled, revision, held, version)
 
     # --- revision ----------------------------------------------------------------------
@@ -376,7 +401,9 @@ class TopologyReconciler:
         revision: dict[str, Any],
         matches: list[ClassMatch] | None = None,
         stable: dict[str, str] | None = None,
-    ) -> None:
+    ) -> dict[str, Any] | None:
+        """Write the Ready status; the topology as the write stored it (None: nothing to
+        write)."""
         generation = topo["metadata"].get("generation")
         status = topo.get("status") or {}
         ref = compiled.revision_ref(revision["metadata"]["uid"]).to_api()
@@ -415,10 +442,10 @@ class TopologyReconciler:
         if all(status.get(k) == v for k, v in new.items() if v is not None) and not status.get(
             "diagnostics"
         ):
-            return
+            return None
         if newly_unmatched is not None:
             self._warn(topo, *newly_unmatched)
-        self.cluster.patch(
+        return self.cluster.patch(
             r.NETWORK_TOPOLOGIES, topo["metadata"]["name"], {"status": new}, status=True
         )
 

@@ -9,6 +9,7 @@ its inputs; what moved any of them still converges.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -41,7 +42,8 @@ class _Requests:
         def call(*args: Any, **kwargs: Any) -> Any:
             with self._lock:
                 self.count += 1
-                self.calls.append(f"{name} {getattr(args[0], 'plural', '')}")
+                named = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
+                self.calls.append(f"{name} {getattr(args[0], 'plural', '')} {named}".rstrip())
             return attr(*args, **kwargs)
 
         return call
@@ -113,22 +115,99 @@ def test_a_settled_topology_costs_no_request_and_a_moved_input_converges(
         running.revisions.cluster = collector.cluster
 
 
-def _wait_settled_on_stored(cluster: Cluster, ctl: Controller) -> None:
-    """Until the controller's last full reconcile started from the stored topology."""
+@pytest.fixture
+def alone() -> Iterator[tuple[Cluster, Controller]]:
+    """A lab API server and a controller of its own (no other topology reconciled)."""
+    from tests.controller.support import install
+
+    with LabApiServer() as server, client_for(server.url) as c:
+        install(c)
+        ctl = Controller(c, default_registry(), resync=0.3)
+        ctl.start()
+        try:
+            yield c, ctl
+        finally:
+            ctl.stop()
+
+
+def test_a_recount_that_writes_the_status_leaves_the_topology_settled(
+    alone: tuple[Cluster, Controller],
+) -> None:
+    """A slice event changes what a settled topology's classes match: the recount writes
+    the status, and that write alone does not make the next resyncs full reconciles (it
+    moved the topology's version, which the fingerprint carries over to)."""
+    cluster, running = alone
+    topo = example("host-device")
+    topo["metadata"]["name"] = "recounted"
+    cluster.create(r.NETWORK_TOPOLOGIES, topo)
+    wait_for(topology_settled(cluster, "recounted"), what="Ready")
+    _wait_settled_on_stored(cluster, running, "recounted")
+    spy = _Requests(running.topologies.cluster)
+    running.topologies.cluster = spy  # type: ignore[assignment]
+    count = running.topologies._device_matches
+
+    def one_matches(compiled: Any, revision: Any) -> Any:
+        found = count(compiled, revision)
+        return (
+            None if found is None else [dataclasses.replace(m, devices=1, nodes=1) for m in found]
+        )
+
+    running.topologies._device_matches = one_matches  # type: ignore[method-assign]
+    try:
+        cluster.create(r.RESOURCE_SLICES, _slice("recounted-node-0"))
+
+        def matched() -> bool | None:
+            status = cluster.get(r.NETWORK_TOPOLOGIES, "recounted").get("status") or {}
+            conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
+            return conds.get("DevicesMatched") == "True" or None
+
+        wait_for(matched, what="the recount reported")
+        before = _reconciles(running)
+        wait_for(lambda: _reconciles(running) > before + 20 or None, what="resyncs")
+        assert spy.calls == ["patch networktopologies recounted"], spy.calls
+    finally:
+        del running.topologies._device_matches
+        running.topologies.cluster = spy.cluster
+
+
+def test_the_fingerprint_follows_only_the_reconciles_own_status_write() -> None:
+    from dmn.controller.topology import _after_own_write
+
+    read = {"metadata": {"resourceVersion": "5", "generation": 2, "labels": {"a": "b"}}}
+    stored = {"metadata": {"resourceVersion": "9", "generation": 2, "labels": {"a": "b"}}}
+    rest = (("plugins",), ("revisions",), ("classes",))
+    assert _after_own_write(("5", *rest), read, stored) == ("9", *rest)
+    assert _after_own_write(("5", *rest), read, None) == ("5", *rest)  # nothing written
+    assert _after_own_write(("4", *rest), read, stored) == ("4", *rest)  # the cache lagged
+    edited = {"metadata": {**stored["metadata"], "generation": 3}}  # an edit came between
+    assert _after_own_write(("5", *rest), read, edited) == ("5", *rest)
+    relabelled = {"metadata": {**stored["metadata"], "labels": {}}}
+    assert _after_own_write(("5", *rest), read, relabelled) == ("5", *rest)
+
+
+def _wait_settled_on_stored(cluster: Cluster, ctl: Controller, name: str = "settled") -> None:
+    """Until the controller's memo of its last reconcile is of the stored topology and of
+    every input as the caches now hold them (what a resync compares)."""
 
     def settled() -> bool | None:
-        done = ctl.topologies.settled.get("settled")
-        stored = cluster.get(r.NETWORK_TOPOLOGIES, "settled")["metadata"]["resourceVersion"]
-        return (done is not None and done.fingerprint[0] == stored) or None
+        done = ctl.topologies.settled.get(name)
+        stored = cluster.get(r.NETWORK_TOPOLOGIES, name)["metadata"]["resourceVersion"]
+        seen = ctl.topology_inputs(name)
+        return (
+            done is not None
+            and seen is not None
+            and done.fingerprint == seen[1]
+            and done.fingerprint[0] == stored
+        ) or None
 
     wait_for(settled, what="settled on the stored topology")
 
 
-def _slice() -> dict[str, Any]:
+def _slice(name: str = "settled-node-0") -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
-        "metadata": {"name": "settled-node-0"},
+        "metadata": {"name": name},
         "spec": {
             "driver": DRIVER,
             "nodeName": "settled-node",
