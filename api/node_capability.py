@@ -139,21 +139,31 @@ def _names(value: Any, what: str) -> dict[str, str]:
     return dict(value)
 
 
-def parse_report(value: Any) -> CapabilityReport:
-    """The report an annotation value holds; :class:`ReportError` for anything else
-    (never another exception, whatever the value: a tenant may have written it)."""
+def annotation_object(
+    value: Any, max_bytes: int, version: int, error: type[ValueError]
+) -> dict[str, Any]:
+    """The JSON object of a versioned report annotation (``{"v": version, ...}``, at most
+    ``max_bytes``); ``error`` for anything else, never another exception (the node reports
+    share this framing: this module's and :mod:`dmn.api.policy_report`'s)."""
     if not isinstance(value, str):
-        raise ReportError("the annotation is not a string")
-    if len(value.encode("utf-8", "surrogatepass")) > MAX_REPORT_BYTES:
-        raise ReportError(f"the report is longer than {MAX_REPORT_BYTES} bytes")
+        raise error("the annotation is not a string")
+    if len(value.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise error(f"the report is longer than {max_bytes} bytes")
     try:
         body = json.loads(value)
     except (ValueError, RecursionError) as exc:
-        raise ReportError("the report is not JSON") from exc
+        raise error("the report is not JSON") from exc
     if not isinstance(body, dict):
-        raise ReportError("the report is not a JSON object")
-    if body.get("v") != REPORT_VERSION:
-        raise ReportError(f"report version {str(body.get('v'))[:20]!r} is not {REPORT_VERSION}")
+        raise error("the report is not a JSON object")
+    if body.get("v") != version:
+        raise error(f"report version {str(body.get('v'))[:20]!r} is not {version}")
+    return body
+
+
+def parse_report(value: Any) -> CapabilityReport:
+    """The report an annotation value holds; :class:`ReportError` for anything else
+    (never another exception, whatever the value: a tenant may have written it)."""
+    body = annotation_object(value, MAX_REPORT_BYTES, REPORT_VERSION, ReportError)
     nri = body.get("nri")
     refresh = body.get("refreshSeconds")
     strings = {k: body.get(k) for k in ("node", "bootID", "agentVersion")}

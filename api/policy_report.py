@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dmn.api.identity import DRIVER
+from dmn.api.node_capability import annotation_object
 from dmn.api.policy import NodePolicyStatus
 
 #: Node annotation holding the node's policy reports (written only by that node's agent).
@@ -107,20 +108,7 @@ def decode_reports(node: str, value: Any) -> dict[str, dict[str, Any]]:
     """The entries (policy name → entry with ``nodeName`` = ``node``, in API form) that
     annotation ``value`` of Node ``node`` holds; :class:`PolicyReportError` for anything
     that is not a well-formed report of this very node (never another exception)."""
-    if not isinstance(value, str):
-        raise PolicyReportError("the annotation is not a string")
-    if len(value.encode("utf-8", "surrogatepass")) > MAX_REPORT_BYTES:
-        raise PolicyReportError(f"the report is longer than {MAX_REPORT_BYTES} bytes")
-    try:
-        body = json.loads(value)
-    except (ValueError, RecursionError) as exc:
-        raise PolicyReportError("the report is not JSON") from exc
-    if not isinstance(body, dict):
-        raise PolicyReportError("the report is not a JSON object")
-    if body.get("v") != REPORT_VERSION:
-        raise PolicyReportError(
-            f"report version {str(body.get('v'))[:20]!r} is not {REPORT_VERSION}"
-        )
+    body = annotation_object(value, MAX_REPORT_BYTES, REPORT_VERSION, PolicyReportError)
     if body.get("node") != node:
         raise PolicyReportError("the report names another node")
     policies = body.get("policies")
